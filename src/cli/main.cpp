@@ -1,0 +1,31 @@
+// agoq: memory-efficient LLaMA training (AGoQ). One binary, one subcommand per job.
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"agoq: memory-efficient LLaMA training with activation and gradient quantization (AGoQ)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "agoq 0.1");
+  agoq::cli_add_prepare(app);
+  agoq::cli_add_train(app);
+  agoq::cli_add_sample(app);
+  agoq::cli_add_bench(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const agoq::Error& e) {
+    std::fprintf(stderr, "agoq: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "agoq: error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "agoq: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,28 @@
+#include "model/config.h"
+
+#include "core/error.h"
+
+namespace agoq {
+
+void LlamaConfig::validate() const {
+  AGOQ_CHECK(vocab_size >= 2, "config: vocab_size must be >= 2 (got ", vocab_size, ")");
+  AGOQ_CHECK(dim >= 1, "config: dim must be positive (got ", dim, ")");
+  AGOQ_CHECK(n_layers >= 1, "config: n_layers must be positive (got ", n_layers, ")");
+  AGOQ_CHECK(n_heads >= 1, "config: n_heads must be positive (got ", n_heads, ")");
+  AGOQ_CHECK(dim % n_heads == 0, "config: n_heads (", n_heads, ") must divide dim (", dim, ")");
+  AGOQ_CHECK(head_dim() % 2 == 0, "config: head dim (dim / n_heads = ", head_dim(), ") must be even for rotary embeddings");
+  AGOQ_CHECK(n_kv_heads >= 1 && n_heads % n_kv_heads == 0, "config: n_kv_heads (", n_kv_heads,
+             ") must divide n_heads (", n_heads, ")");
+  AGOQ_CHECK(ffn_dim >= 1, "config: ffn_dim must be positive (got ", ffn_dim, ")");
+  AGOQ_CHECK(max_seq_len >= 1, "config: max_seq_len must be positive (got ", max_seq_len, ")");
+  AGOQ_CHECK(rope_theta > 0, "config: rope_theta must be positive");
+  AGOQ_CHECK(norm_eps > 0, "config: norm_eps must be positive");
+}
+
+size_t LlamaConfig::param_count() const {
+  const size_t d = dim, kv = kv_dim(), f = ffn_dim, v = vocab_size;
+  const size_t per_layer = 2 * d + d * d * 2 + 2 * d * kv + 3 * d * f;  // 2 norms, q/o, k/v, gate/up/down
+  return v * d * (tie_embeddings ? 1 : 2) + n_layers * per_layer + d;
+}
+
+}  // namespace agoq
