@@ -1,10 +1,21 @@
-// Each subcommand of the agoq binary registers itself on the CLI11 app from its own file.
+// Each subcommand of the agoq binary lives in its own file and registers itself here through a static
+// CliCommand object, so main.cpp needs no list of them. `parent` is "" for top-level commands and "bench" for
+// benchmarks (bench/bench_*.cpp).
 #pragma once
 #include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
 
 namespace agoq {
-void cli_add_prepare(CLI::App& app);  // cli/cmd_prepare.cpp
-void cli_add_train(CLI::App& app);    // cli/cmd_train.cpp
-void cli_add_sample(CLI::App& app);   // cli/cmd_sample.cpp
-void cli_add_bench(CLI::App& app);    // bench/bench_main.cpp
+
+struct CliCommand {
+  using AddFn = void (*)(CLI::App& parent);
+  // `order` sorts the commands in --help.
+  CliCommand(const char* parent, int order, AddFn add);
+};
+
+// Adds every registered command whose parent is `parent` to `app`, in order.
+void cli_add_registered(const std::string& parent, CLI::App& app);
+
 }  // namespace agoq

@@ -1,6 +1,7 @@
-// agoq: memory-efficient LLaMA training (AGoQ). One binary, one subcommand per job.
+// agoq: memory-efficient LLaMA training (AGoQ). One binary, one subcommand per job (cli/cmd_*.cpp, bench/).
 #include <cstdio>
 #include <exception>
+#include <new>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -9,10 +10,7 @@ int main(int argc, char** argv) {
   CLI::App app{"agoq: memory-efficient LLaMA training with activation and gradient quantization (AGoQ)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "agoq 0.1");
-  agoq::cli_add_prepare(app);
-  agoq::cli_add_train(app);
-  agoq::cli_add_sample(app);
-  agoq::cli_add_bench(app);
+  agoq::cli_add_registered("", app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
