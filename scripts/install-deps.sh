@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what agoq needs to build, test and run, from Debian's packages (see docs/dependencies.md for why each
+# one is here). Usage: scripts/install-deps.sh [--test]   (--test adds PyTorch for the parity test)
+set -euo pipefail
+pkgs=(cmake ninja-build g++ pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin
+      libsentencepiece-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev libhwy-dev zlib1g-dev
+      python3 python3-matplotlib)
+[ "${1:-}" = "--test" ] && pkgs+=(python3-torch python3-numpy)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
