@@ -1,0 +1,59 @@
+// The LLaMA model: parameters, their gradients, the activation store and the forward/backward pass that wires
+// the ops (model/ops.h) together. Read llama.cpp top to bottom: layer forward, layer backward, the fused head.
+#pragma once
+#include <cstdint>
+
+#include "core/memory.h"
+#include "model/act_store.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace agoq {
+
+class LlamaModel {
+ public:
+  // Buffers are sized for micro-batches of up to max_batch sequences of up to max_seq tokens.
+  LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy);
+
+  const LlamaConfig& config() const { return cfg_; }
+  ParamSet& params() { return params_; }
+  ParamSet& grads() { return grads_; }
+  ActivationStore& store() { return store_; }
+
+  // Hugging Face's initialisation: every matrix ~ N(0, 0.02), norm weights 1.
+  void init_weights(uint64_t seed);
+
+  // One micro-batch: forward, loss, backward. Adds grad_scale * d(mean loss)/d(param) into grads().
+  // inputs/targets: (B, T) token ids; targets < 0 are ignored. Returns the mean loss over counted targets.
+  float forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale);
+  // Forward only: mean loss over the targets (no gradients, store contents unspecified afterwards).
+  float forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T);
+  // Logits (V) of the last position of one sequence of T tokens (T <= max_seq), for sampling.
+  void forward_last_logits(const int32_t* tokens, int T, float* logits);
+
+ private:
+  void forward_layer(int l, int B, int T, float* x_next);
+  void backward_layer(int l, int B, int T, float* dx);
+  // Final norm -> lm_head -> cross-entropy, in chunks of rows so the (N, V) logits never exist; when dx is
+  // given it also runs the backward of those three (dx = dloss/dx_final) and accumulates their weight gradients.
+  float head_forward_backward(const float* x, const int32_t* targets, int N, float grad_scale, float* dx);
+  void forward_trunk(const int32_t* inputs, int B, int T);  // embedding + layers -> x_final_
+  float run(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale, bool backward);
+
+  LlamaConfig cfg_;
+  int max_rows_, max_seq_;
+  ParamSet params_, grads_;
+  ActivationStore store_;
+  Buffer<float> rope_cos_, rope_sin_;  // (max_seq, hd/2)
+  // Workspace, reused by every layer. Shapes for N = B*T rows.
+  Buffer<float> x_final_;    // (N, C)  residual stream after the last layer
+  Buffer<float> tmp_c_;      // (N, C)  o_proj / down_proj outputs; in backward d(attn_out), d(norm out)
+  Buffer<float> dx_;         // (N, C)  gradient of the residual stream
+  Buffer<float> dq_, dk_, dv_;       // (N, C), (N, KV), (N, KV)
+  Buffer<float> dgate_, dup_, dff_;  // (N, F)
+  Buffer<float> head_norm_, head_rstd_, head_dnorm_;  // (chunk, C), (chunk), (chunk, C)
+  Buffer<float> head_logits_;        // (chunk, V)
+  Buffer<float> losses_;             // (N)
+};
+
+}  // namespace agoq

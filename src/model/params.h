@@ -1,0 +1,57 @@
+// Parameter sets: one tracked allocation carved into the LLaMA tensors (llm.c style), used for weights, their
+// gradients and the optimizer moments alike, so all of them share one flat layout.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/memory.h"
+#include "model/config.h"
+
+namespace agoq {
+
+struct LayerParams {
+  float* attn_norm;  // (C)
+  float* wq;         // (C, C)        HF layout: (out, in)
+  float* wk;         // (KV, C)
+  float* wv;         // (KV, C)
+  float* wo;         // (C, C)
+  float* mlp_norm;   // (C)
+  float* w_gate;     // (F, C)
+  float* w_up;       // (F, C)
+  float* w_down;     // (C, F)
+};
+
+struct ParamTensor {
+  std::string name;            // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;  // row-major
+  float* data;
+  bool decay;                  // AdamW weight decay applies (matrices, not norms)
+  size_t numel() const;
+};
+
+class ParamSet {
+ public:
+  ParamSet() = default;
+  ParamSet(const LlamaConfig& cfg, MemCategory cat, const char* tag = "");
+  ParamSet(ParamSet&&) = default;
+  ParamSet& operator=(ParamSet&&) = default;
+
+  float* embed = nullptr;       // (V, C)
+  std::vector<LayerParams> layers;
+  float* final_norm = nullptr;  // (C)
+  float* lm_head = nullptr;     // (V, C); aliases `embed` when embeddings are tied
+
+  float* data() { return buf_.data(); }
+  const float* data() const { return buf_.data(); }
+  size_t size() const { return buf_.size(); }
+  void zero() { buf_.zero(); }
+  // Every tensor once, in checkpoint order, with its HF name.
+  const std::vector<ParamTensor>& named() const { return named_; }
+
+ private:
+  Buffer<float> buf_;
+  std::vector<ParamTensor> named_;
+};
+
+}  // namespace agoq

@@ -1,0 +1,147 @@
+// Whole-model checks: loss at init, finite-difference gradients, store formats, determinism.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/llama.h"
+
+namespace agoq {
+namespace {
+
+LlamaConfig tiny_config() {
+  LlamaConfig c;
+  c.vocab_size = 61, c.dim = 32, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.ffn_dim = 40;
+  c.max_seq_len = 16;
+  return c;
+}
+
+struct Batch {
+  std::vector<int32_t> in, tgt;
+};
+Batch random_batch(const LlamaConfig& c, int B, int T, uint64_t seed) {
+  Rng rng(seed);
+  Batch b{std::vector<int32_t>(B * T), std::vector<int32_t>(B * T)};
+  for (int i = 0; i < B * T; ++i) b.in[i] = int32_t(rng.below(c.vocab_size)), b.tgt[i] = int32_t(rng.below(c.vocab_size));
+  return b;
+}
+
+// Larger-than-default weights so attention and the MLP are far from linear and the gradients are not tiny.
+void init_for_gradcheck(LlamaModel& m, uint64_t seed) {
+  m.init_weights(seed);
+  Rng rng(seed + 1);
+  for (const ParamTensor& t : m.params().named())
+    for (size_t i = 0; i < t.numel(); ++i)
+      t.data[i] = t.shape.size() == 1 ? 1.0f + 0.3f * rng.normal() : t.data[i] * 12.0f;
+}
+
+TEST(Llama, LossAtInitIsLnVocab) {
+  LlamaConfig c = tiny_config();
+  c.vocab_size = 512;
+  LlamaModel m(c, 2, 16, ActPolicy::uniform(c.n_layers, ActFormat::fp32));
+  m.init_weights(1);
+  Batch b = random_batch(c, 2, 16, 2);
+  const float loss = m.forward_loss(b.in.data(), b.tgt.data(), 2, 16);
+  EXPECT_NEAR(loss, std::log(512.0), 0.05);
+}
+
+// Central differences of the fp32 loss against the analytic gradient, for the largest-gradient elements of every
+// tensor. With h = 1e-2 the rounding error is about 1e-7 * loss / h = 5e-5 and the truncation error O(h^2), so
+// |fd - g| <= 3% of |g| + 2e-4 leaves room for both; a wrong gradient misses by far more.
+TEST(Llama, GradientsMatchFiniteDifferences) {
+  const LlamaConfig c = tiny_config();
+  const int B = 2, T = 7;
+  LlamaModel m(c, B, T, ActPolicy::uniform(c.n_layers, ActFormat::fp32));
+  init_for_gradcheck(m, 3);
+  Batch b = random_batch(c, B, T, 4);
+  b.tgt[3] = -1;  // an ignored target
+  m.grads().zero();
+  m.forward_backward(b.in.data(), b.tgt.data(), B, T, 1.0f);
+  const float h = 1e-2f;
+  int checked = 0;
+  for (const ParamTensor& t : m.params().named()) {
+    const float* g = m.grads().data() + (t.data - m.params().data());
+    std::vector<size_t> idx(t.numel());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::partial_sort(idx.begin(), idx.begin() + 3, idx.end(),
+                      [&](size_t a, size_t b2) { return std::fabs(g[a]) > std::fabs(g[b2]); });
+    for (int k = 0; k < 3; ++k) {
+      const size_t i = idx[k];
+      const float saved = t.data[i];
+      t.data[i] = saved + h;
+      const double lp = m.forward_loss(b.in.data(), b.tgt.data(), B, T);
+      t.data[i] = saved - h;
+      const double lm = m.forward_loss(b.in.data(), b.tgt.data(), B, T);
+      t.data[i] = saved;
+      const double fd = (lp - lm) / (2 * h);
+      EXPECT_NEAR(g[i], fd, 0.03 * std::fabs(fd) + 2e-4) << t.name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 20);
+}
+
+std::vector<float> grads_with(ActFormat f, float* loss_out) {
+  const LlamaConfig c = tiny_config();
+  LlamaModel m(c, 2, 16, ActPolicy::uniform(c.n_layers, f));
+  init_for_gradcheck(m, 5);
+  Batch b = random_batch(c, 2, 16, 6);
+  m.grads().zero();
+  *loss_out = m.forward_backward(b.in.data(), b.tgt.data(), 2, 16, 1.0f);
+  return std::vector<float>(m.grads().data(), m.grads().data() + m.grads().size());
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) num += double(a[i] - b[i]) * (a[i] - b[i]), den += double(b[i]) * b[i];
+  return std::sqrt(num / den);
+}
+
+// bf16 keeps 8 mantissa bits (relative rounding error <= 2^-9 per saved value), so the gradient moves by a small
+// multiple of that; the loss is computed in fp32 either way and must be identical.
+TEST(Llama, Bf16StoreChangesGradientsOnlyByRounding) {
+  float loss32, loss16;
+  const auto g32 = grads_with(ActFormat::fp32, &loss32);
+  const auto g16 = grads_with(ActFormat::bf16, &loss16);
+  EXPECT_EQ(loss32, loss16);
+  const double err = rel_l2(g16, g32);
+  EXPECT_GT(err, 0.0);
+  EXPECT_LT(err, 2e-2);
+}
+
+TEST(Llama, ForwardBackwardIsDeterministic) {
+  float l1, l2;
+  const auto a = grads_with(ActFormat::fp32, &l1);
+  const auto b = grads_with(ActFormat::fp32, &l2);
+  EXPECT_EQ(l1, l2);
+  EXPECT_EQ(a, b);
+}
+
+TEST(Llama, GradScaleAndAccumulationAddUp) {
+  // Two calls with scale 0.5 on the same batch equal one call with scale 1.
+  const LlamaConfig c = tiny_config();
+  LlamaModel m(c, 2, 8, ActPolicy::uniform(c.n_layers, ActFormat::fp32));
+  init_for_gradcheck(m, 7);
+  Batch b = random_batch(c, 2, 8, 8);
+  m.grads().zero();
+  m.forward_backward(b.in.data(), b.tgt.data(), 2, 8, 1.0f);
+  std::vector<float> once(m.grads().data(), m.grads().data() + m.grads().size());
+  m.grads().zero();
+  m.forward_backward(b.in.data(), b.tgt.data(), 2, 8, 0.5f);
+  m.forward_backward(b.in.data(), b.tgt.data(), 2, 8, 0.5f);
+  std::vector<float> twice(m.grads().data(), m.grads().data() + m.grads().size());
+  EXPECT_LT(rel_l2(twice, once), 1e-6);
+}
+
+TEST(Llama, RejectsOutOfRangeTokens) {
+  const LlamaConfig c = tiny_config();
+  LlamaModel m(c, 1, 4, ActPolicy::uniform(c.n_layers, ActFormat::fp32));
+  std::vector<int32_t> in = {1, 2, 61, 3}, tgt = {1, 2, 3, 4};
+  EXPECT_THROW(m.forward_loss(in.data(), tgt.data(), 1, 4), Error);
+}
+
+}  // namespace
+}  // namespace agoq
