@@ -1,0 +1,128 @@
+// `agoq bench train`: training throughput and model FLOPs utilisation on the reference config, and the peak
+// memory breakdown of a larger config. Both measured in one run.
+#include <cblas.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/memory.h"
+#include "core/rng.h"
+#include "model/llama.h"
+#include "train/optimizer.h"
+
+namespace agoq {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Best of several runs of a large square sgemm: the machine's practical fp32 peak.
+double sgemm_peak_gflops() {
+  const int n = 1536;
+  Buffer<float> a(size_t(n) * n, MemCategory::workspace), b(size_t(n) * n, MemCategory::workspace),
+      c(size_t(n) * n, MemCategory::workspace);
+  Rng rng(1);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = rng.uniform() - 0.5f, b[i] = rng.uniform() - 0.5f;
+  double best = 1e30;
+  for (int rep = 0; rep < 6; ++rep) {
+    const auto t0 = Clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    best = std::min(best, seconds_since(t0));
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
+
+struct StepStats {
+  double seconds_per_step;
+  MemSnapshot at_peak;
+  size_t peak_total;
+};
+
+// Builds the model and optimizer, runs warm-up steps, then times `steps` full training steps on random tokens.
+StepStats bench_steps(const LlamaConfig& cfg, int B, int T, int warmup, int steps, ActFormat fmt) {
+  MemoryTracker::global().reset_peaks();
+  LlamaModel model(cfg, B, T, ActPolicy::uniform(cfg.n_layers, fmt));
+  model.init_weights(7);
+  AdamW adam(model.params(), AdamWConfig{});
+  std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
+  Rng rng(3);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
+  auto one_step = [&](long s) {
+    model.grads().zero();
+    model.forward_backward(in.data(), tgt.data(), B, T, 1.0f);
+    adam.step(model.params().data(), model.grads().data(), 1e-4f, s);
+  };
+  for (int s = 0; s < warmup; ++s) one_step(s + 1);
+  const auto t0 = Clock::now();
+  for (int s = 0; s < steps; ++s) one_step(warmup + s + 1);
+  const double dt = seconds_since(t0) / steps;
+  return {dt, MemoryTracker::global().at_peak_total(), MemoryTracker::global().peak_total()};
+}
+
+struct Args {
+  bool json = false;
+  int steps = 10;
+  bool skip_memory = false;
+};
+
+void bench_train_run(const Args& a) {
+  const double peak = sgemm_peak_gflops();
+
+  LlamaConfig ref;  // dim 256, 6 layers, 8 heads (kv 8), ffn 688, vocab 4096
+  ref.max_seq_len = 256;
+  const int B = 8, T = 256;
+  const StepStats s = bench_steps(ref, B, T, 2, a.steps, ActFormat::fp32);
+  const double tokens_per_s = B * T / s.seconds_per_step;
+  // Model FLOPs per token: 6 x (matmul parameters: all but the input embedding) + causal attention, whose two
+  // T x T products cost 2*T*C per token forward (half of the full square) and 3x that with backward.
+  const double matmul_params = double(ref.param_count()) - double(ref.vocab_size) * ref.dim * (ref.tie_embeddings ? 0 : 1);
+  const double flops_per_token = 6.0 * matmul_params + 6.0 * ref.n_layers * T * ref.dim;
+  const double achieved = flops_per_token * tokens_per_s / 1e9;
+  const double mfu = achieved / peak;
+
+  LlamaConfig big;
+  big.dim = 512, big.n_layers = 8, big.n_heads = 8, big.n_kv_heads = 8, big.ffn_dim = 1376, big.max_seq_len = 512;
+  StepStats m{};
+  if (!a.skip_memory) m = bench_steps(big, 16, 512, 0, 1, ActFormat::fp32);
+
+  if (a.json) {
+    nlohmann::json j = {{"tokens_per_s", tokens_per_s}, {"mfu", mfu}, {"sgemm_gflops", peak},
+                        {"model_gflops", achieved}, {"step_ms", s.seconds_per_step * 1e3}};
+    if (!a.skip_memory) {
+      for (int c = 0; c < kMemCategoryCount; ++c) j["memory"][mem_category_name(MemCategory(c))] = m.at_peak.bytes[c];
+      j["memory"]["total"] = m.peak_total;
+      j["memory_config"] = {{"dim", 512}, {"layers", 8}, {"ffn", 1376}, {"seq", 512}, {"batch", 16}};
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("agoq bench train: dim %d, %d layers, %d heads (kv %d), ffn %d, vocab %d, seq %d, batch %d, fp32\n",
+              ref.dim, ref.n_layers, ref.n_heads, ref.n_kv_heads, ref.ffn_dim, ref.vocab_size, T, B);
+  std::printf("  %-26s %12.1f\n", "sgemm peak (GFLOP/s)", peak);
+  std::printf("  %-26s %12.1f\n", "step time (ms)", s.seconds_per_step * 1e3);
+  std::printf("  %-26s %12.0f\n", "tokens/s", tokens_per_s);
+  std::printf("  %-26s %12.1f\n", "model GFLOP/s", achieved);
+  std::printf("  %-26s %11.1f%%\n", "MFU (vs sgemm peak)", 100 * mfu);
+  if (!a.skip_memory) {
+    std::printf("\npeak memory, dim 512, 8 layers, ffn 1376, seq 512, batch 16, fp32 activations:\n");
+    for (int c = 0; c < kMemCategoryCount; ++c)
+      std::printf("  %-26s %12s\n", mem_category_name(MemCategory(c)), format_bytes(m.at_peak.bytes[c]).c_str());
+    std::printf("  %-26s %12s\n", "total", format_bytes(m.peak_total).c_str());
+  }
+}
+
+const CliCommand kBenchTrain("bench", 20, [](CLI::App& bench) {
+  auto args = std::make_shared<Args>();
+  CLI::App* c = bench.add_subcommand("train", "training tokens/s, MFU and peak memory by category");
+  c->add_flag("--json", args->json, "print one JSON object");
+  c->add_option("--steps", args->steps, "timed steps")->capture_default_str();
+  c->add_flag("--skip-memory", args->skip_memory, "skip the (slow) large-config memory measurement");
+  c->callback([args] { bench_train_run(*args); });
+});
+
+}  // namespace
+}  // namespace agoq

@@ -1,0 +1,73 @@
+// `agoq train`: train a LLaMA model on data prepared by `agoq prepare`.
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace agoq {
+namespace {
+
+struct TrainArgs {
+  TrainOptions opt;
+  std::string config_json;
+};
+
+void cmd_train_run(TrainArgs& a) {
+  if (!a.config_json.empty()) {
+    std::ifstream f(a.config_json);
+    AGOQ_CHECK(f, "cannot open model config ", a.config_json);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(f);
+    } catch (const nlohmann::json::exception& e) {
+      fail("model config ", a.config_json, " is not valid JSON: ", e.what());
+    }
+    // The data decides the vocabulary; take the rest of the shape from the file.
+    if (!j.contains("vocab_size")) j["vocab_size"] = 2;
+    a.opt.model = config_from_hf_json(j);
+  }
+  train_run(a.opt);
+}
+
+const CliCommand kTrain("", 20, [](CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  TrainOptions& o = args->opt;
+  CLI::App* c = app.add_subcommand("train", "train a LLaMA model on prepared data");
+  c->add_option("--data", o.data_dir, "prepared data directory (from `agoq prepare`)")->required();
+  c->add_option("--out", o.out_dir, "output directory: metrics.jsonl and ckpt/")->capture_default_str();
+  c->add_option("--config", args->config_json, "model shape from a Hugging Face config.json (overrides the flags below)");
+  c->add_option("--dim", o.model.dim, "hidden size")->capture_default_str();
+  c->add_option("--layers", o.model.n_layers, "decoder layers")->capture_default_str();
+  c->add_option("--heads", o.model.n_heads, "attention heads")->capture_default_str();
+  c->add_option("--kv-heads", o.model.n_kv_heads, "key/value heads (grouped-query attention)")->capture_default_str();
+  c->add_option("--ffn", o.model.ffn_dim, "MLP hidden size")->capture_default_str();
+  c->add_option("--rope-theta", o.model.rope_theta, "rotary embedding base")->capture_default_str();
+  c->add_flag("--tie-embeddings", o.model.tie_embeddings, "share the embedding and LM head weights");
+  c->add_option("--seq", o.seq, "sequence length")->capture_default_str();
+  c->add_option("--batch", o.batch, "sequences per micro-batch")->capture_default_str();
+  c->add_option("--accum", o.accum, "micro-batches per step (gradient accumulation)")->capture_default_str();
+  c->add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
+  c->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
+  c->add_option("--min-lr", o.min_lr, "final learning rate of the cosine decay")->capture_default_str();
+  c->add_option("--warmup", o.warmup, "linear warm-up steps")->capture_default_str();
+  c->add_option("--weight-decay", o.adam.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  c->add_option("--beta1", o.adam.beta1)->capture_default_str();
+  c->add_option("--beta2", o.adam.beta2)->capture_default_str();
+  c->add_option("--clip", o.clip, "global gradient-norm clip")->capture_default_str();
+  c->add_option("--seed", o.seed, "seed for initialisation and data order")->capture_default_str();
+  c->add_option("--eval-every", o.eval_every, "validation every N steps (0: only at the end)")->capture_default_str();
+  c->add_option("--eval-batches", o.eval_batches, "validation batches")->capture_default_str();
+  c->add_option("--ckpt-every", o.ckpt_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
+  c->add_option("--stop-after", o.stop_after, "stop after N steps of this run (checkpointed; continue with --resume)");
+  c->add_option("--log-every", o.log_every, "console line every N steps when not on a terminal")->capture_default_str();
+  c->add_option("--act-store", o.act_store, "format of saved activations: fp32 | bf16")->capture_default_str();
+  c->add_option("--resume", o.resume, "continue from a checkpoint directory (e.g. runs/demo/ckpt)");
+  c->add_flag("--quiet", o.quiet, "no console progress");
+  c->callback([args] { cmd_train_run(*args); });
+});
+
+}  // namespace
+}  // namespace agoq

@@ -1,0 +1,90 @@
+#include "train/metrics.h"
+
+#include <unistd.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/memory.h"
+
+namespace agoq {
+
+namespace {
+std::string format_duration(double s) {
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", int(s / 3600), int(std::fmod(s, 3600) / 60));
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", int(s / 60), int(std::fmod(s, 60)));
+  else std::snprintf(buf, sizeof buf, "%ds", int(s));
+  return buf;
+}
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& jsonl_path, bool append, long total_steps, int log_every, bool quiet)
+    : total_(total_steps), every_(log_every > 0 ? log_every : 1), quiet_(quiet), tty_(isatty(STDERR_FILENO)) {
+  if (!jsonl_path.empty()) {
+    file_ = std::fopen(jsonl_path.c_str(), append ? "a" : "w");
+    AGOQ_CHECK(file_, "cannot open metrics file ", jsonl_path);
+  }
+  start_ = std::chrono::steady_clock::now();
+}
+
+MetricsLog::~MetricsLog() {
+  finish();
+  if (file_) std::fclose(file_);
+}
+
+void MetricsLog::step(long step, const nlohmann::json& rec) {
+  if (file_) {
+    std::fprintf(file_, "%s\n", rec.dump().c_str());
+    std::fflush(file_);
+  }
+  if (quiet_) return;
+  if (first_step_ < 0) {
+    first_step_ = step;
+    start_ = std::chrono::steady_clock::now();
+  }
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const long done = step - first_step_ + 1;
+  const double eta = done > 1 ? elapsed / double(done - 1) * double(total_ - step) : 0.0;
+  const double loss = rec.value("loss", 0.0), tps = rec.value("tokens_per_s", 0.0);
+  if (tty_) {
+    constexpr int kWidth = 24;
+    const int filled = int(kWidth * double(step) / double(total_));
+    std::string bar(filled, '#');
+    bar.resize(kWidth, '.');
+    std::fprintf(stderr, "\r step %ld/%ld [%s] loss %.4f | %.0f tok/s | ETA %s   ", step, total_, bar.c_str(), loss, tps,
+                 format_duration(eta).c_str());
+    bar_open_ = true;
+  } else if (step % every_ == 0 || step == total_) {
+    std::fprintf(stderr, "step %ld/%ld loss %.4f lr %.2e grad_norm %.3f %.0f tok/s ETA %s\n", step, total_, loss,
+                 rec.value("lr", 0.0), rec.value("grad_norm", 0.0), tps, format_duration(eta).c_str());
+  }
+}
+
+void MetricsLog::note(const std::string& line) {
+  if (quiet_) return;
+  if (bar_open_) std::fprintf(stderr, "\n");
+  bar_open_ = false;
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+void MetricsLog::finish() {
+  if (bar_open_) std::fprintf(stderr, "\n");
+  bar_open_ = false;
+}
+
+nlohmann::json memory_json() {
+  auto& t = MemoryTracker::global();
+  const MemSnapshot cur = t.current(), peak = t.peak_per_category(), at = t.at_peak_total();
+  nlohmann::json j;
+  for (int c = 0; c < kMemCategoryCount; ++c) {
+    const char* name = mem_category_name(MemCategory(c));
+    j["current"][name] = cur.bytes[c];
+    j["peak"][name] = peak.bytes[c];
+    j["at_peak"][name] = at.bytes[c];
+  }
+  j["peak_total"] = t.peak_total();
+  return j;
+}
+
+}  // namespace agoq

@@ -1,0 +1,159 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "model/llama.h"
+#include "train/checkpoint.h"
+#include "train/data_loader.h"
+#include "train/metrics.h"
+
+namespace agoq {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void options_validate(const TrainOptions& o) {
+  AGOQ_CHECK(o.batch >= 1, "--batch must be >= 1 (got ", o.batch, ")");
+  AGOQ_CHECK(o.seq >= 1, "--seq must be >= 1 (got ", o.seq, ")");
+  AGOQ_CHECK(o.accum >= 1, "--accum must be >= 1 (got ", o.accum, ")");
+  AGOQ_CHECK(o.steps >= 1, "--steps must be >= 1 (got ", o.steps, ")");
+  AGOQ_CHECK(o.warmup >= 0, "--warmup must be >= 0");
+  AGOQ_CHECK(std::isfinite(o.lr) && o.lr > 0, "--lr must be a positive number");
+  AGOQ_CHECK(std::isfinite(o.min_lr) && o.min_lr >= 0 && o.min_lr <= o.lr, "--min-lr must be in [0, lr]");
+  AGOQ_CHECK(o.clip > 0, "--clip must be positive");
+  AGOQ_CHECK(o.eval_batches >= 1, "--eval-batches must be >= 1");
+}
+
+NamedTensors weights_of(ParamSet& p) {
+  NamedTensors out;
+  for (const ParamTensor& t : p.named()) out.push_back({t.name, t.shape, t.data});
+  return out;
+}
+
+// Adam moments under "adam.m.<param>" / "adam.v.<param>", pointing into the optimizer's flat buffers.
+NamedTensors optimizer_state_of(ParamSet& p, AdamW& adam) {
+  NamedTensors out;
+  for (const ParamTensor& t : p.named()) {
+    const size_t off = size_t(t.data - p.data());
+    out.push_back({"adam.m." + t.name, t.shape, adam.m().data() + off});
+    out.push_back({"adam.v." + t.name, t.shape, adam.v().data() + off});
+  }
+  return out;
+}
+
+float evaluate(LlamaModel& model, const DataLoader& val, int B, int batches) {
+  const int T = val.seq_len();
+  std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
+  const int n = val.val_batch_count(B, batches);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    val.val_batch(B, batches, i, in.data(), tgt.data());
+    sum += model.forward_loss(in.data(), tgt.data(), B, T);
+  }
+  return float(sum / n);
+}
+
+}  // namespace
+
+TrainResult train_run(const TrainOptions& opt) {
+  options_validate(opt);
+  const fs::path data(opt.data_dir);
+  TokenDataset train_set = TokenDataset::load((data / "train.bin").string());
+  TokenDataset val_set = TokenDataset::load((data / "val.bin").string());
+
+  LlamaConfig cfg = opt.model;
+  cfg.vocab_size = int(train_set.vocab_size());
+  if (cfg.max_seq_len < opt.seq) cfg.max_seq_len = opt.seq;
+  if (!opt.resume.empty()) cfg = checkpoint_inspect(opt.resume).config;  // the checkpoint's shape wins
+  cfg.validate();
+  train_set.check_vocab(cfg.vocab_size);
+  val_set.check_vocab(cfg.vocab_size);
+  const int B = opt.batch, T = opt.seq;
+
+  DataLoader loader(train_set, T, opt.seed);
+  const DataLoader val_loader(val_set, T, opt.seed);
+  LlamaModel model(cfg, B, T, ActPolicy::uniform(cfg.n_layers, act_format_parse(opt.act_store)));
+  model.init_weights(opt.seed);
+  AdamW adam(model.params(), opt.adam);
+  ParamSet& params = model.params();
+  ParamSet& grads = model.grads();
+
+  long step = 0;
+  if (!opt.resume.empty()) {
+    const CheckpointMeta meta =
+        checkpoint_load(opt.resume, cfg, weights_of(params), optimizer_state_of(params, adam));
+    step = meta.step;
+    loader.set_state(DataLoader::State::from_string(meta.trainer.at("loader").get<std::string>()));
+  }
+  AGOQ_CHECK(step < opt.steps, "checkpoint is already at step ", step, " of --steps ", opt.steps);
+
+  fs::create_directories(opt.out_dir);
+  const fs::path ckpt_dir = fs::path(opt.out_dir) / "ckpt";
+  MetricsLog log((fs::path(opt.out_dir) / "metrics.jsonl").string(), !opt.resume.empty(), opt.steps, opt.log_every,
+                 opt.quiet);
+  auto save = [&](long at_step) {
+    nlohmann::json trainer = {{"loader", loader.state().to_string()}, {"seed", opt.seed}};
+    checkpoint_save(ckpt_dir.string(), cfg, weights_of(params), optimizer_state_of(params, adam), trainer, at_step);
+    const fs::path tok = data / "tokenizer.model";
+    if (fs::exists(tok)) fs::copy_file(tok, ckpt_dir / "tokenizer.model", fs::copy_options::overwrite_existing);
+    log.note("checkpoint: step " + std::to_string(at_step) + " -> " + ckpt_dir.string());
+  };
+
+  TrainResult result;
+  std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
+  const long first = step + 1;
+  const long last = opt.stop_after > 0 ? std::min(opt.steps, step + opt.stop_after) : opt.steps;
+  double tokens_total = 0, seconds_total = 0;
+  for (step = first; step <= last; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    grads.zero();
+    double loss = 0;
+    for (int micro = 0; micro < opt.accum; ++micro) {
+      loader.next_batch(B, in.data(), tgt.data());
+      loss += model.forward_backward(in.data(), tgt.data(), B, T, 1.0f / float(opt.accum)) / opt.accum;
+    }
+    const double grad_norm = std::sqrt(grad_sum_squares(grads.data(), grads.size()));
+    AGOQ_CHECK(std::isfinite(loss) && std::isfinite(grad_norm), "training diverged at step ", step, ": loss ", loss,
+               ", gradient norm ", grad_norm, " (try a lower --lr)");
+    if (grad_norm > opt.clip) grad_scale(grads.data(), grads.size(), float(opt.clip / grad_norm));
+    const float lr = lr_schedule(step, opt.lr, opt.min_lr, opt.warmup, opt.steps);
+    adam.step(params.data(), grads.data(), lr, step);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double tokens = double(B) * T * opt.accum;
+    tokens_total += tokens;
+    seconds_total += dt;
+    result.losses.push_back(float(loss));
+
+    nlohmann::json rec = {{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                          {"tokens_per_s", tokens / dt}};
+    if ((opt.eval_every > 0 && step % opt.eval_every == 0) || step == opt.steps) {
+      const float val = evaluate(model, val_loader, B, opt.eval_batches);
+      rec["val_loss"] = val;
+      result.final_val_loss = val;
+      char line[96];
+      std::snprintf(line, sizeof line, "step %ld: val loss %.4f", step, val);
+      log.note(line);
+    }
+    rec["memory"] = memory_json();
+    log.step(step, rec);
+    if (opt.ckpt_every > 0 && step % opt.ckpt_every == 0 && step != last) save(step);
+  }
+  result.last_step = last;
+  save(last);
+  log.finish();
+  result.tokens_per_s = tokens_total / seconds_total;
+  if (!opt.quiet) {
+    std::fprintf(stderr, "trained steps %ld..%ld at %.0f tokens/s\npeak memory by category:\n%s", first, last,
+                 result.tokens_per_s, MemoryTracker::global().report().c_str());
+  }
+  return result;
+}
+
+}  // namespace agoq

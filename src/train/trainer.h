@@ -1,0 +1,40 @@
+// The training loop: data, model, AdamW, schedule, evaluation, metrics and checkpoints.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "train/optimizer.h"
+
+namespace agoq {
+
+struct TrainOptions {
+  std::string data_dir;              // from `agoq prepare`: train.bin, val.bin, tokenizer.model
+  std::string out_dir = "runs/demo"; // metrics.jsonl, ckpt/
+  LlamaConfig model;                 // vocab_size is taken from the data
+  int batch = 8, seq = 256, accum = 1;
+  long steps = 300, warmup = 30;
+  float lr = 3e-3f, min_lr = 3e-4f, clip = 1.0f;
+  AdamWConfig adam;
+  uint64_t seed = 1337;
+  long eval_every = 100;
+  int eval_batches = 8;
+  long ckpt_every = 0;   // 0: only at the end
+  long stop_after = 0;   // stop (with a checkpoint) after this many steps of this run; 0: run to `steps`
+  int log_every = 10;
+  std::string act_store = "fp32";
+  std::string resume;    // checkpoint dir to continue from
+  bool quiet = false;
+};
+
+struct TrainResult {
+  std::vector<float> losses;  // train loss per step of this run
+  float final_val_loss = 0;
+  double tokens_per_s = 0;
+  long last_step = 0;
+};
+
+TrainResult train_run(const TrainOptions& opt);
+
+}  // namespace agoq

@@ -1,0 +1,120 @@
+// Bad input through the real binary: every case must end in exactly one line "agoq: error: ..." that names the
+// problem, and exit status 1 (never a crash, a hang or silent garbage).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "train/token_file.h"
+
+namespace agoq {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code;  // -1 when killed by a signal
+  std::string err;
+};
+
+// Per-test names, so ctest can run the cases in parallel.
+std::string test_name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
+
+RunResult run_agoq(const std::string& args) {
+  const fs::path err_file = fs::temp_directory_path() / ("agoq_cli_stderr_" + test_name() + ".txt");
+  const std::string cmd = "timeout 60 " AGOQ_BIN_PATH " " + args + " >/dev/null 2>" + err_file.string();
+  const int st = std::system(cmd.c_str());
+  std::ifstream f(err_file);
+  std::string err((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, err};
+}
+
+void expect_clean_error(const std::string& args, const std::string& needle) {
+  const RunResult r = run_agoq(args);
+  EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.err;
+  EXPECT_EQ(r.err.rfind("agoq: error: ", 0), 0u) << args << "\n" << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << "\n" << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << args << "\nexpected '" << needle << "' in: " << r.err;
+}
+
+class CliErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("agoq_cli_errors_" + test_name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "data");
+    std::vector<int32_t> tok(3000);
+    Rng rng(1);
+    for (auto& t : tok) t = int32_t(rng.below(64));
+    token_file_write((dir_ / "data/train.bin").string(), tok, 64);
+    token_file_write((dir_ / "data/val.bin").string(), std::span(tok).subspan(0, 500), 64);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string d(const std::string& rel) const { return (dir_ / rel).string(); }
+  std::string tiny() const {
+    return " --dim 16 --layers 1 --heads 2 --ffn 24 --seq 8 --batch 2 --quiet --out " + d("run");
+  }
+  fs::path dir_;
+};
+
+TEST_F(CliErrors, MissingData) { expect_clean_error("train --data " + d("nope") + tiny(), "nope/train.bin"); }
+
+TEST_F(CliErrors, CorruptTokenFile) {
+  std::ofstream(d("data/train.bin"), std::ios::trunc) << "this is not a token file at all, just text.....";
+  expect_clean_error("train --data " + d("data") + tiny(), "train.bin");
+}
+
+TEST_F(CliErrors, TruncatedTokenFile) {
+  fs::resize_file(d("data/train.bin"), fs::file_size(d("data/train.bin")) - 10);
+  expect_clean_error("train --data " + d("data") + tiny(), "train.bin");
+}
+
+TEST_F(CliErrors, VocabMismatchBetweenSplits) {
+  std::vector<int32_t> tok(500, 3);
+  token_file_write(d("data/val.bin"), tok, 128);
+  expect_clean_error("train --data " + d("data") + tiny(), "vocab");
+}
+
+TEST_F(CliErrors, HeadsNotDividingDim) {
+  expect_clean_error("train --data " + d("data") + tiny() + " --heads 3", "n_heads");
+}
+
+TEST_F(CliErrors, SequenceLongerThanData) {
+  expect_clean_error("train --data " + d("data") + tiny() + " --seq 1000", "1000");
+}
+
+TEST_F(CliErrors, BadFlagValues) {
+  expect_clean_error("train --data " + d("data") + tiny() + " --lr -1", "--lr");
+  expect_clean_error("train --data " + d("data") + tiny() + " --batch 0", "--batch");
+  expect_clean_error("train --data " + d("data") + tiny() + " --act-store fp8", "fp8");
+}
+
+TEST_F(CliErrors, DivergenceIsReported) {
+  expect_clean_error("train --data " + d("data") + tiny() + " --lr 1e30 --min-lr 0 --warmup 0 --clip 1e30 --steps 20",
+                     "diverged");
+}
+
+TEST_F(CliErrors, MissingAndCorruptCheckpoint) {
+  expect_clean_error("sample --ckpt " + d("no_ckpt"), "no_ckpt");
+  expect_clean_error("train --data " + d("data") + tiny() + " --resume " + d("no_ckpt"), "no_ckpt");
+  // A real checkpoint, then damage its weights file.
+  ASSERT_EQ(run_agoq("train --data " + d("data") + tiny() + " --steps 2").exit_code, 0);
+  fs::resize_file(d("run/ckpt/model.safetensors"), 100);
+  expect_clean_error("train --data " + d("data") + tiny() + " --steps 4 --resume " + d("run/ckpt"), "model.safetensors");
+}
+
+TEST_F(CliErrors, MissingOrCorruptTokenizer) {
+  expect_clean_error("prepare --input " + d("missing_texts") + " --out " + d("prep"), "missing_texts");
+  std::ofstream(d("corpus.txt")) << "Some text.\nMore text here.\n";
+  std::ofstream(d("bad.model")) << "garbage";
+  expect_clean_error("prepare --input " + d("corpus.txt") + " --tokenizer " + d("bad.model") + " --out " + d("prep"),
+                     "bad.model");
+}
+
+}  // namespace
+}  // namespace agoq
