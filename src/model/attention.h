@@ -1,0 +1,25 @@
+// Causal multi-head attention with grouped-query heads, memory-efficient (FlashAttention-2 style): the scores are
+// processed in kAttentionTile × kAttentionTile tiles with an online softmax; only o and the log-sum-exp (lse) of
+// each query row are saved, no T×T buffer ever exists, and the backward recomputes the probabilities per tile
+// from lse. Scale 1/sqrt(hd).
+//
+// Layouts (fp32, row-major): q (B, T, H, hd); k, v (B, T, Hkv, hd); o (B, T, H, hd); lse (B, H, T), natural log of
+// the sum of exp of the scaled scores. Head h reads kv head h / (H / Hkv); H must be a multiple of Hkv.
+// Scratch: per thread a few tiles (≈ 3·64·64 + 4·64·hd floats), from Buffer<float>(…, MemCategory::workspace),
+// allocated once per call.
+#pragma once
+
+namespace agoq {
+
+constexpr int kAttentionTile = 64;
+
+// o, lse OVERWRITE. Parallel over (batch, head, query tile).
+void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
+                       int Hkv, int hd);
+// dq (B, T, H, hd), dk, dv (B, T, Hkv, hd) OVERWRITE; for GQA dk, dv sum over the heads that share a kv head.
+// Parallel over (batch, kv head), the heads of a group looped inside, so no two threads write the same row and
+// the result is the same for any thread count.
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                        const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv, int hd);
+
+}  // namespace agoq

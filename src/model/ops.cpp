@@ -1,0 +1,311 @@
+// Element-wise, row-wise and matmul ops (see ops.h); the flash attention is in attention.cpp.
+#include "model/ops.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace agoq {
+namespace {
+
+// Below this many elements an op runs on the calling thread: waking the team costs more than it saves.
+constexpr size_t kParallelElems = size_t(1) << 15;
+// Column block of the column-parallel weight-gradient reductions (rmsnorm dw, embedding dtable).
+constexpr int kColBlock = 64;
+
+// ---- row reductions (fixed summation order: 8 lanes, then the lanes, then the tail) ---------------------------
+
+float row_dot(const float* a, const float* b, int n) {
+  int i = 0;
+  float s = 0.0f;
+#ifdef AGOQ_OPS_AVX2
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  s = simd::hsum8(_mm256_add_ps(acc0, acc1));
+#endif
+  for (; i < n; ++i) s = std::fma(a[i], b[i], s);
+  return s;
+}
+
+// Σ a·b·w over the row.
+float row_dot3(const float* a, const float* b, const float* w, int n) {
+  int i = 0;
+  float s = 0.0f;
+#ifdef AGOQ_OPS_AVX2
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(w + i)), _mm256_loadu_ps(b + i), acc);
+  s = simd::hsum8(acc);
+#endif
+  for (; i < n; ++i) s = std::fma(a[i] * w[i], b[i], s);
+  return s;
+}
+
+float row_max(const float* a, int n) {
+  int i = 0;
+  float m = -INFINITY;
+#ifdef AGOQ_OPS_AVX2
+  if (n >= 8) {
+    __m256 acc = _mm256_loadu_ps(a);
+    for (i = 8; i + 8 <= n; i += 8) acc = _mm256_max_ps(acc, _mm256_loadu_ps(a + i));
+    m = simd::hmax8(acc);
+  }
+#endif
+  for (; i < n; ++i) m = std::max(m, a[i]);
+  return m;
+}
+
+// a[i] = exp(a[i] − shift); returns Σ a[i].
+float row_exp_sum(float* a, float shift, int n) {
+  int i = 0;
+  float s = 0.0f;
+#ifdef AGOQ_OPS_AVX2
+  const __m256 vs = _mm256_set1_ps(shift);
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = simd::exp8(_mm256_sub_ps(_mm256_loadu_ps(a + i), vs));
+    _mm256_storeu_ps(a + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  s = simd::hsum8(acc);
+#endif
+  for (; i < n; ++i) {
+    a[i] = simd::exp1(a[i] - shift);
+    s += a[i];
+  }
+  return s;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------
+// matmul
+
+void matmul_forward(float* out, const float* in, const float* w, int N, int in_dim, int out_dim) {
+  // out (N, out) = in (N, in) · wᵀ (in, out)
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out_dim, in_dim, 1.0f, in, in_dim, w, in_dim, 0.0f, out,
+              out_dim);
+}
+
+void matmul_backward(float* din, float* dw, const float* dout, const float* in, const float* w, int N, int in_dim,
+                     int out_dim, bool accumulate_din) {
+  // din (N, in) = dout (N, out) · w (out, in)
+  if (din)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in_dim, out_dim, 1.0f, dout, out_dim, w, in_dim,
+                accumulate_din ? 1.0f : 0.0f, din, in_dim);
+  // dw (out, in) += doutᵀ (out, N) · in (N, in)
+  if (dw)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, in_dim, N, 1.0f, dout, out_dim, in, in_dim, 1.0f,
+                dw, in_dim);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// rmsnorm
+
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
+#pragma omp parallel for schedule(static) if (size_t(N) * C > kParallelElems)
+  for (int n = 0; n < N; ++n) {
+    const float* xr = x + size_t(n) * C;
+    float* outr = out + size_t(n) * C;
+    const float r = 1.0f / std::sqrt(row_dot(xr, xr, C) / float(C) + eps);
+    rstd[n] = r;
+    for (int c = 0; c < C; ++c) outr[c] = xr[c] * r * w[c];
+  }
+}
+
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
+                      int N, int C) {
+  const bool parallel = size_t(N) * C > kParallelElems;
+  // dx_c += rstd · (dout_c·w_c − x_c·rstd² · mean(dout·w·x))
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int n = 0; n < N; ++n) {
+    const float* xr = x + size_t(n) * C;
+    const float* doutr = dout + size_t(n) * C;
+    float* dxr = dx + size_t(n) * C;
+    const float r = rstd[n];
+    const float k = r * r * row_dot3(doutr, xr, w, C) / float(C);
+    for (int c = 0; c < C; ++c) dxr[c] += r * (doutr[c] * w[c] - xr[c] * k);
+  }
+  // dw_c += Σ_n dout_nc · x_nc · rstd_n, parallel over column blocks, rows summed in order.
+  const int n_blocks = (C + kColBlock - 1) / kColBlock;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int blk = 0; blk < n_blocks; ++blk) {
+    const int c0 = blk * kColBlock, nc = std::min(kColBlock, C - c0);
+    float acc[kColBlock] = {};
+    for (int n = 0; n < N; ++n) {
+      const float* xr = x + size_t(n) * C + c0;
+      const float* doutr = dout + size_t(n) * C + c0;
+      const float r = rstd[n];
+      for (int c = 0; c < nc; ++c) acc[c] += doutr[c] * xr[c] * r;
+    }
+    for (int c = 0; c < nc; ++c) dw[c0 + c] += acc[c];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// rope
+
+void rope_init_tables(float* cos, float* sin, int T, int hd, float theta) {
+  AGOQ_CHECK(hd % 2 == 0, "rope: head_dim ", hd, " is odd");
+  const int half = hd / 2;
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < half; ++i) {
+      const double angle = double(t) * std::pow(double(theta), -2.0 * i / hd);
+      cos[size_t(t) * half + i] = float(std::cos(angle));
+      sin[size_t(t) * half + i] = float(std::sin(angle));
+    }
+}
+
+namespace {
+// Rotates every head of every row by +angle (sign = 1) or −angle (sign = −1, the transpose).
+void rope_rotate(float* x, const float* cos, const float* sin, int N, int T, int n_heads, int hd, float sign) {
+  AGOQ_CHECK(hd % 2 == 0, "rope: head_dim ", hd, " is odd");
+  const int half = hd / 2;
+#pragma omp parallel for schedule(static) if (size_t(N) * n_heads * hd > kParallelElems)
+  for (int n = 0; n < N; ++n) {
+    const float* cr = cos + size_t(n % T) * half;
+    const float* sr = sin + size_t(n % T) * half;
+    for (int h = 0; h < n_heads; ++h) {
+      float* x1 = x + (size_t(n) * n_heads + h) * hd;
+      float* x2 = x1 + half;
+      for (int i = 0; i < half; ++i) {
+        const float a = x1[i], b = x2[i], c = cr[i], s = sign * sr[i];
+        x1[i] = a * c - b * s;
+        x2[i] = b * c + a * s;
+      }
+    }
+  }
+}
+}  // namespace
+
+void rope_forward(float* x, const float* cos, const float* sin, int N, int T, int n_heads, int hd) {
+  rope_rotate(x, cos, sin, N, T, n_heads, hd, 1.0f);
+}
+
+void rope_backward(float* dx, const float* cos, const float* sin, int N, int T, int n_heads, int hd) {
+  rope_rotate(dx, cos, sin, N, T, n_heads, hd, -1.0f);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// swiglu: out = g·σ(g)·u;  dg = dout·u·σ(g)·(1 + g·(1 − σ(g))),  du = dout·g·σ(g).
+
+void swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
+  constexpr size_t kChunk = 4096;
+  const size_t n_chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n > kParallelElems)
+  for (size_t ch = 0; ch < n_chunks; ++ch) {
+    size_t i = ch * kChunk;
+    const size_t end = std::min(n, i + kChunk);
+#ifdef AGOQ_OPS_AVX2
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= end; i += 8) {
+      const __m256 g = _mm256_loadu_ps(gate + i);
+      const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, simd::exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+      _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(g, sig), _mm256_loadu_ps(up + i)));
+    }
+#endif
+    for (; i < end; ++i) {
+      const float sig = 1.0f / (1.0f + simd::exp1(-gate[i]));
+      out[i] = gate[i] * sig * up[i];
+    }
+  }
+}
+
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n) {
+  constexpr size_t kChunk = 4096;
+  const size_t n_chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n > kParallelElems)
+  for (size_t ch = 0; ch < n_chunks; ++ch) {
+    size_t i = ch * kChunk;
+    const size_t end = std::min(n, i + kChunk);
+#ifdef AGOQ_OPS_AVX2
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= end; i += 8) {
+      const __m256 g = _mm256_loadu_ps(gate + i), u = _mm256_loadu_ps(up + i), d = _mm256_loadu_ps(dout + i);
+      const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, simd::exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+      const __m256 silu = _mm256_mul_ps(g, sig);
+      // dsilu = σ + g·σ·(1 − σ) = σ + silu − silu·σ
+      const __m256 dsilu = _mm256_fnmadd_ps(silu, sig, _mm256_add_ps(sig, silu));
+      _mm256_storeu_ps(dgate + i, _mm256_mul_ps(_mm256_mul_ps(d, u), dsilu));
+      _mm256_storeu_ps(dup + i, _mm256_mul_ps(d, silu));
+    }
+#endif
+    for (; i < end; ++i) {
+      const float g = gate[i], sig = 1.0f / (1.0f + simd::exp1(-g)), silu = g * sig;
+      const float dsilu = std::fma(-silu, sig, sig + silu);
+      dgate[i] = dout[i] * up[i] * dsilu;
+      dup[i] = dout[i] * silu;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// cross-entropy: loss = logsumexp(z) − z_t;  dz = scale · (softmax(z) − onehot(t)).
+
+void crossentropy_forward_backward(float* logits_to_dlogits, float* losses, const int* targets, int N, int V,
+                                   float dloss_scale) {
+  for (int n = 0; n < N; ++n)
+    AGOQ_CHECK(targets[n] < V, "crossentropy: target ", targets[n], " of row ", n, " is not below vocab ", V);
+#pragma omp parallel for schedule(static) if (size_t(N) * V > kParallelElems)
+  for (int n = 0; n < N; ++n) {
+    float* z = logits_to_dlogits + size_t(n) * V;
+    const int t = targets[n];
+    if (t < 0) {
+      losses[n] = 0.0f;
+      std::fill(z, z + V, 0.0f);
+      continue;
+    }
+    const float zt = z[t], zmax = row_max(z, V);
+    const float sum = row_exp_sum(z, zmax, V);  // z = exp(z − max)
+    losses[n] = zmax + std::log(sum) - zt;
+    const float k = dloss_scale / sum;
+    for (int v = 0; v < V; ++v) z[v] *= k;
+    z[t] -= dloss_scale;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// embedding
+
+void embedding_forward(float* out, const int* tokens, const float* table, int N, int C) {
+#pragma omp parallel for schedule(static) if (size_t(N) * C > kParallelElems)
+  for (int n = 0; n < N; ++n)
+    std::copy(table + size_t(tokens[n]) * C, table + size_t(tokens[n]) * C + C, out + size_t(n) * C);
+}
+
+void embedding_backward(float* dtable, const float* dout, const int* tokens, int N, int C) {
+  // Parallel over column blocks: each thread owns whole columns of dtable and adds the rows in order.
+  const int n_blocks = (C + kColBlock - 1) / kColBlock;
+#pragma omp parallel for schedule(static) if (size_t(N) * C > kParallelElems)
+  for (int blk = 0; blk < n_blocks; ++blk) {
+    const int c0 = blk * kColBlock, nc = std::min(kColBlock, C - c0);
+    for (int n = 0; n < N; ++n) {
+      float* dst = dtable + size_t(tokens[n]) * C + c0;
+      const float* src = dout + size_t(n) * C + c0;
+      for (int c = 0; c < nc; ++c) dst[c] += src[c];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// residual
+
+void residual_add(float* out, const float* a, const float* b, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelElems)
+  for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void residual_add_inplace(float* acc, const float* x, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelElems)
+  for (size_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+
+}  // namespace agoq

@@ -1,0 +1,508 @@
+// Op tests: every forward against a float64 reference (op_reference.h), every backward against central finite
+// differences of that reference's loss Σ forward(x)·R (R random), plus the structural properties (overwrite vs
+// accumulate, RoPE's transpose identity, tile-sized attention scratch, determinism).
+//
+// Error measure, unless said otherwise: normwise relative, max_i |got_i − want_i| / max_i |want_i|.
+//   forwards: ≤ 2e-6 (element-wise ops), ≤ 1e-5 (reductions over ≤ 700 terms: matmul, attention);
+//   backwards vs finite differences (h = 1e-4 in float64, truncation ≈ 1e-8): ≤ 1e-4.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/rng.h"
+#include "model/ops.h"
+#include "op_reference.h"
+
+namespace agoq {
+namespace {
+
+using ref::Vec;
+
+std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = rng.normal() * scale;
+  return v;
+}
+
+Vec to_double(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
+
+double max_abs(const Vec& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// Normwise relative error of got against want.
+double rel_err(const float* got, const Vec& want) {
+  double num = 0;
+  for (size_t i = 0; i < want.size(); ++i) num = std::max(num, std::abs(double(got[i]) - want[i]));
+  return num / std::max(max_abs(want), 1e-30);
+}
+double rel_err(const std::vector<float>& got, const Vec& want) {
+  EXPECT_EQ(got.size(), want.size());
+  return rel_err(got.data(), want);
+}
+
+// Up to `count` distinct indices of [0, n) (all of them when n ≤ count).
+std::vector<size_t> pick(size_t n, size_t count, uint64_t seed) {
+  std::vector<size_t> idx;
+  if (n <= count) {
+    for (size_t i = 0; i < n; ++i) idx.push_back(i);
+    return idx;
+  }
+  Rng rng(seed, 7);
+  while (idx.size() < count) {
+    const size_t i = rng.below(n);
+    if (std::find(idx.begin(), idx.end(), i) == idx.end()) idx.push_back(i);
+  }
+  return idx;
+}
+
+// Checks got_grad[i] against the finite difference of loss() in x[i] for the picked i; returns the normwise
+// relative error over those elements.
+template <class Loss>
+double fd_err(const float* got_grad, Vec& x, Loss&& loss, size_t count = 60, uint64_t seed = 1) {
+  Vec want, got;
+  for (size_t i : pick(x.size(), count, seed)) {
+    want.push_back(ref::finite_diff(x, i, loss));
+    got.push_back(got_grad[i]);
+  }
+  double num = 0;
+  for (size_t i = 0; i < want.size(); ++i) num = std::max(num, std::abs(got[i] - want[i]));
+  return num / std::max(max_abs(want), 1e-30);
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Runs f with the OpenMP thread count set to n, restoring it afterwards.
+template <class F>
+void with_threads(int n, F&& f) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(n);
+  f();
+  omp_set_num_threads(saved);
+}
+
+constexpr double kFwdTol = 2e-6, kSumTol = 1e-5, kGradTol = 1e-4;
+
+// ---------------------------------------------------------------------------------------------------------------
+TEST(OpsExp, MatchesStdExpAndScalarMatchesVector) {
+  std::vector<float> x;
+  for (float v = -90.0f; v <= 88.0f; v += 0.0137f) x.push_back(v);
+  x.push_back(-INFINITY);
+  double worst = 0;
+  for (float v : x) {
+    const double want = std::exp(double(v)), got = simd::exp1(v);
+    if (v >= simd::kExpLo) worst = std::max(worst, std::abs(got - want) / want);
+    else EXPECT_EQ(got, 0.0) << v;
+  }
+  EXPECT_LT(worst, 3e-7);
+#ifdef AGOQ_OPS_AVX2
+  for (size_t i = 0; i + 8 <= x.size(); i += 8) {
+    float out[8];
+    _mm256_storeu_ps(out, simd::exp8(_mm256_loadu_ps(x.data() + i)));
+    for (int l = 0; l < 8; ++l) ASSERT_EQ(out[l], simd::exp1(x[i + l])) << x[i + l];
+  }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+struct MatmulShape {
+  int N, in_dim, out_dim;
+};
+
+TEST(OpsMatmul, ForwardMatchesReference) {
+  for (MatmulShape s : {MatmulShape{7, 13, 5}, MatmulShape{1, 1, 1}, MatmulShape{130, 256, 688}}) {
+    const auto in = randn(size_t(s.N) * s.in_dim, 1), w = randn(size_t(s.out_dim) * s.in_dim, 2);
+    std::vector<float> out(size_t(s.N) * s.out_dim, NAN);
+    matmul_forward(out.data(), in.data(), w.data(), s.N, s.in_dim, s.out_dim);
+    Vec want(out.size()), din = to_double(in), dw = to_double(w);
+    ref::matmul_forward(want.data(), din.data(), dw.data(), s.N, s.in_dim, s.out_dim);
+    EXPECT_LT(rel_err(out, want), kSumTol) << s.N << "x" << s.in_dim << "x" << s.out_dim;
+  }
+}
+
+TEST(OpsMatmul, BackwardMatchesFiniteDifferences) {
+  for (MatmulShape s : {MatmulShape{7, 13, 5}, MatmulShape{33, 64, 24}}) {
+    const auto in = randn(size_t(s.N) * s.in_dim, 3), w = randn(size_t(s.out_dim) * s.in_dim, 4);
+    const auto R = randn(size_t(s.N) * s.out_dim, 5);
+    const auto dw0 = randn(w.size(), 6);  // dw accumulates onto this
+    std::vector<float> din(in.size(), NAN), dw = dw0;
+    matmul_backward(din.data(), dw.data(), R.data(), in.data(), w.data(), s.N, s.in_dim, s.out_dim);
+    std::vector<float> dw_added(dw.size());
+    for (size_t i = 0; i < dw.size(); ++i) dw_added[i] = dw[i] - dw0[i];
+
+    Vec x = to_double(in), wd = to_double(w), Rd = to_double(R), out(R.size());
+    auto loss = [&] {
+      ref::matmul_forward(out.data(), x.data(), wd.data(), s.N, s.in_dim, s.out_dim);
+      return ref::dot(out, Rd);
+    };
+    EXPECT_LT(fd_err(din.data(), x, loss), kGradTol) << "din";
+    EXPECT_LT(fd_err(dw_added.data(), wd, loss), kGradTol) << "dw";
+
+    // accumulate_din adds onto din; din == nullptr and dw == nullptr are skipped.
+    std::vector<float> din2 = din;
+    matmul_backward(din2.data(), nullptr, R.data(), in.data(), w.data(), s.N, s.in_dim, s.out_dim, true);
+    for (size_t i = 0; i < din.size(); ++i) ASSERT_NEAR(din2[i], 2 * din[i], 1e-5f * (1 + std::abs(din[i])));
+    std::vector<float> dw3 = dw;
+    matmul_backward(nullptr, dw3.data(), R.data(), in.data(), w.data(), s.N, s.in_dim, s.out_dim);
+    for (size_t i = 0; i < dw.size(); ++i)
+      ASSERT_NEAR(dw3[i] - dw[i], dw_added[i], 1e-4f * (1 + std::abs(dw_added[i])));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+TEST(OpsRmsnorm, ForwardMatchesReference) {
+  for (auto [N, C] : {std::pair{7, 13}, std::pair{67, 256}, std::pair{1, 1}}) {
+    const auto x = randn(size_t(N) * C, 10, 3.0f), w = randn(C, 11);
+    std::vector<float> out(x.size(), NAN), rstd(N, NAN);
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    Vec want(out.size()), want_rstd(N), xd = to_double(x), wd = to_double(w);
+    ref::rmsnorm_forward(want.data(), want_rstd.data(), xd.data(), wd.data(), N, C, 1e-5);
+    EXPECT_LT(rel_err(out, want), kFwdTol) << N << "x" << C;
+    EXPECT_LT(rel_err(rstd, want_rstd), kFwdTol) << N << "x" << C;
+  }
+}
+
+TEST(OpsRmsnorm, BackwardAccumulatesAndMatchesFiniteDifferences) {
+  for (auto [N, C] : {std::pair{7, 13}, std::pair{67, 256}}) {
+    const auto x = randn(size_t(N) * C, 12), w = randn(C, 13), R = randn(x.size(), 14);
+    const auto dx0 = randn(x.size(), 15), dw0 = randn(C, 16);  // both grads accumulate onto these
+    std::vector<float> out(x.size()), rstd(N);
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    std::vector<float> dx = dx0, dw = dw0;
+    rmsnorm_backward(dx.data(), dw.data(), R.data(), x.data(), w.data(), rstd.data(), N, C);
+    for (size_t i = 0; i < dx.size(); ++i) dx[i] -= dx0[i];
+    for (int c = 0; c < C; ++c) dw[c] -= dw0[c];
+
+    Vec xd = to_double(x), wd = to_double(w), Rd = to_double(R), o(x.size());
+    auto loss = [&] {
+      ref::rmsnorm_forward(o.data(), nullptr, xd.data(), wd.data(), N, C, 1e-5);
+      return ref::dot(o, Rd);
+    };
+    EXPECT_LT(fd_err(dx.data(), xd, loss), kGradTol) << "dx " << N << "x" << C;
+    EXPECT_LT(fd_err(dw.data(), wd, loss), kGradTol) << "dw " << N << "x" << C;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+struct RopeShape {
+  int B, T, n_heads, hd;
+};
+
+TEST(OpsRope, ForwardMatchesHuggingFaceFormula) {
+  for (RopeShape s : {RopeShape{2, 5, 4, 6}, RopeShape{1, 67, 2, 64}, RopeShape{2, 256, 8, 32}}) {
+    const int N = s.B * s.T;
+    std::vector<float> cos(size_t(s.T) * s.hd / 2), sin(cos.size());
+    rope_init_tables(cos.data(), sin.data(), s.T, s.hd, 10000.0f);
+    auto x = randn(size_t(N) * s.n_heads * s.hd, 20);
+    Vec want = to_double(x);
+    rope_forward(x.data(), cos.data(), sin.data(), N, s.T, s.n_heads, s.hd);
+    ref::rope_forward(want.data(), N, s.T, s.n_heads, s.hd, 10000.0);
+    EXPECT_LT(rel_err(x, want), kFwdTol) << "T=" << s.T << " hd=" << s.hd;
+  }
+}
+
+TEST(OpsRope, BackwardIsTheExactTranspose) {
+  for (RopeShape s : {RopeShape{2, 5, 4, 6}, RopeShape{1, 67, 2, 64}}) {
+    const int N = s.B * s.T;
+    std::vector<float> cos(size_t(s.T) * s.hd / 2), sin(cos.size());
+    rope_init_tables(cos.data(), sin.data(), s.T, s.hd, 500000.0f);
+    const auto x = randn(size_t(N) * s.n_heads * s.hd, 21), y = randn(x.size(), 22);
+    auto rx = x, ry = y;
+    rope_forward(rx.data(), cos.data(), sin.data(), N, s.T, s.n_heads, s.hd);
+    rope_backward(ry.data(), cos.data(), sin.data(), N, s.T, s.n_heads, s.hd);
+    // <rope(x), y> == <x, ropeᵀ(y)>
+    double lhs = 0, rhs = 0, scale = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      lhs += double(rx[i]) * y[i];
+      rhs += double(x[i]) * ry[i];
+      scale += std::abs(double(x[i]) * y[i]);
+    }
+    EXPECT_LT(std::abs(lhs - rhs) / scale, 1e-6);
+    // A rotation's transpose is its inverse.
+    rope_backward(rx.data(), cos.data(), sin.data(), N, s.T, s.n_heads, s.hd);
+    EXPECT_LT(rel_err(rx, to_double(x)), kFwdTol);
+    // And it is the gradient: finite differences of Σ rope(x)·R.
+    Vec xd = to_double(x), Rd = to_double(y);
+    auto loss = [&] {
+      Vec t = xd;
+      ref::rope_forward(t.data(), N, s.T, s.n_heads, s.hd, 500000.0);
+      return ref::dot(t, Rd);
+    };
+    EXPECT_LT(fd_err(ry.data(), xd, loss, 40), kGradTol);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+struct AttnShape {
+  int B, T, H, Hkv, hd;
+};
+std::ostream& operator<<(std::ostream& os, AttnShape s) {
+  return os << "B=" << s.B << " T=" << s.T << " H=" << s.H << " Hkv=" << s.Hkv << " hd=" << s.hd;
+}
+
+struct AttnData {
+  AttnShape s;
+  std::vector<float> q, k, v, o, lse;
+  explicit AttnData(AttnShape s_, uint64_t seed, float scale = 1.0f) : s(s_) {
+    const size_t nq = size_t(s.B) * s.T * s.H * s.hd, nk = size_t(s.B) * s.T * s.Hkv * s.hd;
+    q = randn(nq, seed, scale), k = randn(nk, seed + 1, scale), v = randn(nk, seed + 2);
+    o.assign(nq, NAN), lse.assign(size_t(s.B) * s.H * s.T, NAN);
+  }
+  void forward() { attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), s.B, s.T, s.H, s.Hkv, s.hd); }
+  // Gradients for dout, each filled with NaN first (they must be overwritten).
+  void backward(const std::vector<float>& dout, std::vector<float>& dq, std::vector<float>& dk,
+                std::vector<float>& dv) const {
+    dq.assign(q.size(), NAN), dk.assign(k.size(), NAN), dv.assign(v.size(), NAN);
+    attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), o.data(),
+                       lse.data(), s.B, s.T, s.H, s.Hkv, s.hd);
+  }
+};
+
+const AttnShape kAttnShapes[] = {
+    {2, 5, 4, 2, 6},     // odd sizes, GQA
+    {1, 67, 4, 1, 8},    // T not a multiple of the tile, one kv head for 4 heads
+    {2, 130, 2, 2, 32},  // MHA, three tiles, the last of 2 rows
+    {1, 64, 3, 3, 16},   // exactly one tile
+    {1, 200, 4, 2, 13},  // GQA, hd not a multiple of 8
+};
+
+TEST(OpsAttention, ForwardMatchesReference) {
+  for (AttnShape s : kAttnShapes) {
+    AttnData a(s, 30, 1.5f);  // scale 1.5: peaky enough softmaxes to exercise the running max
+    a.forward();
+    Vec q = to_double(a.q), k = to_double(a.k), v = to_double(a.v), o(a.o.size()), lse(a.lse.size());
+    ref::attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), s.B, s.T, s.H, s.Hkv, s.hd);
+    EXPECT_LT(rel_err(a.o, o), kSumTol) << s;
+    EXPECT_LT(rel_err(a.lse, lse), kSumTol) << s;
+  }
+}
+
+TEST(OpsAttention, BackwardMatchesFiniteDifferences) {
+  for (AttnShape s : kAttnShapes) {
+    AttnData a(s, 40, 1.5f);
+    a.forward();
+    const auto R = randn(a.o.size(), 43);
+    std::vector<float> dq, dk, dv;
+    a.backward(R, dq, dk, dv);
+    Vec q = to_double(a.q), k = to_double(a.k), v = to_double(a.v), Rd = to_double(R), o(a.o.size());
+    auto loss = [&] {
+      ref::attention_forward(o.data(), nullptr, q.data(), k.data(), v.data(), s.B, s.T, s.H, s.Hkv, s.hd);
+      return ref::dot(o, Rd);
+    };
+    const size_t count = s.T <= 8 ? 1000 : 25;  // all elements of the small case
+    EXPECT_LT(fd_err(dq.data(), q, loss, count, 1), kGradTol) << "dq " << s;
+    EXPECT_LT(fd_err(dk.data(), k, loss, count, 2), kGradTol) << "dk " << s;
+    EXPECT_LT(fd_err(dv.data(), v, loss, count, 3), kGradTol) << "dv " << s;
+    // The last key's gradient only comes from the last query; sample it explicitly (GQA sums over heads).
+    const size_t last = (size_t(s.B) * s.T - 1) * s.Hkv * s.hd;
+    Vec want_last, got_last;
+    for (size_t i = last; i < k.size(); ++i) {
+      want_last.push_back(ref::finite_diff(k, i, loss));
+      got_last.push_back(dk[i]);
+    }
+    EXPECT_LT(rel_err(std::vector<float>(got_last.begin(), got_last.end()), want_last), 1e-3) << "dk last " << s;
+  }
+}
+
+TEST(OpsAttention, ScratchIsTileSized) {
+  auto& tracker = MemoryTracker::global();
+  const int ws = int(MemCategory::workspace);
+  size_t peak[2];
+  const int Ts[2] = {512, 1024};
+  for (int t = 0; t < 2; ++t) {
+    AttnData a({1, Ts[t], 2, 1, 32}, 50);
+    const auto dout = randn(a.o.size(), 51);
+    std::vector<float> dq, dk, dv;
+    const size_t base = tracker.current().bytes[ws];
+    tracker.reset_peaks();
+    a.forward();
+    a.backward(dout, dq, dk, dv);
+    peak[t] = tracker.peak_per_category().bytes[ws] - base;
+    EXPECT_GT(peak[t], 0u);  // the scratch is tracked
+  }
+  EXPECT_LT(peak[0], size_t(512) * 512 * 4);
+  EXPECT_EQ(peak[0], peak[1]);  // independent of T
+}
+
+TEST(OpsAttention, BackwardIsDeterministicAcrossRunsAndThreadCounts) {
+  AttnData a({2, 150, 4, 2, 32}, 60);
+  const auto dout = randn(a.o.size(), 61);
+  std::vector<float> dq1, dk1, dv1, dq2, dk2, dv2, dq3, dk3, dv3;
+  a.forward();
+  const auto o1 = a.o;
+  a.backward(dout, dq1, dk1, dv1);
+  a.backward(dout, dq2, dk2, dv2);
+  EXPECT_TRUE(bit_equal(dq1, dq2) && bit_equal(dk1, dk2) && bit_equal(dv1, dv2));
+  with_threads(1, [&] {
+    a.forward();
+    a.backward(dout, dq3, dk3, dv3);
+  });
+  EXPECT_TRUE(bit_equal(o1, a.o));
+  EXPECT_TRUE(bit_equal(dq1, dq3) && bit_equal(dk1, dk3) && bit_equal(dv1, dv3));
+}
+
+TEST(OpsAttention, RejectsBadHeadGrouping) {
+  float dummy[64] = {};
+  EXPECT_THROW(attention_forward(dummy, dummy, dummy, dummy, dummy, 1, 1, 3, 2, 8), Error);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+TEST(OpsSwiglu, ForwardAndBackward) {
+  for (size_t n : {size_t(13), size_t(100003)}) {
+    const auto gate = randn(n, 70, 4.0f), up = randn(n, 71), R = randn(n, 72);
+    std::vector<float> out(n, NAN), dgate(n, NAN), dup(n, NAN);
+    swiglu_forward(out.data(), gate.data(), up.data(), n);
+    swiglu_backward(dgate.data(), dup.data(), R.data(), gate.data(), up.data(), n);
+    Vec g = to_double(gate), u = to_double(up), Rd = to_double(R), want(n);
+    ref::swiglu_forward(want.data(), g.data(), u.data(), n);
+    EXPECT_LT(rel_err(out, want), kFwdTol) << n;
+    // Element-wise op: loss Σ out·R has ∂/∂gate_i = R_i·∂out_i/∂gate_i, so each element is checked on its own.
+    auto loss = [&] {
+      Vec o(n);
+      ref::swiglu_forward(o.data(), g.data(), u.data(), n);
+      return ref::dot(o, Rd);
+    };
+    if (n < 1000) {
+      EXPECT_LT(fd_err(dgate.data(), g, loss), kGradTol);
+      EXPECT_LT(fd_err(dup.data(), u, loss), kGradTol);
+    } else {  // the large case: per-element derivative of one element at a time, without re-running all of n
+      double worst = 0;
+      for (size_t i : pick(n, 200, 3)) {
+        auto f = [&](double gi) { return gi / (1 + std::exp(-gi)) * u[i] * Rd[i]; };
+        const double want_g = (f(g[i] + 1e-4) - f(g[i] - 1e-4)) / 2e-4;
+        const double want_u = g[i] / (1 + std::exp(-g[i])) * Rd[i];
+        worst = std::max(worst, std::abs(dgate[i] - want_g) / (1 + std::abs(want_g)));
+        worst = std::max(worst, std::abs(dup[i] - want_u) / (1 + std::abs(want_u)));
+      }
+      EXPECT_LT(worst, kGradTol);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+TEST(OpsCrossEntropy, LossAndGradientMatchReference) {
+  const int N = 9, V = 37;
+  auto logits = randn(size_t(N) * V, 80, 3.0f);
+  logits[5 * V + 2] = 1000.0f;  // a huge logit must not overflow
+  std::vector<int> targets = {0, 36, 5, -1, 17, 2, 8, -100, 30};
+  const float scale = 0.25f;
+  auto grad = logits;
+  std::vector<float> losses(N, NAN);
+  crossentropy_forward_backward(grad.data(), losses.data(), targets.data(), N, V, scale);
+
+  Vec z = to_double(logits), want(N);
+  ref::crossentropy_forward(want.data(), z.data(), targets.data(), N, V);
+  for (int n = 0; n < N; ++n) EXPECT_NEAR(losses[n], want[n], 2e-6 * (1 + std::abs(want[n]))) << n;
+  EXPECT_EQ(losses[3], 0.0f);
+  for (int v = 0; v < V; ++v) ASSERT_EQ(grad[3 * V + v], 0.0f);  // ignored rows: zero gradient
+  for (int v = 0; v < V; ++v) ASSERT_EQ(grad[7 * V + v], 0.0f);
+  // Gradient = d(scale · Σ loss)/dlogits.
+  auto loss = [&] {
+    Vec l(N);
+    ref::crossentropy_forward(l.data(), z.data(), targets.data(), N, V);
+    double s = 0;
+    for (double x : l) s += scale * x;
+    return s;
+  };
+  EXPECT_LT(fd_err(grad.data(), z, loss, 1000), kGradTol);
+  // Each kept row's gradient sums to 0.
+  for (int n = 0; n < N; ++n) {
+    double s = 0;
+    for (int v = 0; v < V; ++v) s += grad[n * V + v];
+    EXPECT_NEAR(s, 0.0, 1e-6) << n;
+  }
+}
+
+TEST(OpsCrossEntropy, LargeVocabularyAndBadTarget) {
+  const int N = 64, V = 4099;
+  auto logits = randn(size_t(N) * V, 81, 2.0f);
+  std::vector<int> targets(N);
+  for (int n = 0; n < N; ++n) targets[n] = (n * 977) % V;
+  auto grad = logits;
+  std::vector<float> losses(N);
+  crossentropy_forward_backward(grad.data(), losses.data(), targets.data(), N, V, 1.0f);
+  Vec z = to_double(logits), want(N);
+  ref::crossentropy_forward(want.data(), z.data(), targets.data(), N, V);
+  EXPECT_LT(rel_err(losses, want), kFwdTol);
+  for (int n = 0; n < N; ++n) {  // softmax entries against the reference
+    const double lse = want[n] + z[size_t(n) * V + targets[n]];
+    for (int v = 0; v < V; v += 97) {
+      const double p = std::exp(z[size_t(n) * V + v] - lse) - (v == targets[n]);
+      ASSERT_NEAR(grad[size_t(n) * V + v], p, 1e-6 + 2e-6 * std::abs(p));
+    }
+  }
+  targets[3] = V;
+  EXPECT_THROW(crossentropy_forward_backward(grad.data(), losses.data(), targets.data(), N, V, 1.0f), Error);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+TEST(OpsEmbedding, ForwardAndAccumulatingBackward) {
+  for (auto [N, C, V] : {std::tuple{7, 13, 5}, std::tuple{300, 200, 11}}) {
+    std::vector<int> tokens(N);
+    Rng rng(90);
+    for (int& t : tokens) t = int(rng.below(V));  // repeats guaranteed
+    const auto table = randn(size_t(V) * C, 91), R = randn(size_t(N) * C, 92), dt0 = randn(table.size(), 93);
+    std::vector<float> out(size_t(N) * C, NAN), dtable = dt0;
+    embedding_forward(out.data(), tokens.data(), table.data(), N, C);
+    embedding_backward(dtable.data(), R.data(), tokens.data(), N, C);
+    Vec td = to_double(table), Rd = to_double(R), want(out.size());
+    ref::embedding_forward(want.data(), tokens.data(), td.data(), N, C);
+    EXPECT_EQ(rel_err(out, want), 0.0);
+    for (size_t i = 0; i < dtable.size(); ++i) dtable[i] -= dt0[i];
+    auto loss = [&] {
+      Vec o(size_t(N) * C);
+      ref::embedding_forward(o.data(), tokens.data(), td.data(), N, C);
+      return ref::dot(o, Rd);
+    };
+    EXPECT_LT(fd_err(dtable.data(), td, loss, 80), kGradTol);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+TEST(OpsResidual, AddAndInplace) {
+  for (size_t n : {size_t(5), size_t(1 << 17) + 3}) {
+    const auto a = randn(n, 100), b = randn(n, 101);
+    std::vector<float> out(n, NAN), acc = a;
+    residual_add(out.data(), a.data(), b.data(), n);
+    residual_add_inplace(acc.data(), b.data(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], a[i] + b[i]);
+    EXPECT_TRUE(bit_equal(out, acc));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+TEST(OpsDeterminism, BackwardsAreBitIdenticalAcrossRunsAndThreadCounts) {
+  const int N = 512, C = 256, V = 50;
+  const auto x = randn(size_t(N) * C, 110), w = randn(C, 111), dout = randn(x.size(), 112);
+  std::vector<int> tokens(N);
+  for (int n = 0; n < N; ++n) tokens[n] = (n * 7) % V;
+  std::vector<float> rstd(N), out(x.size());
+  rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+  auto run = [&] {
+    std::vector<float> dx(x.size(), 0.5f), dw(C, 0.25f), dtable(size_t(V) * C, 0.0f), dg(x.size()), du(x.size());
+    rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+    embedding_backward(dtable.data(), dout.data(), tokens.data(), N, C);
+    swiglu_backward(dg.data(), du.data(), dout.data(), x.data(), out.data(), x.size());
+    std::vector<float> all;
+    for (auto* v : {&dx, &dw, &dtable, &dg, &du}) all.insert(all.end(), v->begin(), v->end());
+    return all;
+  };
+  const auto first = run(), second = run();
+  std::vector<float> one_thread;
+  with_threads(1, [&] { one_thread = run(); });
+  EXPECT_TRUE(bit_equal(first, second));
+  EXPECT_TRUE(bit_equal(first, one_thread));
+}
+
+}  // namespace
+}  // namespace agoq
