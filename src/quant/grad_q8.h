@@ -1,0 +1,48 @@
+// Gradient format: INT8 symmetric codes in [-127, 127] (zero is exact) with one fp32 scale (absmax / 127) per
+// block of B consecutive values. Every function works on a range [x, x + n) whose first value starts a block,
+// and n need not be a multiple of B (the last block is shorter), so a caller can process N contiguous shards of one
+// gradient independently: shard k's codes start at its element offset and its scales at the sum of
+// grad_q8_blocks() of the shards before it; blocks never straddle shards.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "core/memory.h"
+#include "quant/format.h"
+
+namespace agoq {
+
+struct GradQ8Options {
+  int block = 256;  // B, 1 .. 65536
+  QuantRounding rounding = QuantRounding::nearest;
+  // Stochastic rounding: element i of the range uses the Philox uniform of global index index_base + i under
+  // seed (pass a different seed.seed per accumulation step, or the steps' rounding would be correlated).
+  QuantSeed seed{};
+  uint64_t index_base = 0;
+};
+
+inline size_t grad_q8_blocks(size_t n, int block) { return (n + size_t(block) - 1) / size_t(block); }
+
+// codes[0..n), scales[0..grad_q8_blocks(n, B)). A block that holds NaN/Inf gets scale NaN (it decodes to NaN);
+// the return value is the number of non-finite inputs (0 = ok).
+size_t grad_q8_quantize(const float* x, size_t n, int8_t* codes, float* scales, const GradQ8Options& opt = {});
+void grad_q8_dequantize(const int8_t* codes, const float* scales, size_t n, float* out, int block = 256);
+// out += dequantized (for the local sum of received shards).
+void grad_q8_dequantize_add(const int8_t* codes, const float* scales, size_t n, float* out, int block = 256);
+// Local accumulation in one pass: q <- quantize(dequantize(q) + g), block by block (the scale grows with the sum,
+// so large sums never overflow the codes). Returns the number of non-finite sums (their blocks get scale NaN).
+size_t grad_q8_accumulate(int8_t* codes, float* scales, const float* g, size_t n, const GradQ8Options& opt = {});
+
+// An owning, tracked buffer for one gradient in this format (zero = an empty accumulator).
+struct GradQ8Buffer {
+  GradQ8Buffer() = default;
+  GradQ8Buffer(size_t n, int block, MemCategory cat, std::string_view tag = {})
+      : n(n), block(block), codes(n, cat, tag), scales(grad_q8_blocks(n, block), cat, tag) {}
+  size_t n = 0;
+  int block = 256;
+  Buffer<int8_t> codes;
+  Buffer<float> scales;
+};
+
+}  // namespace agoq

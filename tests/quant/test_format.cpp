@@ -1,0 +1,207 @@
+// Format descriptors, byte layouts, fp16/bf16 conversions, Philox uniforms and code packing.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "quant/format.h"
+#include "quant/simd.h"
+#include "quant/tensor.h"
+
+namespace agoq {
+
+TEST(QuantFormat, BitsPerValueIncludeScaleOverhead) {
+  EXPECT_DOUBLE_EQ(quant_bits_per_value(quant_format_int(4, 128, true)), 4.125);
+  EXPECT_DOUBLE_EQ(quant_bits_per_value(quant_format_int(4, 128, false)), 4.375);  // fp16 scale + fp32 min
+  EXPECT_DOUBLE_EQ(quant_bits_per_value(quant_format_int(3, 32, true)), 3.5);
+  EXPECT_DOUBLE_EQ(quant_bits_per_value(quant_format_int(8, 256, true)), 8.0625);
+  EXPECT_DOUBLE_EQ(quant_bits_per_value(quant_format_bf16()), 16.0);
+  EXPECT_DOUBLE_EQ(quant_bits_per_value(quant_format_fp32()), 32.0);
+}
+
+TEST(QuantFormat, NamesRoundTripAndBadFormatsThrow) {
+  for (int bits : {2, 3, 4, 8})
+    for (int g : {32, 64, 128, 256})
+      for (bool sym : {true, false})
+        for (auto r : {QuantRounding::nearest, QuantRounding::stochastic}) {
+          const QuantFormat f = quant_format_int(bits, g, sym, r);
+          EXPECT_EQ(quant_format_parse(quant_format_name(f)), f) << quant_format_name(f);
+        }
+  EXPECT_EQ(quant_format_parse("int4"), quant_format_int(4));
+  EXPECT_EQ(quant_format_parse("int3.asym.sr"), quant_format_int(3, 128, false, QuantRounding::stochastic));
+  EXPECT_EQ(quant_format_parse("bf16"), quant_format_bf16());
+  EXPECT_EQ(quant_format_name(quant_format_int(4, 64, false)), "int4.g64.asym.nearest");
+  for (const char* bad : {"int5", "int4.g100", "int4.foo", "fp8", "int", "int4.g"})
+    EXPECT_THROW(quant_format_parse(bad), Error) << bad;
+  EXPECT_THROW(quant_bytes(quant_format_int(4, 48), 1, 1), Error);
+  EXPECT_THROW(quant_bytes(QuantFormat{QuantKind::bf16, 16, 128, true, QuantRounding::stochastic}, 1, 1), Error);
+}
+
+TEST(QuantFormat, LayoutAndBytes) {
+  // int3, G=128, 5 rows of 300: 3 groups per row, ceil(300*3/8) = 113 code bytes per row.
+  const QuantFormat f = quant_format_int(3, 128, false);
+  const QuantLayout l = quant_layout(f, 5, 300);
+  EXPECT_EQ(l.code_bytes_per_row, 113u);
+  EXPECT_EQ(l.groups_per_row, 3u);
+  EXPECT_EQ(l.scales_offset, 576u);  // 565 rounded up to 64
+  EXPECT_EQ(l.mins_offset, 640u);    // 576 + 30 -> 640
+  EXPECT_EQ(l.total_bytes, 640u + 15 * 4);
+  EXPECT_EQ(quant_bytes(quant_format_int(4), 4096, 4096), 4096u * 2048 + 4096 * 32 * 2);
+  EXPECT_EQ(quant_bytes(quant_format_bf16(), 3, 5), 30u);
+  EXPECT_EQ(quant_bytes(quant_format_fp32(), 3, 5), 60u);
+  EXPECT_EQ(quant_bytes(quant_format_int(2), 0, 0), 0u);
+  QuantizedTensor t(f, 5, 300, MemCategory::activations, "act.test");
+  EXPECT_EQ(t.bytes(), l.total_bytes);
+  EXPECT_EQ(reinterpret_cast<uint8_t*>(t.row(2).scales) - t.view().codes, 576 + 2 * 3 * 2);
+  EXPECT_EQ(t.row(2).codes - t.view().codes, 226);
+  EXPECT_EQ(reinterpret_cast<uint8_t*>(t.view().mins) - t.view().codes, 640);
+  EXPECT_EQ(QuantizedTensor(quant_format_int(4), 2, 256, MemCategory::workspace).view().mins, nullptr);
+}
+
+TEST(QuantConvert, F16RoundUpMatchesF16cAndIsAnUpperBound) {
+  std::vector<float> xs = {0.f, 1.f, 65504.f, 65504.5f, 65519.f, 65520.f, 1e9f, 0x1p-24f, 0x1p-25f, 0x1p-14f,
+                           0x1.0004p-14f, 3e-8f, 1e-40f, 0x1p-149f, 0.1f, 1.f / 3, 2.f / 15};
+  Rng rng(7);
+  for (int i = 0; i < 200000; ++i) {
+    const float x = std::bit_cast<float>(rng.next_u32() & 0x7FFFFFFFu);
+    if (!std::isnan(x)) xs.push_back(x);
+  }
+  for (float x : xs) {
+    const uint16_t h = f32_to_f16_up(x);
+    const float back = f16_to_f32(h);
+    ASSERT_GE(back, x) << x;  // an upper bound ...
+    if (h > 0 && h < 0x7C00) {
+      ASSERT_LT(f16_to_f32(uint16_t(h - 1)), x) << x;  // ... and the least one
+    }
+#if AGOQ_QUANT_AVX2
+    const uint16_t ref = uint16_t(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(x), _MM_FROUND_TO_POS_INF), 0));
+    ASSERT_EQ(h, ref) << x;
+#endif
+  }
+  EXPECT_EQ(f32_to_f16_up(65504.f), 0x7BFF);
+  EXPECT_EQ(f32_to_f16_up(65504.01f), 0x7C00);  // overflow -> Inf, reported by the caller
+  EXPECT_EQ(f32_to_f16_up(1e-40f), 0x0001);
+  EXPECT_EQ(f32_to_f16_up(NAN), 0x7E00);
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float a = f16_to_f32(uint16_t(h));
+#if AGOQ_QUANT_AVX2
+    const float b = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(int(h))));
+    ASSERT_EQ(std::bit_cast<uint32_t>(a), std::bit_cast<uint32_t>(b)) << h;
+#endif
+    if ((h & 0x7C00) != 0x7C00 && !(h & 0x8000)) {
+      ASSERT_EQ(f32_to_f16_up(a), h) << h;  // exact values stay
+    }
+  }
+}
+
+// bf16 round to nearest even on known bit patterns, through both the SIMD and the scalar kernels.
+TEST(QuantConvert, Bf16KnownValues) {
+  struct Case {
+    uint32_t in;
+    uint16_t out;
+  };
+  const std::vector<Case> cases = {
+      {0x3F800000, 0x3F80},  // 1.0
+      {0x3F808000, 0x3F80},  // tie, even below: down
+      {0x3F818000, 0x3F82},  // tie, odd below: up to even
+      {0x3F808001, 0x3F81},  // above the tie
+      {0x3F807FFF, 0x3F80},  // below the tie
+      {0xBF818000, 0xBF82},  // negative tie
+      {0x7F800000, 0x7F80},  // +Inf
+      {0xFF800000, 0xFF80},  // -Inf
+      {0x7FC00000, 0x7FC0},  // quiet NaN
+      {0x7F800001, 0x7FC0},  // signalling NaN whose payload sits in the dropped bits: still a NaN
+      {0xFF800001, 0xFFC0},  // negative NaN
+      {0x7F7FFFFF, 0x7F80},  // FLT_MAX rounds to Inf under RNE
+      {0x7F7F7FFF, 0x7F7F},  // just below: largest finite bf16
+      {0x80000000, 0x8000},  // -0
+      {0x00000001, 0x0000},  // smallest denormal
+      {0x00018000, 0x0002},  // denormal tie to even
+      {0x40490FDB, 0x4049},  // pi
+  };
+  for (bool simd : {true, false}) {
+    quant_set_simd(simd);
+    std::vector<float> in;
+    for (int rep = 0; rep < 3; ++rep)  // > 16 values so the vector loop runs
+      for (const Case& c : cases) in.push_back(std::bit_cast<float>(c.in));
+    QuantizedTensor t(quant_format_bf16(), 1, in.size(), MemCategory::workspace);
+    const QuantStatus st = quant_encode(t, in.data(), {});
+    EXPECT_EQ(st.nonfinite, 3u * 5);  // per rep: +-Inf and 3 NaNs (FLT_MAX is finite)
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(t.view().codes);
+    for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(h[i], cases[i % cases.size()].out) << "case " << i << " simd " << simd;
+    std::vector<float> back(in.size());
+    quant_decode(t, back.data());
+    for (size_t i = 0; i < in.size(); ++i)
+      EXPECT_EQ(std::bit_cast<uint32_t>(back[i]), uint32_t(h[i]) << 16);
+  }
+  quant_set_simd(true);
+  EXPECT_EQ(bf16_to_f32(0x3F80), 1.f);
+}
+
+TEST(QuantUniform, SimdChunksMatchScalarAndElementFormula) {
+  const QuantSeed s{0x1234567890ABCDEFull, 42};
+  for (uint64_t chunk : {uint64_t(0), uint64_t(5), (uint64_t(1) << 29) - 3, uint64_t(1) << 40}) {
+    std::vector<float> a(32 * 7), b(32 * 7);
+    quant_uniform_chunks_scalar(s, chunk, 7, a.data());
+#if AGOQ_QUANT_AVX2
+    quant_uniform_chunks_avx2(s, chunk, 7, b.data());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << chunk;
+#endif
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i], quant_uniform_at(s, chunk * 32 + i));
+      ASSERT_GE(a[i], 0.f);
+      ASSERT_LT(a[i], 1.f);
+    }
+  }
+  float tmp[kQuantUniformMax + 64];
+  for (bool simd : {true, false}) {
+    const float* r = quant_uniforms(s, 1000003, 256, tmp, simd);
+    for (size_t i = 0; i < 256; ++i) ASSERT_EQ(r[i], quant_uniform_at(s, 1000003 + i));
+  }
+  EXPECT_NE(quant_uniform_at(s, 0), quant_uniform_at({s.seed, 43}, 0));
+  EXPECT_NE(quant_uniform_at(s, 0), quant_uniform_at({s.seed + 1, 42}, 0));
+}
+
+// Every code value at every position of a pack unit (8 codes = b bytes), in a full unit (SIMD path) and in a row
+// tail (scalar path), with a reference bit reader. Asymmetric with min 0 and max 2^b - 1 gives scale exactly 1,
+// so code = value.
+TEST(QuantPack, EveryCodeAtEveryPosition) {
+  auto bit_field = [](const uint8_t* bytes, size_t pos, int bits) {
+    uint32_t v = 0;
+    for (int k = 0; k < bits; ++k) v |= uint32_t((bytes[(pos + k) / 8] >> ((pos + k) % 8)) & 1) << k;
+    return v;
+  };
+  for (bool simd : {true, false}) {
+    quant_set_simd(simd);
+    for (int bits : {2, 3, 4, 8}) {
+      const int qmax = (1 << bits) - 1;
+      const QuantFormat f = quant_format_int(bits, 32, false);
+      for (size_t cols : {size_t(32), size_t(23)}) {  // 23: units of 8, 8 and a 7-code tail
+        for (int v = 0; v <= qmax; ++v)
+          for (size_t p = 0; p < cols; ++p) {
+            std::vector<float> x(cols);
+            for (size_t j = 0; j < cols; ++j) x[j] = float((j * 7 + v + 1) % (qmax + 1));
+            x[p] = float(v);
+            x[p == 0 ? 1 : 0] = 0.f, x[p == cols - 1 ? cols - 2 : cols - 1] = float(qmax);
+            QuantizedTensor t(f, 1, cols, MemCategory::workspace);
+            ASSERT_TRUE(quant_encode(t, x.data(), {}).ok());
+            ASSERT_EQ(t.view().scales[0], 0x3C00);  // fp16 1.0
+            ASSERT_EQ(t.view().mins[0], 0.f);
+            const uint8_t* codes = t.view().codes;
+            for (size_t j = 0; j < cols; ++j) ASSERT_EQ(bit_field(codes, j * bits, bits), uint32_t(x[j])) << bits << " " << j;
+            for (size_t k = cols * bits; k < quant_row_code_bytes(f, cols) * 8; ++k)
+              ASSERT_EQ(bit_field(codes, k, 1), 0u);  // padding bits are zero
+            std::vector<float> back(cols);
+            quant_decode(t, back.data());
+            for (size_t j = 0; j < cols; ++j) ASSERT_EQ(back[j], x[j]);
+          }
+      }
+    }
+  }
+  quant_set_simd(true);
+}
+
+}  // namespace agoq
