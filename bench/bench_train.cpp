@@ -43,9 +43,9 @@ struct StepStats {
 };
 
 // Builds the model and optimizer, runs warm-up steps, then times `steps` full training steps on random tokens.
-StepStats bench_steps(const LlamaConfig& cfg, int B, int T, int warmup, int steps, ActFormat fmt) {
+StepStats bench_steps(const LlamaConfig& cfg, int B, int T, int warmup, int steps, const std::string& policy) {
   MemoryTracker::global().reset_peaks();
-  LlamaModel model(cfg, B, T, ActPolicy::uniform(cfg.n_layers, fmt));
+  LlamaModel model(cfg, B, T, ActPolicy::parse(policy, cfg.n_layers));
   model.init_weights(7);
   AdamW adam(model.params(), AdamWConfig{});
   std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
@@ -75,7 +75,7 @@ void bench_train_run(const Args& a) {
   LlamaConfig ref;  // dim 256, 6 layers, 8 heads (kv 8), ffn 688, vocab 4096
   ref.max_seq_len = 256;
   const int B = 8, T = 256;
-  const StepStats s = bench_steps(ref, B, T, 2, a.steps, ActFormat::fp32);
+  const StepStats s = bench_steps(ref, B, T, 2, a.steps, "fp32");
   const double tokens_per_s = B * T / s.seconds_per_step;
   // Model FLOPs per token: 6 x (matmul parameters: all but the input embedding) + causal attention, whose two
   // T x T products cost 2*T*C per token forward (half of the full square) and 3x that with backward.
@@ -87,7 +87,7 @@ void bench_train_run(const Args& a) {
   LlamaConfig big;
   big.dim = 512, big.n_layers = 8, big.n_heads = 8, big.n_kv_heads = 8, big.ffn_dim = 1376, big.max_seq_len = 512;
   StepStats m{};
-  if (!a.skip_memory) m = bench_steps(big, 16, 512, 0, 1, ActFormat::fp32);
+  if (!a.skip_memory) m = bench_steps(big, 16, 512, 0, 1, "fp32");
 
   if (a.json) {
     nlohmann::json j = {{"tokens_per_s", tokens_per_s}, {"mfu", mfu}, {"sgemm_gflops", peak},

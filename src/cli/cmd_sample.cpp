@@ -52,7 +52,7 @@ void cmd_sample_run(const SampleArgs& a) {
   AGOQ_CHECK(tok.vocab_size() == cfg.vocab_size, "tokenizer ", tok_path, " has ", tok.vocab_size(),
              " tokens but the model's vocabulary is ", cfg.vocab_size);
   const int window = cfg.max_seq_len;
-  LlamaModel model(cfg, 1, window, ActPolicy::uniform(cfg.n_layers, ActFormat::fp32));
+  LlamaModel model(cfg, 1, window, ActPolicy::parse("fp32", cfg.n_layers));
   NamedTensors weights;
   for (const ParamTensor& t : model.params().named()) weights.push_back({t.name, t.shape, t.data});
   checkpoint_load(a.ckpt, cfg, weights, {});

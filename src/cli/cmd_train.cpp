@@ -63,7 +63,18 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   c->add_option("--ckpt-every", o.ckpt_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
   c->add_option("--stop-after", o.stop_after, "stop after N steps of this run (checkpointed; continue with --resume)");
   c->add_option("--log-every", o.log_every, "console line every N steps when not on a terminal")->capture_default_str();
-  c->add_option("--act-store", o.act_store, "format of saved activations: fp32 | bf16")->capture_default_str();
+  c->add_option("--act-policy", o.act_policy,
+                 "storage of saved activations: fp32 | baseline-bf16 | agoq | uniform4 | a spec such as "
+                 "attn=bf16,mlp=4,norm=4,layers[0..1]=8 (docs/activations.md)")
+      ->capture_default_str();
+  c->add_option_function<std::string>(
+       "--act-store",
+       [&o](const std::string& f) {
+         AGOQ_CHECK(f == "fp32" || f == "bf16", "--act-store must be fp32 or bf16 (got '", f, "')");
+         o.act_policy = f == "fp32" ? "fp32" : "baseline-bf16";
+       },
+       "every saved activation in fp32 or bf16 (shorthand for --act-policy fp32 | baseline-bf16)")
+      ->excludes("--act-policy");
   c->add_option("--resume", o.resume, "continue from a checkpoint directory (e.g. runs/demo/ckpt)");
   c->add_flag("--quiet", o.quiet, "no console progress");
   c->callback([args] { cmd_train_run(*args); });

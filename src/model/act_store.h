@@ -1,81 +1,55 @@
 // The activation store: every tensor the forward pass saves for the backward pass goes in and comes out here,
-// through a named slot per layer. Each (layer, slot) has a storage format chosen at run time, so the memory the
-// saved activations take is one decision in one place (AGoQ's quantized formats plug in here).
+// through a named slot per layer. Each (layer, slot) has a storage format chosen at run time by the activation
+// policy (model/act_policy.h): fp32, bf16, 2/3/4/8-bit group quantization, or "recompute" (not stored; backward
+// rebuilds it from other slots). So the memory the saved activations take is one decision in one place.
 //
-// Protocol: forward calls produce() to get an fp32 buffer for a slot, computes into it, then commit(); backward
-// calls consume() to read it back as fp32. For fp32 slots produce()/consume() return the stored tensor itself;
-// for other formats they return a staging buffer (one per slot kind, shared by all layers) and commit()/consume()
-// encode/decode it.
+// The model saves and loads rows in tiles: a producer encodes a tile of rows while it is still in cache (no
+// extra pass over memory) and a consumer decodes a tile into a small buffer, so no full-size fp32 copy of a
+// quantized slot ever exists. fp32 slots are read in place.
 #pragma once
 #include <array>
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "core/memory.h"
+#include "model/act_policy.h"
 #include "model/config.h"
+#include "quant/tensor.h"
 
 namespace agoq {
-
-enum class ActSlot : int {
-  attn_norm_in,   // (N, C)  residual stream entering the layer
-  attn_rstd,      // (N)     RMSNorm 1/rms, always fp32 (tiny)
-  attn_norm_out,  // (N, C)
-  q,              // (N, C)  after RoPE
-  k,              // (N, KV) after RoPE
-  v,              // (N, KV)
-  attn_out,       // (N, C)  attention output before o_proj
-  attn_lse,       // (B, H, T) softmax log-sum-exp, always fp32
-  mlp_norm_in,    // (N, C)  residual stream after attention
-  mlp_rstd,       // (N)
-  mlp_norm_out,   // (N, C)
-  gate,           // (N, F)
-  up,             // (N, F)
-  swiglu_out,     // (N, F)
-  count
-};
-constexpr int kActSlotCount = int(ActSlot::count);
-const char* act_slot_name(ActSlot s);
-// AGoQ keeps attention's saved tensors in high precision; this is the split the policies and reports use.
-bool act_slot_is_attention(ActSlot s);
-
-enum class ActFormat { fp32, bf16 };
-const char* act_format_name(ActFormat f);
-ActFormat act_format_parse(const std::string& s);  // "fp32" | "bf16", else Error
-
-// Storage format for every (layer, slot).
-struct ActPolicy {
-  std::vector<std::array<ActFormat, kActSlotCount>> formats;
-  static ActPolicy uniform(int n_layers, ActFormat f);
-  ActFormat at(int layer, ActSlot s) const { return formats[layer][int(s)]; }
-};
 
 class ActivationStore {
  public:
   // Capacity: up to max_rows tokens (B*T) per forward.
   ActivationStore(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy);
 
-  float* produce(int layer, ActSlot s);
-  void commit(int layer, ActSlot s, int rows);
-  const float* consume(int layer, ActSlot s, int rows);
-
-  // Values per token of a slot (the "cols" of its (rows, cols) view).
-  int slot_cols(ActSlot s) const { return cols_[int(s)]; }
-  // Bytes held by the stored (not staging) tensors, split by slot class.
-  size_t stored_bytes(bool attention) const;
   const ActPolicy& policy() const { return policy_; }
+  bool stored(int layer, ActSlot s) const { return policy_.at(layer, s).stored; }
+  const QuantFormat& format(int layer, ActSlot s) const { return policy_.at(layer, s).format; }
+  bool is_fp32(int layer, ActSlot s) const { return stored(layer, s) && format(layer, s).kind == QuantKind::fp32; }
+  // Values per token of a slot (the cols of its (rows, cols) view).
+  int cols(ActSlot s) const { return cols_[int(s)]; }
+
+  // Stochastic rounding is keyed by (seed, layer, slot, element): set a new seed for every micro-batch.
+  void set_seed(uint64_t seed) { seed_ = seed; }
+
+  // The stored tensor itself, for fp32 slots (producers may write into it directly).
+  float* fp32_data(int layer, ActSlot s);
+  // Saves rows [r0, r0 + rows) from src (rows x cols). For an fp32 slot whose tensor src already is, nothing to do.
+  void save_rows(int layer, ActSlot s, size_t r0, size_t rows, const float* src);
+  // Rows [r0, r0 + rows) as fp32: a pointer into the tensor for fp32 slots, else decoded into buf.
+  const float* load_rows(int layer, ActSlot s, size_t r0, size_t rows, float* buf) const;
+
+  // Bytes held by stored tensors, by slot class, and the non-finite values seen while encoding (reset on read).
+  size_t stored_bytes(bool attention) const;
+  size_t take_nonfinite_count();
 
  private:
-  struct Stored {
-    Buffer<float> f32;
-    Buffer<uint16_t> b16;
-  };
-  const ActFormat& format(int layer, ActSlot s) const { return policy_.formats[layer][int(s)]; }
   std::array<int, kActSlotCount> cols_{};
-  int max_rows_;
   ActPolicy policy_;
-  std::vector<std::array<Stored, kActSlotCount>> stored_;  // [layer][slot]
-  std::array<Buffer<float>, kActSlotCount> staging_;       // allocated only for slot kinds that need it
+  uint64_t seed_ = 0;
+  size_t nonfinite_ = 0;
+  std::vector<std::array<QuantizedTensor, kActSlotCount>> tensors_;  // [layer][slot]; empty when not stored
 };
 
 }  // namespace agoq

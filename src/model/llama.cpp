@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -11,7 +12,15 @@ namespace agoq {
 
 namespace {
 constexpr int kHeadChunkRows = 256;  // rows of logits alive at once in the fused head
+constexpr int kTileRows = 256;       // target rows per tile (rounded to whole sequences)
+
+// The RMSNorm output rebuilt from its saved input and rstd: out = x * rstd * w (recompute instead of storing).
+void rmsnorm_recompute(float* out, const float* x, const float* rstd, const float* w, int rows, int C) {
+#pragma omp parallel for schedule(static) if (size_t(rows) * C > 65536)
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < C; ++c) out[size_t(r) * C + c] = x[size_t(r) * C + c] * rstd[r] * w[c];
 }
+}  // namespace
 
 LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy)
     : cfg_(cfg),
@@ -25,25 +34,31 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
              " must be between 1 and the model's max_seq_len ", cfg.max_seq_len);
   const size_t N = max_rows_, C = cfg.dim, KV = cfg.kv_dim(), F = cfg.ffn_dim, V = cfg.vocab_size;
   const int hd = cfg.head_dim();
-  rope_cos_ = Buffer<float>(size_t(max_seq) * hd / 2, MemCategory::workspace);
-  rope_sin_ = Buffer<float>(size_t(max_seq) * hd / 2, MemCategory::workspace);
+  auto ws = [](size_t n) { return Buffer<float>(n, MemCategory::workspace); };
+  rope_cos_ = ws(size_t(max_seq) * hd / 2);
+  rope_sin_ = ws(size_t(max_seq) * hd / 2);
   rope_init_tables(rope_cos_.data(), rope_sin_.data(), max_seq, hd, cfg.rope_theta);
-  x_final_ = Buffer<float>(N * C, MemCategory::workspace);
-  tmp_c_ = Buffer<float>(N * C, MemCategory::workspace);
-  dx_ = Buffer<float>(N * C, MemCategory::workspace);
-  dq_ = Buffer<float>(N * C, MemCategory::workspace);
-  dk_ = Buffer<float>(N * KV, MemCategory::workspace);
-  dv_ = Buffer<float>(N * KV, MemCategory::workspace);
-  dgate_ = Buffer<float>(N * F, MemCategory::workspace);
-  dup_ = Buffer<float>(N * F, MemCategory::workspace);
-  dff_ = Buffer<float>(N * F, MemCategory::workspace);
+  resid_ = ws(N * C);
+  dx_ = ws(N * C);
+  auto any_not_fp32 = [&](ActSlot s) {
+    for (int l = 0; l < cfg.n_layers; ++l)
+      if (!store_.is_fp32(l, s)) return true;
+    return false;
+  };
+  if (any_not_fp32(ActSlot::q)) q_ = ws(N * C);
+  if (any_not_fp32(ActSlot::k)) k_ = ws(N * KV);
+  if (any_not_fp32(ActSlot::v)) v_ = ws(N * KV);
+  if (any_not_fp32(ActSlot::attn_out)) o_ = ws(N * C);
+  dq_ = ws(N * C), dk_ = ws(N * KV), dv_ = ws(N * KV), do_ = ws(N * C);
+  const size_t R = tile_rows(max_seq, int(N));
+  t_x_ = ws(R * C), t_xn_ = ws(R * C), t_c_ = ws(R * C), t_o_ = ws(R * C);
+  t_gate_ = ws(R * F), t_up_ = ws(R * F), t_s_ = ws(R * F), t_ds_ = ws(R * F), t_dgate_ = ws(R * F), t_dup_ = ws(R * F);
   const size_t chunk = std::min<size_t>(N, kHeadChunkRows);
-  head_norm_ = Buffer<float>(chunk * C, MemCategory::workspace);
-  head_rstd_ = Buffer<float>(chunk, MemCategory::workspace);
-  head_dnorm_ = Buffer<float>(chunk * C, MemCategory::workspace);
-  head_logits_ = Buffer<float>(chunk * V, MemCategory::workspace);
-  losses_ = Buffer<float>(N, MemCategory::workspace);
+  head_norm_ = ws(chunk * C), head_rstd_ = ws(chunk), head_dnorm_ = ws(chunk * C), head_logits_ = ws(chunk * V);
+  losses_ = ws(N);
 }
+
+int LlamaModel::tile_rows(int T, int N) const { return std::min(N, T * std::max(1, kTileRows / T)); }
 
 void LlamaModel::init_weights(uint64_t seed) {
   for (const ParamTensor& t : params_.named()) {
@@ -55,110 +70,143 @@ void LlamaModel::init_weights(uint64_t seed) {
   }
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// One decoder layer, forward. Everything backward needs is saved in the activation store.
-//   x (attn_norm_in) -> RMSNorm -> q,k,v -> RoPE -> attention -> o_proj -> + x = h (mlp_norm_in)
-//   h -> RMSNorm -> gate, up -> SwiGLU -> down_proj -> + h = x_next
-void LlamaModel::forward_layer(int l, int B, int T, float* x_next) {
-  const LayerParams& P = params_.layers[l];
-  const int N = B * T, C = cfg_.dim, KV = cfg_.kv_dim(), F = cfg_.ffn_dim, H = cfg_.n_heads,
-            Hkv = cfg_.n_kv_heads, hd = cfg_.head_dim();
-  ActivationStore& S = store_;
-
-  const float* x = S.produce(l, ActSlot::attn_norm_in);  // written by the previous layer (or the embedding)
-  float* rstd1 = S.produce(l, ActSlot::attn_rstd);
-  float* xn = S.produce(l, ActSlot::attn_norm_out);
-  rmsnorm_forward(xn, rstd1, x, P.attn_norm, N, C, cfg_.norm_eps);
-  S.commit(l, ActSlot::attn_rstd, N);
-  S.commit(l, ActSlot::attn_norm_out, N);
-
-  float* q = S.produce(l, ActSlot::q);
-  float* k = S.produce(l, ActSlot::k);
-  float* v = S.produce(l, ActSlot::v);
-  matmul_forward(q, xn, P.wq, N, C, C);
-  matmul_forward(k, xn, P.wk, N, C, KV);
-  matmul_forward(v, xn, P.wv, N, C, KV);
-  rope_forward(q, rope_cos_.data(), rope_sin_.data(), N, T, H, hd);
-  rope_forward(k, rope_cos_.data(), rope_sin_.data(), N, T, Hkv, hd);
-  S.commit(l, ActSlot::q, N);
-  S.commit(l, ActSlot::k, N);
-  S.commit(l, ActSlot::v, N);
-
-  float* o = S.produce(l, ActSlot::attn_out);
-  float* lse = S.produce(l, ActSlot::attn_lse);
-  attention_forward(o, lse, q, k, v, B, T, H, Hkv, hd);
-  S.commit(l, ActSlot::attn_out, N);
-  S.commit(l, ActSlot::attn_lse, N);
-
-  float* attn_proj = tmp_c_.data();
-  matmul_forward(attn_proj, o, P.wo, N, C, C);
-  float* h = S.produce(l, ActSlot::mlp_norm_in);
-  residual_add(h, x, attn_proj, size_t(N) * C);
-  S.commit(l, ActSlot::mlp_norm_in, N);
-
-  float* rstd2 = S.produce(l, ActSlot::mlp_rstd);
-  float* hn = S.produce(l, ActSlot::mlp_norm_out);
-  rmsnorm_forward(hn, rstd2, h, P.mlp_norm, N, C, cfg_.norm_eps);
-  S.commit(l, ActSlot::mlp_rstd, N);
-  S.commit(l, ActSlot::mlp_norm_out, N);
-
-  float* gate = S.produce(l, ActSlot::gate);
-  float* up = S.produce(l, ActSlot::up);
-  matmul_forward(gate, hn, P.w_gate, N, C, F);
-  matmul_forward(up, hn, P.w_up, N, C, F);
-  S.commit(l, ActSlot::gate, N);
-  S.commit(l, ActSlot::up, N);
-  float* s = S.produce(l, ActSlot::swiglu_out);
-  swiglu_forward(s, gate, up, size_t(N) * F);
-  S.commit(l, ActSlot::swiglu_out, N);
-
-  float* mlp_out = tmp_c_.data();
-  matmul_forward(mlp_out, s, P.w_down, N, F, C);
-  residual_add(x_next, h, mlp_out, size_t(N) * C);
+float* LlamaModel::attention_buffer(int l, ActSlot s, Buffer<float>& workspace) {
+  return store_.is_fp32(l, s) ? store_.fp32_data(l, s) : workspace.data();
 }
 
-// One decoder layer, backward. dx holds dloss/dx_next on entry and dloss/dx on exit (the residual stream's
-// gradient flows through both residual connections in place).
-void LlamaModel::backward_layer(int l, int B, int T, float* dx) {
+// ---------------------------------------------------------------------------------------------------------------
+// One decoder layer, forward, on the residual stream resid_ (N, C), in place:
+//   x -> RMSNorm -> q,k,v -> RoPE -> attention -> o_proj -> + x = h -> RMSNorm -> gate, up -> SwiGLU -> down -> + h
+// Row-wise work runs tile by tile; each saved tensor is stored (quantized) while its tile is still in cache.
+void LlamaModel::forward_layer(int l, int B, int T) {
+  const LayerParams& P = params_.layers[l];
+  const int N = B * T, C = cfg_.dim, KV = cfg_.kv_dim(), F = cfg_.ffn_dim, H = cfg_.n_heads,
+            Hkv = cfg_.n_kv_heads, hd = cfg_.head_dim(), R = tile_rows(T, N);
+  ActivationStore& S = store_;
+  // A producer writes straight into an fp32 slot, else into its tile buffer; save_rows then stores the tile.
+  auto out_rows = [&](ActSlot s, int r0, Buffer<float>& tile) {
+    return S.is_fp32(l, s) ? S.fp32_data(l, s) + size_t(r0) * S.cols(s) : tile.data();
+  };
+  float* q = attention_buffer(l, ActSlot::q, q_);
+  float* k = attention_buffer(l, ActSlot::k, k_);
+  float* v = attention_buffer(l, ActSlot::v, v_);
+  float* o = attention_buffer(l, ActSlot::attn_out, o_);
+  float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
+  float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
+
+  // x -> xn = RMSNorm(x) -> q, k, v (RoPE applied), tile by tile
+  for (int r0 = 0; r0 < N; r0 += R) {
+    const int rows = std::min(R, N - r0);
+    const float* x = resid_.data() + size_t(r0) * C;
+    float* xn = out_rows(ActSlot::attn_norm_out, r0, t_xn_);
+    rmsnorm_forward(xn, rstd1 + r0, x, P.attn_norm, rows, C, cfg_.norm_eps);
+    S.save_rows(l, ActSlot::attn_norm_in, r0, rows, x);
+    S.save_rows(l, ActSlot::attn_norm_out, r0, rows, xn);
+    float *qr = q + size_t(r0) * C, *kr = k + size_t(r0) * KV, *vr = v + size_t(r0) * KV;
+    matmul_forward(qr, xn, P.wq, rows, C, C);
+    matmul_forward(kr, xn, P.wk, rows, C, KV);
+    matmul_forward(vr, xn, P.wv, rows, C, KV);
+    rope_forward(qr, rope_cos_.data(), rope_sin_.data(), rows, T, H, hd);  // tiles hold whole sequences
+    rope_forward(kr, rope_cos_.data(), rope_sin_.data(), rows, T, Hkv, hd);
+    S.save_rows(l, ActSlot::q, r0, rows, qr);
+    S.save_rows(l, ActSlot::k, r0, rows, kr);
+    S.save_rows(l, ActSlot::v, r0, rows, vr);
+  }
+
+  attention_forward(o, S.fp32_data(l, ActSlot::attn_lse), q, k, v, B, T, H, Hkv, hd);
+
+  // o -> h = x + o_proj(o) -> hn = RMSNorm(h) -> gate, up -> s = SwiGLU -> x_next = h + down(s), tile by tile
+  for (int r0 = 0; r0 < N; r0 += R) {
+    const int rows = std::min(R, N - r0);
+    const float* orow = o + size_t(r0) * C;
+    S.save_rows(l, ActSlot::attn_out, r0, rows, orow);
+    float* h = resid_.data() + size_t(r0) * C;  // x becomes h, then x_next, in place
+    matmul_forward(t_c_.data(), orow, P.wo, rows, C, C);
+    residual_add(h, h, t_c_.data(), size_t(rows) * C);
+    S.save_rows(l, ActSlot::mlp_norm_in, r0, rows, h);
+    float* hn = out_rows(ActSlot::mlp_norm_out, r0, t_xn_);
+    rmsnorm_forward(hn, rstd2 + r0, h, P.mlp_norm, rows, C, cfg_.norm_eps);
+    S.save_rows(l, ActSlot::mlp_norm_out, r0, rows, hn);
+    float* gate = out_rows(ActSlot::gate, r0, t_gate_);
+    float* up = out_rows(ActSlot::up, r0, t_up_);
+    matmul_forward(gate, hn, P.w_gate, rows, C, F);
+    matmul_forward(up, hn, P.w_up, rows, C, F);
+    S.save_rows(l, ActSlot::gate, r0, rows, gate);
+    S.save_rows(l, ActSlot::up, r0, rows, up);
+    float* s = out_rows(ActSlot::swiglu_out, r0, t_s_);
+    swiglu_forward(s, gate, up, size_t(rows) * F);
+    S.save_rows(l, ActSlot::swiglu_out, r0, rows, s);
+    matmul_forward(t_c_.data(), s, P.w_down, rows, F, C);
+    residual_add(h, h, t_c_.data(), size_t(rows) * C);
+  }
+}
+
+// One decoder layer, backward. dx_ holds dloss/dx_next on entry and dloss/dx on exit (the residual stream's
+// gradient flows through both residual connections in place). Saved tensors are read a tile at a time.
+void LlamaModel::backward_layer(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   LayerParams& G = grads_.layers[l];
   const int N = B * T, C = cfg_.dim, KV = cfg_.kv_dim(), F = cfg_.ffn_dim, H = cfg_.n_heads,
-            Hkv = cfg_.n_kv_heads, hd = cfg_.head_dim();
-  ActivationStore& S = store_;
+            Hkv = cfg_.n_kv_heads, hd = cfg_.head_dim(), R = tile_rows(T, N);
+  const ActivationStore& S = store_;
+  const float* rstd1 = store_.fp32_data(l, ActSlot::attn_rstd);
+  const float* rstd2 = store_.fp32_data(l, ActSlot::mlp_rstd);
 
-  // MLP: x_next = h + down(silu(gate) * up), gate/up = hn W^T, hn = rmsnorm(h)
-  const float* s = S.consume(l, ActSlot::swiglu_out, N);
-  matmul_backward(dff_.data(), G.w_down, dx, s, P.w_down, N, F, C);
-  const float* gate = S.consume(l, ActSlot::gate, N);
-  const float* up = S.consume(l, ActSlot::up, N);
-  swiglu_backward(dgate_.data(), dup_.data(), dff_.data(), gate, up, size_t(N) * F);
-  const float* hn = S.consume(l, ActSlot::mlp_norm_out, N);
-  float* dhn = tmp_c_.data();
-  matmul_backward(dhn, G.w_gate, dgate_.data(), hn, P.w_gate, N, C, F);
-  matmul_backward(dhn, G.w_up, dup_.data(), hn, P.w_up, N, C, F, /*accumulate_din=*/true);
-  const float* h = S.consume(l, ActSlot::mlp_norm_in, N);
-  const float* rstd2 = S.consume(l, ActSlot::mlp_rstd, N);
-  rmsnorm_backward(dx, G.mlp_norm, dhn, h, P.mlp_norm, rstd2, N, C);  // dx += : now dloss/dh
+  // MLP and o_proj, tile by tile: x_next = h + down(silu(gate) * up), gate/up = hn W^T, hn = RMSNorm(h),
+  // h = x + o_proj(o).
+  for (int r0 = 0; r0 < N; r0 += R) {
+    const int rows = std::min(R, N - r0);
+    const size_t nf = size_t(rows) * F;
+    float* dx = dx_.data() + size_t(r0) * C;
+    const float* h = S.load_rows(l, ActSlot::mlp_norm_in, r0, rows, t_x_.data());
+    const float* hn = S.stored(l, ActSlot::mlp_norm_out) ? S.load_rows(l, ActSlot::mlp_norm_out, r0, rows, t_xn_.data())
+                                                          : t_xn_.data();
+    if (!S.stored(l, ActSlot::mlp_norm_out)) rmsnorm_recompute(t_xn_.data(), h, rstd2 + r0, P.mlp_norm, rows, C);
+    const float* gate = S.load_rows(l, ActSlot::gate, r0, rows, t_gate_.data());
+    const float* up = S.load_rows(l, ActSlot::up, r0, rows, t_up_.data());
+    const float* s = S.stored(l, ActSlot::swiglu_out) ? S.load_rows(l, ActSlot::swiglu_out, r0, rows, t_s_.data())
+                                                       : t_s_.data();
+    if (!S.stored(l, ActSlot::swiglu_out)) swiglu_forward(t_s_.data(), gate, up, nf);
 
-  // Attention: h = x + o_proj(attn(rope(q), rope(k), v)), q/k/v = xn W^T, xn = rmsnorm(x)
-  const float* o = S.consume(l, ActSlot::attn_out, N);
-  float* dout = tmp_c_.data();
-  matmul_backward(dout, G.wo, dx, o, P.wo, N, C, C);
-  const float* q = S.consume(l, ActSlot::q, N);
-  const float* k = S.consume(l, ActSlot::k, N);
-  const float* v = S.consume(l, ActSlot::v, N);
-  const float* lse = S.consume(l, ActSlot::attn_lse, N);
-  attention_backward(dq_.data(), dk_.data(), dv_.data(), dout, q, k, v, o, lse, B, T, H, Hkv, hd);
-  rope_backward(dq_.data(), rope_cos_.data(), rope_sin_.data(), N, T, H, hd);
-  rope_backward(dk_.data(), rope_cos_.data(), rope_sin_.data(), N, T, Hkv, hd);
-  const float* xn = S.consume(l, ActSlot::attn_norm_out, N);
-  float* dxn = tmp_c_.data();
-  matmul_backward(dxn, G.wq, dq_.data(), xn, P.wq, N, C, C);
-  matmul_backward(dxn, G.wk, dk_.data(), xn, P.wk, N, C, KV, /*accumulate_din=*/true);
-  matmul_backward(dxn, G.wv, dv_.data(), xn, P.wv, N, C, KV, /*accumulate_din=*/true);
-  const float* x = S.consume(l, ActSlot::attn_norm_in, N);
-  const float* rstd1 = S.consume(l, ActSlot::attn_rstd, N);
-  rmsnorm_backward(dx, G.attn_norm, dxn, x, P.attn_norm, rstd1, N, C);  // dx += : now dloss/dx
+    matmul_backward(t_ds_.data(), G.w_down, dx, s, P.w_down, rows, F, C);
+    swiglu_backward(t_dgate_.data(), t_dup_.data(), t_ds_.data(), gate, up, nf);
+    float* dhn = t_c_.data();
+    matmul_backward(dhn, G.w_gate, t_dgate_.data(), hn, P.w_gate, rows, C, F);
+    matmul_backward(dhn, G.w_up, t_dup_.data(), hn, P.w_up, rows, C, F, /*accumulate_din=*/true);
+    rmsnorm_backward(dx, G.mlp_norm, dhn, h, P.mlp_norm, rstd2 + r0, rows, C);  // dx += : now dloss/dh
+
+    const float* o = S.load_rows(l, ActSlot::attn_out, r0, rows, t_o_.data());
+    matmul_backward(do_.data() + size_t(r0) * C, G.wo, dx, o, P.wo, rows, C, C);
+  }
+
+  // Attention over the whole batch, from its high-precision saved tensors.
+  auto full = [&](ActSlot s, Buffer<float>& ws) {
+    return S.load_rows(l, s, 0, size_t(N), ws.data());  // fp32: in place; else decoded into the workspace
+  };
+  const float* q = full(ActSlot::q, q_);
+  const float* k = full(ActSlot::k, k_);
+  const float* v = full(ActSlot::v, v_);
+  const float* o = full(ActSlot::attn_out, o_);
+  attention_backward(dq_.data(), dk_.data(), dv_.data(), do_.data(), q, k, v, o, store_.fp32_data(l, ActSlot::attn_lse),
+                     B, T, H, Hkv, hd);
+
+  // q/k/v projections and the first RMSNorm, tile by tile: q,k,v = rope(xn W^T), xn = RMSNorm(x).
+  for (int r0 = 0; r0 < N; r0 += R) {
+    const int rows = std::min(R, N - r0);
+    float* dx = dx_.data() + size_t(r0) * C;
+    float *dq = dq_.data() + size_t(r0) * C, *dk = dk_.data() + size_t(r0) * KV, *dv = dv_.data() + size_t(r0) * KV;
+    rope_backward(dq, rope_cos_.data(), rope_sin_.data(), rows, T, H, hd);
+    rope_backward(dk, rope_cos_.data(), rope_sin_.data(), rows, T, Hkv, hd);
+    const float* x = S.load_rows(l, ActSlot::attn_norm_in, r0, rows, t_x_.data());
+    const float* xn = S.stored(l, ActSlot::attn_norm_out) ? S.load_rows(l, ActSlot::attn_norm_out, r0, rows, t_xn_.data())
+                                                           : t_xn_.data();
+    if (!S.stored(l, ActSlot::attn_norm_out)) rmsnorm_recompute(t_xn_.data(), x, rstd1 + r0, P.attn_norm, rows, C);
+    float* dxn = t_c_.data();
+    matmul_backward(dxn, G.wq, dq, xn, P.wq, rows, C, C);
+    matmul_backward(dxn, G.wk, dk, xn, P.wk, rows, C, KV, /*accumulate_din=*/true);
+    matmul_backward(dxn, G.wv, dv, xn, P.wv, rows, C, KV, /*accumulate_din=*/true);
+    rmsnorm_backward(dx, G.attn_norm, dxn, x, P.attn_norm, rstd1 + r0, rows, C);  // dx += : now dloss/dx
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -169,7 +217,6 @@ float LlamaModel::head_forward_backward(const float* x, const int32_t* targets, 
   for (int i = 0; i < N; ++i) counted += targets[i] >= 0;
   AGOQ_CHECK(counted > 0, "batch has no targets to compute a loss on");
   const float dloss_scale = grad_scale / float(counted);
-  double loss_sum = 0;
   for (int r0 = 0; r0 < N; r0 += kHeadChunkRows) {
     const int rows = std::min(kHeadChunkRows, N - r0);
     const float* xc = x + size_t(r0) * C;
@@ -184,6 +231,7 @@ float LlamaModel::head_forward_backward(const float* x, const int32_t* targets, 
       rmsnorm_backward(dxc, grads_.final_norm, head_dnorm_.data(), xc, params_.final_norm, head_rstd_.data(), rows, C);
     }
   }
+  double loss_sum = 0;
   for (int i = 0; i < N; ++i) loss_sum += losses_[i];  // fixed order: deterministic
   return float(loss_sum / double(counted));
 }
@@ -191,17 +239,11 @@ float LlamaModel::head_forward_backward(const float* x, const int32_t* targets, 
 void LlamaModel::forward_trunk(const int32_t* inputs, int B, int T) {
   AGOQ_CHECK(B >= 1 && T >= 1 && B * T <= max_rows_ && T <= max_seq_, "batch ", B, "x", T,
              " exceeds the model's buffers (", max_rows_ / max_seq_, "x", max_seq_, ")");
-  const int N = B * T, C = cfg_.dim, V = cfg_.vocab_size;
+  const int N = B * T, V = cfg_.vocab_size;
   for (int i = 0; i < N; ++i)
     AGOQ_CHECK(inputs[i] >= 0 && inputs[i] < V, "token id ", inputs[i], " out of range for vocab size ", V);
-  embedding_forward(store_.produce(0, ActSlot::attn_norm_in), inputs, params_.embed, N, C);
-  store_.commit(0, ActSlot::attn_norm_in, N);
-  for (int l = 0; l < cfg_.n_layers; ++l) {
-    const bool last = l + 1 == cfg_.n_layers;
-    float* x_next = last ? x_final_.data() : store_.produce(l + 1, ActSlot::attn_norm_in);
-    forward_layer(l, B, T, x_next);
-    if (!last) store_.commit(l + 1, ActSlot::attn_norm_in, N);
-  }
+  embedding_forward(resid_.data(), inputs, params_.embed, N, cfg_.dim);
+  for (int l = 0; l < cfg_.n_layers; ++l) forward_layer(l, B, T);
 }
 
 float LlamaModel::run(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale, bool backward) {
@@ -209,9 +251,9 @@ float LlamaModel::run(const int32_t* inputs, const int32_t* targets, int B, int 
     AGOQ_CHECK(targets[i] < cfg_.vocab_size, "target id ", targets[i], " out of range for vocab size ",
                cfg_.vocab_size);
   forward_trunk(inputs, B, T);
-  const float loss = head_forward_backward(x_final_.data(), targets, B * T, grad_scale, backward ? dx_.data() : nullptr);
+  const float loss = head_forward_backward(resid_.data(), targets, B * T, grad_scale, backward ? dx_.data() : nullptr);
   if (!backward) return loss;
-  for (int l = cfg_.n_layers - 1; l >= 0; --l) backward_layer(l, B, T, dx_.data());
+  for (int l = cfg_.n_layers - 1; l >= 0; --l) backward_layer(l, B, T);
   embedding_backward(grads_.embed, dx_.data(), inputs, B * T, cfg_.dim);
   return loss;
 }
@@ -227,7 +269,7 @@ float LlamaModel::forward_loss(const int32_t* inputs, const int32_t* targets, in
 void LlamaModel::forward_last_logits(const int32_t* tokens, int T, float* logits) {
   forward_trunk(tokens, 1, T);
   const int C = cfg_.dim, V = cfg_.vocab_size;
-  const float* x_last = x_final_.data() + size_t(T - 1) * C;
+  const float* x_last = resid_.data() + size_t(T - 1) * C;
   rmsnorm_forward(head_norm_.data(), head_rstd_.data(), x_last, params_.final_norm, 1, C, cfg_.norm_eps);
   matmul_forward(logits, head_norm_.data(), params_.lm_head, 1, C, V);
 }

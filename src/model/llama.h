@@ -32,28 +32,34 @@ class LlamaModel {
   void forward_last_logits(const int32_t* tokens, int T, float* logits);
 
  private:
-  void forward_layer(int l, int B, int T, float* x_next);
-  void backward_layer(int l, int B, int T, float* dx);
+  void forward_layer(int l, int B, int T);
+  void backward_layer(int l, int B, int T);
   // Final norm -> lm_head -> cross-entropy, in chunks of rows so the (N, V) logits never exist; when dx is
   // given it also runs the backward of those three (dx = dloss/dx_final) and accumulates their weight gradients.
   float head_forward_backward(const float* x, const int32_t* targets, int N, float grad_scale, float* dx);
-  void forward_trunk(const int32_t* inputs, int B, int T);  // embedding + layers -> x_final_
+  void forward_trunk(const int32_t* inputs, int B, int T);  // embedding + layers -> resid_
   float run(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale, bool backward);
+  // fp32 view of an attention slot for the whole batch: the stored tensor when fp32, else the workspace buffer.
+  float* attention_buffer(int l, ActSlot s, Buffer<float>& workspace);
+  // Rows per tile for sequences of length T: whole sequences, so RoPE positions are row % T inside a tile.
+  int tile_rows(int T, int N) const;
 
   LlamaConfig cfg_;
   int max_rows_, max_seq_;
   ParamSet params_, grads_;
   ActivationStore store_;
   Buffer<float> rope_cos_, rope_sin_;  // (max_seq, hd/2)
-  // Workspace, reused by every layer. Shapes for N = B*T rows.
-  Buffer<float> x_final_;    // (N, C)  residual stream after the last layer
-  Buffer<float> tmp_c_;      // (N, C)  o_proj / down_proj outputs; in backward d(attn_out), d(norm out)
-  Buffer<float> dx_;         // (N, C)  gradient of the residual stream
-  Buffer<float> dq_, dk_, dv_;       // (N, C), (N, KV), (N, KV)
-  Buffer<float> dgate_, dup_, dff_;  // (N, F)
+  // Whole-batch workspace, shapes for N = B*T rows.
+  Buffer<float> resid_;                // (N, C)  the residual stream, updated in place layer by layer
+  Buffer<float> dx_;                   // (N, C)  its gradient
+  Buffer<float> q_, k_, v_, o_;        // attention inputs/output in fp32 when their slots are not fp32
+  Buffer<float> dq_, dk_, dv_, do_;    // (N, C), (N, KV), (N, KV), (N, C)
+  // Tile workspace: a few rows at a time. c: (R, C), f: (R, F).
+  Buffer<float> t_x_, t_xn_, t_c_, t_o_;
+  Buffer<float> t_gate_, t_up_, t_s_, t_ds_, t_dgate_, t_dup_;
   Buffer<float> head_norm_, head_rstd_, head_dnorm_;  // (chunk, C), (chunk), (chunk, C)
-  Buffer<float> head_logits_;        // (chunk, V)
-  Buffer<float> losses_;             // (N)
+  Buffer<float> head_logits_;                         // (chunk, V)
+  Buffer<float> losses_;                              // (N)
 };
 
 }  // namespace agoq

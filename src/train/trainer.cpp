@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/rng.h"
 #include "model/llama.h"
 #include "train/checkpoint.h"
 #include "train/data_loader.h"
@@ -79,7 +80,7 @@ TrainResult train_run(const TrainOptions& opt) {
 
   DataLoader loader(train_set, T, opt.seed);
   const DataLoader val_loader(val_set, T, opt.seed);
-  LlamaModel model(cfg, B, T, ActPolicy::uniform(cfg.n_layers, act_format_parse(opt.act_store)));
+  LlamaModel model(cfg, B, T, ActPolicy::parse(opt.act_policy, cfg.n_layers));
   model.init_weights(opt.seed);
   AdamW adam(model.params(), opt.adam);
   ParamSet& params = model.params();
@@ -117,6 +118,8 @@ TrainResult train_run(const TrainOptions& opt) {
     double loss = 0;
     for (int micro = 0; micro < opt.accum; ++micro) {
       loader.next_batch(B, in.data(), tgt.data());
+      // Stochastic rounding of saved activations: fresh per micro-batch, reproducible from (seed, step).
+      model.store().set_seed(philox4x32(opt.seed, uint64_t(step), uint64_t(micro))[0] | (uint64_t(step) << 32));
       loss += model.forward_backward(in.data(), tgt.data(), B, T, 1.0f / float(opt.accum)) / opt.accum;
     }
     const double grad_norm = std::sqrt(grad_sum_squares(grads.data(), grads.size()));

@@ -23,7 +23,7 @@ struct TrainOptions {
   long ckpt_every = 0;   // 0: only at the end
   long stop_after = 0;   // stop (with a checkpoint) after this many steps of this run; 0: run to `steps`
   int log_every = 10;
-  std::string act_store = "fp32";
+  std::string act_policy = "fp32";  // model/act_policy.h: fp32, baseline-bf16, agoq, uniform4 or a spec
   std::string resume;    // checkpoint dir to continue from
   bool quiet = false;
 };

@@ -41,7 +41,7 @@ void init_for_gradcheck(LlamaModel& m, uint64_t seed) {
 TEST(Llama, LossAtInitIsLnVocab) {
   LlamaConfig c = tiny_config();
   c.vocab_size = 512;
-  LlamaModel m(c, 2, 16, ActPolicy::uniform(c.n_layers, ActFormat::fp32));
+  LlamaModel m(c, 2, 16, ActPolicy::parse("fp32", c.n_layers));
   m.init_weights(1);
   Batch b = random_batch(c, 2, 16, 2);
   const float loss = m.forward_loss(b.in.data(), b.tgt.data(), 2, 16);
@@ -54,7 +54,7 @@ TEST(Llama, LossAtInitIsLnVocab) {
 TEST(Llama, GradientsMatchFiniteDifferences) {
   const LlamaConfig c = tiny_config();
   const int B = 2, T = 7;
-  LlamaModel m(c, B, T, ActPolicy::uniform(c.n_layers, ActFormat::fp32));
+  LlamaModel m(c, B, T, ActPolicy::parse("fp32", c.n_layers));
   init_for_gradcheck(m, 3);
   Batch b = random_batch(c, B, T, 4);
   b.tgt[3] = -1;  // an ignored target
@@ -84,9 +84,9 @@ TEST(Llama, GradientsMatchFiniteDifferences) {
   EXPECT_GT(checked, 20);
 }
 
-std::vector<float> grads_with(ActFormat f, float* loss_out) {
+std::vector<float> grads_with(const std::string& policy, float* loss_out) {
   const LlamaConfig c = tiny_config();
-  LlamaModel m(c, 2, 16, ActPolicy::uniform(c.n_layers, f));
+  LlamaModel m(c, 2, 16, ActPolicy::parse(policy, c.n_layers));
   init_for_gradcheck(m, 5);
   Batch b = random_batch(c, 2, 16, 6);
   m.grads().zero();
@@ -104,8 +104,8 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 // multiple of that; the loss is computed in fp32 either way and must be identical.
 TEST(Llama, Bf16StoreChangesGradientsOnlyByRounding) {
   float loss32, loss16;
-  const auto g32 = grads_with(ActFormat::fp32, &loss32);
-  const auto g16 = grads_with(ActFormat::bf16, &loss16);
+  const auto g32 = grads_with("fp32", &loss32);
+  const auto g16 = grads_with("baseline-bf16", &loss16);
   EXPECT_EQ(loss32, loss16);
   const double err = rel_l2(g16, g32);
   EXPECT_GT(err, 0.0);
@@ -114,8 +114,8 @@ TEST(Llama, Bf16StoreChangesGradientsOnlyByRounding) {
 
 TEST(Llama, ForwardBackwardIsDeterministic) {
   float l1, l2;
-  const auto a = grads_with(ActFormat::fp32, &l1);
-  const auto b = grads_with(ActFormat::fp32, &l2);
+  const auto a = grads_with("fp32", &l1);
+  const auto b = grads_with("fp32", &l2);
   EXPECT_EQ(l1, l2);
   EXPECT_EQ(a, b);
 }
@@ -123,7 +123,7 @@ TEST(Llama, ForwardBackwardIsDeterministic) {
 TEST(Llama, GradScaleAndAccumulationAddUp) {
   // Two calls with scale 0.5 on the same batch equal one call with scale 1.
   const LlamaConfig c = tiny_config();
-  LlamaModel m(c, 2, 8, ActPolicy::uniform(c.n_layers, ActFormat::fp32));
+  LlamaModel m(c, 2, 8, ActPolicy::parse("fp32", c.n_layers));
   init_for_gradcheck(m, 7);
   Batch b = random_batch(c, 2, 8, 8);
   m.grads().zero();
@@ -138,7 +138,7 @@ TEST(Llama, GradScaleAndAccumulationAddUp) {
 
 TEST(Llama, RejectsOutOfRangeTokens) {
   const LlamaConfig c = tiny_config();
-  LlamaModel m(c, 1, 4, ActPolicy::uniform(c.n_layers, ActFormat::fp32));
+  LlamaModel m(c, 1, 4, ActPolicy::parse("fp32", c.n_layers));
   std::vector<int32_t> in = {1, 2, 61, 3}, tgt = {1, 2, 3, 4};
   EXPECT_THROW(m.forward_loss(in.data(), tgt.data(), 1, 4), Error);
 }

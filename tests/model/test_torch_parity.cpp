@@ -29,7 +29,7 @@ std::string run_capture(const std::string& cmd, int* status) {
 }
 
 void check_parity(LlamaConfig c, int B, int T, const char* tag) {
-  LlamaModel m(c, B, T, ActPolicy::uniform(c.n_layers, ActFormat::fp32));
+  LlamaModel m(c, B, T, ActPolicy::parse("fp32", c.n_layers));
   m.init_weights(11);
   // Non-trivial norm weights and larger matrices, so every path carries signal.
   Rng rng(12);

@@ -60,7 +60,7 @@ TEST(Trainer, ResumeIsBitIdentical) {
 TEST(Trainer, SameSeedSameLossesBf16Store) {
   const fs::path data = make_synthetic_data("bf16");
   TrainOptions o = tiny_options(data, "a");
-  o.act_store = "bf16";
+  o.act_policy = "baseline-bf16";
   const TrainResult a = train_run(o);
   o.out_dir = (data / "b").string();
   const TrainResult b = train_run(o);
