@@ -1,0 +1,150 @@
+// `agoq prepare`: text -> tokenizer.model + train.bin + val.bin + meta.json (formats: docs/data-format.md).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "train/corpus.h"
+#include "train/token_file.h"
+#include "train/tokenizer.h"
+
+namespace agoq {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct PrepareArgs {
+  std::string input, out = "data/prepared", tokenizer;
+  int vocab_size = 4096;
+  bool vocab_given = false;
+  double val_fraction = 0.05;
+  int64_t max_chars = 0;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Byte offset of the first `chars` code points of s.
+size_t utf8_prefix_bytes(std::string_view s, uint64_t chars) {
+  uint64_t seen = 0;
+  for (size_t i = 0; i < s.size(); ++i)
+    if ((uint8_t(s[i]) & 0xC0) != 0x80 && seen++ == chars) return i;
+  return s.size();
+}
+
+void prepare_run(const PrepareArgs& a) {
+  AGOQ_CHECK(a.val_fraction >= 0 && a.val_fraction < 1, "--val-fraction must be in [0, 1) (got ", a.val_fraction,
+             ")");
+  AGOQ_CHECK(a.max_chars >= 0, "--max-chars must be >= 0 (got ", a.max_chars, ")");
+  const auto t0 = std::chrono::steady_clock::now();
+  const Corpus corpus = corpus_read(a.input);
+  const size_t chars = utf8_length(corpus.text);
+  std::printf("prepare: %s (%s, %zu document%s): %zu chars, %zu bytes\n", a.input.c_str(), corpus.kind.c_str(),
+              corpus.documents.size(), corpus.documents.size() == 1 ? "" : "s", chars, corpus.text.size());
+
+  const auto t_tok = std::chrono::steady_clock::now();
+  Tokenizer tok;
+  size_t train_bytes = 0;
+  if (a.tokenizer.empty()) {
+    TokenizerTrainOptions opt;
+    opt.vocab_size = a.vocab_size;
+    opt.max_bytes = a.max_chars > 0 ? utf8_prefix_bytes(corpus.text, uint64_t(a.max_chars)) : 0;
+    train_bytes = opt.max_bytes ? std::min(opt.max_bytes, corpus.text.size()) : corpus.text.size();
+    tok = Tokenizer::train(corpus.text, opt);
+  } else {
+    tok = Tokenizer::load(a.tokenizer);
+  }
+  const double tok_s = seconds_since(t_tok);
+  const auto vocab = uint32_t(tok.vocab_size());
+  AGOQ_CHECK(!a.vocab_given || int64_t(vocab) == a.vocab_size, "--vocab-size ", a.vocab_size, " but tokenizer ",
+             a.tokenizer.empty() ? std::string("training") : a.tokenizer, " gives vocab ", vocab);
+  if (a.tokenizer.empty())
+    std::printf("tokenizer: trained BPE, vocab %u, on %zu bytes in %.1f s\n", vocab, train_bytes, tok_s);
+  else
+    std::printf("tokenizer: %s, vocab %u\n", a.tokenizer.c_str(), vocab);
+
+  const auto t_enc = std::chrono::steady_clock::now();
+  const std::vector<int32_t> ids = tok.encode(corpus.text);
+  const double enc_s = seconds_since(t_enc);
+  AGOQ_CHECK(ids.size() >= 2, "input ", a.input, ": only ", ids.size(), " token(s) after encoding");
+  // Lossless by construction unless the input had invalid UTF-8 (SentencePiece replaces it); say so if it differs.
+  const bool exact = tok.decode(ids) == corpus.text;
+
+  const auto n_val = uint64_t(std::llround(double(ids.size()) * a.val_fraction));
+  const uint64_t n_train = ids.size() - n_val;
+  AGOQ_CHECK(n_train >= 1, "--val-fraction ", a.val_fraction, " leaves no training tokens");
+  const std::span<const int32_t> all(ids);
+
+  std::error_code ec;
+  fs::create_directories(a.out, ec);
+  AGOQ_CHECK(!ec, "--out ", a.out, ": cannot create folder: ", ec.message());
+  const fs::path out(a.out);
+  tok.save((out / "tokenizer.model").string());
+  token_file_write((out / "train.bin").string(), all.first(n_train), vocab);
+  token_file_write((out / "val.bin").string(), all.subspan(n_train), vocab);
+
+  const double total_s = seconds_since(t0);
+  const nlohmann::json meta = {
+      {"source", a.input},
+      {"source_kind", corpus.kind},
+      {"documents", corpus.documents},
+      {"chars", chars},
+      {"bytes", corpus.text.size()},
+      {"tokens", ids.size()},
+      {"vocab_size", vocab},
+      {"token_dtype", token_dtype_for_vocab(vocab) == 2 ? "uint16" : "uint32"},
+      {"val_fraction", a.val_fraction},
+      {"train_tokens", n_train},
+      {"val_tokens", n_val},
+      {"round_trip_exact", exact},
+      {"tokenizer",
+       {{"file", "tokenizer.model"},
+        {"trained", a.tokenizer.empty()},
+        {"source", a.tokenizer.empty() ? std::string("trained here") : a.tokenizer},
+        {"type", "sentencepiece bpe, byte fallback"},
+        {"training_bytes", train_bytes},
+        {"seconds", tok_s}}},
+      {"files", {{"train", "train.bin"}, {"val", "val.bin"}}},
+      {"seconds", total_s},
+  };
+  {
+    const std::string path = (out / "meta.json").string();
+    std::ofstream f(path + ".tmp");
+    f << meta.dump(2) << '\n';
+    f.close();
+    AGOQ_CHECK(f, path, ": write failed");
+    fs::rename(path + ".tmp", path, ec);
+    AGOQ_CHECK(!ec, path, ": rename failed: ", ec.message());
+  }
+  std::printf("tokens: %zu (%.2f chars/token), encoded in %.1f s, round trip %s\n", ids.size(),
+              double(chars) / double(ids.size()), enc_s, exact ? "exact" : "NOT exact (invalid UTF-8 in input?)");
+  std::printf("split: train %llu tokens, val %llu tokens (%.1f%%)\n", (unsigned long long)n_train,
+              (unsigned long long)n_val, 100.0 * double(n_val) / double(ids.size()));
+  std::printf("wrote %s/{tokenizer.model,train.bin,val.bin,meta.json} in %.1f s\n", a.out.c_str(), total_s);
+}
+
+const CliCommand kPrepare("", 10, [](CLI::App& app) {
+  auto a = std::make_shared<PrepareArgs>();
+  CLI::App* cmd = app.add_subcommand("prepare", "tokenize a corpus: train a BPE tokenizer, write train/val token files");
+  cmd->add_option("--input", a->input, "a .txt file, a folder of .txt files, or an R data folder (data/janeaustenr)")
+      ->required();
+  cmd->add_option("--out", a->out, "output folder")->capture_default_str();
+  CLI::Option* vocab = cmd->add_option("--vocab-size", a->vocab_size, "tokenizer vocabulary size")->capture_default_str();
+  cmd->add_option("--tokenizer", a->tokenizer, "reuse this SentencePiece .model instead of training one");
+  cmd->add_option("--val-fraction", a->val_fraction, "the last fraction of the token stream held out for validation")
+      ->capture_default_str();
+  cmd->add_option("--max-chars", a->max_chars, "train the tokenizer on at most the first N chars (0 = all)");
+  cmd->callback([a, vocab] {
+    a->vocab_given = vocab->count() > 0;
+    prepare_run(*a);
+  });
+});
+
+}  // namespace
+}  // namespace agoq

@@ -1,0 +1,423 @@
+#include "train/rdata.h"
+
+#include <zlib.h>
+
+#include <bit>
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include "core/error.h"
+
+namespace agoq {
+
+namespace {
+
+// Serializer pseudo types beyond the SEXPTYPEs (R's serialize.c).
+constexpr int kSpecial = 7, kBuiltin = 8, kAltrep = 238, kBaseEnv = 241, kEmptyEnv = 242, kPersist = 247,
+              kPackage = 248, kNamespace = 249, kBaseNamespace = 250, kMissingArg = 251, kUnbound = 252,
+              kGlobalEnv = 253;
+constexpr int kMaxDepth = 4096;  // nesting bound, so a corrupt stream cannot overflow the stack
+
+std::string latin1_to_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (c < 0x80) {
+      out += char(c);
+    } else {
+      out += char(0xC0 | (c >> 6));
+      out += char(0x80 | (c & 0x3F));
+    }
+  }
+  return out;
+}
+
+class XdrReader {
+ public:
+  explicit XdrReader(std::string_view b) : b_(b) {}
+
+  RObjectPtr read_stream() {
+    AGOQ_CHECK(b_.size() >= 2 && b_.substr(0, 2) == "X\n", "R serialization: only the XDR format (\"X\\n\") is ",
+               "supported, stream starts with byte ", int(b_.empty() ? -1 : (unsigned char)b_[0]));
+    pos_ = 2;
+    const int version = read_int();
+    read_int();  // writer's R version
+    read_int();  // minimal reader version
+    AGOQ_CHECK(version == 2 || version == 3, "R serialization: unsupported format version ", version);
+    if (version == 3) {
+      const int n = read_int();
+      need(size_t(std::max(n, 0)), "native encoding");
+      pos_ += size_t(n);
+    }
+    return read_item();
+  }
+
+ private:
+  std::string_view b_;
+  size_t pos_ = 0;
+  int depth_ = 0;
+  std::vector<RObjectPtr> refs_;
+
+  void need(size_t n, const char* what) {
+    AGOQ_CHECK(n <= b_.size() - pos_, "R serialization: stream ends inside ", what, " at byte ", pos_);
+  }
+  int32_t read_int() {
+    need(4, "an integer");
+    uint32_t v;
+    std::memcpy(&v, b_.data() + pos_, 4);
+    pos_ += 4;
+    if constexpr (std::endian::native == std::endian::little) v = __builtin_bswap32(v);
+    return int32_t(v);
+  }
+  double read_double() {
+    need(8, "a double");
+    uint64_t v;
+    std::memcpy(&v, b_.data() + pos_, 8);
+    pos_ += 8;
+    if constexpr (std::endian::native == std::endian::little) v = __builtin_bswap64(v);
+    return std::bit_cast<double>(v);
+  }
+  // Vector length (long vectors write -1 then two words); bounded by the bytes left, so corrupt lengths fail
+  // cleanly instead of allocating wildly.
+  size_t read_length(size_t min_elem_bytes) {
+    int64_t n = read_int();
+    if (n == -1) n = (int64_t(uint32_t(read_int())) << 32) | uint32_t(read_int());
+    AGOQ_CHECK(n >= 0 && uint64_t(n) * min_elem_bytes <= b_.size() - pos_, "R serialization: bad vector length ",
+               n, " at byte ", pos_);
+    return size_t(n);
+  }
+  std::string read_bytes(size_t n) {
+    need(n, "a string");
+    std::string s(b_.substr(pos_, n));
+    pos_ += n;
+    return s;
+  }
+
+  RObjectPtr read_item() { return read_item(read_int()); }
+
+  RObjectPtr read_item(int32_t flags) {
+    AGOQ_CHECK(++depth_ <= kMaxDepth, "R serialization: objects nested deeper than ", kMaxDepth);
+    RObjectPtr r = read_item_body(flags);
+    --depth_;
+    return r;
+  }
+
+  static std::shared_ptr<RObject> make(int type) {
+    auto o = std::make_shared<RObject>();
+    o->type = type;
+    return o;
+  }
+
+  RObjectPtr read_item_body(int32_t flags) {
+    const int type = flags & 0xFF, levels = int(uint32_t(flags) >> 12);
+    const bool has_attr = flags & (1 << 9);
+    switch (type) {
+      case kRNilValue: case kEmptyEnv: case kBaseEnv: case kGlobalEnv: case kUnbound: case kMissingArg:
+      case kBaseNamespace:
+        return make(type == kRNilValue ? kRNil : type);
+      case kRRef: {
+        int idx = int(uint32_t(flags) >> 8);
+        if (idx == 0) idx = read_int();
+        AGOQ_CHECK(idx >= 1 && size_t(idx) <= refs_.size(), "R serialization: reference ", idx, " out of range (",
+                   refs_.size(), " known)");
+        return refs_[size_t(idx) - 1];
+      }
+      case kPersist:
+        fail("R serialization: persistent references (type code ", type, ") are not supported");
+      case kRSym: {
+        auto s = make(kRSym);
+        s->text = read_item()->text;
+        refs_.push_back(s);
+        return s;
+      }
+      case kPackage: case kNamespace: {
+        auto s = make(type);
+        AGOQ_CHECK(read_int() == 0, "R serialization: named persistent string vectors are not supported");
+        const size_t n = read_length(4);
+        for (size_t i = 0; i < n; ++i) s->strings.push_back(read_item()->text);
+        refs_.push_back(s);
+        return s;
+      }
+      case kREnv: {
+        auto s = make(kREnv);
+        refs_.push_back(s);  // registered before its contents, which may refer back to it
+        read_int();          // locked
+        for (int i = 0; i < 3; ++i) s->items.push_back(read_item());  // enclosure, frame, hash table
+        s->attributes = read_item();
+        if (s->attributes->type == kRNil) s->attributes = nullptr;
+        return s;
+      }
+      case kRList: case kRLang: case kRClosure: case kRProm: case kRDot:
+        return read_pairlist(flags);
+      case kAltrep:
+        return read_altrep();
+      case kSpecial: case kBuiltin: {
+        auto s = make(type);
+        s->text = read_bytes(read_length(1));
+        return s;
+      }
+      case kRChar: {
+        auto s = make(kRChar);
+        const int32_t n = read_int();
+        if (n == -1) {
+          s->na = true;
+        } else {
+          AGOQ_CHECK(n >= 0, "R serialization: bad string length ", n, " at byte ", pos_);
+          s->text = read_bytes(size_t(n));
+          if (levels & (1 << 2)) s->text = latin1_to_utf8(s->text);  // LATIN1_MASK
+        }
+        return s;  // CHARSXPs never carry attributes
+      }
+      default:
+        break;
+    }
+    auto s = make(type);
+    switch (type) {
+      case kRLgl: case kRInt: {
+        const size_t n = read_length(4);
+        s->ints.resize(n);
+        for (auto& v : s->ints) v = read_int();
+        break;
+      }
+      case kRReal: case kRCplx: {
+        const size_t n = read_length(8) * (type == kRCplx ? 2 : 1);
+        need(n * 8, "a numeric vector");
+        s->reals.resize(n);
+        for (auto& v : s->reals) v = read_double();
+        break;
+      }
+      case kRStr: {
+        const size_t n = read_length(4);
+        s->strings.reserve(n);
+        for (size_t i = 0; i < n; ++i) {
+          RObjectPtr c = read_item();
+          AGOQ_CHECK(c->type == kRChar, "R serialization: character vector element has type code ", c->type);
+          s->strings.push_back(c->na ? std::nullopt : std::optional<std::string>(c->text));
+        }
+        break;
+      }
+      case kRVec: case kRExpr: {
+        const size_t n = read_length(4);
+        s->items.reserve(n);
+        for (size_t i = 0; i < n; ++i) s->items.push_back(read_item());
+        break;
+      }
+      case kRRaw:
+        s->raw = read_bytes(read_length(1));
+        break;
+      case kRS4:
+        break;  // only attributes
+      default:
+        fail("R serialization: unsupported object type code ", type, " at byte ", pos_);
+    }
+    if (has_attr) s->attributes = read_item();
+    return s;
+  }
+
+  // A pairlist is a chain of cells (attributes?, tag?, car, cdr); read it as a loop over the cdrs so long lists
+  // do not recurse.
+  RObjectPtr read_pairlist(int32_t flags) {
+    auto s = make(flags & 0xFF);
+    for (bool first = true;; first = false) {
+      const bool has_attr = flags & (1 << 9), has_tag = flags & (1 << 10);
+      if (has_attr) {
+        RObjectPtr a = read_item();
+        if (first) s->attributes = a;
+      }
+      s->tags.push_back(has_tag ? read_item()->text : std::string());
+      s->items.push_back(read_item());
+      flags = read_int();
+      const int t = flags & 0xFF;
+      if (t == kRNilValue) return s;
+      if (t != kRList && t != kRLang && t != kRClosure && t != kRProm && t != kRDot) {
+        s->tags.emplace_back();  // a dotted pair: keep the tail as a last, untagged element
+        s->items.push_back(read_item(flags));
+        return s;
+      }
+    }
+  }
+
+  // ALTREP objects carry (class info, state, attributes). The compact sequences R writes for 1:n and the wrapper
+  // classes are expanded; anything else is rejected by name.
+  RObjectPtr read_altrep() {
+    RObjectPtr info = read_item(), state = read_item(), attr = read_item();
+    const std::string cls = info->items.empty() ? std::string() : info->items[0]->text;
+    std::shared_ptr<RObject> s;
+    if (cls == "compact_intseq" || cls == "compact_realseq") {
+      const bool ints = cls == "compact_intseq";
+      AGOQ_CHECK(state->reals.size() == 3, "R serialization: bad ", cls, " state");
+      const auto n = int64_t(state->reals[0]);
+      const double n1 = state->reals[1], inc = state->reals[2];
+      AGOQ_CHECK(n >= 0 && n <= (int64_t(1) << 31), "R serialization: bad ", cls, " length ", n);
+      s = std::make_shared<RObject>();
+      s->type = ints ? kRInt : kRReal;
+      for (int64_t i = 0; i < n; ++i) {
+        if (ints) s->ints.push_back(int32_t(n1 + double(i) * inc));
+        else s->reals.push_back(n1 + double(i) * inc);
+      }
+    } else if (cls.rfind("wrap_", 0) == 0 && state->items.size() >= 1) {
+      s = std::make_shared<RObject>(*state->items[0]);
+    } else {
+      fail("R serialization: unsupported ALTREP class '", cls, "' (type code ", kAltrep, ")");
+    }
+    if (attr->type != kRNil) s->attributes = attr;
+    return s;
+  }
+};
+
+uint32_t read_be32(std::string_view b) {
+  uint32_t v;
+  std::memcpy(&v, b.data(), 4);
+  return std::endian::native == std::endian::little ? __builtin_bswap32(v) : v;
+}
+
+std::string gunzip(std::string_view in, std::string_view what) {
+  z_stream z{};
+  AGOQ_CHECK(inflateInit2(&z, 15 + 16) == Z_OK, what, ": zlib initialisation failed");
+  std::string out;
+  // The gzip trailer holds the uncompressed size mod 2^32: a good first guess.
+  uint32_t isize = 0;
+  for (size_t i = 0; i < 4 && in.size() >= 4; ++i) isize |= uint32_t(uint8_t(in[in.size() - 4 + i])) << (8 * i);
+  out.resize(std::max<size_t>(isize, 1 << 16));
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = uInt(in.size());
+  size_t have = 0;
+  int rc = Z_OK;
+  while (rc != Z_STREAM_END) {
+    if (have == out.size()) out.resize(out.size() * 2);
+    z.next_out = reinterpret_cast<Bytef*>(out.data() + have);
+    z.avail_out = uInt(out.size() - have);
+    rc = inflate(&z, Z_NO_FLUSH);
+    have = out.size() - z.avail_out;
+    if (rc != Z_OK && rc != Z_STREAM_END) {
+      inflateEnd(&z);
+      fail(what, ": corrupt gzip data (zlib error ", rc, ")");
+    }
+    if (rc == Z_OK && z.avail_in == 0 && z.avail_out != 0) {
+      inflateEnd(&z);
+      fail(what, ": gzip data ends early");
+    }
+  }
+  inflateEnd(&z);
+  out.resize(have);
+  return out;
+}
+
+std::string read_file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  AGOQ_CHECK(f, path, ": cannot open file");
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+double number_at(const RObject& o, size_t i) {
+  if (i < o.ints.size()) return o.ints[i];
+  if (i < o.reals.size()) return o.reals[i];
+  fail("R lazy-load index: expected a number at position ", i, " (object type code ", o.type, ")");
+}
+
+}  // namespace
+
+const RObject* RObject::attr(std::string_view name) const {
+  if (!attributes) return nullptr;
+  for (size_t i = 0; i < attributes->tags.size(); ++i)
+    if (attributes->tags[i] == name) return attributes->items[i].get();
+  return nullptr;
+}
+
+std::vector<std::string> RObject::names() const {
+  std::vector<std::string> out;
+  if (const RObject* n = attr("names"))
+    for (const auto& s : n->strings) out.push_back(s.value_or(""));
+  return out;
+}
+
+const RObject* RObject::get(std::string_view name) const {
+  if (!tags.empty()) {
+    for (size_t i = 0; i < tags.size(); ++i)
+      if (tags[i] == name) return items[i].get();
+    return nullptr;
+  }
+  const std::vector<std::string> n = names();
+  for (size_t i = 0; i < n.size() && i < items.size(); ++i)
+    if (n[i] == name) return items[i].get();
+  return nullptr;
+}
+
+RObjectPtr r_unserialize(std::string_view bytes) { return XdrReader(bytes).read_stream(); }
+
+std::string r_decompress(std::string_view b, std::string_view what) {
+  if (b.size() >= 2 && (unsigned char)b[0] == 0x1f && (unsigned char)b[1] == 0x8b) return gunzip(b, what);
+  if (b.size() >= 2 && b.substr(0, 2) == "X\n") return std::string(b);
+  if (b.size() >= 7 && (b.substr(0, 5) == "RDX2\n" || b.substr(0, 5) == "RDX3\n")) return std::string(b.substr(5));
+  AGOQ_CHECK(b.size() >= 5, what, ": too short for a compressed R object (", b.size(), " bytes)");
+  const uint32_t n = read_be32(b);
+  const unsigned char kind = (unsigned char)b[4];
+  if (kind == '0') return std::string(b.substr(5));  // stored uncompressed by the bzip2/xz writers
+  AGOQ_CHECK(kind != '2' && kind != 'Z', what, ": ", kind == '2' ? "bzip2" : "xz",
+             "-compressed R data is not supported (only zlib/gzip)");
+  std::string out(n, '\0');
+  uLongf len = n;
+  const int rc = uncompress(reinterpret_cast<Bytef*>(out.data()), &len,
+                            reinterpret_cast<const Bytef*>(b.data() + 4), uLong(b.size() - 4));
+  AGOQ_CHECK(rc == Z_OK && len == n, what, ": corrupt zlib data (zlib error ", rc, ", ", len, " of ", n,
+             " bytes)");
+  return out;
+}
+
+RLazyLoadDb::RLazyLoadDb(const std::string& path) : prefix_(path) {
+  for (const char* ext : {".rdx", ".rdb"})
+    if (prefix_.size() > 4 && prefix_.compare(prefix_.size() - 4, 4, ext) == 0) prefix_.resize(prefix_.size() - 4);
+  const std::string rdx = prefix_ + ".rdx";
+  const RObjectPtr index = r_unserialize(r_decompress(read_file_bytes(rdx), rdx));
+  const RObject* vars = index->get("variables");
+  AGOQ_CHECK(vars && vars->type == kRVec, rdx, ": not a lazy-load index (no 'variables' list)");
+  names_ = vars->names();
+  AGOQ_CHECK(names_.size() == vars->items.size(), rdx, ": 'variables' has ", vars->items.size(), " entries but ",
+             names_.size(), " names");
+  for (const RObjectPtr& v : vars->items)
+    spans_.emplace_back(uint64_t(number_at(*v, 0)), uint64_t(number_at(*v, 1)));
+  if (const RObject* c = index->get("compressed")) compression_ = int(number_at(*c, 0));
+  AGOQ_CHECK(compression_ >= 0 && compression_ <= 3, rdx, ": unknown compression code ", compression_);
+}
+
+bool RLazyLoadDb::contains(std::string_view name) const {
+  for (const auto& n : names_)
+    if (n == name) return true;
+  return false;
+}
+
+RObjectPtr RLazyLoadDb::load(std::string_view name) const {
+  const std::string rdb = prefix_ + ".rdb";
+  size_t i = 0;
+  while (i < names_.size() && names_[i] != name) ++i;
+  AGOQ_CHECK(i < names_.size(), prefix_, ".rdx: no object named '", name, "'");
+  const auto [offset, length] = spans_[i];
+  std::ifstream f(rdb, std::ios::binary);
+  AGOQ_CHECK(f, rdb, ": cannot open file");
+  std::string blob(length, '\0');
+  f.seekg(std::streamoff(offset));
+  f.read(blob.data(), std::streamsize(length));
+  AGOQ_CHECK(f && size_t(f.gcount()) == length, rdb, ": object '", name, "' at offset ", offset, " (", length,
+             " bytes) lies past the end of the file");
+  const std::string what = rdb + " object '" + std::string(name) + "'";
+  if (compression_ == 0) return r_unserialize(blob);
+  try {
+    return r_unserialize(r_decompress(blob, what));
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).rfind(what, 0) == 0) throw;
+    fail(what, ": ", e.what());
+  }
+}
+
+std::vector<std::string> RLazyLoadDb::load_strings(std::string_view name) const {
+  const RObjectPtr o = load(name);
+  AGOQ_CHECK(o->type == kRStr, prefix_, ".rdb object '", name, "' is not a character vector (type code ", o->type,
+             ")");
+  std::vector<std::string> out;
+  out.reserve(o->strings.size());
+  for (const auto& s : o->strings) out.push_back(s.value_or(""));
+  return out;
+}
+
+}  // namespace agoq

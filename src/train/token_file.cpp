@@ -1,0 +1,159 @@
+#include "train/token_file.h"
+
+#include <bit>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace agoq {
+
+// Token payloads are stored little-endian and read with memcpy; agoq targets little-endian x86/ARM hosts.
+static_assert(std::endian::native == std::endian::little, "token files assume a little-endian host");
+
+namespace {
+
+void put_le(unsigned char* p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+uint64_t get_le(const unsigned char* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= uint64_t(p[i]) << (8 * i);
+  return v;
+}
+
+// Layout: magic[8] version@8 vocab@12 dtype@16 reserved@20 count@24 checksum@32.
+void header_encode(const TokenFileHeader& h, unsigned char* b) {
+  std::memcpy(b, kTokenFileMagic, 8);
+  put_le(b + 8, h.version, 4);
+  put_le(b + 12, h.vocab_size, 4);
+  put_le(b + 16, h.dtype, 4);
+  put_le(b + 20, 0, 4);
+  put_le(b + 24, h.count, 8);
+  put_le(b + 32, h.checksum, 8);
+}
+
+constexpr size_t kChunkTokens = 1 << 20;
+
+}  // namespace
+
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+uint32_t token_dtype_for_vocab(uint32_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
+
+void token_file_write(const std::string& path, std::span<const int32_t> tokens, uint32_t vocab_size) {
+  AGOQ_CHECK(vocab_size > 0, "token file ", path, ": vocab size must be positive");
+  TokenFileHeader h{.version = kTokenFileVersion, .vocab_size = vocab_size, .dtype = token_dtype_for_vocab(vocab_size),
+                    .count = tokens.size(), .checksum = 0};
+  const std::string tmp = path + ".tmp";
+  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+  AGOQ_CHECK(f, "token file ", path, ": cannot create ", tmp);
+  unsigned char header[kTokenFileHeaderBytes];
+  header_encode(h, header);
+  f.write(reinterpret_cast<const char*>(header), sizeof header);  // rewritten below with the checksum
+  // Convert and hash in chunks so writing never doubles the token memory.
+  std::vector<unsigned char> buf(kChunkTokens * h.dtype);
+  uint64_t sum = fnv1a64(nullptr, 0);
+  for (size_t i0 = 0; i0 < tokens.size(); i0 += kChunkTokens) {
+    const size_t n = std::min(kChunkTokens, tokens.size() - i0);
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t t = tokens[i0 + i];
+      if (t < 0 || uint32_t(t) >= vocab_size) {
+        f.close();
+        std::filesystem::remove(tmp);
+        fail("token file ", path, ": token ", t, " at position ", i0 + i, " is outside the vocabulary (size ",
+             vocab_size, ")");
+      }
+      if (h.dtype == 2) {
+        const auto v = uint16_t(t);
+        std::memcpy(&buf[i * 2], &v, 2);
+      } else {
+        std::memcpy(&buf[i * 4], &t, 4);
+      }
+    }
+    sum = fnv1a64(buf.data(), n * h.dtype, sum);
+    f.write(reinterpret_cast<const char*>(buf.data()), std::streamsize(n * h.dtype));
+  }
+  h.checksum = sum;
+  header_encode(h, header);
+  f.seekp(0);
+  f.write(reinterpret_cast<const char*>(header), sizeof header);
+  f.close();
+  if (!f) {
+    std::filesystem::remove(tmp);
+    fail("token file ", path, ": write failed (disk full?)");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  AGOQ_CHECK(!ec, "token file ", path, ": rename from ", tmp, " failed: ", ec.message());
+}
+
+TokenFileHeader token_file_read_header(const std::string& path) {
+  std::error_code ec;
+  AGOQ_CHECK(std::filesystem::is_regular_file(path, ec), "token file ", path, ": no such file");
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  AGOQ_CHECK(!ec, "token file ", path, ": cannot stat: ", ec.message());
+  std::ifstream f(path, std::ios::binary);
+  AGOQ_CHECK(f, "token file ", path, ": cannot open");
+  AGOQ_CHECK(size >= kTokenFileHeaderBytes, "token file ", path, ": short header (", size, " bytes, need ",
+             kTokenFileHeaderBytes, ")");
+  unsigned char b[kTokenFileHeaderBytes];
+  f.read(reinterpret_cast<char*>(b), sizeof b);
+  AGOQ_CHECK(f, "token file ", path, ": cannot read header");
+  AGOQ_CHECK(std::memcmp(b, kTokenFileMagic, 8) == 0, "token file ", path,
+             ": wrong magic (not an agoq token file; expected \"AGOQTOK\")");
+  TokenFileHeader h{.version = uint32_t(get_le(b + 8, 4)), .vocab_size = uint32_t(get_le(b + 12, 4)),
+                    .dtype = uint32_t(get_le(b + 16, 4)), .count = get_le(b + 24, 8), .checksum = get_le(b + 32, 8)};
+  AGOQ_CHECK(h.version == kTokenFileVersion, "token file ", path, ": unsupported version ", h.version,
+             " (this build reads version ", kTokenFileVersion, ")");
+  AGOQ_CHECK(h.dtype == 2 || h.dtype == 4, "token file ", path, ": unsupported token dtype ", h.dtype,
+             " (expected 2 = uint16 or 4 = uint32)");
+  AGOQ_CHECK(h.vocab_size > 0, "token file ", path, ": vocab size is 0");
+  AGOQ_CHECK(h.dtype == 4 || h.vocab_size <= 65536, "token file ", path, ": vocab size ", h.vocab_size,
+             " does not fit uint16 tokens");
+  const uint64_t payload = size - kTokenFileHeaderBytes;
+  AGOQ_CHECK(h.count <= payload / h.dtype, "token file ", path, ": truncated payload (header says ", h.count,
+             " tokens = ", h.count * h.dtype, " bytes, file has ", payload, " bytes after the header)");
+  AGOQ_CHECK(h.count * h.dtype == payload, "token file ", path, ": size mismatch (header says ", h.count,
+             " tokens = ", h.count * h.dtype, " bytes, file has ", payload, " bytes after the header)");
+  return h;
+}
+
+void token_file_read_payload(const std::string& path, const TokenFileHeader& h, void* dst) {
+  std::ifstream f(path, std::ios::binary);
+  AGOQ_CHECK(f, "token file ", path, ": cannot open");
+  f.seekg(std::streamoff(kTokenFileHeaderBytes));
+  auto* out = static_cast<char*>(dst);
+  const uint64_t total = h.count * h.dtype;
+  uint64_t sum = fnv1a64(nullptr, 0);
+  for (uint64_t done = 0; done < total;) {
+    const uint64_t n = std::min<uint64_t>(total - done, kChunkTokens * 4);
+    f.read(out + done, std::streamsize(n));
+    AGOQ_CHECK(f, "token file ", path, ": read failed at byte ", kTokenFileHeaderBytes + done);
+    sum = fnv1a64(out + done, n, sum);
+    done += n;
+  }
+  AGOQ_CHECK(sum == h.checksum, "token file ", path, ": checksum mismatch (header ", h.checksum, ", data ", sum,
+             "): the file is corrupt");
+}
+
+std::vector<int32_t> token_file_read(const std::string& path, TokenFileHeader* header) {
+  const TokenFileHeader h = token_file_read_header(path);
+  std::vector<int32_t> out(h.count);
+  if (h.dtype == 4) {
+    token_file_read_payload(path, h, out.data());
+  } else {
+    std::vector<uint16_t> raw(h.count);
+    token_file_read_payload(path, h, raw.data());
+    std::copy(raw.begin(), raw.end(), out.begin());
+  }
+  if (header) *header = h;
+  return out;
+}
+
+}  // namespace agoq

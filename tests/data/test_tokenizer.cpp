@@ -1,0 +1,103 @@
+#include <gtest/gtest.h>
+
+#include "tests/data/data_test_util.h"
+#include "train/tokenizer.h"
+
+namespace agoq {
+
+using namespace agoq::data_test;
+
+namespace {
+
+// One small model shared by the tests (training takes a moment).
+const Tokenizer& small_tokenizer() {
+  static const Tokenizer tok = Tokenizer::train(synthetic_text(3000), {.vocab_size = 400});
+  return tok;
+}
+
+}  // namespace
+
+TEST(Tokenizer, TrainsRequestedVocabWithStandardSpecials) {
+  const Tokenizer& tok = small_tokenizer();
+  EXPECT_EQ(tok.vocab_size(), 400);
+  EXPECT_EQ(tok.unk_id(), 0);
+  EXPECT_EQ(tok.bos_id(), 1);
+  EXPECT_EQ(tok.eos_id(), 2);
+  EXPECT_EQ(tok.piece(3), "<0x00>");  // byte fallback pieces follow the specials
+  EXPECT_EQ(tok.piece_id("<0x41>"), 3 + 0x41);
+  EXPECT_GT(tok.piece_id("\xE2\x96\x81the"), 258);  // "▁the" was learned
+  EXPECT_EQ(tok.piece_id("no-such-piece"), -1);
+  // Learned merges compress text of the same kind well below one token per byte.
+  const std::string sample = synthetic_text(50, 99);
+  EXPECT_LT(tok.encode(sample).size(), sample.size() / 2);
+}
+
+TEST(Tokenizer, RoundTripsArbitraryUtf8) {
+  const Tokenizer& tok = small_tokenizer();
+  const std::vector<std::string> texts = {
+      "It is a truth universally acknowledged, that a single man in possession of a good fortune.",
+      "  leading,   repeated\tand trailing whitespace  \n\n\nblank lines\r\n",
+      "emoji \xF0\x9F\x8E\x89\xF0\x9F\xA6\x80, CJK \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E, accents \xC3\xA9\xC3\xA0\xC3\xBC",
+      "ZWJ family \xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 and numbers 1234567890",
+      "",
+      " ",
+      "\n",
+  };
+  for (const std::string& s : texts) {
+    const std::vector<int32_t> ids = tok.encode(s);
+    EXPECT_EQ(tok.decode(ids), s) << s;
+    for (int32_t id : ids) {
+      EXPECT_GE(id, 3);  // never unk/bos/eos
+      EXPECT_LT(id, tok.vocab_size());
+    }
+  }
+  // Unseen characters fall back to their UTF-8 bytes.
+  const auto ids = tok.encode("\xF0\x9F\x8E\x89");
+  ASSERT_EQ(ids.size(), 4u);
+  EXPECT_EQ(tok.piece(ids[0]), "<0xF0>");
+}
+
+TEST(Tokenizer, ChunkedEncodingEqualsWholeText) {
+  const Tokenizer& tok = small_tokenizer();
+  const std::string text = synthetic_text(12000, 5);  // several encode chunks
+  ASSERT_GT(text.size(), 600000u);
+  const auto whole = tok.encode(text);
+  const size_t cut = text.find('\n', text.size() / 3) + 1;
+  auto parts = tok.encode(std::string_view(text).substr(0, cut));
+  const auto rest = tok.encode(std::string_view(text).substr(cut));
+  parts.insert(parts.end(), rest.begin(), rest.end());
+  EXPECT_EQ(whole, parts);
+  EXPECT_EQ(tok.decode(whole), text);
+}
+
+TEST(Tokenizer, TrainingIsDeterministicAndSaveLoadRoundTrips) {
+  const std::string text = synthetic_text(1500, 9);
+  const Tokenizer a = Tokenizer::train(text, {.vocab_size = 320});
+  const Tokenizer b = Tokenizer::train(text, {.vocab_size = 320});
+  EXPECT_EQ(a.serialized(), b.serialized());
+  const fs::path p = data_test_dir("tok") / "tokenizer.model";
+  a.save(p);
+  const Tokenizer c = Tokenizer::load(p);
+  EXPECT_EQ(c.serialized(), a.serialized());
+  EXPECT_EQ(c.encode(text), a.encode(text));
+  // max_bytes trains on a prefix only (a different, still valid model).
+  const Tokenizer d = Tokenizer::train(text, {.vocab_size = 320, .max_bytes = 20000});
+  EXPECT_NE(d.serialized(), a.serialized());
+  EXPECT_EQ(d.decode(d.encode(text)), text);
+}
+
+TEST(Tokenizer, ErrorsNameTheModel) {
+  const fs::path d = data_test_dir("tok_err");
+  expect_error([&] { Tokenizer::load((d / "missing.model").string()); }, {"missing.model", "cannot open"});
+  file_put(d / "corrupt.model", "this is not a protobuf \xff\xff\xff\xff");
+  expect_error([&] { Tokenizer::load((d / "corrupt.model").string()); },
+               {"corrupt.model", "not a valid SentencePiece model"});
+  expect_error([&] { Tokenizer::train("some text", {.vocab_size = 100}); }, {"vocab size 100"});
+  expect_error([&] { Tokenizer::train(" \n\n ", {.vocab_size = 300}); }, {"empty"});
+  const Tokenizer& tok = small_tokenizer();
+  expect_error([&] { tok.decode(std::vector<int32_t>{5, 400}); }, {"400", "outside the vocabulary"});
+  expect_error([&] { tok.piece(-1); }, {"-1"});
+  expect_error([] { Tokenizer().encode("x"); }, {"no model loaded"});
+}
+
+}  // namespace agoq
