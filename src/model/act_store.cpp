@@ -30,9 +30,8 @@ float* ActivationStore::fp32_data(int layer, ActSlot s) {
 void ActivationStore::save_rows(int layer, ActSlot s, size_t r0, size_t rows, const float* src) {
   if (!stored(layer, s)) return;
   QuantizedTensor& t = tensors_[layer][int(s)];
-  const QuantSeed seed{seed_, uint64_t(layer) * kActSlotCount + uint64_t(s)};
   if (is_fp32(layer, s) && src == fp32_data(layer, s) + r0 * t.cols()) return;
-  nonfinite_ += quant_encode_rows(t.format(), src, r0, rows, t.cols(), t.view(), seed).nonfinite;
+  nonfinite_ += quant_encode_rows(t.format(), src, r0, rows, t.cols(), t.view(), slot_seed(layer, s)).nonfinite;
 }
 
 const float* ActivationStore::load_rows(int layer, ActSlot s, size_t r0, size_t rows, float* buf) const {

@@ -40,6 +40,10 @@ class ActivationStore {
   // Rows [r0, r0 + rows) as fp32: a pointer into the tensor for fp32 slots, else decoded into buf.
   const float* load_rows(int layer, ActSlot s, size_t r0, size_t rows, float* buf) const;
 
+  // The stored tensor and the stochastic-rounding key of a slot (tests compare against whole-tensor encodes).
+  const QuantizedTensor& tensor(int layer, ActSlot s) const { return tensors_[layer][int(s)]; }
+  QuantSeed slot_seed(int layer, ActSlot s) const { return {seed_, uint64_t(layer) * kActSlotCount + uint64_t(s)}; }
+
   // Bytes held by stored tensors, by slot class, and the non-finite values seen while encoding (reset on read).
   size_t stored_bytes(bool attention) const;
   size_t take_nonfinite_count();
