@@ -1,0 +1,62 @@
+// Checkpoints: a directory Hugging Face's LlamaForCausalLM.from_pretrained() can load, plus training state.
+//   config.json            HF LlamaConfig
+//   model.safetensors      weights under HF names (model.layers.{i}.self_attn.q_proj.weight, ...), F32
+//   optimizer.safetensors  arbitrary named F32 tensors (e.g. "adam.m.<param name>")
+//   trainer.json           {"format", "step", "commit", "config", "trainer": <the trainer's JSON>}
+// Saving writes every file as *.tmp (fsynced), removes the old trainer.json, renames the others into place and
+// renames trainer.json last: it is the commit marker. Its "commit" id is also stored in both safetensors
+// headers and its "config" must equal config.json, so a save interrupted at any point is refused on load
+// instead of mixing two checkpoints. See docs/checkpoint-format.md.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/config.h"
+
+namespace agoq {
+
+// A named float32 tensor in caller memory (read on save, filled on load).
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  float* data;
+};
+using NamedTensors = std::vector<NamedTensor>;
+
+// HF config.json for a config. bos/eos ids are written only when given.
+nlohmann::json config_to_hf_json(const LlamaConfig& c, std::optional<int> bos_token_id = {},
+                                 std::optional<int> eos_token_id = {});
+// Parses an HF LlamaConfig (missing required keys are all named in one error; features agoq lacks, e.g.
+// rope_scaling or attention_bias, are refused) and validates it.
+LlamaConfig config_from_hf_json(const nlohmann::json& j);
+
+// Every weight in HF order with its shape ([out, in] for projections); lm_head.weight only when untied.
+std::vector<std::pair<std::string, std::vector<int64_t>>> llama_param_names(const LlamaConfig& c);
+
+// What trainer.json says, after the whole checkpoint has been checked for consistency.
+struct CheckpointMeta {
+  LlamaConfig config;
+  int64_t step = 0;
+  std::string commit;
+  nlohmann::json trainer;                   // as given to checkpoint_save
+  std::vector<std::string> optimizer_names;  // tensors in optimizer.safetensors, sorted
+};
+
+// Saves a checkpoint into dir (created if needed). `weights` must be exactly llama_param_names(config) (any
+// order); `optimizer` is free-form. Throws agoq::Error; an interrupted save never loads as valid.
+void checkpoint_save(const std::string& dir, const LlamaConfig& config, const NamedTensors& weights,
+                     const NamedTensors& optimizer, const nlohmann::json& trainer, int64_t step);
+
+// Reads config + trainer state and checks that all four files belong to the same completed save (headers only).
+CheckpointMeta checkpoint_inspect(const std::string& dir);
+
+// Loads into caller memory. The checkpoint's config must equal `config`; its weights must be exactly `weights`
+// (names and shapes). `optimizer` empty skips the optimizer state; otherwise it must match the file's set exactly.
+CheckpointMeta checkpoint_load(const std::string& dir, const LlamaConfig& config, const NamedTensors& weights,
+                               const NamedTensors& optimizer);
+
+}  // namespace agoq
