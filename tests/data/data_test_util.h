@@ -7,19 +7,32 @@
 #include <initializer_list>
 #include <string>
 
+#include <unistd.h>
+
 #include "core/error.h"
 
 namespace agoq::data_test {
 
 namespace fs = std::filesystem;
 
-// A fresh, empty folder per test under the system temp dir.
+// A fresh, empty folder per test (and process, so parallel test runs never share one) under the system temp dir.
 inline fs::path data_test_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("agoq_test_data_" + name);
+  fs::path d = fs::temp_directory_path() / ("agoq_test_data_" + std::to_string(getpid()) + "_" + name);
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
 }
+
+// Removes this process's test folders when the test binary exits.
+struct DataTestCleanup {
+  ~DataTestCleanup() {
+    const std::string prefix = "agoq_test_data_" + std::to_string(getpid()) + "_";
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec))
+      if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove_all(e.path(), ec);
+  }
+};
+inline DataTestCleanup data_test_cleanup;
 
 inline std::string file_bytes(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
