@@ -1,0 +1,98 @@
+// The precision-preserving 8-bit all-reduce of AGoQ (docs/comm.md): all-to-all of INT8 shards, a full-precision
+// local sum in fixed rank order, one requantization, all-gather. Every value is quantized at most twice whatever the
+// number of ranks. The gradient format is quant/grad_q8.h's (INT8 symmetric, one fp32 scale per block of B values).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/memory.h"
+
+namespace agoq {
+
+struct CommQ8Options {
+  int block = 256;                     // B: values per scale
+  bool average = false;                // divide the sum by the number of ranks
+  size_t fallback_bytes = 64 << 10;    // tensors of fewer fp32 bytes go through a plain fp32 all-reduce (exact)
+};
+
+// [begin, end) of one rank's shard.
+struct CommShard {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+};
+
+// Shard `rank` of `nranks` over n values: the ceil(n / B) blocks are dealt out as evenly as possible (the first
+// ranks get one more), so every boundary is a multiple of B and only the last shard may end in a short block.
+// The sharded optimizer (ZeRO-1) uses this same partition.
+CommShard comm_shard_range(size_t n, int nranks, int rank, int block = 256);
+
+// Byte layout of the N messages of one call: message k carries shard k as its codes (64-byte padded) followed by
+// its fp32 block scales. The same layout serves the all-to-all (message k goes to rank k) and the all-gather
+// (message k comes from rank k).
+struct CommQ8Plan {
+  size_t n = 0;
+  int nranks = 1, block = 256;
+  std::vector<CommShard> shards;
+  std::vector<size_t> msg_offset, msg_bytes;  // per shard
+  size_t total_bytes = 0;
+  size_t scales_offset(int k) const;          // within message k
+};
+CommQ8Plan comm_q8_plan(size_t n, int nranks, int block);
+
+// Seconds spent in each phase of the last call (the all-to-all and all-gather include waiting for slower ranks).
+struct CommQ8Times {
+  double quantize = 0, alltoall = 0, reduce = 0, allgather = 0, dequantize = 0;
+  double total() const { return quantize + alltoall + reduce + allgather + dequantize; }
+};
+
+// Persistent buffers of the collective (MemCategory::communication). They grow to the largest call and are reused,
+// so a training loop allocates once. Not thread-safe: one workspace per thread that calls the collective.
+class CommQ8Workspace {
+ public:
+  const CommQ8Plan& plan(size_t n, int nranks, int block);  // cached for repeated shapes
+  uint8_t* msgs(size_t bytes);                              // send (all-to-all) = receive (all-gather) buffer
+  uint8_t* recv(size_t bytes);                              // all-to-all receive buffer
+  float* scratch(size_t floats);                            // per-thread chunks of the reduce step
+  CommQ8Times times;
+
+ private:
+  CommQ8Plan plan_;
+  Buffer<uint8_t> msgs_, recv_;
+  Buffer<float> scratch_;
+};
+
+// ---- the collective ----
+
+// out = sum (or mean) over ranks of in, n values on every rank; in == out is allowed. With one rank out = in
+// exactly; below opts.fallback_bytes an exact fp32 all-reduce. Deterministic: the same inputs give the same bits.
+void comm_allreduce_q8(Communicator& comm, CommQ8Workspace& ws, const float* in, float* out, size_t n,
+                       const CommQ8Options& opts = {});
+// The same reduction, kept in 8 bits for a caller that stores 8-bit gradients: codes[0..n) and
+// scales[0..grad_q8_blocks(n, B)) in the grad_q8 layout of the whole tensor (shard boundaries are block
+// boundaries). No fp32 fallback here: small tensors take the same path.
+void comm_allreduce_q8_codes(Communicator& comm, CommQ8Workspace& ws, const float* in, size_t n, int8_t* codes,
+                             float* scales, const CommQ8Options& opts = {});
+// Steps 1-3 only, for the sharded optimizer: out_shard (comm_shard_range(n, N, rank).size() values) receives this
+// rank's reduced fp32 shard (quantized once); returns its range. Below the fallback size, an exact fp32
+// reduce-scatter.
+CommShard comm_reduce_scatter_q8(Communicator& comm, CommQ8Workspace& ws, const float* in, size_t n,
+                                 float* out_shard, const CommQ8Options& opts = {});
+
+// ---- the steps (the collective above is these plus the two exchanges; tests also run them for logical ranks) ----
+
+// Step 1: quantizes each shard of in[0..n) into its message in msgs (plan.total_bytes).
+void comm_q8_quantize_shards(const CommQ8Plan& plan, const float* in, uint8_t* msgs);
+// Step 3: `received` holds N messages of shard k (from ranks 0..N-1, plan.msg_bytes[k] each, back to back). Sums
+// them in rank order in fp32 (divides by N if average) in one cache-blocked pass, writing the fp32 shard to out_f32
+// and/or its requantized message to out_msg (either may be null). `scratch`: comm_q8_scratch_floats(plan) floats.
+void comm_q8_reduce_shard(const CommQ8Plan& plan, int k, const uint8_t* received, bool average, float* out_f32,
+                          uint8_t* out_msg, float* scratch);
+size_t comm_q8_scratch_floats(const CommQ8Plan& plan);
+// Step 4: dequantizes all N messages of msgs into out[0..n).
+void comm_q8_dequantize_shards(const CommQ8Plan& plan, const uint8_t* msgs, float* out);
+// Step 4, 8-bit output: copies the messages' codes and scales into the whole tensor's grad_q8 layout.
+void comm_q8_unpack_shards(const CommQ8Plan& plan, const uint8_t* msgs, int8_t* codes, float* scales);
+
+}  // namespace agoq
