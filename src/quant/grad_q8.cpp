@@ -74,15 +74,20 @@ size_t block_avx2(const float* x, size_t n, int8_t* codes, float* scale, const Q
     return Acc ? _mm256_fmadd_ps(load_codes8(codes + j), vold, v) : v;
   };
   auto y1 = [&](size_t j) { return Acc ? std::fma(float(codes[j]), old, x[j]) : x[j]; };
-  __m256 vmax = _mm256_setzero_ps(), vbad = _mm256_setzero_ps();
+  // Two independent accumulators each: a single chain would be bound by the max/fma latency, not by loads.
+  __m256 max0 = _mm256_setzero_ps(), max1 = max0, bad0 = max0, bad1 = max0;
   size_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const __m256 v = y8(j);
-    vmax = _mm256_max_ps(vmax, simd::abs8(v));
-    vbad = _mm256_or_ps(vbad, simd::nonfinite8(v));
+  for (; j + 16 <= n; j += 16) {
+    const __m256 v0 = y8(j), v1 = y8(j + 8);
+    max0 = _mm256_max_ps(max0, simd::abs8(v0)), bad0 = simd::nonfinite_acc8(bad0, v0);
+    max1 = _mm256_max_ps(max1, simd::abs8(v1)), bad1 = simd::nonfinite_acc8(bad1, v1);
   }
-  float amax = simd::hmax8(vmax);
-  bool bad = _mm256_movemask_ps(vbad) != 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v0 = y8(j);
+    max0 = _mm256_max_ps(max0, simd::abs8(v0)), bad0 = simd::nonfinite_acc8(bad0, v0);
+  }
+  float amax = simd::hmax8(_mm256_max_ps(max0, max1));
+  bool bad = simd::any_nan8(_mm256_add_ps(bad0, bad1));
   for (; j < n; ++j) {
     const float v = y1(j);
     bad |= !std::isfinite(v);
@@ -91,17 +96,20 @@ size_t block_avx2(const float* x, size_t n, int8_t* codes, float* scale, const Q
   if (bad) return block_scalar<Acc, Stoch>(x, n, codes, scale, seed, first);  // rare: count and mark
   const BlockParams p = block_params(amax);
   const __m256 pre = _mm256_set1_ps(p.pre), inv = _mm256_set1_ps(p.inv);
-  const __m256 lo = _mm256_set1_ps(-127.f), hi = _mm256_set1_ps(127.f);
   alignas(32) float tmp[kQuantUniformMax + 64];
   for (size_t j0 = 0; j0 < n; j0 += kQuantUniformMax) {
     const size_t m = std::min(kQuantUniformMax, n - j0);
     const float* r = Stoch ? quant_uniforms(seed, first + j0, m, tmp, true) : nullptr;
-    for (j = j0; j + 8 <= j0 + m; j += 8) {
-      const __m256 v = _mm256_mul_ps(y8(j), pre);
-      __m256 t = Stoch ? _mm256_floor_ps(_mm256_fmadd_ps(v, inv, _mm256_loadu_ps(r + (j - j0))))
-                       : _mm256_round_ps(_mm256_mul_ps(v, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      t = _mm256_min_ps(_mm256_max_ps(t, lo), hi);
-      simd::pack8<8>(_mm256_cvttps_epi32(t), reinterpret_cast<uint8_t*>(codes + j));
+    // Codes before clamping; pack32_i8 clamps to [-127, 127] exactly like quantize_one.
+    auto code8 = [&](size_t k) {
+      const __m256 v = _mm256_mul_ps(y8(k), pre);
+      return _mm256_cvttps_epi32(Stoch ? _mm256_floor_ps(_mm256_fmadd_ps(v, inv, _mm256_loadu_ps(r + (k - j0))))
+                                       : _mm256_round_ps(_mm256_mul_ps(v, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    };
+    for (j = j0; j + 32 <= j0 + m; j += 32) {
+      // All four are computed before the store: with Acc they read the codes being overwritten.
+      const __m256i a = code8(j), b = code8(j + 8), c = code8(j + 16), d = code8(j + 24);
+      simd::pack32_i8(a, b, c, d, codes + j);
     }
     for (; j < j0 + m; ++j) codes[j] = quantize_one<Stoch>(y1(j), p, Stoch ? r[j - j0] : 0.f);
   }

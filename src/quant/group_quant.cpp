@@ -108,43 +108,81 @@ void decode_group_scalar(const uint8_t* codes, size_t n, float scale, float offs
 }
 
 #if AGOQ_QUANT_AVX2
-template <int B, bool Stoch>
-QuantStatus encode_group_avx2(const float* x, size_t n, bool sym, const float* r, uint8_t* codes, uint16_t* scale,
-                              float* min) {
-  // Pass 1 (min, max, non-finite) and pass 2 (quantize + pack) read the same G values; the second pass hits L1.
-  __m256 vlo = _mm256_set1_ps(INFINITY), vhi = _mm256_set1_ps(-INFINITY), vbad = _mm256_setzero_ps();
+struct GroupStats {
+  float lo, hi;
+  bool bad;
+};
+
+// Pass 1: min, max and non-finite over one group. Two accumulators each (one chain would be bound by the
+// min/max/fma latency, not by loads); named variables, as arrays of vectors may be kept on the stack.
+inline GroupStats group_stats_avx2(const float* x, size_t n) {
+  const __m256 inf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
+  __m256 lo0 = inf, lo1 = inf, hi0 = ninf, hi1 = ninf, bad0 = _mm256_setzero_ps(), bad1 = _mm256_setzero_ps();
   size_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m256 v0 = _mm256_loadu_ps(x + j), v1 = _mm256_loadu_ps(x + j + 8);
+    lo0 = _mm256_min_ps(lo0, v0), hi0 = _mm256_max_ps(hi0, v0), bad0 = simd::nonfinite_acc8(bad0, v0);
+    lo1 = _mm256_min_ps(lo1, v1), hi1 = _mm256_max_ps(hi1, v1), bad1 = simd::nonfinite_acc8(bad1, v1);
+  }
   for (; j + 8 <= n; j += 8) {
-    const __m256 v = _mm256_loadu_ps(x + j);
-    vlo = _mm256_min_ps(vlo, v), vhi = _mm256_max_ps(vhi, v);
-    vbad = _mm256_or_ps(vbad, simd::nonfinite8(v));
+    const __m256 v0 = _mm256_loadu_ps(x + j);
+    lo0 = _mm256_min_ps(lo0, v0), hi0 = _mm256_max_ps(hi0, v0), bad0 = simd::nonfinite_acc8(bad0, v0);
   }
-  float lo = simd::hmin8(vlo), hi = simd::hmax8(vhi);
-  bool bad = _mm256_movemask_ps(vbad) != 0;
+  GroupStats st{simd::hmin8(_mm256_min_ps(lo0, lo1)), simd::hmax8(_mm256_max_ps(hi0, hi1)),
+                simd::any_nan8(_mm256_add_ps(bad0, bad1))};
   for (; j < n; ++j) {
-    bad |= !std::isfinite(x[j]);
-    lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
+    st.bad |= !std::isfinite(x[j]);
+    st.lo = std::min(st.lo, x[j]), st.hi = std::max(st.hi, x[j]);
   }
-  GroupParams p;
-  if (bad || !group_params<true>(B, sym, lo + 0.f, hi + 0.f, p)) return mark_bad_group(x, n, B, codes, scale, min);
-  const float qmax = float((1 << B) - 1);
-  const __m256 off = _mm256_set1_ps(p.offset), inv = _mm256_set1_ps(p.inv), vmax = _mm256_set1_ps(qmax);
-  const __m256 zero = _mm256_setzero_ps();
-  for (j = 0; j + 8 <= n; j += 8) {
-    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + j), off);
-    __m256 t = Stoch ? _mm256_floor_ps(_mm256_fmadd_ps(d, inv, _mm256_loadu_ps(r + j)))
-                     : _mm256_round_ps(_mm256_mul_ps(d, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    t = _mm256_min_ps(_mm256_max_ps(t, zero), vmax);
-    simd::pack8<B>(_mm256_cvttps_epi32(t), codes + j / 8 * B);
-  }
-  if (j < n) {
-    uint8_t q[8];
+  return st;
+}
+
+// Pass 2: quantize and pack one group (its values are still in L1 from pass 1).
+template <int B, bool Stoch>
+void quantize_group_avx2(const float* x, size_t n, const GroupParams& p, const float* r, uint8_t* codes) {
+  const __m256 off = _mm256_set1_ps(p.offset), inv = _mm256_set1_ps(p.inv);
+  // Codes before clamping; pack32 clamps to [0, 2^B - 1] exactly like quantize_one.
+  auto code8 = [&](size_t k) {
+    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + k), off);
+    return _mm256_cvttps_epi32(Stoch ? _mm256_floor_ps(_mm256_fmadd_ps(d, inv, _mm256_loadu_ps(r + k)))
+                                     : _mm256_round_ps(_mm256_mul_ps(d, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  };
+  size_t j = 0;
+  for (; j + 32 <= n; j += 32) simd::pack32<B>(code8(j), code8(j + 8), code8(j + 16), code8(j + 24), codes + j / 8 * B);
+  if (j < n) {  // the short last group of a row whose length is not a multiple of 32
+    uint8_t q[32];
+    const float qmax = float((1 << B) - 1);
     for (size_t k = j; k < n; ++k) q[k - j] = quantize_one<Stoch>(x[k], p, qmax, Stoch ? r[k] : 0.f);
     pack_scalar<B>(q, n - j, codes + j / 8 * B);
   }
-  *scale = p.h;
-  if (min) *min = p.offset;
-  return {};
+}
+
+// Software-pipelined over groups: the next group's pass 1 is issued while the current group's scale (a chain of
+// divisions and fp16 conversions, ~50 cycles) resolves, so the out-of-order core overlaps them.
+template <int B, bool Stoch>
+QuantStatus encode_row_avx2(const QuantFormat& f, const float* x, size_t cols, const QuantView& row,
+                            const QuantSeed& seed, uint64_t first) {
+  QuantStatus st;
+  alignas(32) float tmp[kQuantUniformMax + 64];
+  const size_t G = size_t(f.group);
+  GroupStats next = cols ? group_stats_avx2(x, std::min(G, cols)) : GroupStats{};
+  for (size_t g = 0, c = 0; c < cols; ++g, c += G) {
+    const size_t n = std::min(G, cols - c);
+    const GroupStats cur = next;
+    GroupParams p;
+    const bool ok = !cur.bad && group_params<true>(B, f.symmetric, cur.lo + 0.f, cur.hi + 0.f, p);
+    if (c + G < cols) next = group_stats_avx2(x + c + G, std::min(G, cols - c - G));
+    uint8_t* codes = row.codes + c / 8 * B;
+    float* min = f.symmetric ? nullptr : row.mins + g;
+    if (!ok) {
+      st += mark_bad_group(x + c, n, B, codes, row.scales + g, min);
+      continue;
+    }
+    quantize_group_avx2<B, Stoch>(x + c, n, p, Stoch ? quant_uniforms(seed, first + c, n, tmp, true) : nullptr, codes);
+    row.scales[g] = p.h;
+    if (min) *min = p.offset;
+  }
+  return st;
 }
 
 template <int B>
@@ -159,21 +197,17 @@ void decode_group_avx2(const uint8_t* codes, size_t n, float scale, float offset
 template <int B, bool Stoch>
 QuantStatus encode_row(const QuantFormat& f, const float* x, size_t cols, const QuantView& row, const QuantSeed& seed,
                        uint64_t first, bool simd) {
+#if AGOQ_QUANT_AVX2
+  if (simd) return encode_row_avx2<B, Stoch>(f, x, cols, row, seed, first);
+#endif
   QuantStatus st;
   alignas(32) float tmp[kQuantUniformMax + 64];
   const size_t G = size_t(f.group);
   for (size_t g = 0, c = 0; c < cols; ++g, c += G) {
     const size_t n = std::min(G, cols - c);
-    const float* r = Stoch ? quant_uniforms(seed, first + c, n, tmp, simd) : nullptr;
-    uint8_t* codes = row.codes + c / 8 * B;
-    float* min = f.symmetric ? nullptr : row.mins + g;
-#if AGOQ_QUANT_AVX2
-    if (simd) {
-      st += encode_group_avx2<B, Stoch>(x + c, n, f.symmetric, r, codes, row.scales + g, min);
-      continue;
-    }
-#endif
-    st += encode_group_scalar<B, Stoch>(x + c, n, f.symmetric, r, codes, row.scales + g, min);
+    const float* r = Stoch ? quant_uniforms(seed, first + c, n, tmp, false) : nullptr;
+    st += encode_group_scalar<B, Stoch>(x + c, n, f.symmetric, r, row.codes + c / 8 * B, row.scales + g,
+                                        f.symmetric ? nullptr : row.mins + g);
   }
   return st;
 }

@@ -23,14 +23,11 @@ void quant_uniform_chunks_scalar(const QuantSeed& s, uint64_t chunk, size_t chun
 
 #if AGOQ_QUANT_AVX2
 void quant_uniform_chunks_avx2(const QuantSeed& s, uint64_t chunk, size_t chunks, float* out) {
-  size_t c = 0;
-  __m256i wa[4], wb[4];
-  for (; c < chunks; c += 2, out += 64) {
-    // An odd last chunk computes one spare batch; it is cheaper than a second code path.
-    simd::philox8x2(s.seed, s.tensor_id, (chunk + c) * 8, (chunk + c + 1) * 8, wa, wb);
-    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(out + 8 * k, simd::unit_float8(wa[k]));
-    if (c + 1 < chunks)
-      for (int k = 0; k < 4; ++k) _mm256_storeu_ps(out + 32 + 8 * k, simd::unit_float8(wb[k]));
+  const simd::PhiloxKey8 key(s.seed, s.tensor_id);
+  __m256i w[4];
+  for (size_t c = 0; c < chunks; ++c, out += 32) {
+    simd::philox8(key, (chunk + c) * 8, w);
+    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(out + 8 * k, simd::unit_float8(w[k]));
   }
 }
 #endif

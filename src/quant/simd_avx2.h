@@ -8,40 +8,46 @@
 
 namespace agoq::simd {
 
-// 32x32 -> 64-bit products of 8 lanes with a constant: _mm256_mul_epu32 multiplies the even lanes; the odd lanes
-// are swapped into even position (a shuffle, off the multiply ports) for the second product.
-inline void mulhilo8(__m256i m, __m256i a, __m256i& hi, __m256i& lo) {
-  const __m256i pe = _mm256_mul_epu32(a, m);
-  const __m256i po = _mm256_mul_epu32(_mm256_shuffle_epi32(a, 0xB1), m);
-  lo = _mm256_blend_epi32(pe, _mm256_shuffle_epi32(po, 0xB1), 0xAA);
-  hi = _mm256_blend_epi32(_mm256_shuffle_epi32(pe, 0xB1), po, 0xAA);
+// Four Philox4x32 instances, one per 64-bit lane, each word in the lane's low 32 bits. _mm256_mul_epu32 reads
+// only those low halves and returns the full 64-bit product, so hi and lo need one shift and no shuffles or blends;
+// the high halves carry junk that is never read.
+struct Philox4 {
+  __m256i c0, c1, c2, c3;
+};
+
+inline void philox_round(Philox4& s, __m256i m0, __m256i m1, __m256i k0, __m256i k1) {
+  const __m256i p0 = _mm256_mul_epu32(s.c0, m0), p1 = _mm256_mul_epu32(s.c2, m1);
+  s.c0 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), s.c1), k0);
+  s.c2 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), s.c3), k1);
+  s.c1 = p1, s.c3 = p0;
 }
 
-// Philox4x32-10 on 8 counters (ctr + lane, ctr a multiple of 8 so the low word never carries) and 2 such batches
-// interleaved for instruction-level parallelism: w[b][k] lane l = word k of philox4x32(key, ctr_hi, ctr[b] + l).
-inline void philox8x2(uint64_t key, uint64_t ctr_hi, uint64_t ctr_a, uint64_t ctr_b, __m256i wa[4], __m256i wb[4]) {
-  const __m256i m0 = _mm256_set1_epi32(int(0xD2511F53u)), m1 = _mm256_set1_epi32(int(0xCD9E8D57u));
-  const __m256i w0 = _mm256_set1_epi32(int(0x9E3779B9u)), w1 = _mm256_set1_epi32(int(0xBB67AE85u));
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  __m256i a0 = _mm256_add_epi32(_mm256_set1_epi32(int(uint32_t(ctr_a))), lane);
-  __m256i b0 = _mm256_add_epi32(_mm256_set1_epi32(int(uint32_t(ctr_b))), lane);
-  __m256i a1 = _mm256_set1_epi32(int(uint32_t(ctr_a >> 32))), b1 = _mm256_set1_epi32(int(uint32_t(ctr_b >> 32)));
-  __m256i a2 = _mm256_set1_epi32(int(uint32_t(ctr_hi))), b2 = a2;
-  __m256i a3 = _mm256_set1_epi32(int(uint32_t(ctr_hi >> 32))), b3 = a3;
-  __m256i k0 = _mm256_set1_epi32(int(uint32_t(key))), k1 = _mm256_set1_epi32(int(uint32_t(key >> 32)));
-  for (int round = 0; round < 10; ++round) {
-    __m256i ahi0, alo0, ahi1, alo1, bhi0, blo0, bhi1, blo1;
-    mulhilo8(m0, a0, ahi0, alo0);
-    mulhilo8(m1, a2, ahi1, alo1);
-    mulhilo8(m0, b0, bhi0, blo0);
-    mulhilo8(m1, b2, bhi1, blo1);
-    a0 = _mm256_xor_si256(_mm256_xor_si256(ahi1, a1), k0), a2 = _mm256_xor_si256(_mm256_xor_si256(ahi0, a3), k1);
-    b0 = _mm256_xor_si256(_mm256_xor_si256(bhi1, b1), k0), b2 = _mm256_xor_si256(_mm256_xor_si256(bhi0, b3), k1);
-    a1 = alo1, a3 = alo0, b1 = blo1, b3 = blo0;
-    k0 = _mm256_add_epi32(k0, w0), k1 = _mm256_add_epi32(k1, w1);
+// The Philox key schedule and the tensor-id words, broadcast once per batch of chunks (not per call).
+struct PhiloxKey8 {
+  __m256i k0[10], k1[10], t0, t1;
+  PhiloxKey8(uint64_t key, uint64_t ctr_hi) {
+    uint32_t a = uint32_t(key), b = uint32_t(key >> 32);
+    for (int r = 0; r < 10; ++r, a += 0x9E3779B9u, b += 0xBB67AE85u)
+      k0[r] = _mm256_set1_epi32(int(a)), k1[r] = _mm256_set1_epi32(int(b));
+    t0 = _mm256_set1_epi32(int(uint32_t(ctr_hi))), t1 = _mm256_set1_epi32(int(uint32_t(ctr_hi >> 32)));
   }
-  wa[0] = a0, wa[1] = a1, wa[2] = a2, wa[3] = a3;
-  wb[0] = b0, wb[1] = b1, wb[2] = b2, wb[3] = b3;
+};
+
+// Philox4x32-10 on 8 counters ctr + 0..7 (ctr a multiple of 8, so the low word never carries): w[k] lane l =
+// word k of philox4x32(key, ctr_hi, ctr + l). Even counters in one Philox4, odd ones in the other: two independent
+// chains hide the multiply latency, and merging them back is one shift and one blend per word. (Four chains would
+// need more than the 16 ymm registers.)
+inline void philox8(const PhiloxKey8& key, uint64_t ctr, __m256i w[4]) {
+  const __m256i m0 = _mm256_set1_epi32(int(0xD2511F53u)), m1 = _mm256_set1_epi32(int(0xCD9E8D57u));
+  const __m256i lo = _mm256_set1_epi32(int(uint32_t(ctr))), hi = _mm256_set1_epi32(int(uint32_t(ctr >> 32)));
+  Philox4 e{_mm256_add_epi32(lo, _mm256_setr_epi32(0, 0, 2, 0, 4, 0, 6, 0)), hi, key.t0, key.t1};
+  Philox4 o{_mm256_add_epi32(lo, _mm256_setr_epi32(1, 0, 3, 0, 5, 0, 7, 0)), hi, key.t0, key.t1};
+  for (int round = 0; round < 10; ++round) {
+    philox_round(e, m0, m1, key.k0[round], key.k1[round]);
+    philox_round(o, m0, m1, key.k0[round], key.k1[round]);
+  }
+  auto merge = [](__m256i even, __m256i odd) { return _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA); };
+  w[0] = merge(e.c0, o.c0), w[1] = merge(e.c1, o.c1), w[2] = merge(e.c2, o.c2), w[3] = merge(e.c3, o.c3);
 }
 
 // 24-bit uniform in [0,1), as rng_unit_float.
@@ -66,34 +72,62 @@ inline __m256 abs8(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.f), v);
 inline __m256 nonfinite8(__m256 v) {
   return _mm256_cmp_ps(abs8(v), _mm256_set1_ps(INFINITY), _CMP_NLT_UQ);
 }
+// acc stays 0 while every v is finite and turns NaN otherwise (v * 0 is NaN exactly for NaN/Inf): one fma.
+inline __m256 nonfinite_acc8(__m256 acc, __m256 v) { return _mm256_fmadd_ps(v, _mm256_setzero_ps(), acc); }
+inline bool any_nan8(__m256 acc) { return _mm256_movemask_ps(_mm256_cmp_ps(acc, acc, _CMP_UNORD_Q)) != 0; }
 
-// 8 codes (int32 lanes, each < 2^B) -> 8*B bits, code j at bits [j*B, (j+1)*B), little-endian; stored as B bytes.
+// 32 codes in order (4 vectors of 8 int32 lanes, each in [-1, 2^B]: the stochastic rounding of a value at the
+// edge of the range can land one step outside) -> 4*B bytes, code j at bits [j*B, (j+1)*B) little-endian. The
+// saturating packs clamp below at 0, min_epu8 above at 2^B - 1, as the scalar kernel's clamp does.
 template <int B>
-inline void pack8(__m256i q, uint8_t* out) {
+inline void pack32(__m256i a, __m256i b, __m256i c, __m256i d, uint8_t* out) {
+  // packs/packus work within 128-bit halves: the bytes come out in 4-byte units a0 b0 c0 d0 a1 b1 c1 d1.
+  __m256i v = _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+  v = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  v = _mm256_min_epu8(v, _mm256_set1_epi8(char((1 << B) - 1)));
   if constexpr (B == 8) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), v);
+  } else if constexpr (B == 4) {
+    const __m256i m = _mm256_maddubs_epi16(v, _mm256_set1_epi16(0x1001));  // v[2i] + 16 v[2i+1]
+    const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi16(m, m), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(p));
+  } else if constexpr (B == 2) {
+    const __m256i m = _mm256_maddubs_epi16(v, _mm256_set1_epi16(0x0401));  // 2 codes in 4 bits
+    const __m256i q = _mm256_madd_epi16(m, _mm256_set1_epi32(0x00100001));  // 4 codes in 8 bits per int32
     const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
                                           0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-    const __m256i b = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(q, pick), _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(b));
+    const __m256i p = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(q, pick), _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(p));
   } else {
-    // The shifted codes occupy disjoint bits, so a horizontal OR of the lanes is the packed word.
-    const __m256i s = _mm256_sllv_epi32(q, _mm256_setr_epi32(0, B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B));
-    __m128i v = _mm_or_si128(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    v = _mm_or_si128(v, _mm_shuffle_epi32(v, 0x4E));
-    v = _mm_or_si128(v, _mm_shuffle_epi32(v, 0xB1));
-    const uint32_t w = uint32_t(_mm_cvtsi128_si32(v));
-    std::memcpy(out, &w, B);  // little-endian: the low B bytes
+    static_assert(B == 3);
+    const __m256i m = _mm256_maddubs_epi16(v, _mm256_set1_epi16(0x0801));  // 2 codes in 6 bits
+    __m256i q = _mm256_madd_epi16(m, _mm256_set1_epi32(0x00400001));        // 4 codes in 12 bits per int32
+    q = _mm256_or_si256(q, _mm256_srli_epi64(q, 20));                       // 8 codes in 24 bits per int64
+    const __m256i pick = _mm256_setr_epi8(0, 1, 2, 8, 9, 10, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
+                                          0, 1, 2, 8, 9, 10, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i p = _mm256_shuffle_epi8(q, pick);
+    const uint64_t lo = uint64_t(_mm256_extract_epi64(p, 0)), hi = uint64_t(_mm256_extract_epi64(p, 2));
+    std::memcpy(out, &lo, 6);
+    std::memcpy(out + 6, &hi, 6);
   }
 }
 
-// Inverse of pack8: B bytes -> 8 codes as floats.
+// 32 int32 codes in [-128, 127] -> 32 int8 clamped to [-127, 127] (the gradient format).
+inline void pack32_i8(__m256i a, __m256i b, __m256i c, __m256i d, int8_t* out) {
+  __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+  v = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_max_epi8(v, _mm256_set1_epi8(-127)));
+}
+
+// 8 codes (B bytes, as pack32 lays them out) -> floats.
 template <int B>
 inline __m256 unpack8(const uint8_t* in) {
   if constexpr (B == 8) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(in))));
   } else {
-    uint32_t w = 0;
-    std::memcpy(&w, in, B);
+    // Assembled in a register: a 3-byte memcpy into a stack word would stall on store forwarding.
+    uint32_t w = uint32_t(in[0]) | (B > 1 ? uint32_t(in[1]) << 8 : 0u) | (B > 2 ? uint32_t(in[2]) << 16 : 0u) |
+                 (B > 3 ? uint32_t(in[3]) << 24 : 0u);
     const __m256i s = _mm256_srlv_epi32(_mm256_set1_epi32(int(w)),
                                         _mm256_setr_epi32(0, B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B));
     return _mm256_cvtepi32_ps(_mm256_and_si256(s, _mm256_set1_epi32((1 << B) - 1)));
