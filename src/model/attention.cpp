@@ -1,8 +1,12 @@
-// Flash attention forward and backward on CPU (see attention.h). The tiles are kept keys-major: St (bc × br) holds
-// the scaled scores of bc keys (rows) against br queries (columns), so the softmax statistics of a query are
-// column-wise and vectorize over the queries. Every matrix product is one small register-blocked GEMM, tile_gemm,
-// whose A operand takes arbitrary row/column strides (so transposed tiles cost nothing) and whose B operand is
-// row-major and read 8 floats at a time.
+// Flash attention forward and backward on CPU (see attention.h). Every matrix product is one small register-blocked
+// GEMM, tile_gemm, whose A operand takes arbitrary row/column strides (so a transposed tile costs nothing) and whose
+// B operand is row-major and read 8 floats at a time; on a diagonal tile it skips the causally masked part.
+//   Forward: query tile outer, key tiles inner, keys-major scores St (bc × br), so each query's running max and
+//   sum are column-wise and vectorize over the queries; one transposed Q tile per task.
+//   Backward: key tile outer (dK_j, dV_j stay in a scratch tile), query tiles inner, queries-major scores S
+//   (br × bc); one transposed K and V tile per key tile, and dq accumulated in place.
+// Strided head rows (1 KiB apart for 8 heads of 32) are copied into contiguous tiles before the products: left
+// strided, the 64 rows of a tile compete for a handful of L1 sets.
 #include "model/attention.h"
 
 #include <omp.h>
@@ -24,56 +28,97 @@ constexpr int kTile = kAttentionTile;
 // ---- tile GEMM: C (M × N) = [C +] alpha · A · B, A(m, k) = A[m·rsa + k·csa], B(k, n) = B[k·ldb + n] -----------
 
 #ifdef AGOQ_OPS_AVX2
-// An MR × (8·NV) block of C, accumulated in registers over the whole K.
+// C row block: c = alpha·acc (+ c).
+template <int NV>
+inline void tile_gemm_store(float* c, __m256 alpha, __m256 acc0, __m256 acc1, bool accumulate) {
+  _mm256_storeu_ps(c, accumulate ? _mm256_fmadd_ps(alpha, acc0, _mm256_loadu_ps(c)) : _mm256_mul_ps(alpha, acc0));
+  if constexpr (NV == 2)
+    _mm256_storeu_ps(c + 8, accumulate ? _mm256_fmadd_ps(alpha, acc1, _mm256_loadu_ps(c + 8))
+                                       : _mm256_mul_ps(alpha, acc1));
+}
+
+// An MR × (8·NV) block of C (MR ≤ 4, NV ≤ 2), accumulated in registers over the whole K. The accumulators are
+// named variables, not an array: g++ 12 keeps an array's copy in memory up to date on every iteration.
 template <int MR, int NV>
 inline void tile_gemm_block(int K, float alpha, const float* A, ptrdiff_t rsa, ptrdiff_t csa, const float* B,
                             ptrdiff_t ldb, float* C, ptrdiff_t ldc, bool accumulate) {
-  __m256 acc[MR][NV];
-  for (int m = 0; m < MR; ++m)
-    for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_setzero_ps();
+  static_assert(MR >= 1 && MR <= 4 && NV >= 1 && NV <= 2);
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
   for (int k = 0; k < K; ++k) {
-    __m256 b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = _mm256_loadu_ps(B + k * ldb + 8 * v);
-    for (int m = 0; m < MR; ++m) {
-      const __m256 a = _mm256_broadcast_ss(A + m * rsa + k * csa);
-      for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_fmadd_ps(a, b[v], acc[m][v]);
+    const float* a = A + k * csa;
+    const __m256 b0 = _mm256_loadu_ps(B + k * ldb);
+    const __m256 b1 = NV == 2 ? _mm256_loadu_ps(B + k * ldb + 8) : b0;
+    __m256 x = _mm256_broadcast_ss(a);
+    c00 = _mm256_fmadd_ps(x, b0, c00);
+    if constexpr (NV == 2) c01 = _mm256_fmadd_ps(x, b1, c01);
+    if constexpr (MR > 1) {
+      x = _mm256_broadcast_ss(a + rsa);
+      c10 = _mm256_fmadd_ps(x, b0, c10);
+      if constexpr (NV == 2) c11 = _mm256_fmadd_ps(x, b1, c11);
+    }
+    if constexpr (MR > 2) {
+      x = _mm256_broadcast_ss(a + 2 * rsa);
+      c20 = _mm256_fmadd_ps(x, b0, c20);
+      if constexpr (NV == 2) c21 = _mm256_fmadd_ps(x, b1, c21);
+    }
+    if constexpr (MR > 3) {
+      x = _mm256_broadcast_ss(a + 3 * rsa);
+      c30 = _mm256_fmadd_ps(x, b0, c30);
+      if constexpr (NV == 2) c31 = _mm256_fmadd_ps(x, b1, c31);
     }
   }
   const __m256 va = _mm256_set1_ps(alpha);
-  for (int m = 0; m < MR; ++m)
-    for (int v = 0; v < NV; ++v) {
-      float* c = C + m * ldc + 8 * v;
-      _mm256_storeu_ps(c, accumulate ? _mm256_fmadd_ps(va, acc[m][v], _mm256_loadu_ps(c))
-                                     : _mm256_mul_ps(va, acc[m][v]));
-    }
+  tile_gemm_store<NV>(C, va, c00, c01, accumulate);
+  if constexpr (MR > 1) tile_gemm_store<NV>(C + ldc, va, c10, c11, accumulate);
+  if constexpr (MR > 2) tile_gemm_store<NV>(C + 2 * ldc, va, c20, c21, accumulate);
+  if constexpr (MR > 3) tile_gemm_store<NV>(C + 3 * ldc, va, c30, c31, accumulate);
 }
 
-// All M rows of an 8·NV wide column panel: blocks of 4 rows, then the 1-3 left over.
+// Which part of a diagonal tile's product is needed; the rest is causally masked and is skipped.
+enum class Causal {
+  none,
+  c_upper,   // C(m, n) only for m ≤ n (keys-major scores: key m, query n)
+  c_lower,   // C(m, n) only for m ≥ n (queries-major scores: query m, key n)
+  k_to_row,  // A(m, k) = 0 for k > m: sum over k ≤ m only (P·V, dS·K with queries as rows)
+  k_from_row,  // A(m, k) = 0 for k < m: sum over k ≥ m only (Pᵀ·dO, dSᵀ·Q with keys as rows)
+};
+
+// The rows of one 8·NV wide column panel (columns n0 …): blocks of 4 rows, then the 1-3 left over.
 template <int NV>
-void tile_gemm_panel(int M, int K, float alpha, const float* A, ptrdiff_t rsa, ptrdiff_t csa, const float* B,
-                     ptrdiff_t ldb, float* C, ptrdiff_t ldc, bool accumulate) {
-  int m = 0;
-  for (; m + 4 <= M; m += 4)
-    tile_gemm_block<4, NV>(K, alpha, A + m * rsa, rsa, csa, B, ldb, C + m * ldc, ldc, accumulate);
-  const float* a = A + m * rsa;
-  float* c = C + m * ldc;
-  switch (M - m) {
-    case 3: tile_gemm_block<3, NV>(K, alpha, a, rsa, csa, B, ldb, c, ldc, accumulate); break;
-    case 2: tile_gemm_block<2, NV>(K, alpha, a, rsa, csa, B, ldb, c, ldc, accumulate); break;
-    case 1: tile_gemm_block<1, NV>(K, alpha, a, rsa, csa, B, ldb, c, ldc, accumulate); break;
-    default: break;
+void tile_gemm_panel(int n0, int M, int K, Causal causal, float alpha, const float* A, ptrdiff_t rsa, ptrdiff_t csa,
+                     const float* B, ptrdiff_t ldb, float* C, ptrdiff_t ldc, bool accumulate) {
+  int m_begin = 0, m_end = M;
+  if (causal == Causal::c_upper) m_end = std::min(M, n0 + 8 * NV);
+  if (causal == Causal::c_lower) m_begin = n0;  // a multiple of 8, so the blocks stay aligned to the diagonal
+  for (int m = m_begin; m < m_end; m += 4) {
+    const int mr = std::min(4, m_end - m);
+    int k0 = 0, k1 = K;
+    if (causal == Causal::k_to_row) k1 = std::min(K, m + mr);
+    if (causal == Causal::k_from_row) k0 = std::min(K, m);
+    const float* a = A + m * rsa + k0 * csa;
+    const float* b = B + n0 + k0 * ldb;
+    float* c = C + m * ldc + n0;
+    switch (mr) {
+      case 4: tile_gemm_block<4, NV>(k1 - k0, alpha, a, rsa, csa, b, ldb, c, ldc, accumulate); break;
+      case 3: tile_gemm_block<3, NV>(k1 - k0, alpha, a, rsa, csa, b, ldb, c, ldc, accumulate); break;
+      case 2: tile_gemm_block<2, NV>(k1 - k0, alpha, a, rsa, csa, b, ldb, c, ldc, accumulate); break;
+      default: tile_gemm_block<1, NV>(k1 - k0, alpha, a, rsa, csa, b, ldb, c, ldc, accumulate); break;
+    }
   }
 }
 #endif
 
-void tile_gemm(int M, int N, int K, float alpha, const float* A, ptrdiff_t rsa, ptrdiff_t csa, const float* B,
-               ptrdiff_t ldb, float* C, ptrdiff_t ldc, bool accumulate) {
+// C (M × N) = [C +] alpha · A · B with A(m, k) = A[m·rsa + k·csa], B(k, n) = B[k·ldb + n], C(m, n) = C[m·ldc + n].
+// `causal` (diagonal tiles) lets it skip the masked part; entries of C it skips are left as they were.
+void tile_gemm(int M, int N, int K, Causal causal, float alpha, const float* A, ptrdiff_t rsa, ptrdiff_t csa,
+               const float* B, ptrdiff_t ldb, float* C, ptrdiff_t ldc, bool accumulate) {
   int n = 0;
 #ifdef AGOQ_OPS_AVX2
-  for (; n + 16 <= N; n += 16) tile_gemm_panel<2>(M, K, alpha, A, rsa, csa, B + n, ldb, C + n, ldc, accumulate);
-  for (; n + 8 <= N; n += 8) tile_gemm_panel<1>(M, K, alpha, A, rsa, csa, B + n, ldb, C + n, ldc, accumulate);
+  for (; n + 16 <= N; n += 16) tile_gemm_panel<2>(n, M, K, causal, alpha, A, rsa, csa, B, ldb, C, ldc, accumulate);
+  for (; n + 8 <= N; n += 8) tile_gemm_panel<1>(n, M, K, causal, alpha, A, rsa, csa, B, ldb, C, ldc, accumulate);
 #endif
-  // Columns left over (N % 8, e.g. hd = 6 or a short last tile), and the portable path.
+  // Columns left over (N % 8: hd = 6, a short last tile) and the portable path: everything, masked part included
+  // (the masked A entries are zeros).
   for (int m = 0; m < M; ++m)
     for (int j = n; j < N; ++j) {
       float s = 0.0f;
@@ -83,9 +128,9 @@ void tile_gemm(int M, int N, int K, float alpha, const float* A, ptrdiff_t rsa, 
     }
 }
 
-// ---- small vector loops over the br queries of a tile --------------------------------------------------------
+// ---- small vector loops over one row of a tile -----------------------------------------------------------------
 
-// s[r] = exp(s[r] − bias[r]); sum[r] += s[r].
+// Keys-major (forward): s[r] = exp(s[r] − bias[r]); sum[r] += s[r].
 void tile_exp_sub_accumulate(float* s, const float* bias, float* sum, int n) {
   int r = 0;
 #ifdef AGOQ_OPS_AVX2
@@ -101,26 +146,103 @@ void tile_exp_sub_accumulate(float* s, const float* bias, float* sum, int n) {
   }
 }
 
-// s[r] = exp(s[r] − bias[r]).
-void tile_exp_sub(float* s, const float* bias, int n) {
+// Keys-major (forward): m[r] = max(m[r], s[r]).
+void tile_max_accumulate(float* m, const float* s, int n) {
   int r = 0;
 #ifdef AGOQ_OPS_AVX2
-  for (; r + 8 <= n; r += 8)
-    _mm256_storeu_ps(s + r, simd::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + r), _mm256_loadu_ps(bias + r))));
+  for (; r + 8 <= n; r += 8) _mm256_storeu_ps(m + r, _mm256_max_ps(_mm256_loadu_ps(m + r), _mm256_loadu_ps(s + r)));
 #endif
-  for (; r < n; ++r) s[r] = simd::exp1(s[r] - bias[r]);
+  for (; r < n; ++r) m[r] = std::max(m[r], s[r]);
 }
 
-// The causal mask of a diagonal tile (query r sees keys c ≤ r): St[c][r] = fill for r < c.
-void tile_mask_causal(float* St, int n, float fill) {
-  for (int c = 1; c < n; ++c)
-    for (int r = 0; r < c; ++r) St[c * n + r] = fill;
+// Queries-major (backward): p[c] = exp(s[c] − lse) and ds[c] = p[c]·(dp[c] − D), in place (s → p, dp → ds).
+void tile_softmax_grad_row(float* s, float* dp, float lse, float D, int n) {
+  int c = 0;
+#ifdef AGOQ_OPS_AVX2
+  const __m256 vl = _mm256_set1_ps(lse), vd = _mm256_set1_ps(D);
+  for (; c + 8 <= n; c += 8) {
+    const __m256 p = simd::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + c), vl));
+    _mm256_storeu_ps(s + c, p);
+    _mm256_storeu_ps(dp + c, _mm256_mul_ps(p, _mm256_sub_ps(_mm256_loadu_ps(dp + c), vd)));
+  }
+#endif
+  for (; c < n; ++c) {
+    s[c] = simd::exp1(s[c] - lse);
+    dp[c] = s[c] * (dp[c] - D);
+  }
 }
 
-// dst (cols × rows, leading dimension rows) = scale · src (rows × cols, leading dimension lds)ᵀ.
-void tile_transpose(float* dst, const float* src, ptrdiff_t lds, int rows, int cols, float scale) {
+float tile_dot(const float* a, const float* b, int n) {
+  int i = 0;
+  float s = 0.0f;
+#ifdef AGOQ_OPS_AVX2
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  s = simd::hsum8(acc);
+#endif
+  for (; i < n; ++i) s = std::fma(a[i], b[i], s);
+  return s;
+}
+
+// The causal mask of a square diagonal tile, whose element (m, n) pairs key m with query n (keys-major) or query
+// m with key n (queries-major): fill where the key comes after the query.
+void tile_mask_keys_major(float* t, int n, float fill) {
+  for (int c = 1; c < n; ++c) std::fill(t + c * n, t + c * n + c, fill);
+}
+void tile_mask_queries_major(float* t, int n, float fill) {
+  for (int r = 0; r + 1 < n; ++r) std::fill(t + r * n + r + 1, t + r * n + n, fill);
+}
+
+// dst (rows × cols, contiguous) = src (rows × cols, leading dimension lds): packs strided head rows into a tile.
+void tile_copy(float* dst, const float* src, ptrdiff_t lds, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    const float* s = src + r * lds;
+    float* d = dst + size_t(r) * cols;
+    int c = 0;
+#ifdef AGOQ_OPS_AVX2
+    for (; c + 8 <= cols; c += 8) _mm256_storeu_ps(d + c, _mm256_loadu_ps(s + c));
+#endif
+    for (; c < cols; ++c) d[c] = s[c];
+  }
+}
+
+// Asks for rows × cols floats of strided rows to be brought into cache (the next tile's first touch).
+void tile_prefetch(const float* src, ptrdiff_t lds, int rows, int cols) {
   for (int r = 0; r < rows; ++r)
-    for (int d = 0; d < cols; ++d) dst[d * rows + r] = src[r * lds + d] * scale;
+    for (int d = 0; d < cols; d += 16) __builtin_prefetch(src + r * lds + d);
+}
+
+// dst (cols × rows, leading dimension ldd) = scale · src (rows × cols, leading dimension lds)ᵀ.
+void tile_transpose(float* dst, ptrdiff_t ldd, const float* src, ptrdiff_t lds, int rows, int cols, float scale) {
+  int r = 0;
+#ifdef AGOQ_OPS_AVX2
+  const __m256 vs = _mm256_set1_ps(scale);
+  for (; r + 8 <= rows; r += 8) {
+    int d = 0;
+    for (; d + 8 <= cols; d += 8) {  // one 8 × 8 block through registers
+      __m256 x[8], y[8];
+      for (int i = 0; i < 8; ++i) x[i] = _mm256_mul_ps(_mm256_loadu_ps(src + (r + i) * lds + d), vs);
+      for (int i = 0; i < 8; i += 2) {
+        y[i] = _mm256_unpacklo_ps(x[i], x[i + 1]);
+        y[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        x[i] = _mm256_shuffle_ps(y[i], y[i + 2], 0x44);
+        x[i + 1] = _mm256_shuffle_ps(y[i], y[i + 2], 0xEE);
+        x[i + 2] = _mm256_shuffle_ps(y[i + 1], y[i + 3], 0x44);
+        x[i + 3] = _mm256_shuffle_ps(y[i + 1], y[i + 3], 0xEE);
+      }
+      for (int i = 0; i < 4; ++i) {
+        _mm256_storeu_ps(dst + (d + i) * ldd + r, _mm256_permute2f128_ps(x[i], x[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (d + i + 4) * ldd + r, _mm256_permute2f128_ps(x[i], x[i + 4], 0x31));
+      }
+    }
+    for (; d < cols; ++d)
+      for (int i = 0; i < 8; ++i) dst[d * ldd + r + i] = src[(r + i) * lds + d] * scale;
+  }
+#endif
+  for (; r < rows; ++r)
+    for (int d = 0; d < cols; ++d) dst[d * ldd + r] = src[r * lds + d] * scale;
 }
 
 // Per-thread scratch, in floats, rounded to whole cache lines.
@@ -135,17 +257,17 @@ void check_attention_shape(int B, int T, int H, int Hkv, int hd) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------------
-// Forward. One task = (b, h, query tile i): online softmax over the key tiles j ≤ i.
+// Forward. One task = (b, h, query tile i): online softmax over the key tiles j ≤ i, keys-major.
 //   St (bc × br) = K_j · (scale·Q_i)ᵀ;  m_new = max(m, colmax St);  P = exp(St − m_new);
 //   l = l·e^(m − m_new) + colsum P;  O_i = O_i·e^(m − m_new) + Pᵀ · V_j;  at the end o = O_i / l, lse = m + log l.
 void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
                        int Hkv, int hd) {
   check_attention_shape(B, T, H, Hkv, hd);
   const int group = H / Hkv, n_tiles = (T + kTile - 1) / kTile;
-  const float scale = 1.0f / std::sqrt(float(hd));
+  const float scale = 1.0f / std::sqrt(float(hd)), inf = std::numeric_limits<float>::infinity();
   const ptrdiff_t ldq = ptrdiff_t(H) * hd, ldk = ptrdiff_t(Hkv) * hd;
-  // Scratch per thread: Qt (hd × br), St (bc × br), O (br × hd), m, m_new, l, corr (br).
-  const size_t per_thread = round_up_16(2 * size_t(hd) * kTile + size_t(kTile) * kTile + 4 * kTile);
+  // Scratch per thread: Qt (hd × br), Kj, Vj (bc × hd), St (bc × br), O (br × hd), m, m_new, l, corr (br).
+  const size_t per_thread = round_up_16(4 * size_t(hd) * kTile + size_t(kTile) * kTile + 4 * kTile);
   const int n_threads = omp_get_max_threads();
   Buffer<float> scratch(per_thread * n_threads, MemCategory::workspace, "attention.scratch");
   const int n_tasks = B * H * n_tiles;
@@ -153,39 +275,45 @@ void attention_forward(float* o, float* lse, const float* q, const float* k, con
 #pragma omp parallel num_threads(n_threads)
   {
     float* Qt = scratch.data() + per_thread * omp_get_thread_num();
-    float* St = Qt + size_t(hd) * kTile;
+    float* Kj = Qt + size_t(hd) * kTile;
+    float* Vj = Kj + size_t(hd) * kTile;
+    float* St = Vj + size_t(hd) * kTile;
     float* O = St + size_t(kTile) * kTile;
     float* m = O + size_t(kTile) * hd;
     float* m_new = m + kTile;
     float* l = m_new + kTile;
     float* corr = l + kTile;
-    // Tasks with more key tiles first (the last query tiles), for balance.
+    // Consecutive tasks share (b, h), so its k, v stay in cache; the longest query tile of a head comes first.
 #pragma omp for schedule(dynamic, 1)
     for (int task = 0; task < n_tasks; ++task) {
-      const int it = n_tiles - 1 - task / (B * H), bh = task % (B * H), b = bh / H, h = bh % H;
+      const int bh = task / n_tiles, it = n_tiles - 1 - task % n_tiles, b = bh / H, h = bh % H;
       const int i0 = it * kTile, br = std::min(kTile, T - i0);
       const float* qh = q + (size_t(b) * T * H + h) * hd;
       const float* kh = k + (size_t(b) * T * Hkv + h / group) * hd;
       const float* vh = v + (size_t(b) * T * Hkv + h / group) * hd;
 
-      tile_transpose(Qt, qh + i0 * ldq, ldq, br, hd, scale);
-      for (int r = 0; r < br; ++r) m[r] = -std::numeric_limits<float>::infinity(), l[r] = 0.0f;
+      tile_transpose(Qt, br, qh + i0 * ldq, ldq, br, hd, scale);
+      std::fill(m, m + br, -inf);
+      std::fill(l, l + br, 0.0f);
       std::fill(O, O + size_t(br) * hd, 0.0f);
 
       for (int j0 = 0; j0 <= i0; j0 += kTile) {
         const int bc = std::min(kTile, T - j0);
-        tile_gemm(bc, br, hd, 1.0f, kh + j0 * ldk, ldk, 1, Qt, br, St, br, false);
-        if (j0 == i0) tile_mask_causal(St, br, -std::numeric_limits<float>::infinity());
-        // Column maxima (each query's new running max); the first key of tile 0 is never masked, so m_new is finite.
+        const bool diag = j0 == i0;  // then bc == br
+        // Packed copies: strided rows 1 KiB apart would fight over a few L1 sets.
+        tile_copy(Kj, kh + j0 * ldk, ldk, bc, hd);
+        tile_copy(Vj, vh + j0 * ldk, ldk, bc, hd);
+        tile_gemm(bc, br, hd, diag ? Causal::c_upper : Causal::none, 1.0f, Kj, hd, 1, Qt, br, St, br, false);
+        if (diag) tile_mask_keys_major(St, br, -inf);
+        // Each query's new running max; key 0 is never masked, so it is finite from the first tile on.
         std::copy(m, m + br, m_new);
-        for (int c = 0; c < bc; ++c)
-          for (int r = 0; r < br; ++r) m_new[r] = St[c * br + r] > m_new[r] ? St[c * br + r] : m_new[r];
+        for (int c = 0; c < bc; ++c) tile_max_accumulate(m_new, St + c * br, br);
         for (int r = 0; r < br; ++r) corr[r] = simd::exp1(m[r] - m_new[r]), l[r] *= corr[r];
         for (int c = 0; c < bc; ++c) tile_exp_sub_accumulate(St + c * br, m_new, l, br);
         if (j0 > 0)
           for (int r = 0; r < br; ++r)
             for (int d = 0; d < hd; ++d) O[r * hd + d] *= corr[r];
-        tile_gemm(br, hd, bc, 1.0f, St, 1, br, vh + j0 * ldk, ldk, O, hd, true);
+        tile_gemm(br, hd, bc, diag ? Causal::k_to_row : Causal::none, 1.0f, St, 1, br, Vj, hd, O, hd, true);
         std::copy(m_new, m_new + br, m);
       }
       float* oh = o + (size_t(b) * T * H + h) * hd;
@@ -199,31 +327,35 @@ void attention_forward(float* o, float* lse, const float* q, const float* k, con
   }
 }
 
-// Backward. One task = (b, kv head g): dk, dv rows of g are zeroed, then for each head h of the group and each
-// query tile i, over the key tiles j ≤ i (D_i = rowsum(dO_i ∘ O_i)):
-//   Pt = exp(K_j·(scale·Q_i)ᵀ − lse_i);  dPt = V_j · dO_iᵀ;  dSt = Pt ∘ (dPt − D_i);
-//   dV_j += Pt · dO_i;  dK_j += scale · dSt · Q_i;  dQ_i += scale · dStᵀ · K_j.
+// Backward. One task = (b, kv head g), queries-major tiles. dq rows of the group's heads are zeroed; then for each
+// key tile j, for each head h of the group and each query tile i ≥ j (D_i = rowsum(dO_i ∘ O_i)):
+//   S = Q_i · (scale·K_j)ᵀ;  P = exp(S − lse_i);  dP = dO_i · V_jᵀ;  dS = P ∘ (dP − D_i);
+//   dV_j += Pᵀ · dO_i;  dK_j += dSᵀ · Q_i;  dq_i += scale · dS · K_j;
+// and dk_j = scale · dK_j, dv_j = dV_j are written once, summed over the group's heads.
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv, int hd) {
   check_attention_shape(B, T, H, Hkv, hd);
   const int group = H / Hkv;
   const float scale = 1.0f / std::sqrt(float(hd));
   const ptrdiff_t ldq = ptrdiff_t(H) * hd, ldk = ptrdiff_t(Hkv) * hd;
-  // Scratch per thread: Qt, dOt (hd × br), Pt, dSt (bc × br), dQ (br × hd), D, L (br).
-  const size_t per_thread = round_up_16(3 * size_t(hd) * kTile + 2 * size_t(kTile) * kTile + 2 * kTile);
+  // Scratch per thread: Kt, Vt (hd × bc), Kj, dK, dV (bc × hd), Qi, dOi (br × hd), S, dS (br × bc), D (br).
+  const size_t per_thread = round_up_16(7 * size_t(hd) * kTile + 2 * size_t(kTile) * kTile + kTile);
   const int n_threads = omp_get_max_threads();
   Buffer<float> scratch(per_thread * n_threads, MemCategory::workspace, "attention.scratch");
   const int n_tasks = B * Hkv;
 
 #pragma omp parallel num_threads(n_threads)
   {
-    float* Qt = scratch.data() + per_thread * omp_get_thread_num();
-    float* dOt = Qt + size_t(hd) * kTile;
-    float* Pt = dOt + size_t(hd) * kTile;
-    float* dSt = Pt + size_t(kTile) * kTile;
-    float* dQ = dSt + size_t(kTile) * kTile;
-    float* D = dQ + size_t(kTile) * hd;
-    float* L = D + kTile;
+    float* Kt = scratch.data() + per_thread * omp_get_thread_num();
+    float* Vt = Kt + size_t(hd) * kTile;
+    float* Kj = Vt + size_t(hd) * kTile;
+    float* dK = Kj + size_t(kTile) * hd;
+    float* dV = dK + size_t(kTile) * hd;
+    float* Qi = dV + size_t(kTile) * hd;
+    float* dOi = Qi + size_t(kTile) * hd;
+    float* S = dOi + size_t(kTile) * hd;
+    float* dS = S + size_t(kTile) * kTile;
+    float* D = dS + size_t(kTile) * kTile;
 #pragma omp for schedule(dynamic, 1)
     for (int task = 0; task < n_tasks; ++task) {
       const int b = task / Hkv, g = task % Hkv;
@@ -231,41 +363,52 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
       const float* vh = v + (size_t(b) * T * Hkv + g) * hd;
       float* dkh = dk + (size_t(b) * T * Hkv + g) * hd;
       float* dvh = dv + (size_t(b) * T * Hkv + g) * hd;
-      for (int t = 0; t < T; ++t) {
-        std::fill(dkh + t * ldk, dkh + t * ldk + hd, 0.0f);
-        std::fill(dvh + t * ldk, dvh + t * ldk + hd, 0.0f);
-      }
-      for (int h = g * group; h < (g + 1) * group; ++h) {
-        const size_t head = (size_t(b) * T * H + h) * hd;
-        const float *qh = q + head, *oh = o + head, *douth = dout + head;
-        float* dqh = dq + head;
-        const float* lse_h = lse + (size_t(b) * H + h) * T;
-        for (int i0 = 0; i0 < T; i0 += kTile) {
-          const int br = std::min(kTile, T - i0);
-          tile_transpose(Qt, qh + i0 * ldq, ldq, br, hd, scale);
-          tile_transpose(dOt, douth + i0 * ldq, ldq, br, hd, 1.0f);
-          for (int r = 0; r < br; ++r) {
-            float s = 0.0f;
-            for (int d = 0; d < hd; ++d) s += douth[(i0 + r) * ldq + d] * oh[(i0 + r) * ldq + d];
-            D[r] = s;
-            L[r] = lse_h[i0 + r];
-          }
-          std::fill(dQ, dQ + size_t(br) * hd, 0.0f);
-          for (int j0 = 0; j0 <= i0; j0 += kTile) {
-            const int bc = std::min(kTile, T - j0);
-            tile_gemm(bc, br, hd, 1.0f, kh + j0 * ldk, ldk, 1, Qt, br, Pt, br, false);
-            for (int c = 0; c < bc; ++c) tile_exp_sub(Pt + c * br, L, br);
-            if (j0 == i0) tile_mask_causal(Pt, br, 0.0f);
-            tile_gemm(bc, br, hd, 1.0f, vh + j0 * ldk, ldk, 1, dOt, br, dSt, br, false);
-            for (int c = 0; c < bc; ++c)
-              for (int r = 0; r < br; ++r) dSt[c * br + r] = Pt[c * br + r] * (dSt[c * br + r] - D[r]);
-            tile_gemm(bc, hd, br, 1.0f, Pt, br, 1, douth + i0 * ldq, ldq, dvh + j0 * ldk, ldk, true);
-            tile_gemm(bc, hd, br, scale, dSt, br, 1, qh + i0 * ldq, ldq, dkh + j0 * ldk, ldk, true);
-            tile_gemm(br, hd, bc, 1.0f, dSt, 1, br, kh + j0 * ldk, ldk, dQ, hd, true);
-          }
-          for (int r = 0; r < br; ++r)
-            for (int d = 0; d < hd; ++d) dqh[(i0 + r) * ldq + d] = dQ[r * hd + d] * scale;
+      for (int h = g * group; h < (g + 1) * group; ++h)
+        for (int t = 0; t < T; ++t) {
+          float* row = dq + ((size_t(b) * T + t) * H + h) * hd;
+          std::fill(row, row + hd, 0.0f);
         }
+      for (int j0 = 0; j0 < T; j0 += kTile) {
+        const int bc = std::min(kTile, T - j0);
+        tile_transpose(Kt, bc, kh + j0 * ldk, ldk, bc, hd, scale);
+        tile_transpose(Vt, bc, vh + j0 * ldk, ldk, bc, hd, 1.0f);
+        tile_copy(Kj, kh + j0 * ldk, ldk, bc, hd);
+        std::fill(dK, dK + size_t(bc) * hd, 0.0f);
+        std::fill(dV, dV + size_t(bc) * hd, 0.0f);
+        for (int h = g * group; h < (g + 1) * group; ++h) {
+          const size_t head = (size_t(b) * T * H + h) * hd;
+          const float *qh = q + head, *oh = o + head, *douth = dout + head;
+          float* dqh = dq + head;
+          const float* lse_h = lse + (size_t(b) * H + h) * T;
+          for (int i0 = j0; i0 < T; i0 += kTile) {
+            const int br = std::min(kTile, T - i0);
+            const bool diag = i0 == j0;  // then br == bc
+            const Causal c_mask = diag ? Causal::c_lower : Causal::none;
+            if (i0 + kTile < T) {  // the next query tile: the first touch of its rows is a cache miss
+              const int nr = std::min(kTile, T - i0 - kTile);
+              tile_prefetch(qh + (i0 + kTile) * ldq, ldq, nr, hd);
+              tile_prefetch(douth + (i0 + kTile) * ldq, ldq, nr, hd);
+              tile_prefetch(oh + (i0 + kTile) * ldq, ldq, nr, hd);
+            }
+            tile_copy(Qi, qh + i0 * ldq, ldq, br, hd);
+            tile_copy(dOi, douth + i0 * ldq, ldq, br, hd);
+            for (int r = 0; r < br; ++r) D[r] = tile_dot(dOi + r * hd, oh + (i0 + r) * ldq, hd);
+            tile_gemm(br, bc, hd, c_mask, 1.0f, Qi, hd, 1, Kt, bc, S, bc, false);
+            tile_gemm(br, bc, hd, c_mask, 1.0f, dOi, hd, 1, Vt, bc, dS, bc, false);
+            for (int r = 0; r < br; ++r) tile_softmax_grad_row(S + r * bc, dS + r * bc, lse_h[i0 + r], D[r], bc);
+            if (diag) tile_mask_queries_major(S, br, 0.0f), tile_mask_queries_major(dS, br, 0.0f);
+            const Causal k_from = diag ? Causal::k_from_row : Causal::none;
+            tile_gemm(bc, hd, br, k_from, 1.0f, S, 1, bc, dOi, hd, dV, hd, true);
+            tile_gemm(bc, hd, br, k_from, 1.0f, dS, 1, bc, Qi, hd, dK, hd, true);
+            tile_gemm(br, hd, bc, diag ? Causal::k_to_row : Causal::none, scale, dS, bc, 1, Kj, hd, dqh + i0 * ldq,
+                      ldq, true);
+          }
+        }
+        for (int c = 0; c < bc; ++c)
+          for (int d = 0; d < hd; ++d) {
+            dkh[(j0 + c) * ldk + d] = dK[c * hd + d] * scale;
+            dvh[(j0 + c) * ldk + d] = dV[c * hd + d];
+          }
       }
     }
   }

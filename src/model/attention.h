@@ -5,8 +5,8 @@
 //
 // Layouts (fp32, row-major): q (B, T, H, hd); k, v (B, T, Hkv, hd); o (B, T, H, hd); lse (B, H, T), natural log of
 // the sum of exp of the scaled scores. Head h reads kv head h / (H / Hkv); H must be a multiple of Hkv.
-// Scratch: per thread a few tiles (≈ 3·64·64 + 4·64·hd floats), from Buffer<float>(…, MemCategory::workspace),
-// allocated once per call.
+// Scratch: per thread a few tiles (at most 2·64·64 + 7·64·hd floats, independent of T), one
+// Buffer<float>(…, MemCategory::workspace) per call.
 #pragma once
 
 namespace agoq {

@@ -274,6 +274,7 @@ const AttnShape kAttnShapes[] = {
     {2, 130, 2, 2, 32},  // MHA, three tiles, the last of 2 rows
     {1, 64, 3, 3, 16},   // exactly one tile
     {1, 200, 4, 2, 13},  // GQA, hd not a multiple of 8
+    {2, 100, 4, 1, 24},  // last tile of 36 rows: 16- and 8-wide panels and a 4-row block on the diagonal
 };
 
 TEST(OpsAttention, ForwardMatchesReference) {

@@ -1,0 +1,187 @@
+// `agoq bench ops`: speed of each model op on the reference shapes (N = 2048 tokens: batch 8 × seq 256, dim 256,
+// 8 heads of 32, ffn 688, vocab 4096), as GFLOP/s for the matmuls and the attention and GB/s (bytes read +
+// written once) for the memory-bound ops. Each number is the best of --reps timed runs after one warm-up.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/memory.h"
+#include "core/rng.h"
+#include "model/ops.h"
+
+namespace agoq {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  bool json = false;
+  int reps = 10;
+  int B = 8, T = 256, dim = 256, heads = 8, kv_heads = 8, ffn = 688, vocab = 4096;
+};
+
+// Best wall time of fn over reps runs (after one warm-up), in seconds.
+double best_seconds(int reps, const std::function<void()>& fn) {
+  fn();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+Buffer<float> random_buffer(size_t n, uint64_t seed, float scale = 1.0f) {
+  Buffer<float> b(n, MemCategory::workspace);
+  Rng rng(seed);
+  for (size_t i = 0; i < n; ++i) b[i] = (rng.uniform() - 0.5f) * 2.0f * scale;
+  return b;
+}
+
+struct Row {
+  std::string op;
+  double ms, gflops, gbytes;  // gflops or gbytes is 0 when it does not apply
+};
+
+void bench_ops_run(const Args& a) {
+  std::vector<Row> rows;
+  const int N = a.B * a.T, reps = a.reps;
+  auto add_flops = [&](const std::string& op, double flops, const std::function<void()>& fn) {
+    const double s = best_seconds(reps, fn);
+    rows.push_back({op, s * 1e3, flops / s / 1e9, 0});
+  };
+  auto add_bytes = [&](const std::string& op, double bytes, const std::function<void()>& fn) {
+    const double s = best_seconds(reps, fn);
+    rows.push_back({op, s * 1e3, 0, bytes / s / 1e9});
+  };
+
+  {  // the machine's practical fp32 peak: a large square sgemm
+    const int n = 1536;
+    auto x = random_buffer(size_t(n) * n, 1), y = random_buffer(size_t(n) * n, 2);
+    Buffer<float> z(size_t(n) * n, MemCategory::workspace);
+    add_flops("sgemm 1536^3 (peak)", 2.0 * n * n * n, [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, x.data(), n, y.data(), n, 0.0f,
+                  z.data(), n);
+    });
+  }
+
+  // matmuls: forward, and backward (din and dw, twice the forward's FLOPs)
+  const std::pair<int, int> shapes[] = {{a.dim, a.dim}, {a.dim, a.ffn}, {a.ffn, a.dim}, {a.dim, a.vocab}};
+  for (auto [in_dim, out_dim] : shapes) {
+    auto in = random_buffer(size_t(N) * in_dim, 3), w = random_buffer(size_t(out_dim) * in_dim, 4, 0.05f);
+    auto dout = random_buffer(size_t(N) * out_dim, 5);
+    Buffer<float> out(size_t(N) * out_dim, MemCategory::workspace), din(size_t(N) * in_dim, MemCategory::workspace),
+        dw(size_t(out_dim) * in_dim, MemCategory::workspace);
+    const double flops = 2.0 * N * in_dim * out_dim;
+    const std::string name = "matmul " + std::to_string(N) + "x" + std::to_string(in_dim) + "->" + std::to_string(out_dim);
+    add_flops(name + " fwd", flops, [&] { matmul_forward(out.data(), in.data(), w.data(), N, in_dim, out_dim); });
+    add_flops(name + " bwd", 2 * flops, [&] {
+      matmul_backward(din.data(), dw.data(), dout.data(), in.data(), w.data(), N, in_dim, out_dim);
+    });
+  }
+
+  {  // attention, causal FLOPs: forward 2 products of B·H·T²/2·hd multiply-adds, backward 2.5× that
+    const int hd = a.dim / a.heads;
+    std::vector<int> kv_list = {a.kv_heads};  // the configured heads, and a grouped-query variant
+    if (a.heads % 4 == 0 && a.heads / 4 != a.kv_heads) kv_list.push_back(a.heads / 4);
+    for (int kvh : kv_list) {
+      const size_t nq = size_t(N) * a.heads * hd, nk = size_t(N) * kvh * hd;
+      auto q = random_buffer(nq, 6), k = random_buffer(nk, 7), v = random_buffer(nk, 8), dout = random_buffer(nq, 9);
+      Buffer<float> o(nq, MemCategory::workspace), lse(size_t(a.B) * a.heads * a.T, MemCategory::workspace),
+          dq(nq, MemCategory::workspace), dk(nk, MemCategory::workspace), dv(nk, MemCategory::workspace);
+      const double fwd = 2.0 * 2.0 * a.B * a.heads * double(a.T) * a.T * hd / 2;
+      const std::string name = "attention B" + std::to_string(a.B) + " T" + std::to_string(a.T) + " H" +
+                               std::to_string(a.heads) + "/" + std::to_string(kvh) + " hd" + std::to_string(hd);
+      auto f = [&] { attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), a.B, a.T, a.heads, kvh, hd); };
+      auto b = [&] {
+        attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), o.data(),
+                           lse.data(), a.B, a.T, a.heads, kvh, hd);
+      };
+      add_flops(name + " fwd", fwd, f);
+      add_flops(name + " bwd", 2.5 * fwd, b);
+      add_flops(name + " fwd+bwd", 3.5 * fwd, [&] { f(), b(); });
+    }
+  }
+
+  {  // memory-bound ops, bytes = every array read or written once
+    const size_t nc = size_t(N) * a.dim, nf = size_t(N) * a.ffn;
+    auto x = random_buffer(nc, 10), w = random_buffer(a.dim, 11), dout = random_buffer(nc, 12);
+    Buffer<float> out(nc, MemCategory::workspace), rstd(N, MemCategory::workspace), dx(nc, MemCategory::workspace),
+        dw(a.dim, MemCategory::workspace);
+    add_bytes("rmsnorm fwd", 8.0 * nc, [&] { rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, a.dim, 1e-5f); });
+    add_bytes("rmsnorm bwd", 16.0 * nc, [&] {
+      rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, a.dim);
+    });
+    std::vector<float> cos(size_t(a.T) * (a.dim / a.heads / 2)), sin(cos.size());
+    rope_init_tables(cos.data(), sin.data(), a.T, a.dim / a.heads, 10000.0f);
+    add_bytes("rope fwd (q)", 8.0 * nc, [&] { rope_forward(out.data(), cos.data(), sin.data(), N, a.T, a.heads, a.dim / a.heads); });
+    add_bytes("residual_add", 12.0 * nc, [&] { residual_add(out.data(), x.data(), dout.data(), nc); });
+
+    auto g = random_buffer(nf, 13, 3.0f), u = random_buffer(nf, 14), dh = random_buffer(nf, 15);
+    Buffer<float> h(nf, MemCategory::workspace), dg(nf, MemCategory::workspace), du(nf, MemCategory::workspace);
+    add_bytes("swiglu fwd", 12.0 * nf, [&] { swiglu_forward(h.data(), g.data(), u.data(), nf); });
+    add_bytes("swiglu bwd", 20.0 * nf, [&] { swiglu_backward(dg.data(), du.data(), dh.data(), g.data(), u.data(), nf); });
+
+    const int rows_ce = 512;  // the model calls it on chunks of rows
+    auto logits = random_buffer(size_t(rows_ce) * a.vocab, 16, 4.0f);
+    Buffer<float> work(logits.size(), MemCategory::workspace), losses(rows_ce, MemCategory::workspace);
+    std::vector<int> targets(rows_ce);
+    for (int i = 0; i < rows_ce; ++i) targets[i] = (i * 131) % a.vocab;
+    add_bytes("crossentropy " + std::to_string(rows_ce) + "x" + std::to_string(a.vocab), 8.0 * logits.size(), [&] {
+      std::copy(logits.begin(), logits.end(), work.begin());
+      crossentropy_forward_backward(work.data(), losses.data(), targets.data(), rows_ce, a.vocab, 1.0f);
+    });
+
+    std::vector<int> tokens(N);
+    for (int i = 0; i < N; ++i) tokens[i] = (i * 977) % a.vocab;
+    Buffer<float> table(size_t(a.vocab) * a.dim, MemCategory::workspace);
+    add_bytes("embedding bwd", 12.0 * nc, [&] { embedding_backward(table.data(), dout.data(), tokens.data(), N, a.dim); });
+  }
+
+  if (a.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const Row& r : rows) {
+      nlohmann::json e = {{"op", r.op}, {"ms", r.ms}};
+      if (r.gflops > 0) e["gflops"] = r.gflops;
+      if (r.gbytes > 0) e["gbytes_per_s"] = r.gbytes;
+      j.push_back(e);
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("agoq bench ops: N=%d (batch %d x seq %d), %d threads, best of %d\n", N, a.B, a.T,
+              omp_get_max_threads(), reps);
+  std::printf("  %-40s %10s %10s %10s\n", "op", "ms", "GFLOP/s", "GB/s");
+  for (const Row& r : rows) {
+    std::printf("  %-40s %10.3f", r.op.c_str(), r.ms);
+    r.gflops > 0 ? std::printf(" %10.1f %10s\n", r.gflops, "") : std::printf(" %10s %10.1f\n", "", r.gbytes);
+  }
+}
+
+const CliCommand kBenchOps("bench", 30, [](CLI::App& bench) {
+  auto args = std::make_shared<Args>();
+  CLI::App* c = bench.add_subcommand("ops", "GFLOP/s (matmul, attention) and GB/s (the rest) of each model op");
+  c->add_flag("--json", args->json, "print one JSON array");
+  c->add_option("--reps", args->reps, "timed runs per op (the best is reported)")->capture_default_str();
+  c->add_option("--batch", args->B, "batch size")->capture_default_str();
+  c->add_option("--seq", args->T, "sequence length")->capture_default_str();
+  c->add_option("--dim", args->dim, "model dimension")->capture_default_str();
+  c->add_option("--heads", args->heads, "attention heads")->capture_default_str();
+  c->add_option("--kv-heads", args->kv_heads, "key/value heads")->capture_default_str();
+  c->add_option("--ffn", args->ffn, "feed-forward dimension")->capture_default_str();
+  c->add_option("--vocab", args->vocab, "vocabulary size")->capture_default_str();
+  c->callback([args] { bench_ops_run(*args); });
+});
+
+}  // namespace
+}  // namespace agoq
