@@ -62,21 +62,21 @@ void run(const Options& o) {
   std::vector<Record> recs;
   // A shared machine preempts long runs, so the 64 MiB are timed as kSlices consecutive slices: each sweep runs
   // the kernel slice by slice over the whole input (so no slice is still in cache from the previous sweep), each
-  // slice keeps its best time over the sweeps, and the total is the sum. The memcpy is timed the same way,
-  // alternating with the kernel, so both see the same conditions.
+  // slice keeps its best time over the sweeps, and the total is the sum. The memcpy is timed the same way, one
+  // memcpy sweep before each kernel sweep, so both see the same conditions.
   auto add = [&](const std::string& fmt, const char* dir, double bytes, double bpv,
                  const std::function<void(size_t, size_t)>& fn /* rows [r0, r1) */) {
     std::vector<double> best(kSlices, 1e30), best_copy(kSlices, 1e30);
-    for (int r = 0; r < o.reps; ++r)
+    for (int r = 0; r < o.reps; ++r) {
       for (size_t k = 0; k < kSlices; ++k) {
         const size_t r0 = rows * k / kSlices, r1 = rows * (k + 1) / kSlices;
-        best_copy[k] = std::min(best_copy[k], seconds([&] { parallel_memcpy(out.data() + r0 * cols, src.data() + r0 * cols, (r1 - r0) * cols); }));
+        best_copy[k] = std::min(best_copy[k], seconds([&] {
+          parallel_memcpy(out.data() + r0 * cols, src.data() + r0 * cols, (r1 - r0) * cols);
+        }));
       }
-    for (int r = 0; r < o.reps; ++r)
-      for (size_t k = 0; k < kSlices; ++k) {
-        const size_t r0 = rows * k / kSlices, r1 = rows * (k + 1) / kSlices;
-        best[k] = std::min(best[k], seconds([&] { fn(r0, r1); }));
-      }
+      for (size_t k = 0; k < kSlices; ++k)
+        best[k] = std::min(best[k], seconds([&] { fn(rows * k / kSlices, rows * (k + 1) / kSlices); }));
+    }
     double t = 0, tc = 0;
     for (size_t k = 0; k < kSlices; ++k) t += best[k], tc += best_copy[k];
     recs.push_back({fmt, dir, bytes / t / 1e9, 2 * in_bytes / tc / 1e9, t, bytes, bpv});
