@@ -47,8 +47,8 @@ void cmd_sample_run(const SampleArgs& a) {
   AGOQ_CHECK(a.tokens >= 1, "--tokens must be >= 1");
   AGOQ_CHECK(std::isfinite(a.temperature) && a.temperature >= 0, "--temperature must be >= 0");
   const std::string tok_path = a.tokenizer.empty() ? (fs::path(a.ckpt) / "tokenizer.model").string() : a.tokenizer;
-  const Tokenizer tok = Tokenizer::load(tok_path);
   const LlamaConfig cfg = checkpoint_inspect(a.ckpt).config;
+  const Tokenizer tok = Tokenizer::load(tok_path);
   AGOQ_CHECK(tok.vocab_size() == cfg.vocab_size, "tokenizer ", tok_path, " has ", tok.vocab_size(),
              " tokens but the model's vocabulary is ", cfg.vocab_size);
   const int window = cfg.max_seq_len;

@@ -14,7 +14,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::fprintf(stderr, "agoq: error: %s (see agoq --help)\n", e.what());
+    return 1;
   } catch (const agoq::Error& e) {
     std::fprintf(stderr, "agoq: error: %s\n", e.what());
     return 1;

@@ -99,11 +99,22 @@ TrainResult train_run(const TrainOptions& opt) {
   const fs::path ckpt_dir = fs::path(opt.out_dir) / "ckpt";
   MetricsLog log((fs::path(opt.out_dir) / "metrics.jsonl").string(), !opt.resume.empty(), opt.steps, opt.log_every,
                  opt.quiet);
+  // Each checkpoint is a new directory ckpt-step<N>; the link `ckpt` is then switched to it with one atomic
+  // rename, and only after that is the previous one removed. A crash at any point leaves `ckpt` naming a
+  // complete checkpoint.
   auto save = [&](long at_step) {
+    const std::string name = "ckpt-step" + std::to_string(at_step);
+    const fs::path dir = fs::path(opt.out_dir) / name;
     nlohmann::json trainer = {{"loader", loader.state().to_string()}, {"seed", opt.seed}};
-    checkpoint_save(ckpt_dir.string(), cfg, weights_of(params), optimizer_state_of(params, adam), trainer, at_step);
+    checkpoint_save(dir.string(), cfg, weights_of(params), optimizer_state_of(params, adam), trainer, at_step);
     const fs::path tok = data / "tokenizer.model";
-    if (fs::exists(tok)) fs::copy_file(tok, ckpt_dir / "tokenizer.model", fs::copy_options::overwrite_existing);
+    if (fs::exists(tok)) fs::copy_file(tok, dir / "tokenizer.model", fs::copy_options::overwrite_existing);
+    const fs::path previous = fs::is_symlink(ckpt_dir) ? fs::read_symlink(ckpt_dir) : fs::path();
+    const fs::path tmp_link = fs::path(opt.out_dir) / "ckpt.tmp";
+    fs::remove(tmp_link);
+    fs::create_directory_symlink(name, tmp_link);
+    fs::rename(tmp_link, ckpt_dir);
+    if (!previous.empty() && previous != name) fs::remove_all(fs::path(opt.out_dir) / previous);
     log.note("checkpoint: step " + std::to_string(at_step) + " -> " + ckpt_dir.string());
   };
 

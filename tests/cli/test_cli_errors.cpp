@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -56,56 +57,67 @@ class CliErrors : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string d(const std::string& rel) const { return (dir_ / rel).string(); }
-  std::string tiny() const {
-    return " --dim 16 --layers 1 --heads 2 --ffn 24 --seq 8 --batch 2 --quiet --out " + d("run");
+  // `train` on the tiny data set with a tiny model; `flags` override the defaults (each flag given once).
+  std::string train(std::map<std::string, std::string> flags = {}) const {
+    std::map<std::string, std::string> args = {{"--data", d("data")}, {"--dim", "16"},  {"--layers", "1"},
+                                               {"--heads", "2"},      {"--kv-heads", "2"}, {"--ffn", "24"},
+                                               {"--seq", "8"},        {"--batch", "2"},  {"--steps", "3"},
+                                               {"--out", d("run")}};
+    for (auto& [k, v] : flags) args[k] = v;
+    std::string cmd = "train --quiet";
+    for (auto& [k, v] : args)
+      if (!v.empty()) cmd += " " + k + " " + v;
+    return cmd;
   }
   fs::path dir_;
 };
 
-TEST_F(CliErrors, MissingData) { expect_clean_error("train --data " + d("nope") + tiny(), "nope/train.bin"); }
+TEST_F(CliErrors, MissingData) { expect_clean_error(train({{"--data", d("nope")}}), "nope/train.bin"); }
 
 TEST_F(CliErrors, CorruptTokenFile) {
   std::ofstream(d("data/train.bin"), std::ios::trunc) << "this is not a token file at all, just text.....";
-  expect_clean_error("train --data " + d("data") + tiny(), "train.bin");
+  expect_clean_error(train(), "train.bin");
 }
 
 TEST_F(CliErrors, TruncatedTokenFile) {
   fs::resize_file(d("data/train.bin"), fs::file_size(d("data/train.bin")) - 10);
-  expect_clean_error("train --data " + d("data") + tiny(), "train.bin");
+  expect_clean_error(train(), "train.bin");
 }
 
 TEST_F(CliErrors, VocabMismatchBetweenSplits) {
   std::vector<int32_t> tok(500, 3);
   token_file_write(d("data/val.bin"), tok, 128);
-  expect_clean_error("train --data " + d("data") + tiny(), "vocab");
+  expect_clean_error(train(), "vocab");
 }
 
 TEST_F(CliErrors, HeadsNotDividingDim) {
-  expect_clean_error("train --data " + d("data") + tiny() + " --heads 3", "n_heads");
+  expect_clean_error(train({{"--heads", "3"}, {"--kv-heads", "3"}}), "n_heads");
 }
 
 TEST_F(CliErrors, SequenceLongerThanData) {
-  expect_clean_error("train --data " + d("data") + tiny() + " --seq 1000", "1000");
+  expect_clean_error(train({{"--seq", "1000"}}), "1000");
 }
 
 TEST_F(CliErrors, BadFlagValues) {
-  expect_clean_error("train --data " + d("data") + tiny() + " --lr -1", "--lr");
-  expect_clean_error("train --data " + d("data") + tiny() + " --batch 0", "--batch");
-  expect_clean_error("train --data " + d("data") + tiny() + " --act-store fp8", "fp8");
+  expect_clean_error(train({{"--lr", "-1"}}), "--lr");
+  expect_clean_error(train({{"--batch", "0"}}), "--batch");
+  expect_clean_error(train({{"--act-store", "fp8"}}), "fp8");
+  expect_clean_error(train({{"--act-policy", "attn=4,mlp=fp7"}}), "mlp=fp7");
+  expect_clean_error(train({{"--stepz", "3"}}), "--stepz");
 }
 
 TEST_F(CliErrors, DivergenceIsReported) {
-  expect_clean_error("train --data " + d("data") + tiny() + " --lr 1e30 --min-lr 0 --warmup 0 --clip 1e30 --steps 20",
+  expect_clean_error(train({{"--lr", "1e30"}, {"--min-lr", "0"}, {"--warmup", "0"}, {"--clip", "1e30"}, {"--steps", "20"}}),
                      "diverged");
 }
 
 TEST_F(CliErrors, MissingAndCorruptCheckpoint) {
   expect_clean_error("sample --ckpt " + d("no_ckpt"), "no_ckpt");
-  expect_clean_error("train --data " + d("data") + tiny() + " --resume " + d("no_ckpt"), "no_ckpt");
+  expect_clean_error(train({{"--resume", d("no_ckpt")}}), "no_ckpt");
   // A real checkpoint, then damage its weights file.
-  ASSERT_EQ(run_agoq("train --data " + d("data") + tiny() + " --steps 2").exit_code, 0);
+  ASSERT_EQ(run_agoq(train({{"--steps", "2"}})).exit_code, 0);
   fs::resize_file(d("run/ckpt/model.safetensors"), 100);
-  expect_clean_error("train --data " + d("data") + tiny() + " --steps 4 --resume " + d("run/ckpt"), "model.safetensors");
+  expect_clean_error(train({{"--steps", "4"}, {"--resume", d("run/ckpt")}}), "model.safetensors");
 }
 
 TEST_F(CliErrors, MissingOrCorruptTokenizer) {
