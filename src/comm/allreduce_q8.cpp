@@ -57,14 +57,18 @@ void q8_reduce_to_owner(Communicator& comm, CommQ8Workspace& ws, const CommQ8Pla
   float* scratch = ws.scratch(comm_q8_scratch_floats(p));
   auto t = Clock::now();
 
-  // Step 1: quantize every shard into its outgoing message.
-  comm_q8_quantize_shards(p, in, msgs);
+  // Step 1: quantize every shard into its outgoing message; our own shard straight into its receive slot.
+  uint8_t* own_slot = recv + size_t(me) * p.msg_bytes[me];
+  comm_q8_quantize_shards(p, in, msgs, me, own_slot);
   ws.times.quantize = seconds_since(t);
 
-  // Step 2: all-to-all. From every rank r we receive message `me` (same size from all) at r * msg_bytes[me].
-  std::vector<size_t> rbytes(static_cast<size_t>(N), p.msg_bytes[me]), rdispl(static_cast<size_t>(N));
+  // Step 2: all-to-all. From every rank r we receive message `me` (same size from all) at r * msg_bytes[me];
+  // the message to ourselves is already in place (zero bytes through MPI).
+  const size_t nr = static_cast<size_t>(N);
+  std::vector<size_t> sbytes = p.msg_bytes, rbytes(nr, p.msg_bytes[me]), rdispl(nr);
   for (int r = 0; r < N; ++r) rdispl[r] = size_t(r) * p.msg_bytes[me];
-  comm.alltoallv(msgs, p.msg_bytes.data(), p.msg_offset.data(), recv, rbytes.data(), rdispl.data());
+  sbytes[me] = rbytes[me] = 0;
+  comm.alltoallv(msgs, sbytes.data(), p.msg_offset.data(), recv, rbytes.data(), rdispl.data());
   ws.times.alltoall = seconds_since(t);
 
   // Step 3: sum the N copies of our shard in rank order; requantize straight into our slot of msgs.
@@ -136,13 +140,14 @@ float* CommQ8Workspace::scratch(size_t floats) {
 
 // ---- the steps ----
 
-void comm_q8_quantize_shards(const CommQ8Plan& p, const float* in, uint8_t* msgs) {
+void comm_q8_quantize_shards(const CommQ8Plan& p, const float* in, uint8_t* msgs, int self, uint8_t* self_msg) {
   GradQ8Options q;
   q.block = p.block;
   for (int k = 0; k < p.nranks; ++k) {
-    uint8_t* m = msgs + p.msg_offset[k];
+    uint8_t* m = k == self && self_msg ? self_msg : msgs + p.msg_offset[k];
     const CommShard s = p.shards[k];
-    grad_q8_quantize(in + s.begin, s.size(), reinterpret_cast<int8_t*>(m), reinterpret_cast<float*>(m + p.scales_offset(k)), q);
+    grad_q8_quantize(in + s.begin, s.size(), reinterpret_cast<int8_t*>(m),
+                     reinterpret_cast<float*>(m + p.scales_offset(k)), q);
   }
 }
 
@@ -188,7 +193,8 @@ void comm_q8_unpack_shards(const CommQ8Plan& p, const uint8_t* msgs, int8_t* cod
     const CommShard s = p.shards[k];
     if (!s.size()) continue;
     std::memcpy(codes + s.begin, m, s.size());
-    std::memcpy(scales + s.begin / size_t(p.block), msg_scales(p, k, m), grad_q8_blocks(s.size(), p.block) * sizeof(float));
+    std::memcpy(scales + s.begin / size_t(p.block), msg_scales(p, k, m),
+                grad_q8_blocks(s.size(), p.block) * sizeof(float));
   }
 }
 

@@ -82,8 +82,10 @@ CommShard comm_reduce_scatter_q8(Communicator& comm, CommQ8Workspace& ws, const 
 
 // ---- the steps (the collective above is these plus the two exchanges; tests also run them for logical ranks) ----
 
-// Step 1: quantizes each shard of in[0..n) into its message in msgs (plan.total_bytes).
-void comm_q8_quantize_shards(const CommQ8Plan& plan, const float* in, uint8_t* msgs);
+// Step 1: quantizes each shard of in[0..n) into its message in msgs (plan.total_bytes); shard `self`'s message
+// goes to self_msg instead when given (the collective writes it straight into its own receive slot).
+void comm_q8_quantize_shards(const CommQ8Plan& plan, const float* in, uint8_t* msgs, int self = -1,
+                             uint8_t* self_msg = nullptr);
 // Step 3: `received` holds N messages of shard k (from ranks 0..N-1, plan.msg_bytes[k] each, back to back). Sums
 // them in rank order in fp32 (divides by N if average) in one cache-blocked pass, writing the fp32 shard to out_f32
 // and/or its requantized message to out_msg (either may be null). `scratch`: comm_q8_scratch_floats(plan) floats.

@@ -31,8 +31,9 @@ void comm_check_consistent(Communicator& comm, std::string_view description, std
   const size_t shown = std::min<size_t>(differ.size(), 8);
   for (size_t i = 0; i < shown; ++i) os << (i ? ", " : "") << differ[i];
   if (shown < differ.size()) os << " and " << differ.size() - shown << " more";
-  os << (differ.size() == 1 ? " runs" : " run") << " a different " << what << " than rank 0 (hash " << hex(all[differ[0]])
-     << " vs " << hex(all[0]) << " on rank 0): start every rank with the same arguments, files and build";
+  os << (differ.size() == 1 ? " runs" : " run") << " a different " << what << " than rank 0 (hash "
+     << hex(all[differ[0]]) << " vs " << hex(all[0])
+     << " on rank 0): start every rank with the same arguments, files and build";
   throw CommAgreedError(os.str());
 }
 

@@ -34,7 +34,8 @@ TEST(Communicator, AllreduceTypesAndOps) {
     std::vector<double> d(n);
     std::vector<int64_t> l(n);
     std::vector<int32_t> k(n);
-    for (size_t i = 0; i < n; ++i) f[i] = float(r + i), d[i] = 0.5 * r + double(i), l[i] = int64_t(r) << 33, k[i] = r - int(i);
+    for (size_t i = 0; i < n; ++i)
+      f[i] = float(r + i), d[i] = 0.5 * r + double(i), l[i] = int64_t(r) << 33, k[i] = r - int(i);
     w.allreduce(f.data(), fo.data(), n, CommDtype::f32, CommOp::sum);  // out of place
     w.allreduce_sum(d.data(), n);
     w.allreduce(l.data(), l.data(), n, CommDtype::i64, CommOp::max);
@@ -154,7 +155,9 @@ TEST(Communicator, SplitByColorAndKey) {
   const int members = (N - r % 2 + 1) / 2;
   EXPECT_EQ(sub->size(), members);
   EXPECT_EQ(sub->rank(), members - 1 - r / 2);
-  EXPECT_EQ(sub->allreduce_value<int32_t>(r), [&] { int s = 0; for (int p = r % 2; p < N; p += 2) s += p; return s; }());
+  int color_sum = 0;
+  for (int p = r % 2; p < N; p += 2) color_sum += p;
+  EXPECT_EQ(sub->allreduce_value<int32_t>(r), color_sum);
   auto none = w.split(r == 0 ? -1 : 0, r);  // rank 0 joins no sub-communicator
   EXPECT_EQ(bool(none), r != 0);
   if (none) {
