@@ -38,15 +38,21 @@ TrainOptions tiny_options(const fs::path& data, const std::string& out) {
   return o;
 }
 
-TEST(Trainer, ResumeIsBitIdentical) {
-  const fs::path data = make_synthetic_data("resume");
-  const TrainResult straight = train_run(tiny_options(data, "straight"));
+// N steps straight vs N/2 + resume + N/2: identical losses, bit for bit (stochastic rounding included: its
+// seeds derive from the step).
+void check_resume(const std::string& policy) {
+  const fs::path data = make_synthetic_data("resume_" + policy);
+  TrainOptions straight_opt = tiny_options(data, "straight");
+  straight_opt.act_policy = policy;
+  const TrainResult straight = train_run(straight_opt);
   ASSERT_EQ(straight.losses.size(), 12u);
 
   TrainOptions first = tiny_options(data, "split");
+  first.act_policy = policy;
   first.stop_after = 5;
   const TrainResult a = train_run(first);
   TrainOptions second = tiny_options(data, "split");
+  second.act_policy = policy;
   second.resume = (data / "split" / "ckpt").string();
   const TrainResult b = train_run(second);
   ASSERT_EQ(a.losses.size(), 5u);
@@ -56,6 +62,9 @@ TEST(Trainer, ResumeIsBitIdentical) {
   EXPECT_EQ(b.final_val_loss, straight.final_val_loss);
   fs::remove_all(data);
 }
+
+TEST(Trainer, ResumeIsBitIdentical) { check_resume("fp32"); }
+TEST(Trainer, ResumeIsBitIdenticalUnderAgoq) { check_resume("agoq"); }
 
 TEST(Trainer, SameSeedSameLossesBf16Store) {
   const fs::path data = make_synthetic_data("bf16");
@@ -69,8 +78,9 @@ TEST(Trainer, SameSeedSameLossesBf16Store) {
   fs::remove_all(data);
 }
 
-// Learning on the real corpus prepared by scripts/test.sh: after 200 steps of a small model the validation loss
-// must be far below ln(vocab) = 8.32 (uniform guessing); unigram statistics alone give about 6.
+// Learning on the real corpus prepared by scripts/test.sh. Uniform guessing scores ln(4096) = 8.32 and the best
+// context-free guess (the corpus' unigram entropy) 6.36; after 150 steps of a small model the validation loss
+// must be below 6.0, so the model has learnt to use context.
 TEST(Trainer, LearnsThePreparedCorpus) {
   const fs::path data = fs::path(AGOQ_SOURCE_DIR) / "data" / "austen";
   ASSERT_TRUE(fs::exists(data / "train.bin")) << data << " is missing: scripts/test.sh fetches and prepares it";
@@ -78,11 +88,11 @@ TEST(Trainer, LearnsThePreparedCorpus) {
   o.data_dir = data.string();
   o.out_dir = (fs::temp_directory_path() / "agoq_trainer_austen").string();
   o.model.dim = 128, o.model.n_layers = 2, o.model.n_heads = 4, o.model.n_kv_heads = 4, o.model.ffn_dim = 344;
-  o.batch = 8, o.seq = 128, o.steps = 200, o.warmup = 20, o.lr = 3e-3f, o.min_lr = 3e-4f;
+  o.batch = 8, o.seq = 128, o.steps = 150, o.warmup = 15, o.lr = 3e-3f, o.min_lr = 3e-4f;
   o.eval_every = 0, o.eval_batches = 4, o.quiet = true;
   const TrainResult r = train_run(o);
   const double ln_vocab = std::log(4096.0);
-  EXPECT_LT(r.final_val_loss, ln_vocab - 3.0) << "initial " << r.losses.front();
+  EXPECT_LT(r.final_val_loss, 6.0) << "initial " << r.losses.front();
   EXPECT_NEAR(r.losses.front(), ln_vocab, 0.3);
   fs::remove_all(o.out_dir);
 }
