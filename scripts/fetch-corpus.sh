@@ -15,8 +15,10 @@ trap 'rm -rf "$tmp"' EXIT
 # apt-get download drops privileges to _apt, which cannot write to most folders; as root, keep root instead.
 sandbox=()
 [ "$(id -u)" -eq 0 ] && sandbox=(-o APT::Sandbox::User=root)
-(cd "$tmp" && apt-get download -q "${sandbox[@]}" r-cran-janeaustenr) || {
-  echo "fetch-corpus: 'apt-get download r-cran-janeaustenr' failed (run apt-get update first?)" >&2
+download() { (cd "$tmp" && apt-get download -q "${sandbox[@]}" r-cran-janeaustenr); }
+# A machine whose package lists are missing or stale gets them refreshed once.
+download || { apt-get update -qq && download; } || {
+  echo "fetch-corpus: 'apt-get download r-cran-janeaustenr' failed" >&2
   exit 1
 }
 dpkg -x "$tmp"/r-cran-janeaustenr_*.deb "$tmp/x"
