@@ -6,11 +6,25 @@
 
 namespace agoq {
 
+std::array<int, kActSlotCount> act_slot_cols(const LlamaConfig& cfg) {
+  const int C = cfg.dim, KV = cfg.kv_dim(), F = cfg.ffn_dim;
+  return {C, 1, C, C, KV, KV, C, cfg.n_heads, C, 1, C, F, F, F};
+}
+
+size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t rows, bool attention) {
+  const auto cols = act_slot_cols(cfg);
+  size_t total = 0;
+  for (const auto& layer : policy.slots)
+    for (int s = 0; s < kActSlotCount; ++s)
+      if (layer[s].stored && act_slot_is_attention(ActSlot(s)) == attention)
+        total += quant_bytes(layer[s].format, rows, size_t(cols[s]));
+  return total;
+}
+
 ActivationStore::ActivationStore(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy) : policy_(policy) {
   AGOQ_CHECK(int(policy_.slots.size()) == cfg.n_layers, "activation policy has ", policy_.slots.size(),
              " layers, model has ", cfg.n_layers);
-  const int C = cfg.dim, KV = cfg.kv_dim(), F = cfg.ffn_dim;
-  cols_ = {C, 1, C, C, KV, KV, C, cfg.n_heads, C, 1, C, F, F, F};
+  cols_ = act_slot_cols(cfg);
   tensors_.resize(cfg.n_layers);
   for (int l = 0; l < cfg.n_layers; ++l)
     for (int s = 0; s < kActSlotCount; ++s) {

@@ -18,6 +18,12 @@
 
 namespace agoq {
 
+// Values per token of each slot for a model (the cols of its (rows, cols) view).
+std::array<int, kActSlotCount> act_slot_cols(const LlamaConfig& cfg);
+// Exact bytes the store allocates for `rows` tokens under a policy, for one slot class (attention or not), summed
+// over layers. Memory planning and reports use it; the store allocates exactly this.
+size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t rows, bool attention);
+
 class ActivationStore {
  public:
   // Capacity: up to max_rows tokens (B*T) per forward.

@@ -163,9 +163,26 @@ TrainResult train_run(const TrainOptions& opt) {
   save(last);
   log.finish();
   result.tokens_per_s = tokens_total / seconds_total;
+  // Saved-activation bytes per token per layer under this policy, next to the bf16 and fp32 equivalents.
+  auto per_token_layer = [&](const ActPolicy& p) {
+    const size_t rows = size_t(B) * T;
+    return double(act_store_bytes(p, cfg, rows, true) + act_store_bytes(p, cfg, rows, false)) / double(rows) /
+           cfg.n_layers;
+  };
+  const double act_bytes = per_token_layer(model.store().policy());
+  const double bf16_bytes = per_token_layer(ActPolicy::parse("baseline-bf16", cfg.n_layers));
+  const double fp32_bytes = per_token_layer(ActPolicy::parse("fp32", cfg.n_layers));
+  result.act_bytes_per_token_layer = act_bytes;
   if (!opt.quiet) {
     std::fprintf(stderr, "trained steps %ld..%ld at %.0f tokens/s\npeak memory by category:\n%s", first, last,
                  result.tokens_per_s, MemoryTracker::global().report().c_str());
+    const auto tags = MemoryTracker::global().tag_peaks();
+    auto tag = [&](const char* t) { return format_bytes(tags.count(t) ? tags.at(t) : 0); };
+    std::fprintf(stderr,
+                 "saved activations (%s): attention %s, other %s\n"
+                 "  %.0f B per token per layer vs %.0f B in bf16 (%.2fx) and %.0f B in fp32 (%.2fx)\n",
+                 model.store().policy().name.c_str(), tag("act.attention").c_str(), tag("act.other").c_str(), act_bytes,
+                 bf16_bytes, act_bytes / bf16_bytes, fp32_bytes, act_bytes / fp32_bytes);
   }
   return result;
 }

@@ -33,6 +33,7 @@ struct TrainResult {
   float final_val_loss = 0;
   double tokens_per_s = 0;
   long last_step = 0;
+  double act_bytes_per_token_layer = 0;  // saved activations under the policy
 };
 
 TrainResult train_run(const TrainOptions& opt);
