@@ -253,8 +253,13 @@ float LlamaModel::run(const int32_t* inputs, const int32_t* targets, int B, int 
   forward_trunk(inputs, B, T);
   const float loss = head_forward_backward(resid_.data(), targets, B * T, grad_scale, backward ? dx_.data() : nullptr);
   if (!backward) return loss;
-  for (int l = cfg_.n_layers - 1; l >= 0; --l) backward_layer(l, B, T);
+  auto ready = [&](int l) {
+    if (on_grads_ready) on_grads_ready(l);
+  };
+  ready(cfg_.n_layers);
+  for (int l = cfg_.n_layers - 1; l >= 0; --l) backward_layer(l, B, T), ready(l);
   embedding_backward(grads_.embed, dx_.data(), inputs, B * T, cfg_.dim);
+  ready(-1);
   return loss;
 }
 

@@ -2,6 +2,7 @@
 // the ops (model/ops.h) together. Read llama.cpp top to bottom: layer forward, layer backward, the fused head.
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include "core/memory.h"
 #include "model/act_store.h"
@@ -30,6 +31,11 @@ class LlamaModel {
   float forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T);
   // Logits (V) of the last position of one sequence of T tokens (T <= max_seq), for sampling.
   void forward_last_logits(const int32_t* tokens, int T, float* logits);
+
+  // Called by forward_backward as soon as a part's gradients in grads() are final for this micro-batch, so a
+  // caller can overlap their communication or compression with the rest of backward. Order: n_layers (final norm
+  // and an untied lm_head), n_layers-1 .. 0 (decoder layers), -1 (embedding; also the lm_head when tied).
+  std::function<void(int layer)> on_grads_ready;
 
  private:
   void forward_layer(int l, int B, int T);
