@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "comm/communicator.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -15,7 +16,16 @@ struct TrainArgs {
   std::string config_json;
 };
 
+void cmd_train_body(TrainArgs& a);
+
 void cmd_train_run(TrainArgs& a) {
+  // Under mpirun every rank runs this; started alone, the process is a world of one. A failure on one rank ends
+  // the job (comm_run_guarded); an error all ranks agree on (a config mismatch) is printed once, by rank 0.
+  Communicator& comm = comm_world();
+  comm_run_guarded(comm, [&] { cmd_train_body(a); });
+}
+
+void cmd_train_body(TrainArgs& a) {
   if (!a.config_json.empty()) {
     std::ifstream f(a.config_json);
     AGOQ_CHECK(f, "cannot open model config ", a.config_json);
@@ -77,6 +87,19 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
       ->excludes("--act-policy");
   c->add_option("--resume", o.resume, "continue from a checkpoint directory (e.g. runs/demo/ckpt)");
   c->add_flag("--quiet", o.quiet, "no console progress");
+  c->add_option("--grad-store", o.grad_store,
+                "gradient accumulation buffers: fp32 | q8 (INT8 + a scale per 256 values; docs/parallel.md)")
+      ->capture_default_str();
+  c->add_option("--allreduce", o.allreduce,
+                "gradient all-reduce across data-parallel ranks: mpi (fp32) | q8 (AGoQ's 8-bit all-to-all)")
+      ->capture_default_str();
+  c->add_option("--grad-rounding", o.grad_rounding, "rounding of the q8 grad store: stochastic | nearest")
+      ->capture_default_str();
+  c->add_option("--zero", o.zero, "1: ZeRO-1, optimizer state sharded across data-parallel ranks")
+      ->capture_default_str();
+  // Test hooks (tests/mpi_tests.cmake): that rank ends abruptly (_exit(3)) when the step begins. Hidden.
+  c->add_option("--debug-exit-at-step", o.debug_exit_step)->group("");
+  c->add_option("--debug-exit-rank", o.debug_exit_rank)->group("");
   c->callback([args] { cmd_train_run(*args); });
 });
 

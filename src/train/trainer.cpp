@@ -1,15 +1,20 @@
 #include "train/trainer.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
+#include "comm/comm_check.h"
 #include "core/error.h"
 #include "core/memory.h"
-#include "core/rng.h"
 #include "model/llama.h"
+#include "parallel/data_parallel.h"
 #include "train/checkpoint.h"
 #include "train/data_loader.h"
 #include "train/metrics.h"
@@ -30,22 +35,14 @@ void options_validate(const TrainOptions& o) {
   AGOQ_CHECK(std::isfinite(o.min_lr) && o.min_lr >= 0 && o.min_lr <= o.lr, "--min-lr must be in [0, lr]");
   AGOQ_CHECK(o.clip > 0, "--clip must be positive");
   AGOQ_CHECK(o.eval_batches >= 1, "--eval-batches must be >= 1");
+  AGOQ_CHECK(o.zero == 0 || o.zero == 1, "--zero must be 0 or 1 (got ", o.zero, ")");
+  AGOQ_CHECK(o.grad_rounding == "stochastic" || o.grad_rounding == "nearest",
+             "--grad-rounding must be stochastic or nearest (got '", o.grad_rounding, "')");
 }
 
 NamedTensors weights_of(ParamSet& p) {
   NamedTensors out;
   for (const ParamTensor& t : p.named()) out.push_back({t.name, t.shape, t.data});
-  return out;
-}
-
-// Adam moments under "adam.m.<param>" / "adam.v.<param>", pointing into the optimizer's flat buffers.
-NamedTensors optimizer_state_of(ParamSet& p, AdamW& adam) {
-  NamedTensors out;
-  for (const ParamTensor& t : p.named()) {
-    const size_t off = size_t(t.data - p.data());
-    out.push_back({"adam.m." + t.name, t.shape, adam.m().data() + off});
-    out.push_back({"adam.v." + t.name, t.shape, adam.v().data() + off});
-  }
   return out;
 }
 
@@ -61,10 +58,47 @@ float evaluate(LlamaModel& model, const DataLoader& val, int B, int batches) {
   return float(sum / n);
 }
 
+// Size and FNV-1a of a file's bytes: ranks compare contents, not paths (machines may mount data differently).
+std::string file_digest(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  AGOQ_CHECK(f, "cannot open ", p.string());
+  std::vector<char> buf(1 << 20);
+  uint64_t h = comm_hash_fnv1a({}), size = 0;
+  while (f.read(buf.data(), std::streamsize(buf.size())) || f.gcount() > 0) {
+    h = comm_hash_fnv1a(std::string_view(buf.data(), size_t(f.gcount())), h);
+    size += uint64_t(f.gcount());
+  }
+  std::ostringstream os;
+  os << p.filename().string() << ' ' << size << " bytes fnv " << std::hex << h;
+  return os.str();
+}
+
+// Everything that must agree across ranks for their collectives to match and their replicas to stay equal.
+std::string run_description(const TrainOptions& o, const LlamaConfig& cfg, const std::string& resume_commit) {
+  std::ostringstream os;
+  os << "model " << config_to_hf_json(cfg).dump() << "\nbatch " << o.batch << " seq " << o.seq << " accum " << o.accum
+     << " steps " << o.steps << " warmup " << o.warmup << " lr " << o.lr << " min_lr " << o.min_lr << " clip "
+     << o.clip << " adam " << o.adam.beta1 << ' ' << o.adam.beta2 << ' ' << o.adam.eps << ' ' << o.adam.weight_decay
+     << " seed " << o.seed << " eval " << o.eval_every << ' ' << o.eval_batches << " ckpt " << o.ckpt_every
+     << " stop_after " << o.stop_after << " act " << o.act_policy << " grad_store " << o.grad_store << " allreduce "
+     << o.allreduce << " rounding " << o.grad_rounding << " zero " << o.zero << " resume " << resume_commit;
+  return os.str();
+}
+
 }  // namespace
 
 TrainResult train_run(const TrainOptions& opt) {
+  Communicator& comm = opt.comm ? *opt.comm : comm_world();
+  const int D = comm.size(), rank = comm.rank();
+  const bool lead = rank == 0;
   options_validate(opt);
+  DpOptions dpo;
+  dpo.grad_store = grad_store_parse(opt.grad_store);
+  dpo.allreduce = allreduce_parse(opt.allreduce);
+  dpo.zero = opt.zero == 1;
+  dpo.rounding = opt.grad_rounding == "nearest" ? QuantRounding::nearest : QuantRounding::stochastic;
+  dpo.adam = opt.adam, dpo.clip = opt.clip, dpo.seed = opt.seed;
+
   const fs::path data(opt.data_dir);
   TokenDataset train_set = TokenDataset::load((data / "train.bin").string());
   TokenDataset val_set = TokenDataset::load((data / "val.bin").string());
@@ -72,83 +106,106 @@ TrainResult train_run(const TrainOptions& opt) {
   LlamaConfig cfg = opt.model;
   cfg.vocab_size = int(train_set.vocab_size());
   if (cfg.max_seq_len < opt.seq) cfg.max_seq_len = opt.seq;
-  if (!opt.resume.empty()) cfg = checkpoint_inspect(opt.resume).config;  // the checkpoint's shape wins
+  std::string resume_commit = "-";
+  if (!opt.resume.empty()) {
+    const CheckpointMeta meta = checkpoint_inspect(opt.resume);
+    cfg = meta.config;  // the checkpoint's shape wins
+    resume_commit = meta.commit;
+  }
   cfg.validate();
+  if (D > 1) {  // before any other collective: mismatched ranks stop here with one message from rank 0
+    comm_check_consistent(comm, run_description(opt, cfg, resume_commit), "config");
+    comm_check_consistent(comm, file_digest(data / "train.bin") + "\n" + file_digest(data / "val.bin"), "data");
+  }
   train_set.check_vocab(cfg.vocab_size);
   val_set.check_vocab(cfg.vocab_size);
-  const int B = opt.batch, T = opt.seq;
+  const int B = opt.batch, T = opt.seq, m = opt.accum;
 
+  // One global window stream, identical on every rank: each step draws D * m micro-batches and rank r trains on
+  // r * m .. r * m + m - 1. So D ranks x m equal 1 rank x D * m, and one loader state resumes any rank.
   DataLoader loader(train_set, T, opt.seed);
   const DataLoader val_loader(val_set, T, opt.seed);
   LlamaModel model(cfg, B, T, ActPolicy::parse(opt.act_policy, cfg.n_layers));
   model.init_weights(opt.seed);
-  AdamW adam(model.params(), opt.adam);
+  DataParallel dp(comm, model, dpo);
   ParamSet& params = model.params();
-  ParamSet& grads = model.grads();
 
   long step = 0;
   if (!opt.resume.empty()) {
-    const CheckpointMeta meta =
-        checkpoint_load(opt.resume, cfg, weights_of(params), optimizer_state_of(params, adam));
+    const CheckpointMeta meta = checkpoint_load(opt.resume, cfg, weights_of(params), dp.moments_load_views());
+    dp.moments_scatter();
     step = meta.step;
     loader.set_state(DataLoader::State::from_string(meta.trainer.at("loader").get<std::string>()));
   }
   AGOQ_CHECK(step < opt.steps, "checkpoint is already at step ", step, " of --steps ", opt.steps);
+  // Peaks from here on describe training, not set-up transients (the model's fp32 gradient buffer that the q8
+  // store replaces, full-size moments read on a ZeRO resume).
+  MemoryTracker::global().reset_peaks();
 
-  fs::create_directories(opt.out_dir);
+  if (lead) fs::create_directories(opt.out_dir);
   const fs::path ckpt_dir = fs::path(opt.out_dir) / "ckpt";
-  MetricsLog log((fs::path(opt.out_dir) / "metrics.jsonl").string(), !opt.resume.empty(), opt.steps, opt.log_every,
-                 opt.quiet);
+  MetricsLog log(lead ? (fs::path(opt.out_dir) / "metrics.jsonl").string() : std::string(), !opt.resume.empty(),
+                 opt.steps, opt.log_every, opt.quiet || !lead);
   // Each checkpoint is a new directory ckpt-step<N>; the link `ckpt` is then switched to it with one atomic
   // rename, and only after that is the previous one removed. A crash at any point leaves `ckpt` naming a
-  // complete checkpoint.
+  // complete checkpoint. Collective (ZeRO gathers the moments to rank 0); rank 0 writes.
   auto save = [&](long at_step) {
-    const std::string name = "ckpt-step" + std::to_string(at_step);
-    const fs::path dir = fs::path(opt.out_dir) / name;
-    nlohmann::json trainer = {{"loader", loader.state().to_string()}, {"seed", opt.seed}};
-    checkpoint_save(dir.string(), cfg, weights_of(params), optimizer_state_of(params, adam), trainer, at_step);
-    const fs::path tok = data / "tokenizer.model";
-    if (fs::exists(tok)) fs::copy_file(tok, dir / "tokenizer.model", fs::copy_options::overwrite_existing);
-    const fs::path previous = fs::is_symlink(ckpt_dir) ? fs::read_symlink(ckpt_dir) : fs::path();
-    const fs::path tmp_link = fs::path(opt.out_dir) / "ckpt.tmp";
-    fs::remove(tmp_link);
-    fs::create_directory_symlink(name, tmp_link);
-    fs::rename(tmp_link, ckpt_dir);
-    if (!previous.empty() && previous != name) fs::remove_all(fs::path(opt.out_dir) / previous);
-    log.note("checkpoint: step " + std::to_string(at_step) + " -> " + ckpt_dir.string());
+    dp.moments_gather();
+    if (lead) {
+      const std::string name = "ckpt-step" + std::to_string(at_step);
+      const fs::path dir = fs::path(opt.out_dir) / name;
+      nlohmann::json trainer = {{"loader", loader.state().to_string()}, {"seed", opt.seed},
+                                {"world_size", D}, {"accum", m}, {"grad_store", opt.grad_store},
+                                {"allreduce", opt.allreduce}, {"zero", opt.zero}};
+      checkpoint_save(dir.string(), cfg, weights_of(params), dp.moments_views(), trainer, at_step);
+      const fs::path tok = data / "tokenizer.model";
+      if (fs::exists(tok)) fs::copy_file(tok, dir / "tokenizer.model", fs::copy_options::overwrite_existing);
+      const fs::path previous = fs::is_symlink(ckpt_dir) ? fs::read_symlink(ckpt_dir) : fs::path();
+      const fs::path tmp_link = fs::path(opt.out_dir) / "ckpt.tmp";
+      fs::remove(tmp_link);
+      fs::create_directory_symlink(name, tmp_link);
+      fs::rename(tmp_link, ckpt_dir);
+      if (!previous.empty() && previous != name) fs::remove_all(fs::path(opt.out_dir) / previous);
+      log.note("checkpoint: step " + std::to_string(at_step) + " -> " + ckpt_dir.string());
+    }
+    dp.moments_release();
+    if (D > 1) comm.barrier();  // the checkpoint is complete when any rank returns
   };
 
   TrainResult result;
-  std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
+  const size_t rows = size_t(B) * T;
+  std::vector<int32_t> in(rows * m), tgt(rows * m), skip_in(rows), skip_tgt(rows);
   const long first = step + 1;
   const long last = opt.stop_after > 0 ? std::min(opt.steps, step + opt.stop_after) : opt.steps;
-  double tokens_total = 0, seconds_total = 0;
+  double tokens_total = 0, seconds_total = 0, wait_total = 0;
   for (step = first; step <= last; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
-    grads.zero();
-    double loss = 0;
-    for (int micro = 0; micro < opt.accum; ++micro) {
-      loader.next_batch(B, in.data(), tgt.data());
-      // Stochastic rounding of saved activations: fresh per micro-batch, reproducible from (seed, step).
-      model.store().set_seed(philox4x32(opt.seed, uint64_t(step), uint64_t(micro))[0] | (uint64_t(step) << 32));
-      loss += model.forward_backward(in.data(), tgt.data(), B, T, 1.0f / float(opt.accum)) / opt.accum;
+    if (step == opt.debug_exit_step && rank == opt.debug_exit_rank) {
+      std::fprintf(stderr, "agoq: debug: rank %d exits with code 3 at step %ld (--debug-exit-at-step)\n", rank, step);
+      std::fflush(stderr);
+      _exit(3);
     }
-    const double grad_norm = std::sqrt(grad_sum_squares(grads.data(), grads.size()));
-    AGOQ_CHECK(std::isfinite(loss) && std::isfinite(grad_norm), "training diverged at step ", step, ": loss ", loss,
-               ", gradient norm ", grad_norm, " (try a lower --lr)");
-    if (grad_norm > opt.clip) grad_scale(grads.data(), grads.size(), float(opt.clip / grad_norm));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int g = 0; g < D * m; ++g) {
+      const bool mine = g / m == rank;
+      const size_t at = size_t(g % m) * rows;
+      loader.next_batch(B, mine ? in.data() + at : skip_in.data(), mine ? tgt.data() + at : skip_tgt.data());
+    }
     const float lr = lr_schedule(step, opt.lr, opt.min_lr, opt.warmup, opt.steps);
-    adam.step(params.data(), grads.data(), lr, step);
+    const DpStepResult r = dp.step(step, lr, in.data(), tgt.data(), m, B, T);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double tokens = double(B) * T * opt.accum;
+    const double tokens = double(rows) * m * D;
     tokens_total += tokens;
     seconds_total += dt;
-    result.losses.push_back(float(loss));
+    wait_total += r.wait_s;
+    result.losses.push_back(float(r.loss));
+    result.grad_norms.push_back(float(r.grad_norm));
 
-    nlohmann::json rec = {{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+    nlohmann::json rec = {{"step", step}, {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm},
                           {"tokens_per_s", tokens / dt}};
+    if (D > 1) rec["comm_wait_s"] = r.wait_s;
     if ((opt.eval_every > 0 && step % opt.eval_every == 0) || step == opt.steps) {
-      const float val = evaluate(model, val_loader, B, opt.eval_batches);
+      float val = lead ? evaluate(model, val_loader, B, opt.eval_batches) : 0.0f;  // replicas are identical
+      if (D > 1) comm.broadcast(&val, sizeof val, 0);
       rec["val_loss"] = val;
       result.final_val_loss = val;
       char line[96];
@@ -165,7 +222,6 @@ TrainResult train_run(const TrainOptions& opt) {
   result.tokens_per_s = tokens_total / seconds_total;
   // Saved-activation bytes per token per layer under this policy, next to the bf16 and fp32 equivalents.
   auto per_token_layer = [&](const ActPolicy& p) {
-    const size_t rows = size_t(B) * T;
     return double(act_store_bytes(p, cfg, rows, true) + act_store_bytes(p, cfg, rows, false)) / double(rows) /
            cfg.n_layers;
   };
@@ -173,9 +229,14 @@ TrainResult train_run(const TrainOptions& opt) {
   const double bf16_bytes = per_token_layer(ActPolicy::parse("baseline-bf16", cfg.n_layers));
   const double fp32_bytes = per_token_layer(ActPolicy::parse("fp32", cfg.n_layers));
   result.act_bytes_per_token_layer = act_bytes;
-  if (!opt.quiet) {
-    std::fprintf(stderr, "trained steps %ld..%ld at %.0f tokens/s\npeak memory by category:\n%s", first, last,
-                 result.tokens_per_s, MemoryTracker::global().report().c_str());
+  if (!opt.quiet && lead) {
+    std::fprintf(stderr, "trained steps %ld..%ld at %.0f tokens/s", first, last, result.tokens_per_s);
+    if (D > 1)
+      std::fprintf(stderr, " on %d ranks (grad store %s, all-reduce %s%s; %.1f%% of step time waiting on it)", D,
+                   opt.grad_store.c_str(), opt.allreduce.c_str(), opt.zero ? ", ZeRO-1" : "",
+                   100.0 * wait_total / seconds_total);
+    std::fprintf(stderr, "\npeak memory by category%s:\n%s", D > 1 ? " (rank 0)" : "",
+                 MemoryTracker::global().report().c_str());
     const auto tags = MemoryTracker::global().tag_peaks();
     auto tag = [&](const char* t) { return format_bytes(tags.count(t) ? tags.at(t) : 0); };
     std::fprintf(stderr,

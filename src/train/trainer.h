@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "model/config.h"
 #include "train/optimizer.h"
 
@@ -26,6 +27,15 @@ struct TrainOptions {
   std::string act_policy = "fp32";  // model/act_policy.h: fp32, baseline-bf16, agoq, uniform4 or a spec
   std::string resume;    // checkpoint dir to continue from
   bool quiet = false;
+  // Data parallelism (docs/parallel.md): D = comm's size replicas, each running `accum` micro-batches per step.
+  std::string grad_store = "fp32";  // fp32 | q8: gradient accumulation buffers
+  std::string allreduce = "mpi";    // mpi (fp32 MPI_Allreduce) | q8 (allreduce_q8)
+  std::string grad_rounding = "stochastic";  // q8 grad store: stochastic | nearest
+  int zero = 0;                     // 1: ZeRO-1, AdamW state sharded over the ranks
+  Communicator* comm = nullptr;     // null: comm_world()
+  // Test hook (hidden flags --debug-exit-at-step/--debug-exit-rank): that rank _exit(3)s when the step begins.
+  long debug_exit_step = 0;
+  int debug_exit_rank = -1;
 };
 
 struct TrainResult {
@@ -34,8 +44,11 @@ struct TrainResult {
   double tokens_per_s = 0;
   long last_step = 0;
   double act_bytes_per_token_layer = 0;  // saved activations under the policy
+  std::vector<float> grad_norms;         // global gradient norm per step, before clipping
 };
 
+// Collective over the communicator: every rank calls it with the same options (checked at start-up). Only rank 0
+// writes metrics and checkpoints and prints; every rank returns the same losses.
 TrainResult train_run(const TrainOptions& opt);
 
 }  // namespace agoq
