@@ -22,3 +22,31 @@ if(TARGET test_comm)
     set_tests_properties(comm_fault_${fault} PROPERTIES TIMEOUT 60 LABELS mpi PROCESSORS 2)
   endforeach()
 endif()
+
+# Data-parallel training (tests/parallel): the suite on 2 and 4 ranks (the single-process run is gtest's), then
+# process-level faults of `agoq train` under mpirun on a corpus written by the parallel_corpus fixture.
+if(TARGET test_parallel)
+  foreach(np 2 4)
+    add_test(NAME parallel_np${np} COMMAND ${AGOQ_MPIRUN} -np ${np} $<TARGET_FILE:test_parallel>)
+    set_tests_properties(parallel_np${np} PROPERTIES TIMEOUT 300 LABELS mpi PROCESSORS ${np})
+  endforeach()
+
+  set(dp_data ${CMAKE_BINARY_DIR}/parallel_fault_data)
+  add_test(NAME parallel_corpus COMMAND ${CMAKE_COMMAND} -E env AGOQ_TEST_WRITE_DATA=${dp_data}
+    $<TARGET_FILE:test_parallel>)
+  set_tests_properties(parallel_corpus PROPERTIES FIXTURES_SETUP dp_corpus)
+  set(dp_mpirun "${MPIEXEC_EXECUTABLE};--allow-run-as-root;--oversubscribe;--bind-to;none;-x;OMP_NUM_THREADS=1;-x;OPENBLAS_NUM_THREADS=1")
+  set(dp_train "$<TARGET_FILE:agoq>;train;--data;${dp_data};--dim;32;--layers;2;--heads;4;--kv-heads;2;--ffn;48;--seq;16;--batch;4;--steps;40;--eval-every;0;--eval-batches;1;--quiet")
+  # A rank dies at step 3: mpirun names it and ends the job within seconds (no survivor waits forever).
+  add_test(NAME parallel_fault_exit COMMAND ${CMAKE_COMMAND}
+    "-DCMD=${dp_mpirun};-np;2;${dp_train};--out;${dp_data}/exit;--debug-exit-at-step;3;--debug-exit-rank;1"
+    "-DEXPECT=agoq: debug: rank 1 exits with code 3 at step 3;Process name: \\[\\[[0-9]+,1\\],1\\].*Exit code: +3"
+    -DMAX_SECONDS=20 -P ${CMAKE_SOURCE_DIR}/tests/comm/expect_failure.cmake)
+  # Ranks started with different flags (MPMD: rank 1 has another seed): one message from rank 0, all exit 1.
+  add_test(NAME parallel_fault_config COMMAND ${CMAKE_COMMAND}
+    "-DCMD=${dp_mpirun};-np;1;${dp_train};--out;${dp_data}/cfg;--seed;1;:;-np;1;${dp_train};--out;${dp_data}/cfg;--seed;2"
+    "-DEXPECT=agoq: error: rank 1 runs a different config than rank 0"
+    -DMAX_SECONDS=20 -P ${CMAKE_SOURCE_DIR}/tests/comm/expect_failure.cmake)
+  set_tests_properties(parallel_fault_exit parallel_fault_config PROPERTIES TIMEOUT 60 LABELS mpi PROCESSORS 2
+    FIXTURES_REQUIRED dp_corpus)
+endif()
