@@ -1,6 +1,9 @@
 // `agoq bench comm`: fp32 MPI_Allreduce against allreduce_q8 on 1, 16, 64 and 256 MiB of fp32 gradients, with
 // allreduce_q8's time split into its phases. Run it under mpirun (mpirun -np 2 agoq bench comm); only rank 0
 // prints. Times are medians over --reps runs, each started and ended by a barrier.
+// Then the end-to-end part: data-parallel training steps of a small LLaMA (parallel/data_parallel.h) with the fp32
+// grad store + MPI all-reduce against the q8 grad store + allreduce_q8: step time and peak memory per rank by
+// category, both configurations measured in the same run (alternating rounds, so both see the same load).
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -14,6 +17,8 @@
 #include "comm/communicator.h"
 #include "core/memory.h"
 #include "core/rng.h"
+#include "model/llama.h"
+#include "parallel/data_parallel.h"
 
 namespace agoq {
 namespace {
@@ -30,7 +35,60 @@ struct Args {
   int reps = 5;
   int block = 256;
   bool json = false;
+  int e2e_steps = 3;  // timed steps per configuration and round; 0 skips the end-to-end part
+  int e2e_dim = 256, e2e_layers = 4, e2e_vocab = 4096, e2e_batch = 4, e2e_seq = 64, e2e_accum = 2;
 };
+
+// ---- end to end: data-parallel training steps ----
+
+struct E2eResult {
+  std::string name;
+  std::vector<double> step_ms, wait_ms;
+  std::vector<MemSnapshot> peak;  // per rank, each category's own peak over the training steps
+};
+
+// Builds the model and engine of one configuration, runs `steps` timed steps (after one warm-up step), and on the
+// first round records every rank's peak memory by category.
+void bench_e2e_round(Communicator& comm, const Args& a, const DpOptions& o, E2eResult& res, bool record_memory) {
+  LlamaConfig cfg;
+  cfg.dim = a.e2e_dim, cfg.n_layers = a.e2e_layers, cfg.n_heads = 8, cfg.n_kv_heads = 4;
+  cfg.ffn_dim = (a.e2e_dim * 8 / 3 + 63) / 64 * 64, cfg.vocab_size = a.e2e_vocab, cfg.max_seq_len = a.e2e_seq;
+  const int B = a.e2e_batch, T = a.e2e_seq, m = a.e2e_accum;
+  LlamaModel model(cfg, B, T, ActPolicy::parse("fp32", cfg.n_layers));
+  model.init_weights(7);
+  DataParallel dp(comm, model, o);
+  std::vector<int32_t> in(size_t(m) * B * T), tgt(in.size());
+  Rng rng(11, uint64_t(comm.rank()));
+  auto fill = [&] {
+    for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
+  };
+  MemoryTracker::global().reset_peaks();  // from here: training only (set-up transients excluded, as in train)
+  for (int s = 0; s <= a.e2e_steps; ++s) {
+    fill();
+    comm.barrier();
+    const auto t0 = Clock::now();
+    const DpStepResult r = dp.step(s + 1, 1e-3f, in.data(), tgt.data(), m, B, T);
+    comm.barrier();
+    if (s == 0) continue;  // warm-up: first touches, workspace growth
+    res.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    res.wait_ms.push_back(1e3 * r.wait_s);
+  }
+  if (!record_memory) return;
+  const MemSnapshot mine = MemoryTracker::global().peak_per_category();
+  std::vector<MemSnapshot> all(comm.size());
+  comm.allgather(&mine, all.data(), sizeof(MemSnapshot));
+  res.peak = all;
+}
+
+std::vector<E2eResult> bench_e2e(Communicator& comm, const Args& a) {
+  std::vector<E2eResult> res(2);
+  std::vector<DpOptions> opts(2);
+  res[0].name = "fp32 grads + MPI all-reduce", opts[0].grad_store = GradStoreKind::fp32, opts[0].allreduce = AllreduceKind::mpi;
+  res[1].name = "q8 grads + allreduce_q8", opts[1].grad_store = GradStoreKind::q8, opts[1].allreduce = AllreduceKind::q8;
+  for (int round = 0; round < 2; ++round)
+    for (int c = 0; c < 2; ++c) bench_e2e_round(comm, a, opts[c], res[c], round == 0);
+  return res;
+}
 
 struct Row {
   int mib;
@@ -64,14 +122,53 @@ Row bench_comm_size(Communicator& comm, CommQ8Workspace& ws, int mib, const Args
   return {mib, median(mpi), median(q8), median(ph[0]), median(ph[1]), median(ph[2]), median(ph[3]), median(ph[4])};
 }
 
+nlohmann::json e2e_json(const Args& a, const std::vector<E2eResult>& e2e) {
+  nlohmann::json j;
+  j["model"] = {{"dim", a.e2e_dim}, {"layers", a.e2e_layers}, {"vocab", a.e2e_vocab}, {"batch", a.e2e_batch},
+                {"seq", a.e2e_seq}, {"accum", a.e2e_accum}, {"steps", 2 * a.e2e_steps}};
+  for (const E2eResult& r : e2e) {
+    nlohmann::json c = {{"name", r.name}, {"step_ms", median(r.step_ms)}, {"comm_wait_ms", median(r.wait_ms)}};
+    for (size_t k = 0; k < r.peak.size(); ++k) {
+      nlohmann::json p = {{"rank", k}};
+      for (int i = 0; i < kMemCategoryCount; ++i) p[mem_category_name(MemCategory(i))] = r.peak[k].bytes[i];
+      p["sum"] = r.peak[k].total();
+      c["peak_bytes"].push_back(p);
+    }
+    j["configs"].push_back(c);
+  }
+  j["step_time_ratio_fp32_over_q8"] = median(e2e[0].step_ms) / median(e2e[1].step_ms);
+  return j;
+}
+
+void e2e_print(const Args& a, int N, const std::vector<E2eResult>& e2e) {
+  std::printf("\nend to end: data-parallel training step on %d ranks, LLaMA dim %d x %d layers, vocab %d, "
+              "%d micro-batches of %dx%d per rank; median of %d steps\n",
+              N, a.e2e_dim, a.e2e_layers, a.e2e_vocab, a.e2e_accum, a.e2e_batch, a.e2e_seq, 2 * a.e2e_steps);
+  std::printf("%-30s %10s %12s\n", "configuration", "step ms", "comm wait ms");
+  for (const E2eResult& r : e2e) std::printf("%-30s %10.1f %12.1f\n", r.name.c_str(), median(r.step_ms), median(r.wait_ms));
+  std::printf("step time ratio fp32 / q8: %.2fx\n", median(e2e[0].step_ms) / median(e2e[1].step_ms));
+  std::printf("peak memory per rank by category (each category's own peak during the steps):\n%-30s %5s", "", "rank");
+  for (int i = 0; i < kMemCategoryCount; ++i) std::printf(" %13s", mem_category_name(MemCategory(i)));
+  std::printf(" %13s\n", "sum");
+  for (const E2eResult& r : e2e)
+    for (size_t k = 0; k < r.peak.size(); ++k) {
+      std::printf("%-30s %5zu", r.name.c_str(), k);
+      for (int i = 0; i < kMemCategoryCount; ++i) std::printf(" %13s", format_bytes(r.peak[k].bytes[i]).c_str());
+      std::printf(" %13s\n", format_bytes(r.peak[k].total()).c_str());
+    }
+}
+
 void bench_comm_run(const Args& a) {
   Communicator& comm = comm_world();
   comm_run_guarded(comm, [&] {
     AGOQ_CHECK(a.reps >= 1, "bench comm: --reps must be at least 1");
     for (int s : a.sizes_mib) AGOQ_CHECK(s >= 1 && s <= 4096, "bench comm: sizes are MiB in [1, 4096], got ", s);
-    CommQ8Workspace ws;
     std::vector<Row> rows;
-    for (int mib : a.sizes_mib) rows.push_back(bench_comm_size(comm, ws, mib, a));
+    {
+      CommQ8Workspace ws;  // freed before the end-to-end part measures memory
+      for (int mib : a.sizes_mib) rows.push_back(bench_comm_size(comm, ws, mib, a));
+    }
+    const std::vector<E2eResult> e2e = a.e2e_steps > 0 ? bench_e2e(comm, a) : std::vector<E2eResult>{};
     if (comm.rank() != 0) return;
     const int N = comm.size();
     if (a.json) {
@@ -82,6 +179,7 @@ void bench_comm_run(const Args& a) {
                                 {"quantize_ms", r.quantize}, {"alltoall_ms", r.alltoall}, {"reduce_ms", r.reduce},
                                 {"allgather_ms", r.allgather}, {"dequantize_ms", r.dequantize},
                                 {"speedup", r.q8 > 0 ? r.mpi / r.q8 : 0.0}});
+      if (!e2e.empty()) j["e2e"] = e2e_json(a, e2e);
       std::printf("%s\n", j.dump(2).c_str());
       return;
     }
@@ -93,16 +191,21 @@ void bench_comm_run(const Args& a) {
       std::printf("%4d MiB %10.2f %10.2f %9.2f %9.2f %9.2f %9.2f %9.2f %7.2fx\n", r.mib, r.mpi, r.q8, r.quantize,
                   r.alltoall, r.reduce, r.allgather, r.dequantize, r.q8 > 0 ? r.mpi / r.q8 : 0.0);
     if (N == 1) std::printf("(one rank: both are copies; run under mpirun -np 2 or more)\n");
+    if (!e2e.empty()) e2e_print(a, N, e2e);
   });
 }
 
 const CliCommand kComm("bench", 40, [](CLI::App& bench) {
   auto args = std::make_shared<Args>();
-  CLI::App* c = bench.add_subcommand("comm", "fp32 MPI_Allreduce vs allreduce_q8 (run under mpirun -np N)");
+  CLI::App* c = bench.add_subcommand("comm", "fp32 MPI_Allreduce vs allreduce_q8, and DP training steps fp32 vs q8 (run under mpirun -np N)");
   c->add_option("--sizes", args->sizes_mib, "gradient sizes in MiB of fp32")->delimiter(',');
   c->add_option("--reps", args->reps, "timed repetitions per size (median)");
   c->add_option("--block", args->block, "values per q8 scale");
   c->add_flag("--json", args->json, "print JSON");
+  c->add_option("--e2e-steps", args->e2e_steps, "end-to-end DP training: timed steps per config and round (0: skip)");
+  c->add_option("--e2e-dim", args->e2e_dim, "end-to-end model: hidden size");
+  c->add_option("--e2e-layers", args->e2e_layers, "end-to-end model: layers");
+  c->add_option("--e2e-accum", args->e2e_accum, "end-to-end: micro-batches per rank and step");
   c->callback([args] { bench_comm_run(*args); });
 });
 
