@@ -1,0 +1,126 @@
+// `agoq plan`: per-GPU training memory of a LLaMA model under TP/PP/DP for the Megatron-like baseline and AGoQ,
+// the activation bits AGoQ's allocator picks per pipeline stage, and whether each stage fits (docs/plan.md).
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "plan/plan_report.h"
+#include "plan/presets.h"
+
+namespace agoq {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct PlanArgs {
+  std::string model, gpu_mem = "80GiB", reserve = "1GiB", bits = "2,3,4,8", png;
+  int gpus = 8, tp = 1, pp = 1, seq = 4096, micro_batch = 1, micro_batches = 8, zero = 0;
+  double bucket_mb = 25;
+  bool json = false, quantize_attention = false;
+};
+
+std::vector<int> parse_bits(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string tok;
+  while (std::getline(ss, tok, ',')) {
+    AGOQ_CHECK(tok == "2" || tok == "3" || tok == "4" || tok == "8", "--bits: '", tok, "' is not one of 2, 3, 4, 8");
+    out.push_back(std::stoi(tok));
+  }
+  AGOQ_CHECK(!out.empty(), "--bits is empty");
+  return out;
+}
+
+// scripts/plan_chart.py next to the source tree the binary was built in (build dir is a child of it), or under
+// the current directory; AGOQ_PLAN_CHART overrides.
+fs::path chart_script() {
+  if (const char* env = std::getenv("AGOQ_PLAN_CHART")) return env;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  for (const fs::path& dir : {exe.parent_path().parent_path(), exe.parent_path(), fs::current_path()})
+    if (fs::exists(dir / "scripts" / "plan_chart.py")) return dir / "scripts" / "plan_chart.py";
+  fail("--png: scripts/plan_chart.py not found (set AGOQ_PLAN_CHART)");
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+void write_png(const nlohmann::json& j, const std::string& png) {
+  const fs::path json_path = fs::path(png).replace_extension(".json");
+  {
+    std::ofstream f(json_path);
+    AGOQ_CHECK(f, "--png: cannot write ", json_path.string());
+    f << j.dump(2) << "\n";
+    AGOQ_CHECK(f.good(), "--png: cannot write ", json_path.string());
+  }
+  const std::string cmd = "/usr/bin/python3 " + shell_quote(chart_script().string()) + " " +
+                          shell_quote(json_path.string()) + " " + shell_quote(png) + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  AGOQ_CHECK(p, "--png: cannot run /usr/bin/python3");
+  std::string output, last;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p)) output += buf;
+  const int st = pclose(p);
+  std::stringstream ss(output);
+  for (std::string l; std::getline(ss, l);)
+    if (!l.empty()) last = l;
+  AGOQ_CHECK(st == 0, "--png: plan_chart.py failed (", last.empty() ? "no output" : last, "); JSON kept at ",
+             json_path.string());
+}
+
+void cmd_plan_run(const PlanArgs& a) {
+  PlanRequest req;
+  req.model_name = a.model;
+  req.cfg = plan_model_resolve(a.model);
+  req.par = {a.gpus, a.tp, a.pp, a.zero != 0};
+  AGOQ_CHECK(a.zero == 0 || a.zero == 1, "--zero must be 0 or 1 (got ", a.zero, ")");
+  req.work = {a.seq, a.micro_batch, a.micro_batches};
+  req.cfg.max_seq_len = std::max(req.cfg.max_seq_len, a.seq);
+  req.gpu_mem = plan_parse_bytes(a.gpu_mem);
+  req.gpu.reserve_bytes = a.reserve == "0" ? 0 : plan_parse_bytes(a.reserve);
+  AGOQ_CHECK(a.bucket_mb > 0 && a.bucket_mb < 1e6, "--bucket-mb must be positive");
+  req.gpu.bucket_bytes = size_t(a.bucket_mb * double(1 << 20));
+  req.bits.bits = parse_bits(a.bits);
+  req.bits.quantize_attention = a.quantize_attention;
+  const PlanReport rep = plan_run(req);
+  const nlohmann::json j = plan_report_json(rep);
+  if (a.json) std::printf("%s\n", j.dump(2).c_str());
+  else std::printf("%s", plan_report_text(rep).c_str());
+  if (!a.png.empty()) {
+    write_png(j, a.png);
+    if (!a.json) std::printf("chart: %s\n", a.png.c_str());
+  }
+}
+
+const CliCommand kPlan("", 40, [](CLI::App& app) {
+  auto a = std::make_shared<PlanArgs>();
+  CLI::App* c = app.add_subcommand("plan", "per-GPU memory of baseline vs AGoQ under TP/PP/DP, and AGoQ's bits per stage");
+  c->add_option("--model", a->model, "llama-8b, llama-13b, llama-32b or a Hugging Face config.json")->required();
+  c->add_option("--gpus", a->gpus, "total GPUs (= tp * pp * dp)")->capture_default_str();
+  c->add_option("--tp", a->tp, "tensor-parallel size (modelled Megatron-style)")->capture_default_str();
+  c->add_option("--pp", a->pp, "pipeline stages")->capture_default_str();
+  c->add_option("--seq", a->seq, "sequence length")->capture_default_str();
+  c->add_option("--micro-batch", a->micro_batch, "sequences per micro-batch")->capture_default_str();
+  c->add_option("--num-micro-batches", a->micro_batches, "micro-batches per step (1F1B)")->capture_default_str();
+  c->add_option("--gpu-mem", a->gpu_mem, "memory per GPU, e.g. 80GiB")->capture_default_str();
+  c->add_option("--zero", a->zero, "1: ZeRO-1 (optimizer and master weights sharded over DP)")->capture_default_str();
+  c->add_option("--bits", a->bits, "activation bit-widths the allocator may use")->capture_default_str();
+  c->add_flag("--quantize-attention", a->quantize_attention, "let the allocator quantize attention slots too");
+  c->add_option("--bucket-mb", a->bucket_mb, "gradient bucket (fp32 MiB) of AGoQ's q8 all-reduce")->capture_default_str();
+  c->add_option("--reserve", a->reserve, "per-GPU runtime reserve (CUDA context, NCCL, allocator)")->capture_default_str();
+  c->add_flag("--json", a->json, "print the plan as JSON");
+  c->add_option("--png", a->png, "also write a bar chart (and its JSON next to it) via scripts/plan_chart.py");
+  c->callback([a] { cmd_plan_run(*a); });
+});
+
+}  // namespace
+}  // namespace agoq

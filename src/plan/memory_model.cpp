@@ -1,0 +1,227 @@
+#include "plan/memory_model.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "comm/allreduce_q8.h"
+#include "core/error.h"
+#include "model/act_store.h"
+#include "model/attention.h"
+#include "quant/grad_q8.h"
+
+namespace agoq {
+
+namespace {
+
+size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// Per-rank widths after tensor parallelism. With fewer kv heads than T ranks, Megatron replicates kv heads, so a
+// rank still holds one.
+struct TpShape {
+  size_t d, ct, kvt, ft, ht, vt;
+};
+TpShape tp_shape(const LlamaConfig& cfg, int tp, int vocab_padded) {
+  const size_t hd = size_t(cfg.head_dim());
+  return {size_t(cfg.dim), size_t(cfg.dim / tp), size_t(std::max(1, cfg.n_kv_heads / tp)) * hd,
+          size_t(cfg.ffn_dim / tp), size_t(cfg.n_heads / tp), size_t(vocab_padded / tp)};
+}
+
+size_t layer_params(const TpShape& s) { return 2 * s.d + 2 * s.d * s.ct + 2 * s.d * s.kvt + 3 * s.d * s.ft; }
+
+size_t largest_matrix(const TpShape& s, const PlanStage& st) {
+  size_t m = st.n_layers > 0 ? std::max({s.d * s.ft, s.d * s.ct, s.d * s.kvt}) : 0;
+  if (st.embed || st.head) m = std::max(m, s.vt * s.d);
+  return m;
+}
+
+}  // namespace
+
+const char* plan_system_name(PlanSystem s) { return s == PlanSystem::baseline ? "baseline" : "agoq"; }
+
+size_t PlanMemory::total() const {
+  size_t t = 0;
+  for (size_t b : bytes) t += b;
+  return t;
+}
+
+int plan_padded_vocab(const LlamaConfig& cfg, int tp, int vocab_align) {
+  const size_t unit = size_t(std::max(1, vocab_align)) * size_t(tp);
+  return int(ceil_div(size_t(cfg.vocab_size), unit) * unit);
+}
+
+void plan_parallel_check(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w) {
+  cfg.validate();
+  AGOQ_CHECK(par.gpus >= 1 && par.tp >= 1 && par.pp >= 1, "--gpus, --tp and --pp must be positive (got ", par.gpus,
+             ", ", par.tp, ", ", par.pp, ")");
+  AGOQ_CHECK(par.gpus % (par.tp * par.pp) == 0, "--gpus ", par.gpus, " is not divisible by tp * pp = ",
+             par.tp * par.pp);
+  AGOQ_CHECK(par.pp <= cfg.n_layers, "--pp ", par.pp, " exceeds the model's ", cfg.n_layers, " layers");
+  AGOQ_CHECK(cfg.n_heads % par.tp == 0, "--tp ", par.tp, " does not divide the ", cfg.n_heads, " attention heads");
+  AGOQ_CHECK(cfg.n_kv_heads % par.tp == 0 || par.tp % cfg.n_kv_heads == 0, "--tp ", par.tp,
+             " and the ", cfg.n_kv_heads, " kv heads: one must divide the other");
+  AGOQ_CHECK(cfg.ffn_dim % par.tp == 0, "--tp ", par.tp, " does not divide the MLP width ", cfg.ffn_dim);
+  AGOQ_CHECK(w.seq >= 1 && w.micro_batch >= 1 && w.num_micro_batches >= 1,
+             "--seq, --micro-batch and --num-micro-batches must be positive");
+}
+
+std::vector<PlanStage> plan_stages(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w,
+                                   const PlanGpuOptions& opt) {
+  plan_parallel_check(cfg, par, w);
+  const TpShape s = tp_shape(cfg, par.tp, plan_padded_vocab(cfg, par.tp, opt.vocab_align));
+  const int P = par.pp, base = cfg.n_layers / P, extra = cfg.n_layers % P;
+  std::vector<PlanStage> out;
+  int first = 0;
+  for (int r = 0; r < P; ++r) {
+    PlanStage st;
+    st.stage = r, st.first_layer = first, st.n_layers = base + (r >= P - extra ? 1 : 0);
+    st.in_flight = std::min(P - r, w.num_micro_batches);
+    st.embed = r == 0, st.head = r == P - 1;
+    st.params = size_t(st.n_layers) * layer_params(s);
+    if (st.embed) st.params += s.vt * s.d;
+    // Tied embeddings: the last stage keeps its own copy of the embedding as lm_head (Megatron does the same).
+    if (st.head) st.params += s.d + (cfg.tie_embeddings && P == 1 ? 0 : s.vt * s.d);
+    first += st.n_layers;
+    out.push_back(st);
+  }
+  return out;
+}
+
+std::array<int, kActSlotCount> plan_slot_cols(const LlamaConfig& cfg, int tp) {
+  const TpShape s = tp_shape(cfg, tp, cfg.vocab_size);
+  const int C = int(s.d), Ct = int(s.ct), KV = int(s.kvt), F = int(s.ft);
+  return {C, 1, C, Ct, KV, KV, Ct, int(s.ht), C, 1, C, F, F, F};
+}
+
+size_t plan_slot_bytes(const QuantFormat& f, const LlamaConfig& cfg, int tp, size_t rows, ActSlot s) {
+  return quant_bytes(f, rows, size_t(plan_slot_cols(cfg, tp)[int(s)]));
+}
+
+size_t plan_act_bytes(const ActPolicy& policy, const LlamaConfig& cfg, int tp, size_t rows) {
+  if (tp == 1) return act_store_bytes(policy, cfg, rows, true) + act_store_bytes(policy, cfg, rows, false);
+  const auto cols = plan_slot_cols(cfg, tp);
+  size_t total = 0;
+  for (const auto& layer : policy.slots)
+    for (int s = 0; s < kActSlotCount; ++s)
+      if (layer[s].stored) total += quant_bytes(layer[s].format, rows, size_t(cols[s]));
+  return total;
+}
+
+PlanMemory plan_memory_static(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w,
+                              const PlanStage& st, PlanSystem sys, const PlanGpuOptions& opt) {
+  const TpShape s = tp_shape(cfg, par.tp, plan_padded_vocab(cfg, par.tp, opt.vocab_align));
+  const size_t n = st.params, D = size_t(par.dp()), rows = w.rows();
+  const bool agoq = sys == PlanSystem::agoq;
+  auto shard = [&](size_t x) { return par.zero1 ? ceil_div(x, D) : x; };
+  PlanMemory m;
+  // bf16 working weights + fp32 master weights (the master copy is sharded with the optimizer under ZeRO-1).
+  m[MemCategory::weights] = 2 * n + 4 * shard(n);
+  // Baseline: fp32 gradient buffers, reduced in place (Megatron's contiguous buffer). AGoQ: the 8-bit store; under
+  // ZeRO-1 each rank also keeps its reduced fp32 shard (docs/agoq-method.md, part 2).
+  m[MemCategory::gradients] = agoq ? n + 4 * grad_q8_blocks(n, opt.grad_block) + (par.zero1 && D > 1 ? 4 * ceil_div(n, D) : 0)
+                                   : 4 * n;
+  m[MemCategory::optimizer] = 8 * shard(n);  // Adam m, v in fp32
+
+  size_t comm = par.pp > 1 ? 2 * rows * s.d * 2 : 0;  // bf16 receive buffers: activation (fwd), gradient (bwd)
+  if (agoq && D > 1) {
+    // One bucket in flight: its fp32 staging copy, the all-to-all send/all-gather buffer and the receive buffer.
+    const size_t nb = std::min(n, opt.bucket_bytes / 4);
+    const CommQ8Plan p = comm_q8_plan(nb, int(D), opt.grad_block);
+    comm += 4 * nb + p.total_bytes + p.msg_bytes[0] * D;
+  }
+  m[MemCategory::communication] = comm;
+
+  // Transients of one layer's backward (bf16): MLP phase dx in/out, dswiglu, dgate, dup (+ AGoQ's recomputed norm
+  // output and SwiGLU output); attention phase dx in/out, dq, dk, dv, do plus FlashAttention's fp32 dq accumulator.
+  size_t mlp = 2 * rows * (2 * s.d + 3 * s.ft + (agoq ? s.d + s.ft : 0));
+  size_t attn = 2 * rows * (2 * s.d + 2 * (s.ct + 2 * s.kvt)) + 4 * rows * s.ct;
+  size_t transient = st.n_layers > 0 ? std::max(mlp, attn) : 0;
+  // The head's logits (bf16) and their fp32 copy in the vocab-parallel cross-entropy, on the last stage only.
+  if (st.head) transient = std::max(transient, rows * s.vt * 6);
+  // AGoQ accumulates each weight gradient into 8 bits as it is produced: one fp32 matrix gradient at a time.
+  m[MemCategory::workspace] = opt.reserve_bytes + transient + (agoq ? 4 * largest_matrix(s, st) : 0);
+  return m;
+}
+
+PlanMemory plan_memory_per_rank(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w,
+                                const PlanStage& st, PlanSystem sys, const ActPolicy& policy,
+                                const PlanGpuOptions& opt) {
+  AGOQ_CHECK(int(policy.slots.size()) == st.n_layers, "activation policy has ", policy.slots.size(),
+             " layers, stage ", st.stage, " has ", st.n_layers);
+  PlanMemory m = plan_memory_static(cfg, par, w, st, sys, opt);
+  m[MemCategory::activations] = size_t(st.in_flight) * plan_act_bytes(policy, cfg, par.tp, w.rows());
+  return m;
+}
+
+PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& policy, const PlanCpuOptions& opt) {
+  cfg.validate();
+  AGOQ_CHECK(int(policy.slots.size()) == cfg.n_layers, "activation policy has ", policy.slots.size(),
+             " layers, model has ", cfg.n_layers);
+  const size_t P = cfg.param_count(), N = size_t(opt.batch) * opt.seq, C = cfg.dim, KV = cfg.kv_dim(),
+               F = cfg.ffn_dim, V = cfg.vocab_size, hd = cfg.head_dim(), T = opt.seq;
+  const size_t f = sizeof(float);
+  PlanMemory m;
+  m[MemCategory::weights] = P * f;
+  m[MemCategory::gradients] = P * f + (opt.grad_q8 ? P + f * grad_q8_blocks(P, opt.grad_block) : 0);
+  m[MemCategory::optimizer] = 2 * f * comm_shard_range(P, std::max(1, opt.dp), 0, opt.grad_block).size();
+  m[MemCategory::activations] = act_store_bytes(policy, cfg, N, true) + act_store_bytes(policy, cfg, N, false);
+
+  // LlamaModel's workspace (llama.cpp's constructor), buffer by buffer.
+  size_t ws = 2 * T * (hd / 2);  // rope cos, sin
+  ws += 2 * N * C;               // resid_, dx_
+  auto any_not_fp32 = [&](ActSlot s) {
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      const SlotStorage& st = policy.at(l, s);
+      if (!(st.stored && st.format.kind == QuantKind::fp32)) return true;
+    }
+    return false;
+  };
+  ws += (any_not_fp32(ActSlot::q) ? N * C : 0) + (any_not_fp32(ActSlot::k) ? N * KV : 0) +
+        (any_not_fp32(ActSlot::v) ? N * KV : 0) + (any_not_fp32(ActSlot::attn_out) ? N * C : 0);
+  ws += 2 * N * C + 2 * N * KV;  // dq_, do_, dk_, dv_
+  const size_t R = std::min(N, T * std::max<size_t>(1, 256 / T));
+  ws += 4 * R * C + 6 * R * F;  // tile buffers
+  const size_t chunk = std::min<size_t>(N, 256);
+  ws += 2 * chunk * C + chunk + chunk * V;  // head chunk
+  ws += N;                                  // losses_
+  // attention.cpp allocates per-thread scratch per call; the backward's is the larger and lives on top.
+  auto ru16 = [](size_t x) { return (x + 15) / 16 * 16; };
+  const size_t tile = kAttentionTile;
+  const size_t fwd = ru16(4 * hd * tile + tile * tile + 4 * tile), bwd = ru16(7 * hd * tile + 2 * tile * tile + tile);
+  const size_t threads = opt.threads > 0 ? size_t(opt.threads) : size_t(omp_get_max_threads());
+  ws += std::max(fwd, bwd) * threads;
+  m[MemCategory::workspace] = ws * f;
+  return m;
+}
+
+size_t plan_parse_bytes(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit((unsigned char)text[i]) || text[i] == '.')) ++i;
+  double value = 0;
+  try {
+    size_t used = 0;
+    AGOQ_CHECK(i > 0, "");
+    value = std::stod(text.substr(0, i), &used);
+    AGOQ_CHECK(used == i, "");
+  } catch (const std::exception&) {
+    fail("bad memory size '", text, "' (expected e.g. 80GiB, 80GB, 512MiB)");
+  }
+  std::string unit = text.substr(i);
+  unit.erase(0, unit.find_first_not_of(' '));
+  for (char& c : unit) c = char(std::tolower((unsigned char)c));
+  static const std::pair<const char*, double> units[] = {
+      {"", 1},          {"b", 1},          {"k", 0x1p10},     {"kib", 0x1p10}, {"kb", 1e3},
+      {"m", 0x1p20},    {"mib", 0x1p20},   {"mb", 1e6},       {"g", 0x1p30},   {"gib", 0x1p30},
+      {"gb", 1e9},      {"t", 0x1p40},     {"tib", 0x1p40},   {"tb", 1e12}};
+  for (const auto& [name, scale] : units)
+    if (unit == name) {
+      const double bytes = value * scale;
+      AGOQ_CHECK(bytes >= 1 && bytes < 0x1p62, "memory size '", text, "' out of range");
+      return size_t(std::llround(bytes));
+    }
+  fail("bad memory size '", text, "': unknown unit '", text.substr(i), "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+}
+
+}  // namespace agoq

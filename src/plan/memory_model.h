@@ -1,0 +1,99 @@
+// Analytic per-rank training memory of a LLaMA model under tensor (T), pipeline (P) and data (D) parallelism, for
+// the Megatron-like baseline and for AGoQ, by the tracker's categories (core/memory.h); and an exact model of
+// agoq's own CPU trainer, validated against the memory tracker (tests/plan). docs/plan.md states every assumption.
+//
+// Parallel layout (Megatron-style): TP splits q/k/v/o heads, the MLP width and the (padded) vocabulary by T;
+// norms are replicated; sequence parallelism is off, so the residual stream and norm tensors are whole on every
+// TP rank. PP cuts the layers into P contiguous stages (extra layers go to the last stages, which hold fewer
+// micro-batches in flight); stage 0 holds the embedding, the last stage the final norm and lm_head. Under
+// non-interleaved 1F1B, stage r holds min(P - r, m) micro-batches of activations.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "core/memory.h"
+#include "model/act_policy.h"
+#include "model/config.h"
+
+namespace agoq {
+
+struct PlanParallel {
+  int gpus = 1, tp = 1, pp = 1;
+  bool zero1 = false;  // optimizer states and fp32 master weights sharded over the D data-parallel ranks
+  int dp() const { return gpus / (tp * pp); }
+};
+
+struct PlanWorkload {
+  int seq = 4096, micro_batch = 1, num_micro_batches = 8;
+  size_t rows() const { return size_t(seq) * size_t(micro_batch); }  // tokens per micro-batch
+};
+
+enum class PlanSystem { baseline, agoq };
+const char* plan_system_name(PlanSystem s);
+
+struct PlanGpuOptions {
+  size_t bucket_bytes = 25 << 20;  // fp32 bytes per gradient bucket (AGoQ's q8 all-to-all workspace is per bucket)
+  size_t reserve_bytes = 1ull << 30;  // CUDA context, cuBLAS/NCCL workspaces, allocator slack (both systems)
+  int grad_block = 256;               // values per fp32 scale of the 8-bit gradients
+  int vocab_align = 128;              // Megatron pads the vocabulary to a multiple of vocab_align * T
+};
+
+// Bytes per MemCategory.
+struct PlanMemory {
+  std::array<size_t, kMemCategoryCount> bytes{};
+  size_t& operator[](MemCategory c) { return bytes[int(c)]; }
+  size_t operator[](MemCategory c) const { return bytes[int(c)]; }
+  size_t total() const;
+};
+
+struct PlanStage {
+  int stage = 0, first_layer = 0, n_layers = 0, in_flight = 1;
+  bool embed = false, head = false;  // holds the embedding / the final norm and lm_head
+  size_t params = 0;                 // parameters on one rank of this stage (after TP)
+};
+
+// Throws agoq::Error naming the bad value (GPUs not divisible by T*P, P > layers, T not dividing heads, ...).
+void plan_parallel_check(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w);
+std::vector<PlanStage> plan_stages(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w,
+                                   const PlanGpuOptions& opt = {});
+// The vocabulary as Megatron allocates it: padded to a multiple of vocab_align * T.
+int plan_padded_vocab(const LlamaConfig& cfg, int tp, int vocab_align);
+
+// Values per token of each activation slot on one TP rank; equals act_slot_cols(cfg) when tp == 1.
+std::array<int, kActSlotCount> plan_slot_cols(const LlamaConfig& cfg, int tp);
+// Saved-activation bytes of one micro-batch of `rows` tokens on one TP rank, over the policy's layers (both slot
+// classes). With tp == 1 this is exactly act_store_bytes(attention) + act_store_bytes(other).
+size_t plan_act_bytes(const ActPolicy& policy, const LlamaConfig& cfg, int tp, size_t rows);
+size_t plan_slot_bytes(const QuantFormat& f, const LlamaConfig& cfg, int tp, size_t rows, ActSlot s);
+
+// One rank of one stage. `policy` covers the stage's layers (st.n_layers); activations = in_flight x one
+// micro-batch. baseline: bf16 weights + fp32 master, fp32 gradients, fp32 Adam; AGoQ: the same but 8-bit
+// gradients (INT8 + one fp32 scale per grad_block values) and its q8 all-to-all buffers.
+PlanMemory plan_memory_per_rank(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w,
+                                const PlanStage& st, PlanSystem sys, const ActPolicy& policy,
+                                const PlanGpuOptions& opt = {});
+// Everything of plan_memory_per_rank except activations (the allocator's budget is what this leaves free).
+PlanMemory plan_memory_static(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w,
+                              const PlanStage& st, PlanSystem sys, const PlanGpuOptions& opt = {});
+
+// agoq's own CPU trainer, one process: LlamaModel(cfg, batch, seq, policy) + AdamW over all parameters (or a
+// ZeRO-1 shard of 1/dp), fp32 weights and gradients, optional 8-bit gradient store (GradQ8Buffer, the category
+// gradients), the store's activations and the model's workspace buffers (llama.cpp) plus the largest
+// attention scratch (attention.cpp). Peaks: what the tracker reports as each category's own peak after one
+// forward_backward + optimizer step. For a pipeline stage, pass cfg with that stage's n_layers (the embedding and
+// head are then counted on every stage; the pipeline trainer will make this exact per stage).
+struct PlanCpuOptions {
+  int batch = 1, seq = 64;
+  bool grad_q8 = false;
+  int grad_block = 256;
+  int dp = 1;        // optimizer shard 1/dp of the flat layout
+  int threads = 0;   // OpenMP threads of the attention scratch; 0: omp_get_max_threads()
+};
+PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& policy, const PlanCpuOptions& opt);
+
+// "80GiB", "80 GB", "1.5TiB", "512MiB", "81920M" (K/M/G/T alone are binary), or plain bytes. Throws on garbage.
+size_t plan_parse_bytes(const std::string& text);
+
+}  // namespace agoq

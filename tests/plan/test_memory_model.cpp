@@ -1,0 +1,201 @@
+// The analytic memory model: its exact CPU-trainer mode against the memory tracker's measured peaks, and the
+// GPU model's bookkeeping (stages, in-flight micro-batches, TP split, ZeRO-1, categories).
+#include <gtest/gtest.h>
+
+#include "comm/allreduce_q8.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/llama.h"
+#include "plan/memory_model.h"
+#include "plan/presets.h"
+#include "quant/grad_q8.h"
+#include "train/optimizer.h"
+
+namespace agoq {
+namespace {
+
+LlamaConfig small_cfg(int vocab, int dim, int layers, int heads, int kv, int ffn, int max_seq) {
+  LlamaConfig c;
+  c.vocab_size = vocab, c.dim = dim, c.n_layers = layers, c.n_heads = heads, c.n_kv_heads = kv, c.ffn_dim = ffn;
+  c.max_seq_len = max_seq;
+  return c;
+}
+
+// Builds the real model + AdamW (+ an 8-bit gradient store), runs one forward_backward and one optimizer step,
+// and compares each category's own peak with the model; within 10% (the model aims at exact).
+void expect_cpu_model_matches(const LlamaConfig& cfg, int B, int T, const std::string& policy, bool q8, int dp = 1) {
+  SCOPED_TRACE(policy + (q8 ? " q8" : "") + " layers " + std::to_string(cfg.n_layers) + " B " + std::to_string(B) +
+               " T " + std::to_string(T) + " dp " + std::to_string(dp));
+  MemoryTracker& tr = MemoryTracker::global();
+  const MemSnapshot before = tr.current();
+  tr.reset_peaks();
+  const ActPolicy pol = ActPolicy::parse(policy, cfg.n_layers);
+  {
+    LlamaModel model(cfg, B, T, pol);
+    const size_t P = model.params().size();
+    const CommShard shard = comm_shard_range(P, dp, 0, 256);
+    AdamW adam(model.params(), AdamWConfig{}, shard.begin, shard.end);
+    GradQ8Buffer store;
+    if (q8) store = GradQ8Buffer(P, 256, MemCategory::gradients, "grad.q8");
+    model.init_weights(5);
+    Rng rng(9);
+    std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
+    model.store().set_seed(1);
+    model.forward_backward(in.data(), tgt.data(), B, T, 1.0f);
+    if (q8) grad_q8_accumulate(store.codes.data(), store.scales.data(), model.grads().data(), P);
+    adam.step(model.params().data(), model.grads().data(), 1e-3f, 1);
+
+    PlanCpuOptions opt;
+    opt.batch = B, opt.seq = T, opt.grad_q8 = q8, opt.dp = dp;
+    const PlanMemory want = plan_memory_cpu_trainer(cfg, pol, opt);
+    const MemSnapshot peak = tr.peak_per_category();
+    size_t measured_total = 0;
+    for (int c = 0; c < kMemCategoryCount; ++c) {
+      const size_t measured = peak.bytes[c] - before.bytes[c];
+      measured_total += measured;
+      const double tol = 0.10 * double(measured);
+      EXPECT_LE(std::abs(double(want.bytes[c]) - double(measured)), tol)
+          << mem_category_name(MemCategory(c)) << ": model " << want.bytes[c] << ", tracker " << measured;
+    }
+    EXPECT_LE(std::abs(double(want.total()) - double(measured_total)), 0.10 * double(measured_total));
+  }
+}
+
+TEST(PlanCpuModel, MatchesTrackerSingleStage) {
+  const LlamaConfig a = small_cfg(512, 64, 2, 4, 2, 176, 64);
+  const LlamaConfig b = small_cfg(1000, 128, 3, 8, 8, 344, 64);
+  const LlamaConfig c = small_cfg(300, 32, 2, 2, 1, 96, 300);  // T > tile rows: one sequence per tile
+  for (const char* policy : {"fp32", "baseline-bf16", "agoq"}) {
+    expect_cpu_model_matches(a, 2, 32, policy, false);
+    expect_cpu_model_matches(b, 3, 48, policy, false);
+    expect_cpu_model_matches(c, 1, 300, policy, false);
+  }
+  expect_cpu_model_matches(a, 2, 32, "agoq", true);
+  expect_cpu_model_matches(b, 2, 64, "agoq", true, 2);  // ZeRO-1 shard of the optimizer
+  expect_cpu_model_matches(a, 2, 32, "uniform4", false);
+}
+
+// P = 2, 4: one stage's layers as a model of its own (embedding and head included: the pipeline trainer will make
+// the per-stage split exact).
+TEST(PlanCpuModel, MatchesTrackerPerStage) {
+  const LlamaConfig full = small_cfg(512, 64, 8, 4, 2, 176, 64);
+  for (int P : {2, 4}) {
+    PlanParallel par;
+    par.gpus = P, par.pp = P;
+    PlanWorkload w{32, 2, 4};
+    for (const PlanStage& st : plan_stages(full, par, w)) {
+      if (st.stage != 0 && st.stage != P - 1) continue;
+      LlamaConfig cfg = full;
+      cfg.n_layers = st.n_layers;
+      for (const char* policy : {"fp32", "baseline-bf16", "agoq"}) expect_cpu_model_matches(cfg, 2, 32, policy, false);
+    }
+  }
+}
+
+TEST(PlanGpuModel, ActivationBytesEqualTheStore) {
+  const LlamaConfig cfg = small_cfg(512, 128, 3, 8, 2, 344, 128);
+  for (const char* policy : {"fp32", "baseline-bf16", "agoq", "uniform4", "attn=bf16,mlp=3,norm=8"}) {
+    const ActPolicy p = ActPolicy::parse(policy, cfg.n_layers);
+    EXPECT_EQ(plan_act_bytes(p, cfg, 1, 100), act_store_bytes(p, cfg, 100, true) + act_store_bytes(p, cfg, 100, false));
+    ActivationStore store(cfg, 100, p);
+    EXPECT_EQ(plan_act_bytes(p, cfg, 1, 100), store.stored_bytes(true) + store.stored_bytes(false)) << policy;
+  }
+  EXPECT_EQ(plan_slot_cols(cfg, 1), act_slot_cols(cfg));
+  const auto c2 = plan_slot_cols(cfg, 2);
+  EXPECT_EQ(c2[int(ActSlot::q)], 64);
+  EXPECT_EQ(c2[int(ActSlot::k)], 16);
+  EXPECT_EQ(c2[int(ActSlot::gate)], 172);
+  EXPECT_EQ(c2[int(ActSlot::attn_norm_in)], 128);  // sequence parallelism off: the residual stream is whole
+  EXPECT_EQ(c2[int(ActSlot::attn_lse)], 4);
+  // TP 2 halves exactly the split slots.
+  const ActPolicy bf = ActPolicy::parse("baseline-bf16", 3);
+  EXPECT_LT(plan_act_bytes(bf, cfg, 2, 100), plan_act_bytes(bf, cfg, 1, 100));
+}
+
+TEST(PlanGpuModel, StagesAndInFlight) {
+  LlamaConfig cfg = small_cfg(1024, 128, 10, 4, 4, 256, 64);
+  PlanParallel par{8, 1, 4, false};
+  auto stages = plan_stages(cfg, par, {64, 1, 8});
+  ASSERT_EQ(stages.size(), 4u);
+  const int layers[] = {2, 2, 3, 3}, flight[] = {4, 3, 2, 1};
+  size_t params = 0;
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(stages[r].n_layers, layers[r]);
+    EXPECT_EQ(stages[r].in_flight, flight[r]);
+    EXPECT_EQ(stages[r].embed, r == 0);
+    EXPECT_EQ(stages[r].head, r == 3);
+    params += stages[r].params;
+  }
+  EXPECT_EQ(params, cfg.param_count());  // vocab 1024 needs no padding
+  stages = plan_stages(cfg, par, {64, 1, 2});
+  EXPECT_EQ(stages[0].in_flight, 2);
+  EXPECT_EQ(stages[3].in_flight, 1);
+  // TP 2: matrices split, norms replicated.
+  par = {8, 2, 1, false};
+  stages = plan_stages(cfg, par, {64, 1, 8});
+  EXPECT_LT(stages[0].params, cfg.param_count() / 2 + 10 * 2 * 128 + 128 + 1);
+  EXPECT_GT(stages[0].params, cfg.param_count() / 2);
+}
+
+TEST(PlanGpuModel, CategoriesAndZero) {
+  const LlamaConfig cfg = plan_preset("llama-8b");
+  const PlanWorkload w{4096, 1, 8};
+  for (bool zero : {false, true}) {
+    const PlanParallel par{64, 4, 4, zero};
+    for (const PlanStage& st : plan_stages(cfg, par, w)) {
+      const PlanMemory base = plan_memory_per_rank(cfg, par, w, st, PlanSystem::baseline,
+                                                   ActPolicy::parse("baseline-bf16", st.n_layers));
+      const PlanMemory ag = plan_memory_per_rank(cfg, par, w, st, PlanSystem::agoq, ActPolicy::parse("agoq", st.n_layers));
+      EXPECT_LT(ag.total(), base.total());
+      EXPECT_EQ(base[MemCategory::gradients], 4 * st.params);
+      EXPECT_LT(ag[MemCategory::activations], base[MemCategory::activations] / 3);
+      EXPECT_EQ(ag[MemCategory::optimizer], base[MemCategory::optimizer]);
+      EXPECT_EQ(base[MemCategory::optimizer], zero ? 8 * ((st.params + 3) / 4) : 8 * st.params);
+      if (!zero) EXPECT_NEAR(double(ag[MemCategory::gradients]) / double(st.params), 1.0 + 4.0 / 256, 1e-3);
+      EXPECT_EQ(base[MemCategory::activations] % size_t(st.in_flight), 0u);
+    }
+  }
+}
+
+TEST(PlanGpuModel, BadParallelConfigs) {
+  const LlamaConfig cfg = plan_preset("llama-8b");
+  auto expect_error = [&](PlanParallel par, const char* needle) {
+    try {
+      plan_stages(cfg, par, {4096, 1, 8});
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error({63, 4, 4, false}, "not divisible");
+  expect_error({64, 1, 64, false}, "exceeds");
+  expect_error({60, 3, 4, false}, "does not divide");
+  expect_error({0, 1, 1, false}, "positive");
+}
+
+TEST(PlanGpuModel, ParseBytes) {
+  EXPECT_EQ(plan_parse_bytes("80GiB"), size_t(80) << 30);
+  EXPECT_EQ(plan_parse_bytes("80G"), size_t(80) << 30);
+  EXPECT_EQ(plan_parse_bytes("80GB"), size_t(80e9));
+  EXPECT_EQ(plan_parse_bytes("80 gib"), size_t(80) << 30);
+  EXPECT_EQ(plan_parse_bytes("1.5TiB"), size_t(3) << 39);
+  EXPECT_EQ(plan_parse_bytes("512MiB"), size_t(512) << 20);
+  EXPECT_EQ(plan_parse_bytes("4096"), 4096u);
+  for (const char* bad : {"", "abc", "80XB", "-5GiB", "1.2.3G", "GiB", "0GiB"}) EXPECT_THROW(plan_parse_bytes(bad), Error) << bad;
+}
+
+TEST(PlanPresets, ShapesAndSizes) {
+  const LlamaConfig a = plan_preset("llama-8b"), b = plan_preset("llama-13b"), c = plan_preset("llama-32b");
+  EXPECT_NEAR(double(a.param_count()) / 1e9, 8.03, 0.01);
+  EXPECT_NEAR(double(b.param_count()) / 1e9, 13.02, 0.01);
+  EXPECT_NEAR(double(c.param_count()) / 1e9, 32.76, 0.01);
+  EXPECT_EQ(a.n_kv_heads, 8);
+  EXPECT_EQ(b.n_kv_heads, 40);
+  EXPECT_EQ(c.ffn_dim, 27648);
+  EXPECT_THROW(plan_preset("llama-99b"), Error);
+  EXPECT_THROW(plan_model_resolve("/nonexistent/config.json"), Error);
+}
+
+}  // namespace
+}  // namespace agoq

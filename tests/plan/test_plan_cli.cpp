@@ -1,0 +1,113 @@
+// `agoq plan` through the real binary: presets, a config.json, JSON output, the PNG helper, and one-line errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "plan/plan_report.h"
+#include "plan/presets.h"
+
+namespace agoq {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunOut {
+  int code;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+RunOut run_plan(const std::string& args) {
+  const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  const fs::path out = fs::temp_directory_path() / ("agoq_plan_" + name + ".out");
+  const fs::path err = fs::temp_directory_path() / ("agoq_plan_" + name + ".err");
+  const std::string cmd = "timeout 60 " AGOQ_BIN_PATH " plan " + args + " >" + out.string() + " 2>" + err.string();
+  const int st = std::system(cmd.c_str());
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(out), slurp(err)};
+}
+
+TEST(PlanCli, PresetJson) {
+  const RunOut r = run_plan("--model llama-8b --gpus 64 --tp 4 --pp 4 --seq 4096 --micro-batch 1 "
+                         "--num-micro-batches 8 --gpu-mem 80GiB --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["stages"].size(), 4u);
+  EXPECT_EQ(j["parallel"]["dp"], 4);
+  for (int s = 0; s < 4; ++s) {
+    const auto& st = j["stages"][s];
+    EXPECT_EQ(st["in_flight"], 4 - s);
+    EXPECT_LT(st["agoq"]["total"].get<size_t>(), st["baseline"]["total"].get<size_t>());
+    EXPECT_TRUE(st["planned"]["fits"].get<bool>());
+    EXPECT_LE(st["planned"]["total"].get<size_t>(), j["gpu_mem"].get<size_t>());
+    EXPECT_EQ(st["planned"]["bits"]["q"], "bf16");
+  }
+  EXPECT_GT(j["tightest_reduction"].get<double>(), 0.2);
+}
+
+TEST(PlanCli, TextAndZeroAndTightMemory) {
+  RunOut r = run_plan("--model llama-13b --gpus 64 --tp 4 --pp 4 --zero 1 --gpu-mem 80GiB");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("tightest stage"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ZeRO-1 on"), std::string::npos);
+  // A GPU too small for the baseline: baseline "NO", the plan lowers bits.
+  r = run_plan("--model llama-8b --gpus 16 --tp 4 --pp 4 --gpu-mem 13GiB --seq 8192 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["stages"][0]["baseline"]["fits"].get<bool>());
+  const std::string gate = j["stages"][0]["planned"]["bits"]["gate"];
+  EXPECT_TRUE(gate == "2" || gate == "3" || gate == "4") << gate;
+}
+
+TEST(PlanCli, ConfigJsonPath) {
+  const fs::path cfg = fs::temp_directory_path() / "agoq_plan_config.json";
+  std::ofstream(cfg) << R"({"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-5, "rope_theta": 10000.0})";
+  const RunOut r = run_plan("--model " + cfg.string() + " --gpus 8 --tp 2 --pp 2 --seq 2048 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["model"]["layers"], 22);
+}
+
+TEST(PlanCli, BadFlagsAreOneLineErrors) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--model llama-8b --gpus 63 --tp 4 --pp 4", "not divisible"},
+      {"--model llama-8b --gpus 64 --pp 64", "exceeds"},
+      {"--model llama-99b", "unknown model"},
+      {"--model llama-8b --gpu-mem 80XB", "bad memory size"},
+      {"--model llama-8b --gpu-mem lots", "bad memory size"},
+      {"--model /nonexistent/config.json", "does not exist"},
+      {"--model llama-8b --zero 2", "--zero"},
+      {"--model llama-8b --bits 2,5", "--bits"},
+      {"--model llama-8b --tp 3 --gpus 3", "does not divide"},
+  };
+  for (const auto& [args, needle] : cases) {
+    const RunOut r = run_plan(args);
+    EXPECT_EQ(r.code, 1) << args << "\n" << r.err;
+    EXPECT_EQ(r.err.rfind("agoq: error: ", 0), 0u) << args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << args << "\n" << r.err;
+  }
+}
+
+TEST(PlanCli, Png) {
+  if (std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no matplotlib";
+  const fs::path png = fs::temp_directory_path() / "agoq_plan_chart.png";
+  fs::remove(png);
+  const std::string env = "AGOQ_PLAN_CHART=" AGOQ_SOURCE_DIR "/scripts/plan_chart.py ";
+  const std::string cmd = env + "timeout 120 " AGOQ_BIN_PATH " plan --model llama-32b --gpus 64 --tp 8 --pp 4 "
+                          "--png " + png.string() + " >/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  EXPECT_GT(fs::file_size(png), 1000u);
+  EXPECT_TRUE(fs::exists(fs::path(png).replace_extension(".json")));
+}
+
+}  // namespace
+}  // namespace agoq
