@@ -27,6 +27,8 @@ struct Options {
   double mib = 64;
   int reps = 9;
   bool json = false, scalar = false;
+  int threads = 0;     // 0: OpenMP's default
+  std::string filter;  // only formats whose name contains this
 };
 
 double seconds(const std::function<void()>& fn) {
@@ -52,6 +54,7 @@ struct Record {
 
 void run(const Options& o) {
   quant_set_simd(!o.scalar);
+  if (o.threads > 0) omp_set_num_threads(o.threads);
   const size_t cols = 4096, rows = std::max<size_t>(1, size_t(o.mib * (1 << 20) / 4 / cols)), n = rows * cols;
   Buffer<float> src(n, MemCategory::workspace, "bench.quant"), out(n, MemCategory::workspace, "bench.quant");
   {
@@ -66,6 +69,7 @@ void run(const Options& o) {
   // memcpy sweep before each kernel sweep, so both see the same conditions.
   auto add = [&](const std::string& fmt, const char* dir, double bytes, double bpv,
                  const std::function<void(size_t, size_t)>& fn /* rows [r0, r1) */) {
+    if (fmt.find(o.filter) == std::string::npos) return;
     std::vector<double> best(kSlices, 1e30), best_copy(kSlices, 1e30);
     for (int r = 0; r < o.reps; ++r) {
       for (size_t k = 0; k < kSlices; ++k) {
@@ -156,6 +160,9 @@ const CliCommand kQuant("bench", 10, [](CLI::App& bench) {
   cmd->add_option("--reps", o.reps, "repetitions (the best is reported)")->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", o.json, "print JSON records instead of a table");
   cmd->add_flag("--scalar", o.scalar, "use the portable scalar kernels instead of AVX2");
+  cmd->add_option("--threads", o.threads, "OpenMP threads for the kernels and the memcpy (default: all)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--filter", o.filter, "only formats whose name contains this (e.g. stochastic)");
   cmd->callback([] { run(o); });
 });
 

@@ -1,6 +1,7 @@
 #include "quant/grad_q8.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -14,27 +15,38 @@ namespace {
 constexpr size_t kParallelMin = size_t(1) << 15;
 
 struct BlockParams {
-  float scale, inv, pre;
+  float scale, inv, pre, inv256;  // inv256 = 256 inv (exact), for stochastic rounding
 };
 
 // scale = amax / 127, codes = round(x * 127 / amax). For tiny blocks (amax < 2^-64, e.g. denormals) the values are
 // first multiplied by 2^64 (exact) so that 127 / amax cannot overflow.
 inline BlockParams block_params(float amax) {
-  const float pre = amax < 0x1p-64f ? 0x1p64f : 1.f;
-  return {amax / 127.f, amax > 0 ? 127.f / (amax * pre) : 0.f, pre};
+  const float pre = amax < 0x1p-64f ? 0x1p64f : 1.f, inv = amax > 0 ? 127.f / (amax * pre) : 0.f;
+  return {amax / 127.f, inv, pre, inv * 256.f};
 }
 
+// Nearest: round(y 127 / amax); stochastic: quant_sr_round(round(256 y 127 / amax), r), r the element's random
+// byte (simd.h). The products are the same fp32 operations in the AVX2 kernel.
 template <bool Stoch>
-inline int8_t quantize_one(float y, const BlockParams& p, float r) {
-  float t = Stoch ? std::floor(std::fma(y * p.pre, p.inv, r)) : std::nearbyint(y * p.pre * p.inv);
+inline int8_t quantize_one(float y, const BlockParams& p, uint8_t r) {
+  if constexpr (Stoch) {
+    const int32_t u = quant_sr_round(int32_t(std::nearbyint(y * p.pre * p.inv256)), r);
+    return int8_t(std::clamp(u, int32_t(-127), int32_t(127)));
+  }
+  float t = std::nearbyint(y * p.pre * p.inv);
   t = t < -127.f ? -127.f : (t > 127.f ? 127.f : t);
   return int8_t(t);
 }
 
+// Random bytes are fetched in pieces of at most this many elements, each with the start of the next piece (up to
+// kRandomAhead elements) generated ahead so that its Philox work overlaps this piece's quantization.
+constexpr size_t kRandomPiece = 1024, kRandomAhead = 256;
+static_assert(kRandomPiece + kRandomAhead <= QuantRandomBytes::kMaxSpan);
+
 // One block of n values: quantize x (Acc = false) or codes' own dequantized values + x (Acc = true). The scalar
 // reference; the AVX2 kernel below gives the same bits. Returns the number of non-finite values.
 template <bool Acc, bool Stoch>
-size_t block_scalar(const float* x, size_t n, int8_t* codes, float* scale, const QuantSeed& seed, uint64_t first) {
+size_t block_scalar(const float* x, size_t n, int8_t* codes, float* scale, QuantRandomBytes& rb, uint64_t first) {
   const float old = Acc ? *scale : 0.f;
   auto y = [&](size_t j) { return Acc ? std::fma(float(codes[j]), old, x[j]) : x[j]; };
   float amax = 0.f;
@@ -50,11 +62,10 @@ size_t block_scalar(const float* x, size_t n, int8_t* codes, float* scale, const
     return bad;
   }
   const BlockParams p = block_params(amax);
-  alignas(32) float tmp[kQuantUniformMax + 64];
-  for (size_t j0 = 0; j0 < n; j0 += kQuantUniformMax) {
-    const size_t m = std::min(kQuantUniformMax, n - j0);
-    const float* r = Stoch ? quant_uniforms(seed, first + j0, m, tmp, false) : nullptr;
-    for (size_t j = j0; j < j0 + m; ++j) codes[j] = quantize_one<Stoch>(y(j), p, Stoch ? r[j - j0] : 0.f);
+  for (size_t j0 = 0; j0 < n; j0 += kRandomPiece) {
+    const size_t m = std::min(kRandomPiece, n - j0);
+    const uint8_t* r = Stoch ? rb.get(first + j0, m) : nullptr;
+    for (size_t j = j0; j < j0 + m; ++j) codes[j] = quantize_one<Stoch>(y(j), p, Stoch ? r[j - j0] : 0);
   }
   *scale = p.scale;
   return 0;
@@ -66,7 +77,8 @@ inline __m256 load_codes8(const int8_t* c) {
 }
 
 template <bool Acc, bool Stoch>
-size_t block_avx2(const float* x, size_t n, int8_t* codes, float* scale, const QuantSeed& seed, uint64_t first) {
+size_t block_avx2(const float* x, size_t n, int8_t* codes, float* scale, QuantRandomBytes& rb, uint64_t first,
+                  uint64_t limit) {
   const float old = Acc ? *scale : 0.f;
   const __m256 vold = _mm256_set1_ps(old);
   auto y8 = [&](size_t j) {
@@ -74,44 +86,46 @@ size_t block_avx2(const float* x, size_t n, int8_t* codes, float* scale, const Q
     return Acc ? _mm256_fmadd_ps(load_codes8(codes + j), vold, v) : v;
   };
   auto y1 = [&](size_t j) { return Acc ? std::fma(float(codes[j]), old, x[j]) : x[j]; };
-  // Two independent accumulators each: a single chain would be bound by the max/fma latency, not by loads.
-  __m256 max0 = _mm256_setzero_ps(), max1 = max0, bad0 = max0, bad1 = max0;
+  // max |y| as the integer max of the bit patterns with the sign cleared (monotone for non-negative floats), which
+  // also flags NaN/Inf (patterns >= 0x7F800000). Two accumulators: one chain would be bound by latency.
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  auto bits8 = [&](size_t k) { return _mm256_and_si256(_mm256_castps_si256(y8(k)), abs_mask); };
+  __m256i max0 = _mm256_setzero_si256(), max1 = max0;
   size_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    const __m256 v0 = y8(j), v1 = y8(j + 8);
-    max0 = _mm256_max_ps(max0, simd::abs8(v0)), bad0 = simd::nonfinite_acc8(bad0, v0);
-    max1 = _mm256_max_ps(max1, simd::abs8(v1)), bad1 = simd::nonfinite_acc8(bad1, v1);
+  for (; j + 16 <= n; j += 16) max0 = _mm256_max_epi32(max0, bits8(j)), max1 = _mm256_max_epi32(max1, bits8(j + 8));
+  for (; j + 8 <= n; j += 8) max0 = _mm256_max_epi32(max0, bits8(j));
+  uint32_t amax_bits = 0;
+  {
+    alignas(32) uint32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epi32(max0, max1));
+    for (uint32_t v : lanes) amax_bits = std::max(amax_bits, v);
   }
-  for (; j + 8 <= n; j += 8) {
-    const __m256 v0 = y8(j);
-    max0 = _mm256_max_ps(max0, simd::abs8(v0)), bad0 = simd::nonfinite_acc8(bad0, v0);
-  }
-  float amax = simd::hmax8(_mm256_max_ps(max0, max1));
-  bool bad = simd::any_nan8(_mm256_add_ps(bad0, bad1));
-  for (; j < n; ++j) {
-    const float v = y1(j);
-    bad |= !std::isfinite(v);
-    amax = std::max(amax, std::fabs(v));
-  }
-  if (bad) return block_scalar<Acc, Stoch>(x, n, codes, scale, seed, first);  // rare: count and mark
-  const BlockParams p = block_params(amax);
-  const __m256 pre = _mm256_set1_ps(p.pre), inv = _mm256_set1_ps(p.inv);
-  alignas(32) float tmp[kQuantUniformMax + 64];
-  for (size_t j0 = 0; j0 < n; j0 += kQuantUniformMax) {
-    const size_t m = std::min(kQuantUniformMax, n - j0);
-    const float* r = Stoch ? quant_uniforms(seed, first + j0, m, tmp, true) : nullptr;
-    // Codes before clamping; pack32_i8 clamps to [-127, 127] exactly like quantize_one.
+  for (; j < n; ++j) amax_bits = std::max(amax_bits, std::bit_cast<uint32_t>(y1(j)) & 0x7FFFFFFFu);
+  if (amax_bits >= 0x7F800000u) return block_scalar<Acc, Stoch>(x, n, codes, scale, rb, first);  // rare: count, mark
+  const BlockParams p = block_params(std::bit_cast<float>(amax_bits));
+  // y * pre is y itself when pre = 1 (blocks not tiny): the multiplication is skipped, same bits.
+  const bool scaled = p.pre != 1.f;
+  const __m256 pre = _mm256_set1_ps(p.pre), inv = _mm256_set1_ps(Stoch ? p.inv256 : p.inv);
+  for (size_t j0 = 0; j0 < n; j0 += kRandomPiece) {
+    const size_t m = std::min(kRandomPiece, n - j0);
+    const uint8_t* r = nullptr;
+    if constexpr (Stoch) {  // this piece's bytes, and the next piece's generated ahead
+      rb.prepare(first + j0, std::min(first + j0 + m + kRandomAhead, limit));
+      r = rb.get(first + j0, m);
+    }
+    // Codes before clamping; the packs clamp to [-127, 127] exactly like quantize_one. cvtps rounds to nearest
+    // even (the default MXCSR mode, as nearbyint).
     auto code8 = [&](size_t k) {
-      const __m256 v = _mm256_mul_ps(y8(k), pre);
-      return _mm256_cvttps_epi32(Stoch ? _mm256_floor_ps(_mm256_fmadd_ps(v, inv, _mm256_loadu_ps(r + (k - j0))))
-                                       : _mm256_round_ps(_mm256_mul_ps(v, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      const __m256 v = scaled ? _mm256_mul_ps(y8(k), pre) : y8(k);
+      return _mm256_cvtps_epi32(_mm256_mul_ps(v, inv));
     };
     for (j = j0; j + 32 <= j0 + m; j += 32) {
       // All four are computed before the store: with Acc they read the codes being overwritten.
       const __m256i a = code8(j), b = code8(j + 8), c = code8(j + 16), d = code8(j + 24);
-      simd::pack32_i8(a, b, c, d, codes + j);
+      if constexpr (Stoch) simd::pack32_i8_sr(a, b, c, d, r + (j - j0), codes + j);
+      else simd::pack32_i8(a, b, c, d, codes + j);
     }
-    for (; j < j0 + m; ++j) codes[j] = quantize_one<Stoch>(y1(j), p, Stoch ? r[j - j0] : 0.f);
+    for (; j < j0 + m; ++j) codes[j] = quantize_one<Stoch>(y1(j), p, Stoch ? r[j - j0] : 0);
   }
   *scale = p.scale;
   return 0;
@@ -123,17 +137,24 @@ size_t run_blocks(const float* x, size_t n, int8_t* codes, float* scales, const 
   AGOQ_CHECK(o.block >= 1 && o.block <= 65536, "grad_q8: block must be in [1, 65536], got ", o.block);
   const size_t B = size_t(o.block), nb = grad_q8_blocks(n, o.block);
   const bool simd = quant_simd_enabled();
+  const uint64_t limit = o.index_base + n;
   size_t bad = 0;
-#pragma omp parallel for schedule(static) reduction(+ : bad) if (n >= kParallelMin)
-  for (long long b = 0; b < static_cast<long long>(nb); ++b) {
-    const size_t j = size_t(b) * B, m = std::min(B, n - j);
+  // Each thread walks a contiguous run of blocks with its own window of random bytes (blocks smaller than a
+  // Philox chunk share it). The bytes depend only on the element index, so any split gives the same codes.
+#pragma omp parallel reduction(+ : bad) if (n >= kParallelMin)
+  {
+    QuantRandomBytes rb(o.seed, simd);
+#pragma omp for schedule(static)
+    for (long long b = 0; b < static_cast<long long>(nb); ++b) {
+      const size_t j = size_t(b) * B, m = std::min(B, n - j);
 #if AGOQ_QUANT_AVX2
-    if (simd) {
-      bad += block_avx2<Acc, Stoch>(x + j, m, codes + j, scales + b, o.seed, o.index_base + j);
-      continue;
-    }
+      if (simd) {
+        bad += block_avx2<Acc, Stoch>(x + j, m, codes + j, scales + b, rb, o.index_base + j, limit);
+        continue;
+      }
 #endif
-    bad += block_scalar<Acc, Stoch>(x + j, m, codes + j, scales + b, o.seed, o.index_base + j);
+      bad += block_scalar<Acc, Stoch>(x + j, m, codes + j, scales + b, rb, o.index_base + j);
+    }
   }
   return bad;
 }

@@ -1,6 +1,7 @@
 #include "quant/group_quant.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -16,33 +17,45 @@ constexpr uint16_t kF16NaN = 0x7E00;
 struct GroupParams {
   uint16_t h;  // fp16 scale as stored
   float scale, offset, inv;
+  // The encoder's map to code units, t = fma(x - sub, inv, add): symmetric sub = 0, add = qmax / 2 (so t = x/s +
+  // qmax/2, one rounding); asymmetric sub = lo, add = 0 (t = (x - lo) / s). The "256" versions scale t by 256
+  // (exactly: powers of two) for stochastic rounding.
+  float sub, add, inv256, add256;
 };
+
+inline void set_encoder(int bits, bool sym, float lo, float inv, GroupParams& p) {
+  p.inv = inv;
+  p.sub = sym ? 0.f : lo;
+  p.add = sym ? 0.5f * float((1 << bits) - 1) : 0.f;
+  p.inv256 = p.inv * 256.f, p.add256 = p.add * 256.f;
+}
 
 // Step Δ = range / (2^b - 1), rounded *up* to fp16 so that every value maps into [0, 2^b - 1] (error <= Δ_h / 2
 // with Δ_h < Δ (1 + 2^-10) + 2^-24). False when Δ does not fit fp16. lo/hi are the group's finite min/max.
-template <bool F16C>
+// (The AVX2 kernel computes the same for 8 groups at once, with F16C: batch_params.)
 bool group_params(int bits, bool sym, float lo, float hi, GroupParams& p) {
   const float qmax = float((1 << bits) - 1);
   const float range = sym ? 2.f * std::max(-lo, hi) : hi - lo;
   const float d = range / qmax + 0.f;  // + 0: -0 -> +0 (F16C would keep the sign bit)
-#if AGOQ_QUANT_AVX2
-  p.h = F16C ? simd::f32_to_f16_up_f16c(d) : f32_to_f16_up(d);
-  p.scale = F16C ? simd::f16_to_f32_f16c(p.h) : f16_to_f32(p.h);
-#else
   p.h = f32_to_f16_up(d);
   p.scale = f16_to_f32(p.h);
-#endif
   if (p.h >= 0x7C00) return false;
   p.offset = quant_int_offset(bits, sym, p.scale, lo);
-  p.inv = p.scale > 0 ? 1.f / p.scale : 0.f;
+  set_encoder(bits, sym, lo, p.scale > 0 ? 1.f / p.scale : 0.f, p);
   return true;
 }
 
-// The scalar quantizer of one value (the reference the AVX2 kernel reproduces). The fma is explicit in both so
-// that compiler contraction cannot make the two paths differ.
+// The scalar quantizer of one value (the reference the AVX2 kernel reproduces), t = fma(x - sub, inv, add).
+// Nearest: round(t). Stochastic: T = round(256 t) (computed as fma(x - sub, 256 inv, 256 add)), then
+// quant_sr_round(T, r) with r the element's random byte. Explicit fmas and integer work, so the two kernels agree
+// bit for bit.
 template <bool Stoch>
-inline uint8_t quantize_one(float x, const GroupParams& p, float qmax, float r) {
-  float t = Stoch ? std::floor(std::fma(x - p.offset, p.inv, r)) : std::nearbyint((x - p.offset) * p.inv);
+inline uint8_t quantize_one(float x, const GroupParams& p, float qmax, uint8_t r) {
+  if constexpr (Stoch) {
+    const int32_t u = quant_sr_round(int32_t(std::nearbyint(std::fma(x - p.sub, p.inv256, p.add256))), r);
+    return uint8_t(std::clamp(u, int32_t(0), int32_t(qmax)));
+  }
+  float t = std::nearbyint(std::fma(x - p.sub, p.inv, p.add));
   t = t < 0.f ? 0.f : (t > qmax ? qmax : t);
   return uint8_t(t);
 }
@@ -81,7 +94,7 @@ QuantStatus mark_bad_group(const float* x, size_t n, int bits, uint8_t* codes, u
 }
 
 template <int B, bool Stoch>
-QuantStatus encode_group_scalar(const float* x, size_t n, bool sym, const float* r, uint8_t* codes, uint16_t* scale,
+QuantStatus encode_group_scalar(const float* x, size_t n, bool sym, const uint8_t* r, uint8_t* codes, uint16_t* scale,
                                 float* min) {
   float lo = INFINITY, hi = -INFINITY;
   bool bad = false;
@@ -90,10 +103,10 @@ QuantStatus encode_group_scalar(const float* x, size_t n, bool sym, const float*
     lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
   }
   GroupParams p;
-  if (bad || !group_params<false>(B, sym, lo + 0.f, hi + 0.f, p)) return mark_bad_group(x, n, B, codes, scale, min);
+  if (bad || !group_params(B, sym, lo + 0.f, hi + 0.f, p)) return mark_bad_group(x, n, B, codes, scale, min);
   const float qmax = float((1 << B) - 1);
   uint8_t q[256];
-  for (size_t j = 0; j < n; ++j) q[j] = quantize_one<Stoch>(x[j], p, qmax, Stoch ? r[j] : 0.f);
+  for (size_t j = 0; j < n; ++j) q[j] = quantize_one<Stoch>(x[j], p, qmax, Stoch ? r[j] : 0);
   pack_scalar<B>(q, n, codes);
   *scale = p.h;
   if (min) *min = p.offset;
@@ -108,14 +121,32 @@ void decode_group_scalar(const uint8_t* codes, size_t n, float scale, float offs
 }
 
 #if AGOQ_QUANT_AVX2
-struct GroupStats {
-  float lo, hi;
-  bool bad;
-};
+// The AVX2 encoder works on batches of up to 8 groups: pass 1 (statistics) for each group, the 8 groups' scales in
+// one vector computation (one chain of divisions and fp16 conversions per batch instead of per group), then pass 2
+// (quantize and pack) for each group, its values still in L1.
 
-// Pass 1: min, max and non-finite over one group. Two accumulators each (one chain would be bound by the
-// min/max/fma latency, not by loads); named variables, as arrays of vectors may be kept on the stack.
-inline GroupStats group_stats_avx2(const float* x, size_t n) {
+// Pass 1, symmetric: max |x| as integer max of the bit patterns with the sign cleared (monotone for non-negative
+// floats), which also flags NaN/Inf (patterns >= 0x7F800000) for free. Two accumulators (one chain would be bound
+// by latency, not by loads). Returns the per-lane maxima (reduced across groups later).
+inline __m256 group_amax_bits(const float* x, size_t n) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  auto bits8 = [&](size_t k) {
+    return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k)), abs_mask);
+  };
+  __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+  size_t j = 0;
+  for (; j + 16 <= n; j += 16) m0 = _mm256_max_epi32(m0, bits8(j)), m1 = _mm256_max_epi32(m1, bits8(j + 8));
+  for (; j + 8 <= n; j += 8) m0 = _mm256_max_epi32(m0, bits8(j));
+  uint32_t tail = 0;
+  for (; j < n; ++j) tail = std::max(tail, std::bit_cast<uint32_t>(x[j]) & 0x7FFFFFFFu);
+  return _mm256_castsi256_ps(_mm256_max_epi32(_mm256_max_epi32(m0, m1), _mm256_set1_epi32(int(tail))));
+}
+
+// Pass 1, asymmetric: min, max and a non-finite flag (a lane turns NaN). Per-lane, as above.
+struct LaneStats {
+  __m256 lo, hi, bad;
+};
+inline LaneStats group_minmax(const float* x, size_t n) {
   const __m256 inf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
   __m256 lo0 = inf, lo1 = inf, hi0 = ninf, hi1 = ninf, bad0 = _mm256_setzero_ps(), bad1 = _mm256_setzero_ps();
   size_t j = 0;
@@ -128,59 +159,146 @@ inline GroupStats group_stats_avx2(const float* x, size_t n) {
     const __m256 v0 = _mm256_loadu_ps(x + j);
     lo0 = _mm256_min_ps(lo0, v0), hi0 = _mm256_max_ps(hi0, v0), bad0 = simd::nonfinite_acc8(bad0, v0);
   }
-  GroupStats st{simd::hmin8(_mm256_min_ps(lo0, lo1)), simd::hmax8(_mm256_max_ps(hi0, hi1)),
-                simd::any_nan8(_mm256_add_ps(bad0, bad1))};
+  float lo = INFINITY, hi = -INFINITY;
+  bool bad = false;
   for (; j < n; ++j) {
-    st.bad |= !std::isfinite(x[j]);
-    st.lo = std::min(st.lo, x[j]), st.hi = std::max(st.hi, x[j]);
+    bad |= !std::isfinite(x[j]);
+    lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
   }
-  return st;
+  return {_mm256_min_ps(_mm256_min_ps(lo0, lo1), _mm256_set1_ps(lo)),
+          _mm256_max_ps(_mm256_max_ps(hi0, hi1), _mm256_set1_ps(hi)),
+          _mm256_add_ps(_mm256_add_ps(bad0, bad1), _mm256_set1_ps(bad ? NAN : 0.f))};
+}
+
+// Horizontal reduction of 8 vectors at once: lane g of the result = op over the 8 lanes of v[g]. Lanes of
+// different inputs never mix, so a NaN in one group stays in its lane.
+template <class Op>
+inline __m256 reduce8x8(const __m256* v, Op op) {
+  auto pair = [&](__m256 a, __m256 b) { return op(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b)); };
+  const __m256 a01 = pair(v[0], v[1]), a23 = pair(v[2], v[3]), a45 = pair(v[4], v[5]), a67 = pair(v[6], v[7]);
+  auto quad = [&](__m256 a, __m256 b) {
+    return op(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  };
+  const __m256 b0 = quad(a01, a23), b1 = quad(a45, a67);  // [g0..g3 | g0..g3] halves, [g4..g7 | g4..g7]
+  return op(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
+}
+
+// The scales and encoder constants of up to 8 groups, as group_params computes them one by one (same operations,
+// F16C for the fp16 rounding; tested to agree with the portable conversion).
+struct BatchParams {
+  alignas(32) float sub[8], inv[8];
+  alignas(16) uint16_t h[8];
+  int ok;  // bit g: group g is representable (finite, scale fits fp16)
+};
+
+template <int B, bool Sym>
+inline void batch_params(__m256 lo, __m256 hi, __m256 bad_or_amax, BatchParams& bp) {
+  const __m256 zero = _mm256_setzero_ps(), qmax = _mm256_set1_ps(float((1 << B) - 1));
+  __m256 range, bad;
+  if constexpr (Sym) {  // bad_or_amax: max |x| bit patterns
+    range = _mm256_mul_ps(_mm256_set1_ps(2.f), bad_or_amax);
+    bad = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_castps_si256(bad_or_amax), _mm256_set1_epi32(0x7F7FFFFF)));
+  } else {
+    lo = _mm256_add_ps(lo, zero), hi = _mm256_add_ps(hi, zero);  // -0 -> +0, as the scalar kernel
+    range = _mm256_sub_ps(hi, lo);
+    bad = _mm256_cmp_ps(bad_or_amax, bad_or_amax, _CMP_UNORD_Q);
+  }
+  const __m256 d = _mm256_add_ps(_mm256_div_ps(range, qmax), zero);
+  const __m128i h = _mm256_cvtps_ph(d, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+  const __m256 scale = _mm256_cvtph_ps(h);
+  bad = _mm256_or_ps(bad, simd::nonfinite8(scale));  // h >= 0x7C00: the step does not fit fp16
+  const __m256 inv = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.f), scale), _mm256_cmp_ps(scale, zero, _CMP_GT_OQ));
+  _mm_store_si128(reinterpret_cast<__m128i*>(bp.h), h);
+  _mm256_store_ps(bp.inv, inv);
+  if constexpr (!Sym) _mm256_store_ps(bp.sub, lo);
+  bp.ok = ~_mm256_movemask_ps(bad) & 0xFF;
 }
 
 // Pass 2: quantize and pack one group (its values are still in L1 from pass 1).
-template <int B, bool Stoch>
-void quantize_group_avx2(const float* x, size_t n, const GroupParams& p, const float* r, uint8_t* codes) {
-  const __m256 off = _mm256_set1_ps(p.offset), inv = _mm256_set1_ps(p.inv);
-  // Codes before clamping; pack32 clamps to [0, 2^B - 1] exactly like quantize_one.
+template <int B, bool Stoch, bool Sym>
+void quantize_group_avx2(const float* x, size_t n, const GroupParams& p, const uint8_t* r, uint8_t* codes) {
+  const __m256 sub = _mm256_set1_ps(p.sub), inv = _mm256_set1_ps(Stoch ? p.inv256 : p.inv),
+               add = _mm256_set1_ps(Stoch ? p.add256 : p.add);
+  // Codes before clamping; pack32 clamps to [0, 2^B - 1] exactly like quantize_one. cvtps rounds to nearest even
+  // (the default MXCSR mode, as nearbyint). Symmetric: sub = 0 and x - 0 = x, so the subtraction is skipped.
   auto code8 = [&](size_t k) {
-    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + k), off);
-    return _mm256_cvttps_epi32(Stoch ? _mm256_floor_ps(_mm256_fmadd_ps(d, inv, _mm256_loadu_ps(r + k)))
-                                     : _mm256_round_ps(_mm256_mul_ps(d, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256 v = _mm256_loadu_ps(x + k);
+    if constexpr (!Sym) v = _mm256_sub_ps(v, sub);
+    return _mm256_cvtps_epi32(_mm256_fmadd_ps(v, inv, add));
   };
   size_t j = 0;
-  for (; j + 32 <= n; j += 32) simd::pack32<B>(code8(j), code8(j + 8), code8(j + 16), code8(j + 24), codes + j / 8 * B);
+  for (; j + 32 <= n; j += 32) {
+    uint8_t* out = codes + j / 8 * B;
+    if constexpr (Stoch) simd::pack32_sr<B>(code8(j), code8(j + 8), code8(j + 16), code8(j + 24), r + j, out);
+    else simd::pack32<B>(code8(j), code8(j + 8), code8(j + 16), code8(j + 24), out);
+  }
   if (j < n) {  // the short last group of a row whose length is not a multiple of 32
     uint8_t q[32];
     const float qmax = float((1 << B) - 1);
-    for (size_t k = j; k < n; ++k) q[k - j] = quantize_one<Stoch>(x[k], p, qmax, Stoch ? r[k] : 0.f);
+    for (size_t k = j; k < n; ++k) q[k - j] = quantize_one<Stoch>(x[k], p, qmax, Stoch ? r[k] : 0);
     pack_scalar<B>(q, n - j, codes + j / 8 * B);
   }
 }
 
-// Software-pipelined over groups: the next group's pass 1 is issued while the current group's scale (a chain of
-// divisions and fp16 conversions, ~50 cycles) resolves, so the out-of-order core overlaps them.
-template <int B, bool Stoch>
+// Pass 1 and the scales of the batch of groups [g0, g0 + 8) (fewer at the end of the row).
+template <int B, bool Sym>
+void batch_stats(const float* x, size_t cols, size_t G, size_t g0, size_t ng, BatchParams& bp) {
+  __m256 a[8], b[8], c[8];
+  for (size_t k = 0; k < 8; ++k) {
+    const size_t c0 = (g0 + k) * G, n = k < ng ? std::min(G, cols - c0) : 0;
+    if constexpr (Sym) {
+      a[k] = group_amax_bits(x + c0, n);
+    } else {
+      const LaneStats ls = group_minmax(x + c0, n);
+      a[k] = ls.lo, b[k] = ls.hi, c[k] = ls.bad;
+    }
+  }
+  if constexpr (Sym) {
+    const __m256 amax = reduce8x8(a, [](__m256 u, __m256 v) {
+      return _mm256_castsi256_ps(_mm256_max_epi32(_mm256_castps_si256(u), _mm256_castps_si256(v)));
+    });
+    batch_params<B, true>(amax, amax, amax, bp);
+  } else {
+    batch_params<B, false>(reduce8x8(a, [](__m256 u, __m256 v) { return _mm256_min_ps(u, v); }),
+                           reduce8x8(b, [](__m256 u, __m256 v) { return _mm256_max_ps(u, v); }),
+                           reduce8x8(c, [](__m256 u, __m256 v) { return _mm256_add_ps(u, v); }), bp);
+  }
+}
+
+// Software-pipelined over batches: pass 1 and the scales of batch b + 1 are issued before pass 2 of batch b, so
+// the scale computation (a ~50-cycle chain of divisions and fp16 conversions) overlaps pass 2 instead of stalling
+// it, and pass 1 runs a batch (1024 values at G = 128) ahead, which also starts the next loads from memory early.
+template <int B, bool Stoch, bool Sym>
 QuantStatus encode_row_avx2(const QuantFormat& f, const float* x, size_t cols, const QuantView& row,
                             const QuantSeed& seed, uint64_t first) {
   QuantStatus st;
-  alignas(32) float tmp[kQuantUniformMax + 64];
-  const size_t G = size_t(f.group);
-  GroupStats next = cols ? group_stats_avx2(x, std::min(G, cols)) : GroupStats{};
-  for (size_t g = 0, c = 0; c < cols; ++g, c += G) {
-    const size_t n = std::min(G, cols - c);
-    const GroupStats cur = next;
-    GroupParams p;
-    const bool ok = !cur.bad && group_params<true>(B, f.symmetric, cur.lo + 0.f, cur.hi + 0.f, p);
-    if (c + G < cols) next = group_stats_avx2(x + c + G, std::min(G, cols - c - G));
-    uint8_t* codes = row.codes + c / 8 * B;
-    float* min = f.symmetric ? nullptr : row.mins + g;
-    if (!ok) {
-      st += mark_bad_group(x + c, n, B, codes, row.scales + g, min);
-      continue;
+  QuantRandomBytes rb(seed, true);
+  const size_t G = size_t(f.group), groups = (cols + G - 1) / G;
+  BatchParams bp[2];
+  if (groups) batch_stats<B, Sym>(x, cols, G, 0, std::min<size_t>(8, groups), bp[0]);
+  for (size_t g0 = 0, cur = 0; g0 < groups; g0 += 8, cur ^= 1) {
+    const size_t ng = std::min<size_t>(8, groups - g0);
+    if (g0 + 8 < groups) batch_stats<B, Sym>(x, cols, G, g0 + 8, std::min<size_t>(8, groups - g0 - 8), bp[cur ^ 1]);
+    const BatchParams& p8 = bp[cur];
+    for (size_t k = 0; k < ng; ++k) {
+      const size_t g = g0 + k, c0 = g * G, n = std::min(G, cols - c0);
+      uint8_t* codes = row.codes + c0 / 8 * B;
+      float* min = Sym ? nullptr : row.mins + g;
+      if (!(p8.ok >> k & 1)) {
+        st += mark_bad_group(x + c0, n, B, codes, row.scales + g, min);
+        continue;
+      }
+      GroupParams p;
+      set_encoder(B, Sym, Sym ? 0.f : p8.sub[k], p8.inv[k], p);
+      const uint8_t* r = nullptr;
+      if constexpr (Stoch) {  // this group's bytes, and the next group's generated ahead
+        rb.prepare(first + c0, first + std::min(cols, c0 + n + G));
+        r = rb.get(first + c0, n);
+      }
+      quantize_group_avx2<B, Stoch, Sym>(x + c0, n, p, r, codes);
+      row.scales[g] = p8.h[k];
+      if (min) *min = p.sub;
     }
-    quantize_group_avx2<B, Stoch>(x + c, n, p, Stoch ? quant_uniforms(seed, first + c, n, tmp, true) : nullptr, codes);
-    row.scales[g] = p.h;
-    if (min) *min = p.offset;
   }
   return st;
 }
@@ -198,14 +316,16 @@ template <int B, bool Stoch>
 QuantStatus encode_row(const QuantFormat& f, const float* x, size_t cols, const QuantView& row, const QuantSeed& seed,
                        uint64_t first, bool simd) {
 #if AGOQ_QUANT_AVX2
-  if (simd) return encode_row_avx2<B, Stoch>(f, x, cols, row, seed, first);
+  if (simd)
+    return f.symmetric ? encode_row_avx2<B, Stoch, true>(f, x, cols, row, seed, first)
+                       : encode_row_avx2<B, Stoch, false>(f, x, cols, row, seed, first);
 #endif
   QuantStatus st;
-  alignas(32) float tmp[kQuantUniformMax + 64];
+  QuantRandomBytes rb(seed, false);
   const size_t G = size_t(f.group);
   for (size_t g = 0, c = 0; c < cols; ++g, c += G) {
     const size_t n = std::min(G, cols - c);
-    const float* r = Stoch ? quant_uniforms(seed, first + c, n, tmp, false) : nullptr;
+    const uint8_t* r = Stoch ? rb.get(first + c, n) : nullptr;
     st += encode_group_scalar<B, Stoch>(x + c, n, f.symmetric, r, row.codes + c / 8 * B, row.scales + g,
                                         f.symmetric ? nullptr : row.mins + g);
   }

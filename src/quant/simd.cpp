@@ -1,7 +1,11 @@
 #include "quant/simd.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <new>
 
+#include "core/error.h"
 #include "quant/simd_avx2.h"
 
 namespace agoq {
@@ -13,35 +17,59 @@ std::atomic<bool> g_simd{AGOQ_QUANT_AVX2 != 0};
 bool quant_simd_enabled() { return AGOQ_QUANT_AVX2 && g_simd.load(std::memory_order_relaxed); }
 void quant_set_simd(bool on) { g_simd.store(on, std::memory_order_relaxed); }
 
-void quant_uniform_chunks_scalar(const QuantSeed& s, uint64_t chunk, size_t chunks, float* out) {
-  for (size_t c = 0; c < chunks; ++c, out += 32)
+void quant_random_chunks_scalar(const QuantSeed& s, uint64_t chunk, size_t chunks, uint8_t* out) {
+  for (size_t c = 0; c < chunks; ++c, out += kQuantRandomChunk)
     for (int lane = 0; lane < 8; ++lane) {
       const auto w = philox4x32(s.seed, s.tensor_id, (chunk + c) * 8 + lane);
-      for (int k = 0; k < 4; ++k) out[8 * k + lane] = rng_unit_float(w[k]);
+      for (int k = 0; k < 4; ++k)
+        for (int b = 0; b < 4; ++b) out[32 * k + 4 * lane + b] = uint8_t(w[k] >> (8 * b));
     }
 }
 
 #if AGOQ_QUANT_AVX2
-void quant_uniform_chunks_avx2(const QuantSeed& s, uint64_t chunk, size_t chunks, float* out) {
+void quant_random_chunks_avx2(const QuantSeed& s, uint64_t chunk, size_t chunks, uint8_t* out) {
   const simd::PhiloxKey8 key(s.seed, s.tensor_id);
-  __m256i w[4];
-  for (size_t c = 0; c < chunks; ++c, out += 32) {
-    simd::philox8(key, (chunk + c) * 8, w);
-    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(out + 8 * k, simd::unit_float8(w[k]));
+  for (size_t c = 0; c < chunks; ++c, out += kQuantRandomChunk) {
+    simd::Philox4 even, odd;
+    simd::philox_chunk(key, (chunk + c) * 8, even, odd);
+    simd::store_chunk(even, odd, out);
   }
 }
 #endif
 
-const float* quant_uniforms(const QuantSeed& s, uint64_t first, size_t n, float* tmp, bool simd) {
-  const uint64_t c0 = first >> 5, c1 = (first + n + 31) >> 5;
+QuantRandomBytes::QuantRandomBytes(const QuantSeed& s, bool simd) : seed_(s), simd_(simd && AGOQ_QUANT_AVX2) {
 #if AGOQ_QUANT_AVX2
-  if (simd) {
-    quant_uniform_chunks_avx2(s, c0, c1 - c0, tmp);
-    return tmp + (first & 31);
-  }
+  static_assert(sizeof(simd::PhiloxKey8) == sizeof(key_) && alignof(simd::PhiloxKey8) <= 32);
+  if (simd_) new (key_) simd::PhiloxKey8(s.seed, s.tensor_id);
 #endif
-  quant_uniform_chunks_scalar(s, c0, c1 - c0, tmp);
-  return tmp + (first & 31);
+}
+
+void QuantRandomBytes::extend(uint64_t keep, uint64_t end) {
+  constexpr uint64_t C = kQuantRandomChunk;
+  AGOQ_CHECK(keep <= end && end - keep <= kMaxSpan, "QuantRandomBytes: span ", end - keep, " too long");
+  const uint64_t c0 = keep / C * C;
+  if (keep < lo_ || keep >= hi_) {
+    lo_ = hi_ = c0;  // nothing to keep: restart at keep's chunk
+  } else if (end - lo_ > kWindow) {
+    std::memmove(buf_, buf_ + (c0 - lo_), hi_ - c0);  // slide: drop the chunks before keep's
+    lo_ = c0;
+  }
+  const uint64_t c1 = (end + C - 1) / C * C;
+  if (c1 <= hi_) return;
+  uint8_t* out = buf_ + (hi_ - lo_);
+  const size_t chunks = size_t((c1 - hi_) / C);
+#if AGOQ_QUANT_AVX2
+  if (simd_) {
+    const auto& key = *std::launder(reinterpret_cast<const simd::PhiloxKey8*>(key_));
+    for (size_t c = 0; c < chunks; ++c, out += C) {
+      simd::Philox4 even, odd;
+      simd::philox_chunk(key, (hi_ / C + c) * 8, even, odd);
+      simd::store_chunk(even, odd, out);
+    }
+  } else
+#endif
+    quant_random_chunks_scalar(seed_, hi_ / C, chunks, out);
+  hi_ = c1;
 }
 
 }  // namespace agoq

@@ -1,5 +1,5 @@
-// Small building blocks shared by the quantization kernels: fp16/bf16 conversions, the Philox uniforms for
-// stochastic rounding, and the AVX2 versions of both. Every AVX2 helper has a scalar twin that gives the same bits;
+// Small building blocks shared by the quantization kernels: fp16/bf16 conversions, the Philox random bytes
+// for stochastic rounding, and the AVX2 versions of both. Every AVX2 helper has a scalar twin that gives the same bits;
 // quant_set_simd(false) makes all kernels take the scalar path (tests compare the two).
 #pragma once
 #include <bit>
@@ -54,23 +54,64 @@ inline uint16_t f32_to_bf16(float x) {
 }
 inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
 
-// ---- Philox uniforms for stochastic rounding ----
-// Element i of a tensor uses word (i/8)%4 of philox4x32(seed, tensor_id, (i/32)*8 + i%8), as a 24-bit uniform in
-// [0,1). So one chunk of 32 consecutive elements (starting at a multiple of 32) is exactly 8 Philox calls on
-// consecutive counters, and 8 AVX2 lanes produce it in order without a transpose. Depends only on (seed, id, i).
+// ---- Philox random bytes for stochastic rounding ----
+// Stochastic rounding draws one random *byte* per element (8-bit uniforms; docs/quant-formats.md derives the
+// resulting bias, at most 1/512 of a step). Element i of a tensor uses
+//   byte i % 4 of word (i / 32) % 4 of philox4x32(seed, tensor_id, ctr = (i / 128) * 8 + (i / 4) % 8),
+// so chunk c (elements [128 c, 128 c + 128)) is exactly 8 Philox calls on counters 8c .. 8c + 7. Computed in 8
+// AVX2 lanes (lane l = counter 8c + l), the vector of word k holds elements [128 c + 32 k, + 32) as its 32 bytes
+// in element order: storing the 4 word vectors gives the chunk's bytes in order, no shuffles. Depends only on
+// (seed, tensor id, i): identical for any thread count, any row split, and both kernels.
+constexpr size_t kQuantRandomChunk = 128;  // elements (bytes) per chunk of 8 Philox calls
+
+inline uint8_t quant_random_byte_at(const QuantSeed& s, uint64_t i) {
+  const uint32_t w = philox4x32(s.seed, s.tensor_id, (i >> 7) * 8 + ((i >> 2) & 7))[(i >> 5) & 3];
+  return uint8_t(w >> (8 * (i & 3)));
+}
+// The uniform that byte stands for, (byte + 1/2) / 256 in (0, 1) (for tests and documentation).
 inline float quant_uniform_at(const QuantSeed& s, uint64_t i) {
-  return rng_unit_float(philox4x32(s.seed, s.tensor_id, (i >> 5) * 8 + (i & 7))[(i >> 3) & 3]);
+  return (float(quant_random_byte_at(s, i)) + 0.5f) * (1.f / 256);
 }
 
-// Uniforms for elements [32 * chunk, 32 * (chunk + chunks)) into out[0 .. 32 * chunks).
-void quant_uniform_chunks_scalar(const QuantSeed& s, uint64_t chunk, size_t chunks, float* out);
+// Stochastic rounding of t = T / 256, given T = round_to_nearest_even(256 t) and the element's random byte:
+// floor(T / 256) plus 1 iff the 8 fractional bits of T plus the byte carry out. The same as
+// floor(t + (byte + 1/2) / 256) except at exact ties of 256 t. E[result] = T / 256 over the byte, so the bias is
+// |T / 256 - t| <= 1/512 of a step. Arithmetic shift: a floor for negative T too (the gradient format is signed).
+inline int32_t quant_sr_round(int32_t T, uint8_t byte) { return (T + int32_t(byte)) >> 8; }
+
+// Bytes of chunks [chunk, chunk + chunks) into out[0 .. 128 * chunks), in element order.
+void quant_random_chunks_scalar(const QuantSeed& s, uint64_t chunk, size_t chunks, uint8_t* out);
 #if AGOQ_QUANT_AVX2
-void quant_uniform_chunks_avx2(const QuantSeed& s, uint64_t chunk, size_t chunks, float* out);
+void quant_random_chunks_avx2(const QuantSeed& s, uint64_t chunk, size_t chunks, uint8_t* out);
 #endif
 
-// Uniforms of elements [first, first + n) (n <= kQuantUniformMax): fills tmp (kQuantUniformMax + 64 floats) with
-// whole chunks and returns the pointer to element `first` inside it.
-constexpr size_t kQuantUniformMax = 256;
-const float* quant_uniforms(const QuantSeed& s, uint64_t first, size_t n, float* tmp, bool simd);
+// A sliding window of random bytes over whole chunks, generated as a kernel walks a row (or a thread its blocks)
+// in order. prepare() generates ahead: called for the next group just before quantizing the current one, its
+// Philox work (long multiply chains, latency-bound on its own) overlaps the quantizer's independent operations
+// in the out-of-order core. Consecutive small groups share the chunks they straddle.
+class QuantRandomBytes {
+ public:
+  static constexpr size_t kWindow = 4096;  // bytes held
+  static constexpr size_t kMaxSpan = kWindow - kQuantRandomChunk;  // largest end - keep of prepare()
+  QuantRandomBytes(const QuantSeed& s, bool simd);
+  // Makes the bytes of elements [keep, end) available (end - keep <= kMaxSpan), generating what is missing; bytes
+  // before `keep` may be dropped, and pointers from earlier get() calls may move.
+  void prepare(uint64_t keep, uint64_t end) {
+    if (keep < lo_ || end > hi_) extend(keep, end);
+  }
+  // The bytes of elements [first, first + n) (n <= kMaxSpan), generated if not prepared.
+  const uint8_t* get(uint64_t first, size_t n) {
+    prepare(first, first + n);
+    return buf_ + (first - lo_);
+  }
+
+ private:
+  void extend(uint64_t keep, uint64_t end);
+  QuantSeed seed_;
+  bool simd_;
+  uint64_t lo_ = 0, hi_ = 0;              // elements [lo_, hi_) are in buf_ (multiples of the chunk)
+  alignas(32) unsigned char key_[704];  // the AVX2 key schedule (simd::PhiloxKey8), built once
+  alignas(32) uint8_t buf_[kWindow];
+};
 
 }  // namespace agoq

@@ -15,10 +15,15 @@ struct Philox4 {
   __m256i c0, c1, c2, c3;
 };
 
+// The key is xored into the previous low words first, off the critical path, so a round's chain is multiply,
+// shift and one xor (5 cycles, not 6). The empty asm keeps the compiler from reassociating the xors back into a
+// chain behind the shift.
 inline void philox_round(Philox4& s, __m256i m0, __m256i m1, __m256i k0, __m256i k1) {
+  __m256i x1 = _mm256_xor_si256(s.c1, k0), x3 = _mm256_xor_si256(s.c3, k1);
+  asm("" : "+x"(x1), "+x"(x3));
   const __m256i p0 = _mm256_mul_epu32(s.c0, m0), p1 = _mm256_mul_epu32(s.c2, m1);
-  s.c0 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), s.c1), k0);
-  s.c2 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), s.c3), k1);
+  s.c0 = _mm256_xor_si256(_mm256_srli_epi64(p1, 32), x1);
+  s.c2 = _mm256_xor_si256(_mm256_srli_epi64(p0, 32), x3);
   s.c1 = p1, s.c3 = p0;
 }
 
@@ -33,40 +38,36 @@ struct PhiloxKey8 {
   }
 };
 
-// Philox4x32-10 on 8 counters ctr + 0..7 (ctr a multiple of 8, so the low word never carries): w[k] lane l =
-// word k of philox4x32(key, ctr_hi, ctr + l). Even counters in one Philox4, odd ones in the other: two independent
-// chains hide the multiply latency, and merging them back is one shift and one blend per word. (Four chains would
-// need more than the 16 ymm registers.)
-inline void philox8(const PhiloxKey8& key, uint64_t ctr, __m256i w[4]) {
-  const __m256i m0 = _mm256_set1_epi32(int(0xD2511F53u)), m1 = _mm256_set1_epi32(int(0xCD9E8D57u));
+// Initial state of a chain of 4 instances on counters ctr + 0, 2, 4, 6 (the low word never carries: ctr % 8 < 2).
+inline Philox4 philox_init(const PhiloxKey8& key, uint64_t ctr) {
   const __m256i lo = _mm256_set1_epi32(int(uint32_t(ctr))), hi = _mm256_set1_epi32(int(uint32_t(ctr >> 32)));
-  Philox4 e{_mm256_add_epi32(lo, _mm256_setr_epi32(0, 0, 2, 0, 4, 0, 6, 0)), hi, key.t0, key.t1};
-  Philox4 o{_mm256_add_epi32(lo, _mm256_setr_epi32(1, 0, 3, 0, 5, 0, 7, 0)), hi, key.t0, key.t1};
+  return {_mm256_add_epi32(lo, _mm256_setr_epi32(0, 0, 2, 0, 4, 0, 6, 0)), hi, key.t0, key.t1};
+}
+
+// Philox4x32-10 on one chunk's 8 counters ctr + 0..7 (ctr % 8 == 0): even counters in one chain of 4 instances,
+// odd ones in another, leaving word k of counter ctr + 2j (+1) in the low half of 64-bit lane j of even.ck
+// (odd.ck). Two chains of 8 operations per round; the out-of-order core overlaps consecutive chunks. (Three or four
+// chains would need more than the 16 ymm registers; the compiler's spills made them slower, not faster.)
+inline void philox_chunk(const PhiloxKey8& key, uint64_t ctr, Philox4& even, Philox4& odd) {
+  const __m256i m0 = _mm256_set1_epi32(int(0xD2511F53u)), m1 = _mm256_set1_epi32(int(0xCD9E8D57u));
+  even = philox_init(key, ctr), odd = philox_init(key, ctr + 1);
+#pragma GCC unroll 10
   for (int round = 0; round < 10; ++round) {
-    philox_round(e, m0, m1, key.k0[round], key.k1[round]);
-    philox_round(o, m0, m1, key.k0[round], key.k1[round]);
+    philox_round(even, m0, m1, key.k0[round], key.k1[round]);
+    philox_round(odd, m0, m1, key.k0[round], key.k1[round]);
   }
-  auto merge = [](__m256i even, __m256i odd) { return _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA); };
-  w[0] = merge(e.c0, o.c0), w[1] = merge(e.c1, o.c1), w[2] = merge(e.c2, o.c2), w[3] = merge(e.c3, o.c3);
 }
 
-// 24-bit uniform in [0,1), as rng_unit_float.
-inline __m256 unit_float8(__m256i w) {
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(w, 8)), _mm256_set1_ps(0x1p-24f));
+// The 128 random bytes of chunk c (Philox counters 8c .. 8c + 7) from its even (8c + 0, 2, 4, 6) and odd chain:
+// word k of all 8 counters, in counter order, is one vector (one shift and one blend each).
+inline void store_chunk(const Philox4& even, const Philox4& odd, uint8_t* out) {
+  auto merge = [](__m256i e, __m256i o) { return _mm256_blend_epi32(e, _mm256_slli_epi64(o, 32), 0xAA); };
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), merge(even.c0, odd.c0));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32), merge(even.c1, odd.c1));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64), merge(even.c2, odd.c2));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 96), merge(even.c3, odd.c3));
 }
 
-inline float hmax8(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
-inline float hmin8(__m256 v) {
-  __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_min_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_min_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
 inline __m256 abs8(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.f), v); }
 // All-ones lanes where v is NaN or +-Inf.
 inline __m256 nonfinite8(__m256 v) {
@@ -74,16 +75,41 @@ inline __m256 nonfinite8(__m256 v) {
 }
 // acc stays 0 while every v is finite and turns NaN otherwise (v * 0 is NaN exactly for NaN/Inf): one fma.
 inline __m256 nonfinite_acc8(__m256 acc, __m256 v) { return _mm256_fmadd_ps(v, _mm256_setzero_ps(), acc); }
-inline bool any_nan8(__m256 acc) { return _mm256_movemask_ps(_mm256_cmp_ps(acc, acc, _CMP_UNORD_Q)) != 0; }
 
 // 32 codes in order (4 vectors of 8 int32 lanes, each in [-1, 2^B]: the stochastic rounding of a value at the
 // edge of the range can land one step outside) -> 4*B bytes, code j at bits [j*B, (j+1)*B) little-endian. The
 // saturating packs clamp below at 0, min_epu8 above at 2^B - 1, as the scalar kernel's clamp does.
 template <int B>
+inline void store_code_bytes(__m256i v, uint8_t* out);
+
+template <int B>
 inline void pack32(__m256i a, __m256i b, __m256i c, __m256i d, uint8_t* out) {
   // packs/packus work within 128-bit halves: the bytes come out in 4-byte units a0 b0 c0 d0 a1 b1 c1 d1.
   __m256i v = _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
   v = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  store_code_bytes<B>(v, out);
+}
+
+// Stochastic rounding and packing of 32 values in one: a..d hold T = round(256 t) (int32, 8 consecutive values
+// each), r the 32 random bytes. quant_sr_round in 16-bit lanes: T saturated to [0, 65535] (exact for a valid
+// code, T <= 256 (2^B - 1)), plus the byte with unsigned saturation, shifted right by 8. Then clamped and packed
+// as pack32; the same codes as quant_sr_round followed by the clamp to [0, 2^B - 1].
+template <int B>
+inline void pack32_sr(__m256i a, __m256i b, __m256i c, __m256i d, const uint8_t* r, uint8_t* out) {
+  // packus_epi32(a, b) holds values 0-3, 8-11 | 4-7, 12-15: the bytes are widened and put in that order.
+  auto bytes16 = [](const uint8_t* p) {
+    return _mm256_permute4x64_epi64(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 0xD8);
+  };
+  const __m256i ab = _mm256_srli_epi16(_mm256_adds_epu16(_mm256_packus_epi32(a, b), bytes16(r)), 8);
+  const __m256i cd = _mm256_srli_epi16(_mm256_adds_epu16(_mm256_packus_epi32(c, d), bytes16(r + 16)), 8);
+  __m256i v = _mm256_packus_epi16(ab, cd);  // 4-byte units a0 b0 c0 d0 a1 b1 c1 d1, as in pack32
+  v = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  store_code_bytes<B>(v, out);
+}
+
+// 32 codes as bytes in order, clamped above to 2^B - 1 and packed to 4*B bytes.
+template <int B>
+inline void store_code_bytes(__m256i v, uint8_t* out) {
   v = _mm256_min_epu8(v, _mm256_set1_epi8(char((1 << B) - 1)));
   if constexpr (B == 8) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), v);
@@ -115,6 +141,19 @@ inline void pack32(__m256i a, __m256i b, __m256i c, __m256i d, uint8_t* out) {
 // 32 int32 codes in [-128, 127] -> 32 int8 clamped to [-127, 127] (the gradient format).
 inline void pack32_i8(__m256i a, __m256i b, __m256i c, __m256i d, int8_t* out) {
   __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+  v = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_max_epi8(v, _mm256_set1_epi8(-127)));
+}
+
+// Stochastic rounding for the gradient format: a..d hold T = round(256 t) (int32, |T| <= 127 * 256), r the 32
+// random bytes. quant_sr_round in signed 16-bit lanes (T + byte <= 32767: no overflow), then as pack32_i8.
+inline void pack32_i8_sr(__m256i a, __m256i b, __m256i c, __m256i d, const uint8_t* r, int8_t* out) {
+  auto bytes16 = [](const uint8_t* p) {  // in the order of packs_epi32's output, as in pack32_sr
+    return _mm256_permute4x64_epi64(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 0xD8);
+  };
+  const __m256i ab = _mm256_srai_epi16(_mm256_adds_epi16(_mm256_packs_epi32(a, b), bytes16(r)), 8);
+  const __m256i cd = _mm256_srai_epi16(_mm256_adds_epi16(_mm256_packs_epi32(c, d), bytes16(r + 16)), 8);
+  __m256i v = _mm256_packs_epi16(ab, cd);
   v = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_max_epi8(v, _mm256_set1_epi8(-127)));
 }

@@ -1,7 +1,10 @@
-// Format descriptors, byte layouts, fp16/bf16 conversions, Philox uniforms and code packing.
+// Format descriptors, byte layouts, fp16/bf16 conversions, Philox random bytes and stochastic rounding, and code
+// packing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -141,28 +144,105 @@ TEST(QuantConvert, Bf16KnownValues) {
   EXPECT_EQ(bf16_to_f32(0x3F80), 1.f);
 }
 
-TEST(QuantUniform, SimdChunksMatchScalarAndElementFormula) {
+TEST(QuantRandom, SimdChunksMatchScalarAndElementFormula) {
   const QuantSeed s{0x1234567890ABCDEFull, 42};
   for (uint64_t chunk : {uint64_t(0), uint64_t(5), (uint64_t(1) << 29) - 3, uint64_t(1) << 40}) {
-    std::vector<float> a(32 * 7), b(32 * 7);
-    quant_uniform_chunks_scalar(s, chunk, 7, a.data());
+    std::vector<uint8_t> a(kQuantRandomChunk * 7), b(a.size());
+    quant_random_chunks_scalar(s, chunk, 7, a.data());
 #if AGOQ_QUANT_AVX2
-    quant_uniform_chunks_avx2(s, chunk, 7, b.data());
-    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << chunk;
+    quant_random_chunks_avx2(s, chunk, 7, b.data());
+    EXPECT_EQ(a, b) << chunk;
 #endif
-    for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_EQ(a[i], quant_uniform_at(s, chunk * 32 + i));
-      ASSERT_GE(a[i], 0.f);
-      ASSERT_LT(a[i], 1.f);
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], quant_random_byte_at(s, chunk * kQuantRandomChunk + i));
+  }
+  // The mapping itself: element i is byte i % 4 of word (i / 32) % 4 of Philox counter (i / 128) * 8 + (i / 4) % 8.
+  for (uint64_t i : {uint64_t(0), uint64_t(1), uint64_t(37), uint64_t(127), uint64_t(128), uint64_t(1000003)}) {
+    const auto w = philox4x32(s.seed, s.tensor_id, (i / 128) * 8 + (i / 4) % 8);
+    EXPECT_EQ(quant_random_byte_at(s, i), uint8_t(w[(i / 32) % 4] >> (8 * (i % 4)))) << i;
+    EXPECT_EQ(quant_uniform_at(s, i), (quant_random_byte_at(s, i) + 0.5f) / 256) << i;
+  }
+  // Another tensor id or seed gives other bytes.
+  int same_id = 0, same_seed = 0;
+  for (uint64_t i = 0; i < 256; ++i) {
+    same_id += quant_random_byte_at(s, i) == quant_random_byte_at({s.seed, 43}, i);
+    same_seed += quant_random_byte_at(s, i) == quant_random_byte_at({s.seed + 1, 42}, i);
+  }
+  EXPECT_LT(same_id, 10);
+  EXPECT_LT(same_seed, 10);
+}
+
+// The sliding window returns the right bytes for any alignment, request size and look-ahead, walking forward (as
+// the kernels do, sliding past its end), backward and far ahead; bytes kept by prepare() stay valid.
+TEST(QuantRandom, WindowMatchesElementFormula) {
+  const QuantSeed s{7, 3};
+  for (bool simd : {true, false}) {
+    QuantRandomBytes rb(s, simd);
+    Rng rng(1);
+    uint64_t first = 1000003;
+    for (int k = 0; k < 400; ++k) {
+      const size_t n = 1 + rng.below(k % 3 == 0 ? 1024 : 200);
+      const uint64_t ahead = first + n + rng.below(QuantRandomBytes::kMaxSpan - n + 1);
+      rb.prepare(first, ahead);
+      const uint8_t* r = rb.get(first, n);
+      for (size_t j = 0; j < n; ++j) ASSERT_EQ(r[j], quant_random_byte_at(s, first + j)) << first << " " << j;
+      const uint8_t* a = rb.get(first, size_t(ahead - first));  // the look-ahead is there too
+      for (size_t j = 0; j < ahead - first; ++j)
+        ASSERT_EQ(a[j], quant_random_byte_at(s, first + j)) << first << " " << j;
+      first = k % 17 == 0 ? first - rng.below(3000) : k % 23 == 0 ? first + rng.below(1 << 20) : first + n;
     }
   }
-  float tmp[kQuantUniformMax + 64];
-  for (bool simd : {true, false}) {
-    const float* r = quant_uniforms(s, 1000003, 256, tmp, simd);
-    for (size_t i = 0; i < 256; ++i) ASSERT_EQ(r[i], quant_uniform_at(s, 1000003 + i));
+  QuantRandomBytes rb(s, true);
+  EXPECT_THROW(rb.prepare(0, QuantRandomBytes::kMaxSpan + 1), Error);
+}
+
+// The bytes are uniform: chi-square over 256 values (255 degrees of freedom: mean 255, sd 22.6) for 2^20
+// consecutive elements, and for the elements sharing one byte position of their word (i % 4 = 2).
+TEST(QuantRandom, BytesAreUniform) {
+  const QuantSeed s{11, 0};
+  const size_t n = size_t(1) << 20;
+  std::vector<uint8_t> a(n);
+  quant_random_chunks_scalar(s, 12345, n / kQuantRandomChunk, a.data());
+  for (int pos : {-1, 2}) {
+    std::vector<double> count(256, 0);
+    double total = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (pos < 0 || int(i % 4) == pos) ++count[a[i]], ++total;
+    double chi2 = 0;
+    for (double c : count) chi2 += (c - total / 256) * (c - total / 256) / (total / 256);
+    EXPECT_LT(chi2, 255 + 6 * 22.6) << pos;
+    EXPECT_GT(chi2, 255 - 6 * 22.6) << pos;
   }
-  EXPECT_NE(quant_uniform_at(s, 0), quant_uniform_at({s.seed, 43}, 0));
-  EXPECT_NE(quant_uniform_at(s, 0), quant_uniform_at({s.seed + 1, 42}, 0));
+}
+
+// Stochastic rounding with 8-bit uniforms, exhaustively over the byte: for t = T / 256 the mean of
+// quant_sr_round(T, byte) over the 256 bytes is exactly T / 256, the result is floor(t) or floor(t) + 1 and equals
+// floor(t + (byte + 1/2) / 256); for an arbitrary real t (T = round(256 t)) the bias is |T / 256 - t| <= 1/512,
+// and that bound is reached. The per-element error stays below one step: at most 511/512.
+TEST(QuantRandom, StochasticRoundingBiasIsAtMostOne512thOfAStep) {
+  for (int32_t T = -300 * 256; T <= 300 * 256; T += 7) {
+    int64_t sum = 0;
+    const double t = T / 256.0;
+    for (int b = 0; b < 256; ++b) {
+      const int32_t u = quant_sr_round(T, uint8_t(b));
+      ASSERT_TRUE(u == std::floor(t) || u == std::floor(t) + 1) << T << " " << b;
+      ASSERT_EQ(u, std::floor(t + (b + 0.5) / 256)) << T << " " << b;
+      sum += u;
+    }
+    ASSERT_EQ(double(sum) / 256, t) << T;
+  }
+  double worst_bias = 0, worst_err = 0;
+  Rng rng(5);
+  for (int k = 0; k < 200000; ++k) {
+    const float t = (rng.uniform() - 0.5f) * 600.f;
+    const int32_t T = int32_t(std::nearbyint(256.f * t));
+    worst_bias = std::max(worst_bias, std::fabs(T / 256.0 - t));
+    for (uint8_t b : {uint8_t(0), uint8_t(255)})
+      worst_err = std::max(worst_err, std::fabs(quant_sr_round(T, b) - double(t)));
+  }
+  EXPECT_LE(worst_bias, 1.0 / 512);
+  EXPECT_GT(worst_bias, 0.99 / 512);  // the bound is tight: the bias is really there
+  EXPECT_LE(worst_err, 511.0 / 512);
+  EXPECT_GT(worst_err, 510.0 / 512);
 }
 
 // Every code value at every position of a pack unit (8 codes = b bytes), in a full unit (SIMD path) and in a row

@@ -47,9 +47,10 @@ TEST(GradQ8, RoundTripWithinHalfStep) {
             float amax = 0;
             for (size_t j = b * block; j < std::min(n, (b + 1) * size_t(block)); ++j) amax = std::max(amax, std::fabs(x[j]));
             ASSERT_EQ(s[b], amax / 127.f);
-            // Nearest: <= s/2; stochastic: < s; plus 2^-16 s for the fp32 rounding of x * 127 / amax.
+            // Nearest: <= s/2; stochastic: <= (511/512) s < s (8-bit uniforms, see test_format.cpp); plus 2^-16 s
+            // for the fp32 rounding of x * 127 / amax.
             const double err = std::fabs(double(x[i]) - y[i]);
-            ASSERT_LE(err, (r == QuantRounding::nearest ? 0.5 : 1.0) * s[b] * (1 + 0x1p-16)) << i;
+            ASSERT_LE(err, (r == QuantRounding::nearest ? 0.5 : 511.0 / 512) * s[b] * (1 + 0x1p-16)) << i;
           }
         }
   }
@@ -84,6 +85,44 @@ TEST(GradQ8, AccumulateStaysWithinDerivedBound) {
     }
     // The bound is not vacuous: the error actually reached is a sizeable part of one step, far below a sum of K.
     EXPECT_GT(std::sqrt(err2 / n), 0.01 * std::sqrt(var / n) / K);
+  }
+}
+
+// Stochastic rounding is unbiased up to the 8-bit uniforms, for quantize and for accumulate: the mean over N seeds
+// of the decoded value is within 6 sd + s/512 + 2^-16 s of the value rounded (x, or the fp32 sum fma(u, s_old, g)),
+// sd = s / (2 sqrt N) (one rounding has variance <= s^2 / 4), s/512 the bias of deciding on round(256 t) (see
+// test_format.cpp), 2^-16 s the fp32 rounding of 127/amax and of t (2 * 127 * 2^-24 steps). Nearest rounding, run
+// through the same check, fails it.
+namespace {
+size_t grad_sr_over_bound(QuantRounding r, bool acc, int N) {
+  const size_t n = 600;  // blocks of 256, 256 and 88
+  const auto x = normal_vec(n, 1.f, 21), g = normal_vec(n, 0.3f, 22);
+  std::vector<int8_t> q0(n), q(n);
+  std::vector<float> s0(3), s(3), y(n);
+  grad_q8_quantize(x.data(), n, q0.data(), s0.data(), opts(256));
+  std::vector<double> target(n), sum(n, 0);
+  for (size_t i = 0; i < n; ++i) target[i] = acc ? std::fma(float(q0[i]), s0[i / 256], g[i]) : x[i];
+  for (int k = 0; k < N; ++k) {
+    q = q0, s = s0;
+    if (acc) EXPECT_EQ(grad_q8_accumulate(q.data(), s.data(), g.data(), n, opts(256, r, 5000 + k)), 0u);
+    else EXPECT_EQ(grad_q8_quantize(x.data(), n, q.data(), s.data(), opts(256, r, 5000 + k)), 0u);
+    grad_q8_dequantize(q.data(), s.data(), n, y.data(), 256);
+    for (size_t i = 0; i < n; ++i) sum[i] += y[i];
+  }
+  size_t over = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double sc = s[i / 256], sd = sc / (2 * std::sqrt(double(N)));  // the scale is the same at every seed
+    over += std::fabs(sum[i] / N - target[i]) > 6 * sd + sc / 512 + 0x1p-16 * sc;
+  }
+  return over;
+}
+}  // namespace
+
+TEST(GradQ8, StochasticRoundingIsUnbiased) {
+  for (bool acc : {false, true}) {
+    SCOPED_TRACE(acc ? "accumulate" : "quantize");
+    EXPECT_EQ(grad_sr_over_bound(QuantRounding::stochastic, acc, 3000), 0u);
+    EXPECT_GT(grad_sr_over_bound(QuantRounding::nearest, acc, 3000), 400u);  // of 600: the check can fail
   }
 }
 
