@@ -240,12 +240,14 @@ void quantize_group_avx2(const float* x, size_t n, const GroupParams& p, const u
   }
 }
 
-// Pass 1 and the scales of the batch of groups [g0, g0 + 8) (fewer at the end of the row).
-template <int B, bool Sym>
-void batch_stats(const float* x, size_t cols, size_t G, size_t g0, size_t ng, BatchParams& bp) {
+// Pass 1 and the scales of the batch of groups [g0, g0 + 8) (fewer at the end of the row). before_group(k) runs
+// before group k's pass 1 (the stochastic kernel generates random bytes there).
+template <int B, bool Sym, class F>
+void batch_stats(const float* x, size_t cols, size_t G, size_t g0, size_t ng, BatchParams& bp, F&& before_group) {
   __m256 a[8], b[8], c[8];
   for (size_t k = 0; k < 8; ++k) {
     const size_t c0 = (g0 + k) * G, n = k < ng ? std::min(G, cols - c0) : 0;
+    if (k < ng) before_group(k);
     if constexpr (Sym) {
       a[k] = group_amax_bits(x + c0, n);
     } else {
@@ -268,6 +270,8 @@ void batch_stats(const float* x, size_t cols, size_t G, size_t g0, size_t ng, Ba
 // Software-pipelined over batches: pass 1 and the scales of batch b + 1 are issued before pass 2 of batch b, so
 // the scale computation (a ~50-cycle chain of divisions and fp16 conversions) overlaps pass 2 instead of stalling
 // it, and pass 1 runs a batch (1024 values at G = 128) ahead, which also starts the next loads from memory early.
+// Stochastic rounding: each group's random bytes are generated just before its pass 1, whose few loads and
+// integer operations fill the issue slots that Philox's latency-bound multiply chains leave idle.
 template <int B, bool Stoch, bool Sym>
 QuantStatus encode_row_avx2(const QuantFormat& f, const float* x, size_t cols, const QuantView& row,
                             const QuantSeed& seed, uint64_t first) {
@@ -275,10 +279,16 @@ QuantStatus encode_row_avx2(const QuantFormat& f, const float* x, size_t cols, c
   QuantRandomBytes rb(seed, true);
   const size_t G = size_t(f.group), groups = (cols + G - 1) / G;
   BatchParams bp[2];
-  if (groups) batch_stats<B, Sym>(x, cols, G, 0, std::min<size_t>(8, groups), bp[0]);
+  // Before pass 1 of group g (batch starting at group g0): its random bytes, keeping those of the batch before.
+  auto random_ahead = [&](size_t g0, size_t g) {
+    if constexpr (Stoch) rb.prepare(first + (g0 >= 8 ? g0 - 8 : 0) * G, first + std::min(cols, (g + 1) * G));
+  };
+  if (groups) batch_stats<B, Sym>(x, cols, G, 0, std::min<size_t>(8, groups), bp[0], [&](size_t k) { random_ahead(0, k); });
   for (size_t g0 = 0, cur = 0; g0 < groups; g0 += 8, cur ^= 1) {
     const size_t ng = std::min<size_t>(8, groups - g0);
-    if (g0 + 8 < groups) batch_stats<B, Sym>(x, cols, G, g0 + 8, std::min<size_t>(8, groups - g0 - 8), bp[cur ^ 1]);
+    if (g0 + 8 < groups)
+      batch_stats<B, Sym>(x, cols, G, g0 + 8, std::min<size_t>(8, groups - g0 - 8), bp[cur ^ 1],
+                          [&](size_t k) { random_ahead(g0 + 8, g0 + 8 + k); });
     const BatchParams& p8 = bp[cur];
     for (size_t k = 0; k < ng; ++k) {
       const size_t g = g0 + k, c0 = g * G, n = std::min(G, cols - c0);
@@ -290,12 +300,7 @@ QuantStatus encode_row_avx2(const QuantFormat& f, const float* x, size_t cols, c
       }
       GroupParams p;
       set_encoder(B, Sym, Sym ? 0.f : p8.sub[k], p8.inv[k], p);
-      const uint8_t* r = nullptr;
-      if constexpr (Stoch) {  // this group's bytes, and the next group's generated ahead
-        rb.prepare(first + c0, first + std::min(cols, c0 + n + G));
-        r = rb.get(first + c0, n);
-      }
-      quantize_group_avx2<B, Stoch, Sym>(x + c0, n, p, r, codes);
+      quantize_group_avx2<B, Stoch, Sym>(x + c0, n, p, Stoch ? rb.get(first + c0, n) : nullptr, codes);
       row.scales[g] = p8.h[k];
       if (min) *min = p.sub;
     }

@@ -91,7 +91,7 @@ void quant_random_chunks_avx2(const QuantSeed& s, uint64_t chunk, size_t chunks,
 // in the out-of-order core. Consecutive small groups share the chunks they straddle.
 class QuantRandomBytes {
  public:
-  static constexpr size_t kWindow = 4096;  // bytes held
+  static constexpr size_t kWindow = 8192;  // bytes held: two batches of 8 groups of 256, plus alignment
   static constexpr size_t kMaxSpan = kWindow - kQuantRandomChunk;  // largest end - keep of prepare()
   QuantRandomBytes(const QuantSeed& s, bool simd);
   // Makes the bytes of elements [keep, end) available (end - keep <= kMaxSpan), generating what is missing; bytes

@@ -191,7 +191,7 @@ TEST(QuantGroup, StochasticIsReproducibleAcrossThreadsAndFusedRows) {
 }
 
 TEST(QuantGroup, SimdMatchesScalarBitForBit) {
-  const size_t rows = 9, cols = 3 * 256 + 45;
+  const size_t rows = 3, cols = 17 * 256 + 45;  // more than two batches of 8 groups at every G
   auto x = random_rows(rows, cols, 21, false);
   x[5] = 0x1p-140f, x[cols + 3] = -0.f;  // a denormal and a negative zero
   for (size_t c = 0; c < 300; ++c) x[2 * cols + c] = 0.25f;  // constant groups
