@@ -18,15 +18,18 @@ struct GroupParams {
   uint16_t h;  // fp16 scale as stored
   float scale, offset, inv;
   // The encoder's map to code units, t = fma(x - sub, inv, add): symmetric sub = 0, add = qmax / 2 (so t = x/s +
-  // qmax/2, one rounding); asymmetric sub = lo, add = 0 (t = (x - lo) / s). The "256" versions scale t by 256
+  // qmax/2, one rounding). Asymmetric, when |lo| <= range: sub = 0, add = -lo * inv (rounded: an error of at most
+  // 2^-24 qmax steps, since |lo * inv| <= qmax); otherwise (values far from zero relative to their range, where
+  // that rounding would matter) sub = lo, add = 0, and x - lo is exact or nearly. The "256" versions scale t by 256
   // (exactly: powers of two) for stochastic rounding.
   float sub, add, inv256, add256;
 };
 
-inline void set_encoder(int bits, bool sym, float lo, float inv, GroupParams& p) {
+inline void set_encoder(int bits, bool sym, float lo, float range, float inv, GroupParams& p) {
   p.inv = inv;
-  p.sub = sym ? 0.f : lo;
-  p.add = sym ? 0.5f * float((1 << bits) - 1) : 0.f;
+  const bool shift = !sym && !(std::fabs(lo) <= range);
+  p.sub = shift ? lo : 0.f;
+  p.add = sym ? 0.5f * float((1 << bits) - 1) : shift ? 0.f : -lo * inv;
   p.inv256 = p.inv * 256.f, p.add256 = p.add * 256.f;
 }
 
@@ -41,7 +44,7 @@ bool group_params(int bits, bool sym, float lo, float hi, GroupParams& p) {
   p.scale = f16_to_f32(p.h);
   if (p.h >= 0x7C00) return false;
   p.offset = quant_int_offset(bits, sym, p.scale, lo);
-  set_encoder(bits, sym, lo, p.scale > 0 ? 1.f / p.scale : 0.f, p);
+  set_encoder(bits, sym, lo, range, p.scale > 0 ? 1.f / p.scale : 0.f, p);
   return true;
 }
 
@@ -186,7 +189,7 @@ inline __m256 reduce8x8(const __m256* v, Op op) {
 // The scales and encoder constants of up to 8 groups, as group_params computes them one by one (same operations,
 // F16C for the fp16 rounding; tested to agree with the portable conversion).
 struct BatchParams {
-  alignas(32) float sub[8], inv[8];
+  alignas(32) float lo[8], range[8], inv[8];
   alignas(16) uint16_t h[8];
   int ok;  // bit g: group g is representable (finite, scale fits fp16)
 };
@@ -210,20 +213,21 @@ inline void batch_params(__m256 lo, __m256 hi, __m256 bad_or_amax, BatchParams& 
   const __m256 inv = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.f), scale), _mm256_cmp_ps(scale, zero, _CMP_GT_OQ));
   _mm_store_si128(reinterpret_cast<__m128i*>(bp.h), h);
   _mm256_store_ps(bp.inv, inv);
-  if constexpr (!Sym) _mm256_store_ps(bp.sub, lo);
+  if constexpr (!Sym) _mm256_store_ps(bp.lo, lo), _mm256_store_ps(bp.range, range);
   bp.ok = ~_mm256_movemask_ps(bad) & 0xFF;
 }
 
-// Pass 2: quantize and pack one group (its values are still in L1 from pass 1).
-template <int B, bool Stoch, bool Sym>
+// Pass 2: quantize and pack one group (its values are still in L1 from pass 1). Sub: p.sub != 0 (else the
+// subtraction is skipped: x - 0 = x).
+template <int B, bool Stoch, bool Sub>
 void quantize_group_avx2(const float* x, size_t n, const GroupParams& p, const uint8_t* r, uint8_t* codes) {
   const __m256 sub = _mm256_set1_ps(p.sub), inv = _mm256_set1_ps(Stoch ? p.inv256 : p.inv),
                add = _mm256_set1_ps(Stoch ? p.add256 : p.add);
   // Codes before clamping; pack32 clamps to [0, 2^B - 1] exactly like quantize_one. cvtps rounds to nearest even
-  // (the default MXCSR mode, as nearbyint). Symmetric: sub = 0 and x - 0 = x, so the subtraction is skipped.
+  // (the default MXCSR mode, as nearbyint).
   auto code8 = [&](size_t k) {
     __m256 v = _mm256_loadu_ps(x + k);
-    if constexpr (!Sym) v = _mm256_sub_ps(v, sub);
+    if constexpr (Sub) v = _mm256_sub_ps(v, sub);
     return _mm256_cvtps_epi32(_mm256_fmadd_ps(v, inv, add));
   };
   size_t j = 0;
@@ -299,10 +303,12 @@ QuantStatus encode_row_avx2(const QuantFormat& f, const float* x, size_t cols, c
         continue;
       }
       GroupParams p;
-      set_encoder(B, Sym, Sym ? 0.f : p8.sub[k], p8.inv[k], p);
-      quantize_group_avx2<B, Stoch, Sym>(x + c0, n, p, Stoch ? rb.get(first + c0, n) : nullptr, codes);
+      set_encoder(B, Sym, Sym ? 0.f : p8.lo[k], Sym ? 0.f : p8.range[k], p8.inv[k], p);
+      const uint8_t* r = Stoch ? rb.get(first + c0, n) : nullptr;
+      if (Sym || p.sub == 0.f) quantize_group_avx2<B, Stoch, false>(x + c0, n, p, r, codes);
+      else quantize_group_avx2<B, Stoch, true>(x + c0, n, p, r, codes);
       row.scales[g] = p8.h[k];
-      if (min) *min = p.sub;
+      if (min) *min = p8.lo[k];
     }
   }
   return st;
