@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/llama.h"
+#include "model_test_util.h"
 
 namespace agoq {
 namespace {
@@ -47,12 +48,6 @@ struct Fixture {
     return std::vector<float>(m.grads().data(), m.grads().data() + m.grads().size());
   }
 };
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) num += double(a[i] - b[i]) * (a[i] - b[i]), den += double(b[i]) * b[i];
-  return std::sqrt(num / den);
-}
 
 TEST(ActPolicy, NamedPoliciesFollowTheMethod) {
   const ActPolicy a = ActPolicy::parse("agoq", 3);

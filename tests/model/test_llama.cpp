@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/llama.h"
+#include "model_test_util.h"
 
 namespace agoq {
 namespace {
@@ -92,12 +93,6 @@ std::vector<float> grads_with(const std::string& policy, float* loss_out) {
   m.grads().zero();
   *loss_out = m.forward_backward(b.in.data(), b.tgt.data(), 2, 16, 1.0f);
   return std::vector<float>(m.grads().data(), m.grads().data() + m.grads().size());
-}
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) num += double(a[i] - b[i]) * (a[i] - b[i]), den += double(b[i]) * b[i];
-  return std::sqrt(num / den);
 }
 
 // bf16 keeps 8 mantissa bits (relative rounding error <= 2^-9 per saved value), so the gradient moves by a small
