@@ -3,7 +3,7 @@
 # one is here). Usage: scripts/install-deps.sh [--test]   (--test adds PyTorch for the parity test)
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin
-      libsentencepiece-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev libhwy-dev zlib1g-dev
+      libsentencepiece-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev
       python3 python3-matplotlib)
 [ "${1:-}" = "--test" ] && pkgs+=(python3-torch python3-numpy)
 missing=()
