@@ -124,7 +124,7 @@ def main():
         gap = 100.0 * (final[pol] - base) / base
         max_norm = max(row["grad_norm"] for row in results[pol]["rows"])
         lines.append(f"| {pol} | {final[pol]:.4f} | {gap:+.2f}% | {max_norm:.3g} | {per_token_layer[pol]:.0f} B "
-                     f"| {results[pol]['seconds']:.0f} |")
+                     f"| {'-' if args.reuse_runs else format(results[pol]['seconds'], '.0f')} |")
     gap_agoq = 100.0 * (final["agoq"] - base) / base
     gap_u4 = 100.0 * (final["uniform4"] - base) / base
     lines += [
