@@ -45,7 +45,7 @@ void ActivationStore::save_rows(int layer, ActSlot s, size_t r0, size_t rows, co
   if (!stored(layer, s)) return;
   QuantizedTensor& t = tensors_[layer][int(s)];
   if (is_fp32(layer, s) && src == fp32_data(layer, s) + r0 * t.cols()) return;
-  nonfinite_ += quant_encode_rows(t.format(), src, r0, rows, t.cols(), t.view(), slot_seed(layer, s)).nonfinite;
+  quant_encode_rows(t.format(), src, r0, rows, t.cols(), t.view(), slot_seed(layer, s));
 }
 
 const float* ActivationStore::load_rows(int layer, ActSlot s, size_t r0, size_t rows, float* buf) const {
@@ -63,7 +63,5 @@ size_t ActivationStore::stored_bytes(bool attention) const {
       if (act_slot_is_attention(ActSlot(s)) == attention) total += layer[s].bytes();
   return total;
 }
-
-size_t ActivationStore::take_nonfinite_count() { return std::exchange(nonfinite_, 0); }
 
 }  // namespace agoq

@@ -50,15 +50,14 @@ class ActivationStore {
   const QuantizedTensor& tensor(int layer, ActSlot s) const { return tensors_[layer][int(s)]; }
   QuantSeed slot_seed(int layer, ActSlot s) const { return {seed_, uint64_t(layer) * kActSlotCount + uint64_t(s)}; }
 
-  // Bytes held by stored tensors, by slot class, and the non-finite values seen while encoding (reset on read).
+  // Bytes held by stored tensors, by slot class. (A NaN/Inf activation needs no check here: it reaches the loss,
+  // and the trainer stops on a non-finite loss.)
   size_t stored_bytes(bool attention) const;
-  size_t take_nonfinite_count();
 
  private:
   std::array<int, kActSlotCount> cols_{};
   ActPolicy policy_;
   uint64_t seed_ = 0;
-  size_t nonfinite_ = 0;
   std::vector<std::array<QuantizedTensor, kActSlotCount>> tensors_;  // [layer][slot]; empty when not stored
 };
 
