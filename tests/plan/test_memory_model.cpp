@@ -152,7 +152,9 @@ TEST(PlanGpuModel, CategoriesAndZero) {
       EXPECT_LT(ag[MemCategory::activations], base[MemCategory::activations] / 3);
       EXPECT_EQ(ag[MemCategory::optimizer], base[MemCategory::optimizer]);
       EXPECT_EQ(base[MemCategory::optimizer], zero ? 8 * ((st.params + 3) / 4) : 8 * st.params);
-      if (!zero) EXPECT_NEAR(double(ag[MemCategory::gradients]) / double(st.params), 1.0 + 4.0 / 256, 1e-3);
+      if (!zero) {
+        EXPECT_NEAR(double(ag[MemCategory::gradients]) / double(st.params), 1.0 + 4.0 / 256, 1e-3);
+      }
       EXPECT_EQ(base[MemCategory::activations] % size_t(st.in_flight), 0u);
     }
   }
