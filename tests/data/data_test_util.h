@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include "../common/expect_error.h"
 #include "core/error.h"
 
 namespace agoq::data_test {
@@ -44,16 +45,7 @@ inline void file_put(const fs::path& p, const std::string& s) {
   f << s;
 }
 
-// Expects an agoq::Error whose message contains every one of `parts`.
-template <class F>
-void expect_error(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected agoq::Error";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
+using agoq::expect_error;
 
 // Deterministic English-like text (word salad with punctuation and numbers) for tokenizer tests.
 inline std::string synthetic_text(size_t lines, uint64_t seed = 1) {

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "../common/expect_error.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
 
@@ -49,16 +50,6 @@ void file_write_raw(const std::string& p, const std::string& header, const std::
   file_write(p, len + header + data);
 }
 
-// Runs f, expecting an agoq::Error whose message contains every one of `parts`.
-template <class F>
-void expect_error(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
 
 // ---------------------------------------------------------------- safetensors
 
