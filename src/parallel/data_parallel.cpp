@@ -104,10 +104,10 @@ double DataParallel::reduced_sum_squares() {
     return D_ > 1 ? comm_.allreduce_value(local) : local;
   }
   if (!q8_) return grad_sum_squares(model_.grads().data(), model_.grads().size());
-  double sum = 0;  // every rank holds the same reduced codes: no collective needed
+  double sum = 0;  // every rank holds the same reduced codes: no collective needed, and no fp32 pass
   for (int u = 0; u < int(units_.size()); ++u) {
-    q8_->dequantize(u, q8_->scratch(u));
-    sum += grad_sum_squares(q8_->scratch(u), units_[u].range.size());
+    const GradQ8Buffer& q = q8_->q8(u);
+    sum += grad_q8_sum_squares(q.codes.data(), q.scales.data(), q.n, q.block);
   }
   return sum;
 }

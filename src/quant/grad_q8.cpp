@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "quant/simd.h"
@@ -200,6 +201,22 @@ void grad_q8_dequantize(const int8_t* codes, const float* scales, size_t n, floa
 
 void grad_q8_dequantize_add(const int8_t* codes, const float* scales, size_t n, float* out, int block) {
   dequantize<true>(codes, scales, n, out, block);
+}
+
+double grad_q8_sum_squares(const int8_t* codes, const float* scales, size_t n, int block) {
+  AGOQ_CHECK(block >= 1 && block <= 65536, "grad_q8: block must be in [1, 65536], got ", block);
+  const size_t B = size_t(block), nb = grad_q8_blocks(n, block);
+  std::vector<double> per_block(nb);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (long long b = 0; b < static_cast<long long>(nb); ++b) {
+    const size_t j0 = size_t(b) * B, end = std::min(j0 + B, n);
+    int64_t acc = 0;  // exact: at most 65536 * 127^2
+    for (size_t j = j0; j < end; ++j) acc += int32_t(codes[j]) * int32_t(codes[j]);
+    per_block[b] = double(scales[b]) * double(scales[b]) * double(acc);
+  }
+  double total = 0;
+  for (double v : per_block) total += v;
+  return total;
 }
 
 }  // namespace agoq

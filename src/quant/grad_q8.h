@@ -30,6 +30,9 @@ size_t grad_q8_quantize(const float* x, size_t n, int8_t* codes, float* scales, 
 void grad_q8_dequantize(const int8_t* codes, const float* scales, size_t n, float* out, int block = 256);
 // out += dequantized (for the local sum of received shards).
 void grad_q8_dequantize_add(const int8_t* codes, const float* scales, size_t n, float* out, int block = 256);
+// Sum of squares of the dequantized values, straight from the codes (scale^2 * sum code^2 per block, in double,
+// blocks summed in a fixed order): a gradient norm without writing the fp32 values anywhere.
+double grad_q8_sum_squares(const int8_t* codes, const float* scales, size_t n, int block = 256);
 // Local accumulation in one pass: q <- quantize(dequantize(q) + g), block by block (the scale grows with the sum,
 // so large sums never overflow the codes). Returns the number of non-finite sums (their blocks get scale NaN).
 size_t grad_q8_accumulate(int8_t* codes, float* scales, const float* g, size_t n, const GradQ8Options& opt = {});

@@ -151,6 +151,24 @@ TEST(GradQ8, AccumulateSumsAndScaleGrows) {
   }
 }
 
+// The norm from the codes equals the norm of the dequantized values (up to fp32 rounding of code * scale,
+// relative 2^-24 per value) for lengths that end mid-block.
+TEST(GradQ8, SumSquaresFromCodesEqualsDequantizedNorm) {
+  for (size_t n : {size_t(0), size_t(1), size_t(255), size_t(1000), size_t(70001)}) {
+    Rng rng(n + 3);
+    std::vector<float> x(n), y(n);
+    for (float& v : x) v = (rng.uniform() - 0.5f) * 10.0f;
+    std::vector<int8_t> codes(n);
+    std::vector<float> scales(grad_q8_blocks(n, 256));
+    grad_q8_quantize(x.data(), n, codes.data(), scales.data());
+    grad_q8_dequantize(codes.data(), scales.data(), n, y.data());
+    double ref = 0;
+    for (float v : y) ref += double(v) * v;
+    const double got = grad_q8_sum_squares(codes.data(), scales.data(), n);
+    EXPECT_NEAR(got, ref, 1e-6 * ref + 1e-30) << n;
+  }
+}
+
 TEST(GradQ8, DequantizeAddSumsShards) {
   const size_t n = 777;
   const auto a = normal_vec(n, 1.f, 1), b = normal_vec(n, 2.f, 2);
