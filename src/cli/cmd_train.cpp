@@ -6,6 +6,7 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
+#include "plan/memory_model.h"
 #include "train/trainer.h"
 
 namespace agoq {
@@ -96,6 +97,16 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   c->add_option("--grad-rounding", o.grad_rounding, "rounding of the q8 grad store: stochastic | nearest")
       ->capture_default_str();
   c->add_option("--zero", o.zero, "1: ZeRO-1, optimizer state sharded across data-parallel ranks")
+      ->capture_default_str();
+  c->add_option("--pp", o.pp,
+                "pipeline stages (1F1B); ranks form a pp x (ranks / pp) grid, --accum is the micro-batches per step")
+      ->capture_default_str();
+  c->add_option("--stage-layers", o.stage_layers, "decoder layers per pipeline stage, e.g. 3,5 (default: even)");
+  c->add_option_function<std::string>(
+      "--mem-budget", [&o](const std::string& v) { o.mem_budget = plan_parse_bytes(v); },
+      "memory per rank (e.g. 2GiB): after --replan-after steps, activation bits are re-planned per stage from "
+      "the measured peaks (docs/plan.md)");
+  c->add_option("--replan-after", o.replan_after, "steps measured before re-planning (with --mem-budget)")
       ->capture_default_str();
   // Test hooks (tests/mpi_tests.cmake): that rank ends abruptly (_exit(3)) when the step begins. Hidden.
   c->add_option("--debug-exit-at-step", o.debug_exit_step)->group("");

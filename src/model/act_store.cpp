@@ -21,12 +21,14 @@ size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t r
   return total;
 }
 
-ActivationStore::ActivationStore(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy) : policy_(policy) {
+ActivationStore::ActivationStore(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
+                                 const ModelStage& stage)
+    : policy_(policy) {
   AGOQ_CHECK(int(policy_.slots.size()) == cfg.n_layers, "activation policy has ", policy_.slots.size(),
              " layers, model has ", cfg.n_layers);
   cols_ = act_slot_cols(cfg);
   tensors_.resize(cfg.n_layers);
-  for (int l = 0; l < cfg.n_layers; ++l)
+  for (int l = stage.first_layer; l < stage.end_layer; ++l)
     for (int s = 0; s < kActSlotCount; ++s) {
       const SlotStorage& st = policy_.slots[l][s];
       if (!st.stored) continue;

@@ -14,6 +14,7 @@
 #include "core/memory.h"
 #include "model/act_policy.h"
 #include "model/config.h"
+#include "model/stage.h"
 #include "quant/tensor.h"
 
 namespace agoq {
@@ -26,8 +27,8 @@ size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t r
 
 class ActivationStore {
  public:
-  // Capacity: up to max_rows tokens (B*T) per forward.
-  ActivationStore(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy);
+  // Capacity: up to max_rows tokens (B*T) per forward, for the layers of `stage` (the policy covers all layers).
+  ActivationStore(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy, const ModelStage& stage);
 
   const ActPolicy& policy() const { return policy_; }
   bool stored(int layer, ActSlot s) const { return policy_.at(layer, s).stored; }

@@ -22,16 +22,17 @@ void rmsnorm_recompute(float* out, const float* x, const float* rstd, const floa
 }
 }  // namespace
 
-LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy)
+LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
+                       const ModelStage& stage, int in_flight)
     : cfg_(cfg),
       max_rows_(max_batch * max_seq),
       max_seq_(max_seq),
-      params_((cfg.validate(), cfg), MemCategory::weights),
-      grads_(cfg, MemCategory::gradients),
-      store_(cfg, max_batch * max_seq, policy) {
+      params_((cfg.validate(), cfg), stage, MemCategory::weights),
+      grads_(cfg, stage, MemCategory::gradients) {
   AGOQ_CHECK(max_batch >= 1, "batch size must be positive (got ", max_batch, ")");
   AGOQ_CHECK(max_seq >= 1 && max_seq <= cfg.max_seq_len, "sequence length ", max_seq,
              " must be between 1 and the model's max_seq_len ", cfg.max_seq_len);
+  AGOQ_CHECK(in_flight >= 1, "micro-batches in flight must be >= 1 (got ", in_flight, ")");
   const size_t N = max_rows_, C = cfg.dim, KV = cfg.kv_dim(), F = cfg.ffn_dim, V = cfg.vocab_size;
   const int hd = cfg.head_dim();
   auto ws = [](size_t n) { return Buffer<float>(n, MemCategory::workspace); };
@@ -40,23 +41,44 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
   rope_init_tables(rope_cos_.data(), rope_sin_.data(), max_seq, hd, cfg.rope_theta);
   resid_ = ws(N * C);
   dx_ = ws(N * C);
-  auto any_not_fp32 = [&](ActSlot s) {
-    for (int l = 0; l < cfg.n_layers; ++l)
-      if (!store_.is_fp32(l, s)) return true;
-    return false;
-  };
-  if (any_not_fp32(ActSlot::q)) q_ = ws(N * C);
-  if (any_not_fp32(ActSlot::k)) k_ = ws(N * KV);
-  if (any_not_fp32(ActSlot::v)) v_ = ws(N * KV);
-  if (any_not_fp32(ActSlot::attn_out)) o_ = ws(N * C);
+  stores_allocate(policy, in_flight);
   dq_ = ws(N * C), dk_ = ws(N * KV), dv_ = ws(N * KV), do_ = ws(N * C);
   const size_t R = tile_rows(max_seq, int(N));
   t_x_ = ws(R * C), t_xn_ = ws(R * C), t_c_ = ws(R * C), t_o_ = ws(R * C);
   t_gate_ = ws(R * F), t_up_ = ws(R * F), t_s_ = ws(R * F), t_ds_ = ws(R * F), t_dgate_ = ws(R * F), t_dup_ = ws(R * F);
-  const size_t chunk = std::min<size_t>(N, kHeadChunkRows);
-  head_norm_ = ws(chunk * C), head_rstd_ = ws(chunk), head_dnorm_ = ws(chunk * C), head_logits_ = ws(chunk * V);
-  losses_ = ws(N);
+  if (stage.head) {
+    const size_t chunk = std::min<size_t>(N, kHeadChunkRows);
+    head_norm_ = ws(chunk * C), head_rstd_ = ws(chunk), head_dnorm_ = ws(chunk * C), head_logits_ = ws(chunk * V);
+    losses_ = ws(N);
+  }
 }
+
+// One store per micro-batch in flight, and the fp32 attention workspaces that slots stored in another format
+// need (attention runs over the whole batch at once).
+void LlamaModel::stores_allocate(const ActPolicy& policy, int count) {
+  stores_.clear();
+  for (int i = 0; i < count; ++i) stores_.emplace_back(cfg_, max_rows_, policy, stage());
+  active_ = 0;
+  auto any_not_fp32 = [&](ActSlot s) {
+    for (int l = stage().first_layer; l < stage().end_layer; ++l)
+      if (!stores_[0].is_fp32(l, s)) return true;
+    return false;
+  };
+  const size_t N = max_rows_;
+  auto ws_if = [&](Buffer<float>& b, ActSlot s, size_t cols) {
+    if (!any_not_fp32(s)) b.reset();
+    else if (b.empty()) b = Buffer<float>(N * cols, MemCategory::workspace);
+  };
+  ws_if(q_, ActSlot::q, cfg_.dim), ws_if(k_, ActSlot::k, cfg_.kv_dim()), ws_if(v_, ActSlot::v, cfg_.kv_dim());
+  ws_if(o_, ActSlot::attn_out, cfg_.dim);
+}
+
+void LlamaModel::select_store(int i) {
+  AGOQ_CHECK(i >= 0 && i < store_count(), "activation store ", i, " of ", store_count());
+  active_ = i;
+}
+
+void LlamaModel::set_policy(const ActPolicy& policy) { stores_allocate(policy, store_count()); }
 
 int LlamaModel::tile_rows(int T, int N) const { return std::min(N, T * std::max(1, kTileRows / T)); }
 
@@ -71,7 +93,7 @@ void LlamaModel::init_weights(uint64_t seed) {
 }
 
 float* LlamaModel::attention_buffer(int l, ActSlot s, Buffer<float>& workspace) {
-  return store_.is_fp32(l, s) ? store_.fp32_data(l, s) : workspace.data();
+  return store().is_fp32(l, s) ? store().fp32_data(l, s) : workspace.data();
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -82,7 +104,7 @@ void LlamaModel::forward_layer(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   const int N = B * T, C = cfg_.dim, KV = cfg_.kv_dim(), F = cfg_.ffn_dim, H = cfg_.n_heads,
             Hkv = cfg_.n_kv_heads, hd = cfg_.head_dim(), R = tile_rows(T, N);
-  ActivationStore& S = store_;
+  ActivationStore& S = store();
   // A producer writes straight into an fp32 slot, else into its tile buffer; save_rows then stores the tile.
   auto out_rows = [&](ActSlot s, int r0, Buffer<float>& tile) {
     return S.is_fp32(l, s) ? S.fp32_data(l, s) + size_t(r0) * S.cols(s) : tile.data();
@@ -148,9 +170,9 @@ void LlamaModel::backward_layer(int l, int B, int T) {
   LayerParams& G = grads_.layers[l];
   const int N = B * T, C = cfg_.dim, KV = cfg_.kv_dim(), F = cfg_.ffn_dim, H = cfg_.n_heads,
             Hkv = cfg_.n_kv_heads, hd = cfg_.head_dim(), R = tile_rows(T, N);
-  const ActivationStore& S = store_;
-  const float* rstd1 = store_.fp32_data(l, ActSlot::attn_rstd);
-  const float* rstd2 = store_.fp32_data(l, ActSlot::mlp_rstd);
+  ActivationStore& S = store();
+  const float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
+  const float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
 
   // MLP and o_proj, tile by tile: x_next = h + down(silu(gate) * up), gate/up = hn W^T, hn = RMSNorm(h),
   // h = x + o_proj(o).
@@ -187,7 +209,7 @@ void LlamaModel::backward_layer(int l, int B, int T) {
   const float* k = full(ActSlot::k, k_);
   const float* v = full(ActSlot::v, v_);
   const float* o = full(ActSlot::attn_out, o_);
-  attention_backward(dq_.data(), dk_.data(), dv_.data(), do_.data(), q, k, v, o, store_.fp32_data(l, ActSlot::attn_lse),
+  attention_backward(dq_.data(), dk_.data(), dv_.data(), do_.data(), q, k, v, o, S.fp32_data(l, ActSlot::attn_lse),
                      B, T, H, Hkv, hd);
 
   // q/k/v projections and the first RMSNorm, tile by tile: q,k,v = rope(xn W^T), xn = RMSNorm(x).
@@ -236,30 +258,53 @@ float LlamaModel::head_forward_backward(const float* x, const int32_t* targets, 
   return float(loss_sum / double(counted));
 }
 
-void LlamaModel::forward_trunk(const int32_t* inputs, int B, int T) {
+void LlamaModel::check_batch(int B, int T) const {
   AGOQ_CHECK(B >= 1 && T >= 1 && B * T <= max_rows_ && T <= max_seq_, "batch ", B, "x", T,
              " exceeds the model's buffers (", max_rows_ / max_seq_, "x", max_seq_, ")");
-  const int N = B * T, V = cfg_.vocab_size;
-  for (int i = 0; i < N; ++i)
-    AGOQ_CHECK(inputs[i] >= 0 && inputs[i] < V, "token id ", inputs[i], " out of range for vocab size ", V);
-  embedding_forward(resid_.data(), inputs, params_.embed, N, cfg_.dim);
-  for (int l = 0; l < cfg_.n_layers; ++l) forward_layer(l, B, T);
 }
 
-float LlamaModel::run(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale, bool backward) {
+void LlamaModel::stage_forward(const int32_t* inputs, int B, int T) {
+  check_batch(B, T);
+  const int N = B * T, V = cfg_.vocab_size;
+  if (stage().embed) {
+    for (int i = 0; i < N; ++i)
+      AGOQ_CHECK(inputs[i] >= 0 && inputs[i] < V, "token id ", inputs[i], " out of range for vocab size ", V);
+    embedding_forward(resid_.data(), inputs, params_.embed, N, cfg_.dim);
+  }
+  for (int l = stage().first_layer; l < stage().end_layer; ++l) {
+    forward_layer(l, B, T);
+    if (on_layer_done) on_layer_done();
+  }
+}
+
+float LlamaModel::stage_head(const int32_t* targets, int B, int T, float grad_scale, bool backward) {
+  AGOQ_CHECK(stage().head, "stage_head on a pipeline stage without the head");
   for (int i = 0; i < B * T; ++i)
     AGOQ_CHECK(targets[i] < cfg_.vocab_size, "target id ", targets[i], " out of range for vocab size ",
                cfg_.vocab_size);
-  forward_trunk(inputs, B, T);
   const float loss = head_forward_backward(resid_.data(), targets, B * T, grad_scale, backward ? dx_.data() : nullptr);
-  if (!backward) return loss;
-  auto ready = [&](int l) {
+  if (backward && on_grads_ready) on_grads_ready(cfg_.n_layers);
+  return loss;
+}
+
+void LlamaModel::stage_backward(const int32_t* inputs, int B, int T) {
+  check_batch(B, T);
+  for (int l = stage().end_layer - 1; l >= stage().first_layer; --l) {
+    backward_layer(l, B, T);
     if (on_grads_ready) on_grads_ready(l);
-  };
-  ready(cfg_.n_layers);
-  for (int l = cfg_.n_layers - 1; l >= 0; --l) backward_layer(l, B, T), ready(l);
-  embedding_backward(grads_.embed, dx_.data(), inputs, B * T, cfg_.dim);
-  ready(-1);
+    if (on_layer_done) on_layer_done();
+  }
+  if (stage().embed) {
+    embedding_backward(grads_.embed, dx_.data(), inputs, B * T, cfg_.dim);
+    if (on_grads_ready) on_grads_ready(-1);
+  }
+}
+
+float LlamaModel::run(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale, bool backward) {
+  AGOQ_CHECK(stage().whole(cfg_), "forward_backward needs the whole model (a pipeline stage runs stage by stage)");
+  stage_forward(inputs, B, T);
+  const float loss = stage_head(targets, B, T, grad_scale, backward);
+  if (backward) stage_backward(inputs, B, T);
   return loss;
 }
 
@@ -272,7 +317,8 @@ float LlamaModel::forward_loss(const int32_t* inputs, const int32_t* targets, in
 }
 
 void LlamaModel::forward_last_logits(const int32_t* tokens, int T, float* logits) {
-  forward_trunk(tokens, 1, T);
+  AGOQ_CHECK(stage().whole(cfg_), "sampling needs the whole model");
+  stage_forward(tokens, 1, T);
   const int C = cfg_.dim, V = cfg_.vocab_size;
   const float* x_last = resid_.data() + size_t(T - 1) * C;
   rmsnorm_forward(head_norm_.data(), head_rstd_.data(), x_last, params_.final_norm, 1, C, cfg_.norm_eps);

@@ -3,23 +3,35 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "core/memory.h"
 #include "model/act_store.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/stage.h"
 
 namespace agoq {
 
 class LlamaModel {
  public:
   // Buffers are sized for micro-batches of up to max_batch sequences of up to max_seq tokens.
-  LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy);
+  LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy)
+      : LlamaModel(cfg, max_batch, max_seq, policy, model_stage_whole(cfg), 1) {}
+  // A pipeline stage's part of the model, with activation stores for `in_flight` micro-batches.
+  LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy, const ModelStage& stage,
+             int in_flight);
 
   const LlamaConfig& config() const { return cfg_; }
+  const ModelStage& stage() const { return params_.stage(); }
   ParamSet& params() { return params_; }
   ParamSet& grads() { return grads_; }
-  ActivationStore& store() { return store_; }
+  // The activation store forward writes and backward reads: one per micro-batch in flight (select_store).
+  ActivationStore& store() { return stores_[active_]; }
+  int store_count() const { return int(stores_.size()); }
+  void select_store(int i);
+  // Replaces the activation policy (re-planned bits): the stores are reallocated, their contents are lost.
+  void set_policy(const ActPolicy& policy);
 
   // Hugging Face's initialisation: every matrix ~ N(0, 0.02), norm weights 1.
   void init_weights(uint64_t seed);
@@ -36,6 +48,25 @@ class LlamaModel {
   // caller can overlap their communication or compression with the rest of backward. Order: n_layers (final norm
   // and an untied lm_head), n_layers-1 .. 0 (decoder layers), -1 (embedding; also the lm_head when tied).
   std::function<void(int layer)> on_grads_ready;
+  // Called after each layer's forward or backward: lets a pipeline progress its pending transfers.
+  std::function<void()> on_layer_done;
+
+  // ---- a pipeline stage's pieces (parallel/pipeline.h); forward_backward is stage_forward, stage_head and
+  // stage_backward in a row on the whole model ----
+  // The stage's input: the previous stage's output (B*T, C) is written here before stage_forward (not on the
+  // first stage, which embeds token ids).
+  float* stage_input() { return resid_.data(); }
+  // Forward through the stage's layers into the selected store; the result is stage_output() (B*T, C).
+  void stage_forward(const int32_t* inputs, int B, int T);
+  const float* stage_output() const { return resid_.data(); }
+  // Last stage: loss of stage_output(); with backward, also its gradient, which stage_backward then starts from.
+  float stage_head(const int32_t* targets, int B, int T, float grad_scale, bool backward);
+  // dloss/d(stage output) is written here before stage_backward (not on the last stage: stage_head writes it).
+  float* stage_output_grad() { return dx_.data(); }
+  // Backward through the stage's layers from the selected store (and the embedding on the first stage, which
+  // needs the same inputs as forward). The result is stage_input_grad() (B*T, C).
+  void stage_backward(const int32_t* inputs, int B, int T);
+  const float* stage_input_grad() const { return dx_.data(); }
 
  private:
   void forward_layer(int l, int B, int T);
@@ -43,7 +74,8 @@ class LlamaModel {
   // Final norm -> lm_head -> cross-entropy, in chunks of rows so the (N, V) logits never exist; when dx is
   // given it also runs the backward of those three (dx = dloss/dx_final) and accumulates their weight gradients.
   float head_forward_backward(const float* x, const int32_t* targets, int N, float grad_scale, float* dx);
-  void forward_trunk(const int32_t* inputs, int B, int T);  // embedding + layers -> resid_
+  void check_batch(int B, int T) const;
+  void stores_allocate(const ActPolicy& policy, int count);
   float run(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale, bool backward);
   // fp32 view of an attention slot for the whole batch: the stored tensor when fp32, else the workspace buffer.
   float* attention_buffer(int l, ActSlot s, Buffer<float>& workspace);
@@ -53,7 +85,8 @@ class LlamaModel {
   LlamaConfig cfg_;
   int max_rows_, max_seq_;
   ParamSet params_, grads_;
-  ActivationStore store_;
+  std::vector<ActivationStore> stores_;
+  int active_ = 0;
   Buffer<float> rope_cos_, rope_sin_;  // (max_seq, hd/2)
   // Whole-batch workspace, shapes for N = B*T rows.
   Buffer<float> resid_;                // (N, C)  the residual stream, updated in place layer by layer

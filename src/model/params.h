@@ -7,6 +7,7 @@
 
 #include "core/memory.h"
 #include "model/config.h"
+#include "model/stage.h"
 
 namespace agoq {
 
@@ -33,14 +34,17 @@ struct ParamTensor {
 class ParamSet {
  public:
   ParamSet() = default;
-  ParamSet(const LlamaConfig& cfg, MemCategory cat, const char* tag = "");
+  ParamSet(const LlamaConfig& cfg, MemCategory cat, const char* tag = "") : ParamSet(cfg, model_stage_whole(cfg), cat, tag) {}
+  // Only a pipeline stage's tensors (global HF names; the other layers' pointers stay null).
+  ParamSet(const LlamaConfig& cfg, const ModelStage& stage, MemCategory cat, const char* tag = "");
   ParamSet(ParamSet&&) = default;
   ParamSet& operator=(ParamSet&&) = default;
 
   float* embed = nullptr;       // (V, C)
-  std::vector<LayerParams> layers;
+  std::vector<LayerParams> layers;  // indexed by global layer number
   float* final_norm = nullptr;  // (C)
   float* lm_head = nullptr;     // (V, C); aliases `embed` when embeddings are tied
+  const ModelStage& stage() const { return stage_; }
 
   float* data() { return buf_.data(); }
   const float* data() const { return buf_.data(); }
@@ -52,6 +56,7 @@ class ParamSet {
  private:
   Buffer<float> buf_;
   std::vector<ParamTensor> named_;
+  ModelStage stage_;
 };
 
 }  // namespace agoq

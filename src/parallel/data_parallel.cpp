@@ -34,7 +34,7 @@ AllreduceKind allreduce_parse(const std::string& s) {
 DataParallel::DataParallel(Communicator& comm, LlamaModel& model, const DpOptions& opts)
     : comm_(comm), model_(model), opts_(opts), D_(comm.size()), rank_(comm.rank()) {
   const ParamSet& P = model.params();
-  const std::vector<GradRange> ranges = grad_units_of(P, model.config());
+  const std::vector<GradRange> ranges = grad_units_of(P);
   size_t shard_total = 0;
   for (const GradRange& r : ranges) {
     Unit u;
@@ -62,7 +62,8 @@ DataParallel::DataParallel(Communicator& comm, LlamaModel& model, const DpOption
     b.reduce = opts.allreduce == AllreduceKind::q8 ? GradReduce::q8 : GradReduce::fp32;
     b.average = false;  // micro-batch gradients are already scaled by 1 / (D * m)
     b.block = opts.block;
-    b.overlap = opts.overlap;
+    // Under a pipeline the main thread sends activations while the bucket thread reduces: MPI must allow both.
+    b.overlap = opts.overlap && (!opts.stages || comm_thread_level() == CommThreads::multiple);
     buckets_ = std::make_unique<GradBuckets>(comm, model.grads().data(), model.grads().size(), ranges, b);
   }
 }
@@ -70,7 +71,7 @@ DataParallel::DataParallel(Communicator& comm, LlamaModel& model, const DpOption
 DataParallel::~DataParallel() { model_.on_grads_ready = nullptr; }
 
 void DataParallel::on_grads_ready(int layer, bool first_micro, bool last_micro, uint64_t micro_seed) {
-  const int u = grad_unit_of_layer(layer);
+  const int u = grad_unit_of_layer(model_.stage(), layer);
   // A non-finite sum poisons its block (scale NaN), which the step's norm check then catches.
   if (q8_) q8_->accumulate(u, first_micro, micro_seed);
   else if (buckets_ && last_micro) buckets_->layer_ready(u);
@@ -143,20 +144,37 @@ void DataParallel::apply(long step, float lr, float scale) {
 
 DpStepResult DataParallel::step(long step, float lr, const int32_t* inputs, const int32_t* targets, int m, int B,
                                 int T) {
+  const size_t rows = size_t(B) * T;
+  return this->step(step, lr, m, [&] {
+    double loss_sum = 0;
+    for (int j = 0; j < m; ++j) {
+      micro_forward_begin(j);
+      micro_backward_begin(j);
+      loss_sum += model_.forward_backward(inputs + j * rows, targets + j * rows, B, T, 1.0f / float(D_ * m));
+    }
+    return loss_sum;
+  });
+}
+
+void DataParallel::micro_forward_begin(int j) {
+  const uint64_t g = uint64_t(rank_) * uint64_t(m_) + uint64_t(j);  // the global micro-batch index
+  // Stochastic rounding of saved activations: fresh per micro-batch, reproducible from (seed, step, g).
+  model_.store().set_seed(philox4x32(opts_.seed, uint64_t(step_), g)[0] | (uint64_t(step_) << 32));
+}
+
+void DataParallel::micro_backward_begin(int j) {
+  const uint64_t g = uint64_t(rank_) * uint64_t(m_) + uint64_t(j);
+  const uint64_t grad_seed = philox4x32(opts_.seed ^ 0x67726164ull, uint64_t(step_), g)[0];  // "grad"
+  const int m = m_;
+  model_.on_grads_ready = [this, j, m, grad_seed](int layer) { on_grads_ready(layer, j == 0, j == m - 1, grad_seed); };
+}
+
+DpStepResult DataParallel::step(long step, float lr, int m, const std::function<double()>& micro_batches) {
   DpStepResult res;
+  step_ = step, m_ = m;
   if (q8_) q8_->scratch_zero();
   else model_.grads().zero();
-  const float grad_scale_micro = 1.0f / float(D_ * m);
-  const size_t rows = size_t(B) * T;
-  double loss_sum = 0;
-  for (int j = 0; j < m; ++j) {
-    const uint64_t g = uint64_t(rank_) * uint64_t(m) + uint64_t(j);  // the global micro-batch index
-    // Stochastic rounding of saved activations: fresh per micro-batch, reproducible from (seed, step, g).
-    model_.store().set_seed(philox4x32(opts_.seed, uint64_t(step), g)[0] | (uint64_t(step) << 32));
-    const uint64_t grad_seed = philox4x32(opts_.seed ^ 0x67726164ull, uint64_t(step), g)[0];  // "grad"
-    model_.on_grads_ready = [this, j, m, grad_seed](int layer) { on_grads_ready(layer, j == 0, j == m - 1, grad_seed); };
-    loss_sum += model_.forward_backward(inputs + j * rows, targets + j * rows, B, T, grad_scale_micro);
-  }
+  const double loss_sum = micro_batches();  // micro-batch gradients are scaled by 1 / (D * m)
   model_.on_grads_ready = nullptr;
 
   if (buckets_) {
@@ -172,8 +190,15 @@ DpStepResult DataParallel::step(long step, float lr, const int32_t* inputs, cons
     res.wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const double n_micro = double(D_) * m;
-  res.loss = (D_ > 1 ? comm_.allreduce_value(loss_sum) : loss_sum) / n_micro;
-  res.grad_norm = std::sqrt(reduced_sum_squares());
+  double loss_all = D_ > 1 ? comm_.allreduce_value(loss_sum) : loss_sum;
+  double sum_squares = reduced_sum_squares();
+  if (opts_.stages) {  // the last stage holds the loss; every stage its own parameters' gradients
+    double v[2] = {loss_all, sum_squares};
+    opts_.stages->allreduce_sum(v, 2);
+    loss_all = v[0], sum_squares = v[1];
+  }
+  res.loss = loss_all / n_micro;
+  res.grad_norm = std::sqrt(sum_squares);
   if (!std::isfinite(res.loss) || !std::isfinite(res.grad_norm))
     fail_agreed("training diverged at step ", step, ": loss ", res.loss, ", gradient norm ", res.grad_norm,
                 " (try a lower --lr)");

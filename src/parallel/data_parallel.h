@@ -4,6 +4,7 @@
 // optionally with ZeRO-1 (AdamW state sharded over the ranks, reduce-scatter, all-gather of parameters).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,9 @@ struct DpOptions {
   bool overlap = true;      // fp32 store without ZeRO: reduce buckets while backward runs
   AdamWConfig adam;
   float clip = 1.0f;
+  // Pipeline parallelism: the ranks holding the other stages of this replica (null: the model is whole). The loss
+  // and the gradient norm are summed over them too, so every rank of the grid sees the same values.
+  Communicator* stages = nullptr;
   uint64_t seed = 1337;     // stochastic rounding streams (activations, q8 gradients)
 };
 GradStoreKind grad_store_parse(const std::string& s);
@@ -53,6 +57,12 @@ class DataParallel {
   // is global micro-batch r * m + j: its activation rounding seed is the one a single process running all D * m
   // would use. Collective.
   DpStepResult step(long step, float lr, const int32_t* inputs, const int32_t* targets, int m, int B, int T);
+  // The same step with the m micro-batches run by `micro_batches` (a pipeline schedule): it calls
+  // micro_forward_begin(j) before micro-batch j's forward and micro_backward_begin(j) before its backward, runs the
+  // backwards in order j = 0 .. m-1, and returns the sum of its micro-batches' losses (0 without the head).
+  DpStepResult step(long step, float lr, int m, const std::function<double()>& micro_batches);
+  void micro_forward_begin(int j);
+  void micro_backward_begin(int j);
 
   // Adam moments under the checkpoint names "adam.m.<param>" / "adam.v.<param>". Without ZeRO they point into the
   // optimizer; with ZeRO, moments_gather (collective) first collects the shards into full-size buffers on rank 0
@@ -81,6 +91,8 @@ class DataParallel {
 
   Communicator& comm_;
   LlamaModel& model_;
+  long step_ = 0;  // of the step running
+  int m_ = 1;
   DpOptions opts_;
   int D_, rank_;
   std::vector<Unit> units_;

@@ -7,17 +7,15 @@
 
 namespace agoq {
 
-std::vector<GradRange> grad_units_of(const ParamSet& params, const LlamaConfig& cfg) {
+std::vector<GradRange> grad_units_of(const ParamSet& params) {
+  const ModelStage& st = params.stage();
   auto off = [&](const float* p) { return size_t(p - params.data()); };
+  std::vector<size_t> starts;  // of each unit, in forward order
+  if (st.embed) starts.push_back(0);
+  for (int l = st.first_layer; l < st.end_layer; ++l) starts.push_back(off(params.layers[l].attn_norm));
+  if (st.head) starts.push_back(off(params.final_norm));
   std::vector<GradRange> u;
-  const size_t first_layer = cfg.n_layers > 0 ? off(params.layers[0].attn_norm) : off(params.final_norm);
-  u.push_back({0, first_layer});
-  for (int l = 0; l < cfg.n_layers; ++l) {
-    const size_t b = off(params.layers[l].attn_norm);
-    const size_t e = l + 1 < cfg.n_layers ? off(params.layers[l + 1].attn_norm) : off(params.final_norm);
-    u.push_back({b, e});
-  }
-  u.push_back({off(params.final_norm), params.size()});
+  for (size_t i = 0; i < starts.size(); ++i) u.push_back({starts[i], i + 1 < starts.size() ? starts[i + 1] : params.size()});
   return u;
 }
 
@@ -38,18 +36,21 @@ GradStoreQ8::GradStoreQ8(LlamaModel& model, std::vector<GradRange> units, int bl
 
   // Backward only writes through these pointers, so repointing them (and freeing the full-size buffer) turns the
   // model's gradient into per-unit scratch: a unit's tensors keep their offsets relative to the unit's start.
+  const ModelStage& st = P.stage();
   auto at = [&](int u, const float* p) { return scratch(u) + (size_t(p - P.data()) - units_[u].begin); };
-  G.embed = at(0, P.embed);
-  G.layers.resize(cfg.n_layers);
-  for (int l = 0; l < cfg.n_layers; ++l) {
-    const int u = grad_unit_of_layer(l);
+  if (st.embed) G.embed = at(0, P.embed);
+  G.layers.assign(cfg.n_layers, LayerParams{});
+  for (int l = st.first_layer; l < st.end_layer; ++l) {
+    const int u = grad_unit_of_layer(st, l);
     const LayerParams& p = P.layers[l];
     G.layers[l] = {at(u, p.attn_norm), at(u, p.wq), at(u, p.wk),     at(u, p.wv),    at(u, p.wo),
                    at(u, p.mlp_norm),  at(u, p.w_gate), at(u, p.w_up), at(u, p.w_down)};
   }
-  const int head = unit_count() - 1;
-  G.final_norm = at(head, P.final_norm);
-  G.lm_head = tied ? G.embed : at(head, P.lm_head);
+  if (st.head) {
+    const int head = unit_count() - 1;
+    G.final_norm = at(head, P.final_norm);
+    G.lm_head = tied ? G.embed : at(head, P.lm_head);
+  }
 }
 
 size_t GradStoreQ8::accumulate(int u, bool first, uint64_t seed) {

@@ -1,8 +1,9 @@
 // Gradient units and the 8-bit gradient store of data-parallel training (docs/parallel.md).
 //
-// A unit is a part of the flat parameter layout whose gradients backward finishes at one moment: unit 0 the
-// embedding, unit 1 + l decoder layer l, unit L + 1 the final norm and an untied lm_head. Units tile the layout in
-// forward order (GradBuckets' "layers"); LlamaModel::on_grads_ready(layer) announces unit layer + 1.
+// A unit is a part of the flat parameter layout whose gradients backward finishes at one moment: the embedding,
+// each decoder layer, the final norm with an untied lm_head; on a pipeline stage only the parts it holds. Units
+// tile the layout in forward order (GradBuckets' "layers"); LlamaModel::on_grads_ready(layer) announces
+// unit grad_unit_of_layer(stage, layer).
 //
 // GradStoreQ8 keeps each unit's gradient accumulation buffer as INT8 codes + fp32 block scales (quant/grad_q8.h)
 // and takes the model's full-size fp32 gradient buffer away: backward writes into a per-unit fp32 scratch that
@@ -19,8 +20,11 @@
 namespace agoq {
 
 // The units of `params`' flat layout, in forward order (they tile [0, params.size())).
-std::vector<GradRange> grad_units_of(const ParamSet& params, const LlamaConfig& cfg);
-inline int grad_unit_of_layer(int layer) { return layer + 1; }  // on_grads_ready's numbering -> unit index
+std::vector<GradRange> grad_units_of(const ParamSet& params);
+// on_grads_ready's numbering (-1 embedding, l a layer, n_layers the head) -> unit index on a stage.
+inline int grad_unit_of_layer(const ModelStage& s, int layer) {
+  return layer < 0 ? 0 : (s.embed ? 1 : 0) + (layer - s.first_layer);
+}
 
 class GradStoreQ8 {
  public:

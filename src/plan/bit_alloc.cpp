@@ -219,6 +219,14 @@ std::string plan_bits_summary(const std::array<int, kActSlotCount>& bits) {
   return out;
 }
 
+PlanStageBits plan_stage_bits_of(const PlanActShape& shape, const ActPolicy& stage_policy, int in_flight) {
+  PlanStageBits r;
+  r.policy = stage_policy;
+  for (int s = 0; s < kActSlotCount; ++s) r.bits[s] = storage_bits(stage_policy.at(0, ActSlot(s)));
+  r.act_bytes = size_t(in_flight) * plan_act_bytes(stage_policy, shape.cfg, shape.tp, shape.rows);
+  return r;
+}
+
 PlanReplan plan_replan_bits(const PlanActShape& shape, const std::vector<PlanStageBudget>& stages,
                             const std::vector<PlanStageBits>& current, const std::vector<size_t>& measured_peak,
                             size_t capacity, const PlanBitsOptions& opt, double margin) {

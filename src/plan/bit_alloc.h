@@ -86,6 +86,10 @@ PlanReplan plan_replan_bits(const PlanActShape& shape, const std::vector<PlanSta
                             const std::vector<PlanStageBits>& current, const std::vector<size_t>& measured_peak,
                             size_t capacity, const PlanBitsOptions& opt = {}, double margin = 0.05);
 
+// A stage's current allocation as the re-planner takes it: the bits of `stage_policy` (n_layers layers, the first
+// layer's format per slot) and its bytes for in_flight micro-batches.
+PlanStageBits plan_stage_bits_of(const PlanActShape& shape, const ActPolicy& stage_policy, int in_flight);
+
 // "norm 4, attn bf16, mlp 8" style summary of a stage's bits per slot class ("4/3" when a class's slots differ).
 std::string plan_bits_summary(const std::array<int, kActSlotCount>& bits);
 std::string plan_bits_name(int bits);  // "4", "bf16", "fp32", "-" (recomputed)

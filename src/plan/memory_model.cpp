@@ -159,22 +159,28 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
   cfg.validate();
   AGOQ_CHECK(int(policy.slots.size()) == cfg.n_layers, "activation policy has ", policy.slots.size(),
              " layers, model has ", cfg.n_layers);
-  const size_t P = cfg.param_count(), N = size_t(opt.batch) * opt.seq, C = cfg.dim, KV = cfg.kv_dim(),
-               F = cfg.ffn_dim, V = cfg.vocab_size, hd = cfg.head_dim(), T = opt.seq;
+  const ModelStage st = opt.pp > 1 ? opt.stage : model_stage_whole(cfg);
+  const size_t P = model_stage_param_count(cfg, st), N = size_t(opt.batch) * opt.seq, C = cfg.dim,
+               KV = cfg.kv_dim(), F = cfg.ffn_dim, V = cfg.vocab_size, hd = cfg.head_dim(), T = opt.seq;
   const size_t f = sizeof(float);
   PlanMemory m;
   m[MemCategory::weights] = P * f;
   m[MemCategory::gradients] = P * f + (opt.grad_q8 ? P + f * grad_q8_blocks(P, opt.grad_block) : 0);
   m[MemCategory::optimizer] = 2 * f * comm_shard_range(P, std::max(1, opt.dp), 0, opt.grad_block).size();
-  m[MemCategory::activations] = act_store_bytes(policy, cfg, N, true) + act_store_bytes(policy, cfg, N, false);
+  size_t act = 0;  // one micro-batch of the stage's layers
+  for (int l = st.first_layer; l < st.end_layer; ++l)
+    for (int s = 0; s < kActSlotCount; ++s)
+      if (policy.at(l, ActSlot(s)).stored) act += plan_slot_bytes(policy.at(l, ActSlot(s)).format, cfg, 1, N, ActSlot(s));
+  m[MemCategory::activations] = size_t(opt.pp > 1 ? opt.in_flight : 1) * act;
+  if (opt.pp > 1) m[MemCategory::communication] = 2 * N * C * f;  // the pipeline's double-buffered sends
 
   // LlamaModel's workspace (llama.cpp's constructor), buffer by buffer.
   size_t ws = 2 * T * (hd / 2);  // rope cos, sin
   ws += 2 * N * C;               // resid_, dx_
   auto any_not_fp32 = [&](ActSlot s) {
-    for (int l = 0; l < cfg.n_layers; ++l) {
-      const SlotStorage& st = policy.at(l, s);
-      if (!(st.stored && st.format.kind == QuantKind::fp32)) return true;
+    for (int l = st.first_layer; l < st.end_layer; ++l) {
+      const SlotStorage& ss = policy.at(l, s);
+      if (!(ss.stored && ss.format.kind == QuantKind::fp32)) return true;
     }
     return false;
   };
@@ -183,9 +189,11 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
   ws += 2 * N * C + 2 * N * KV;  // dq_, do_, dk_, dv_
   const size_t R = std::min(N, T * std::max<size_t>(1, 256 / T));
   ws += 4 * R * C + 6 * R * F;  // tile buffers
-  const size_t chunk = std::min<size_t>(N, 256);
-  ws += 2 * chunk * C + chunk + chunk * V;  // head chunk
-  ws += N;                                  // losses_
+  if (st.head) {
+    const size_t chunk = std::min<size_t>(N, 256);
+    ws += 2 * chunk * C + chunk + chunk * V;  // head chunk
+    ws += N;                                  // losses_
+  }
   // attention.cpp allocates per-thread scratch per call; the backward's is the larger and lives on top.
   auto ru16 = [](size_t x) { return (x + 15) / 16 * 16; };
   const size_t tile = kAttentionTile;

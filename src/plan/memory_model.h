@@ -16,6 +16,7 @@
 #include "core/memory.h"
 #include "model/act_policy.h"
 #include "model/config.h"
+#include "model/stage.h"
 
 namespace agoq {
 
@@ -78,18 +79,21 @@ PlanMemory plan_memory_per_rank(const LlamaConfig& cfg, const PlanParallel& par,
 PlanMemory plan_memory_static(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w,
                               const PlanStage& st, PlanSystem sys, const PlanGpuOptions& opt = {});
 
-// agoq's own CPU trainer, one process: LlamaModel(cfg, batch, seq, policy) + AdamW over all parameters (or a
-// ZeRO-1 shard of 1/dp), fp32 weights and gradients, optional 8-bit gradient store (GradQ8Buffer, the category
-// gradients), the store's activations and the model's workspace buffers (llama.cpp) plus the largest
-// attention scratch (attention.cpp). Peaks: what the tracker reports as each category's own peak after one
-// forward_backward + optimizer step. For a pipeline stage, pass cfg with that stage's n_layers (the embedding and
-// head are then counted on every stage; the pipeline trainer will make this exact per stage).
+// agoq's own CPU trainer, one rank: LlamaModel(cfg, batch, seq, policy, stage, in_flight) + AdamW over its
+// parameters (or a ZeRO-1 shard of 1/dp), fp32 weights and gradients, optional 8-bit gradient store
+// (GradQ8Buffer, the category gradients), the stores' activations (in_flight micro-batches of the stage's layers),
+// the model's workspace buffers (llama.cpp) plus the largest attention scratch (attention.cpp), and a pipeline
+// stage's two send buffers (parallel/pipeline.cpp). Peaks: what the tracker reports as each category's own peak
+// over training steps.
 struct PlanCpuOptions {
   int batch = 1, seq = 64;
   bool grad_q8 = false;
   int grad_block = 256;
   int dp = 1;        // optimizer shard 1/dp of the flat layout
   int threads = 0;   // OpenMP threads of the attention scratch; 0: omp_get_max_threads()
+  int pp = 1;        // pipeline stages; with pp > 1, `stage` and `in_flight` describe this rank's
+  ModelStage stage;  // ignored when pp == 1 (the whole model)
+  int in_flight = 1;
 };
 PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& policy, const PlanCpuOptions& opt);
 

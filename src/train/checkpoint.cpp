@@ -119,11 +119,12 @@ std::map<std::string, const NamedTensor*> tensors_by_name(const NamedTensors& ts
 }
 
 // The caller's weights must be the model's parameters exactly.
-void weights_check(const LlamaConfig& c, const NamedTensors& weights, const std::string& what) {
+void weights_check(const LlamaConfig& c, const NamedTensors& weights, const std::string& what, bool part) {
   auto given = tensors_by_name(weights, what);
   const auto expected = llama_param_names(c);
   for (const auto& [name, shape] : expected) {
     auto it = given.find(name);
+    if (part && it == given.end()) continue;
     AGOQ_CHECK(it != given.end(), what, ": weight '", name, "' not given");
     AGOQ_CHECK(it->second->shape == shape, what, ": weight '", name, "' has shape ",
                safetensors_shape_str(it->second->shape), ", the config needs ", safetensors_shape_str(shape));
@@ -132,8 +133,9 @@ void weights_check(const LlamaConfig& c, const NamedTensors& weights, const std:
   AGOQ_CHECK(given.empty(), what, ": '", given.empty() ? "" : given.begin()->first, "' is not a weight of this config");
 }
 
-// The file must hold exactly `want` (names and shapes), checked before any byte is read into caller memory.
-void file_tensors_check(const SafetensorsFile& f, const NamedTensors& want, const std::string& what) {
+// The file must hold exactly `want` (names and shapes; at least `want` for a part), checked before any byte is
+// read into caller memory.
+void file_tensors_check(const SafetensorsFile& f, const NamedTensors& want, const std::string& what, bool part) {
   std::set<std::string> in_file;
   for (const std::string& n : f.names()) in_file.insert(n);
   for (const NamedTensor& t : want) {
@@ -144,7 +146,7 @@ void file_tensors_check(const SafetensorsFile& f, const NamedTensors& want, cons
     AGOQ_CHECK(info.dtype == "F32" || info.dtype == "F16" || info.dtype == "BF16", what, ": tensor '", t.name,
                "' is ", info.dtype, ", not a float type");
   }
-  AGOQ_CHECK(in_file.empty(), what, ": ", f.path(), " has unexpected tensor '",
+  AGOQ_CHECK(part || in_file.empty(), what, ": ", f.path(), " has unexpected tensor '",
              in_file.empty() ? "" : *in_file.begin(), "'");
 }
 
@@ -300,7 +302,7 @@ void checkpoint_save(const std::string& dir, const LlamaConfig& config, const Na
                      const NamedTensors& optimizer, const json& trainer, int64_t step) {
   const std::string what = "checkpoint save to " + dir;
   config.validate();
-  weights_check(config, weights, what);
+  weights_check(config, weights, what, false);
   tensors_by_name(optimizer, what);
   std::error_code ec, ec_stat;
   fs::create_directories(dir, ec);
@@ -343,16 +345,16 @@ void checkpoint_save(const std::string& dir, const LlamaConfig& config, const Na
 CheckpointMeta checkpoint_inspect(const std::string& dir) { return checkpoint_open(dir).meta; }
 
 CheckpointMeta checkpoint_load(const std::string& dir, const LlamaConfig& config, const NamedTensors& weights,
-                               const NamedTensors& optimizer) {
+                               const NamedTensors& optimizer, bool part) {
   const std::string what = "checkpoint " + dir;
   OpenCheckpoint ck = checkpoint_open(dir);
   const std::string diff = config_diff(ck.meta.config, config);
   AGOQ_CHECK(diff.empty(), what, ": config differs from the model's (checkpoint vs model): ", diff);
-  weights_check(config, weights, what + " (caller's weights)");
+  weights_check(config, weights, what + " (caller's weights)", part);
   tensors_by_name(optimizer, what + " (caller's optimizer state)");
   // Everything is checked before anything is read, so a refused load leaves the caller's memory untouched.
-  file_tensors_check(ck.model, weights, what);
-  if (!optimizer.empty()) file_tensors_check(ck.optimizer, optimizer, what);
+  file_tensors_check(ck.model, weights, what, part);
+  if (!optimizer.empty()) file_tensors_check(ck.optimizer, optimizer, what, part);
   for (const NamedTensor& t : weights) ck.model.read_f32(t.name, t.data, t.shape);
   for (const NamedTensor& t : optimizer) ck.optimizer.read_f32(t.name, t.data, t.shape);
   return std::move(ck.meta);

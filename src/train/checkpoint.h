@@ -56,7 +56,8 @@ CheckpointMeta checkpoint_inspect(const std::string& dir);
 
 // Loads into caller memory. The checkpoint's config must equal `config`; its weights must be exactly `weights`
 // (names and shapes). `optimizer` empty skips the optimizer state; otherwise it must match the file's set exactly.
+// part: a pipeline stage loads its own tensors, a subset of the file's.
 CheckpointMeta checkpoint_load(const std::string& dir, const LlamaConfig& config, const NamedTensors& weights,
-                               const NamedTensors& optimizer);
+                               const NamedTensors& optimizer, bool part = false);
 
 }  // namespace agoq

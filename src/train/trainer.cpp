@@ -15,6 +15,9 @@
 #include "core/memory.h"
 #include "model/llama.h"
 #include "parallel/data_parallel.h"
+#include "parallel/grid.h"
+#include "parallel/pipeline.h"
+#include "plan/bit_alloc.h"
 #include "train/checkpoint.h"
 #include "train/data_loader.h"
 #include "train/metrics.h"
@@ -36,6 +39,7 @@ void options_validate(const TrainOptions& o) {
   AGOQ_CHECK(o.clip > 0, "--clip must be positive");
   AGOQ_CHECK(o.eval_batches >= 1, "--eval-batches must be >= 1");
   AGOQ_CHECK(o.zero == 0 || o.zero == 1, "--zero must be 0 or 1 (got ", o.zero, ")");
+  AGOQ_CHECK(o.replan_after >= 1, "--replan-after must be >= 1");
   AGOQ_CHECK(o.grad_rounding == "stochastic" || o.grad_rounding == "nearest",
              "--grad-rounding must be stochastic or nearest (got '", o.grad_rounding, "')");
 }
@@ -44,18 +48,6 @@ NamedTensors weights_of(ParamSet& p) {
   NamedTensors out;
   for (const ParamTensor& t : p.named()) out.push_back({t.name, t.shape, t.data});
   return out;
-}
-
-float evaluate(LlamaModel& model, const DataLoader& val, int B, int batches) {
-  const int T = val.seq_len();
-  std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
-  const int n = val.val_batch_count(B, batches);
-  double sum = 0;
-  for (int i = 0; i < n; ++i) {
-    val.val_batch(B, batches, i, in.data(), tgt.data());
-    sum += model.forward_loss(in.data(), tgt.data(), B, T);
-  }
-  return float(sum / n);
 }
 
 // Size and FNV-1a of a file's bytes: ranks compare contents, not paths (machines may mount data differently).
@@ -81,23 +73,75 @@ std::string run_description(const TrainOptions& o, const LlamaConfig& cfg, const
      << o.clip << " adam " << o.adam.beta1 << ' ' << o.adam.beta2 << ' ' << o.adam.eps << ' ' << o.adam.weight_decay
      << " seed " << o.seed << " eval " << o.eval_every << ' ' << o.eval_batches << " ckpt " << o.ckpt_every
      << " stop_after " << o.stop_after << " act " << o.act_policy << " grad_store " << o.grad_store << " allreduce "
-     << o.allreduce << " rounding " << o.grad_rounding << " zero " << o.zero << " resume " << resume_commit;
+     << o.allreduce << " rounding " << o.grad_rounding << " zero " << o.zero << " pp " << o.pp << ' '
+     << o.stage_layers << " mem_budget " << o.mem_budget << ' ' << o.replan_after << " resume " << resume_commit;
   return os.str();
+}
+
+// Checkpoints of a pipeline: every stage's first replica sends its weights and moments (tensor by tensor, in its
+// named order) to stage 0, which then holds the whole model's views for checkpoint_save. `held` keeps the
+// received tensors alive until the save.
+void stages_gather_tensors(Communicator& pipe, const LlamaConfig& cfg, const std::vector<ModelStage>& stages,
+                           NamedTensors& weights, NamedTensors& moments, std::vector<ParamSet>& held) {
+  constexpr int kTag = 21;
+  auto bytes = [](const NamedTensor& t) {
+    size_t n = sizeof(float);
+    for (int64_t d : t.shape) n *= size_t(d);
+    return n;
+  };
+  if (pipe.rank() != 0) {
+    for (const NamedTensor& t : weights) pipe.send(t.data, bytes(t), 0, kTag);
+    for (const NamedTensor& t : moments) pipe.send(t.data, bytes(t), 0, kTag);
+    return;
+  }
+  held.reserve(held.size() + 3 * stages.size());  // the references below must survive the next emplace_back
+  for (int s = 1; s < int(stages.size()); ++s) {
+    // Checkpoint-time only, tagged apart from training's buffers.
+    ParamSet& w = held.emplace_back(cfg, stages[s], MemCategory::workspace, "ckpt.gather");
+    ParamSet& m = held.emplace_back(cfg, stages[s], MemCategory::workspace, "ckpt.gather");
+    ParamSet& v = held.emplace_back(cfg, stages[s], MemCategory::workspace, "ckpt.gather");
+    const size_t first_weight = weights.size(), first_moment = moments.size();
+    for (size_t i = 0; i < w.named().size(); ++i) {
+      const ParamTensor& t = w.named()[i];
+      weights.push_back({t.name, t.shape, t.data});
+      moments.push_back({"adam.m." + t.name, t.shape, m.named()[i].data});
+      moments.push_back({"adam.v." + t.name, t.shape, v.named()[i].data});
+    }
+    for (size_t i = first_weight; i < weights.size(); ++i) pipe.recv(weights[i].data, bytes(weights[i]), s, kTag);
+    for (size_t i = first_moment; i < moments.size(); ++i) pipe.recv(moments[i].data, bytes(moments[i]), s, kTag);
+  }
+}
+
+// The whole-model policy with one stage's layers replaced by a stage policy (the allocator plans per stage).
+ActPolicy policy_with_stage(ActPolicy full, const ActPolicy& stage_policy, const ModelStage& st) {
+  for (int l = st.first_layer; l < st.end_layer; ++l) full.slots[l] = stage_policy.slots[l - st.first_layer];
+  full.name = "replanned";
+  return full;
 }
 
 }  // namespace
 
 TrainResult train_run(const TrainOptions& opt) {
-  Communicator& comm = opt.comm ? *opt.comm : comm_world();
-  const int D = comm.size(), rank = comm.rank();
-  const bool lead = rank == 0;
+  Communicator& world = opt.comm ? *opt.comm : comm_world();
+  const bool lead = world.rank() == 0;
   options_validate(opt);
+  const ParallelGrid grid = [&] {
+    try {
+      return parallel_grid_make(world, opt.pp);
+    } catch (const Error& e) {  // the same on every rank
+      if (world.size() > 1) throw CommAgreedError(e.what());
+      throw;
+    }
+  }();
+  Communicator& comm = *grid.dp;  // this stage's data-parallel group
+  const int D = grid.D, P = grid.P, rank = grid.replica;
   DpOptions dpo;
   dpo.grad_store = grad_store_parse(opt.grad_store);
   dpo.allreduce = allreduce_parse(opt.allreduce);
   dpo.zero = opt.zero == 1;
   dpo.rounding = opt.grad_rounding == "nearest" ? QuantRounding::nearest : QuantRounding::stochastic;
   dpo.adam = opt.adam, dpo.clip = opt.clip, dpo.seed = opt.seed;
+  dpo.stages = grid.pipe;
 
   const fs::path data(opt.data_dir);
   TokenDataset train_set = TokenDataset::load((data / "train.bin").string());
@@ -113,26 +157,40 @@ TrainResult train_run(const TrainOptions& opt) {
     resume_commit = meta.commit;
   }
   cfg.validate();
-  if (D > 1) {  // before any other collective: mismatched ranks stop here with one message from rank 0
-    comm_check_consistent(comm, run_description(opt, cfg, resume_commit), "config");
-    comm_check_consistent(comm, file_digest(data / "train.bin") + "\n" + file_digest(data / "val.bin"), "data");
+  if (world.size() > 1) {  // before any other collective: mismatched ranks stop here with one message from rank 0
+    comm_check_consistent(world, run_description(opt, cfg, resume_commit), "config");
+    comm_check_consistent(world, file_digest(data / "train.bin") + "\n" + file_digest(data / "val.bin"), "data");
   }
   train_set.check_vocab(cfg.vocab_size);
   val_set.check_vocab(cfg.vocab_size);
   const int B = opt.batch, T = opt.seq, m = opt.accum;
+  std::vector<ModelStage> stages;
+  try {  // every rank fails alike on a bad split: one message (from rank 0) is enough
+    stages = model_stages_split(cfg, P, opt.stage_layers);
+    AGOQ_CHECK(P == 1 || !cfg.tie_embeddings,
+               "tied embeddings need the embedding and the lm_head on one pipeline stage (use --pp 1 or untie them)");
+  } catch (const Error& e) {
+    if (world.size() > 1) throw CommAgreedError(e.what());
+    throw;
+  }
+  const ModelStage& stage = stages[grid.stage];
 
-  // One global window stream, identical on every rank: each step draws D * m micro-batches and rank r trains on
-  // r * m .. r * m + m - 1. So D ranks x m equal 1 rank x D * m, and one loader state resumes any rank.
+  // One global window stream, identical on every rank: each step draws D * m micro-batches and replica r trains
+  // on r * m .. r * m + m - 1 (every stage of a replica the same ones). So D replicas x m equal 1 x D * m, and
+  // one loader state resumes any rank.
   DataLoader loader(train_set, T, opt.seed);
   const DataLoader val_loader(val_set, T, opt.seed);
-  LlamaModel model(cfg, B, T, ActPolicy::parse(opt.act_policy, cfg.n_layers));
+  const int in_flight = pipeline_in_flight(P, grid.stage, m);
+  LlamaModel model(cfg, B, T, ActPolicy::parse(opt.act_policy, cfg.n_layers), stage, in_flight);
   model.init_weights(opt.seed);
   DataParallel dp(comm, model, dpo);
+  std::unique_ptr<Pipeline> pipeline = P > 1 ? std::make_unique<Pipeline>(*grid.pipe, model, B, T) : nullptr;
   ParamSet& params = model.params();
 
   long step = 0;
   if (!opt.resume.empty()) {
-    const CheckpointMeta meta = checkpoint_load(opt.resume, cfg, weights_of(params), dp.moments_load_views());
+    const CheckpointMeta meta =
+        checkpoint_load(opt.resume, cfg, weights_of(params), dp.moments_load_views(), /*part=*/P > 1);
     dp.moments_scatter();
     step = meta.step;
     loader.set_state(DataLoader::State::from_string(meta.trainer.at("loader").get<std::string>()));
@@ -148,16 +206,23 @@ TrainResult train_run(const TrainOptions& opt) {
                  opt.steps, opt.log_every, opt.quiet || !lead);
   // Each checkpoint is a new directory ckpt-step<N>; the link `ckpt` is then switched to it with one atomic
   // rename, and only after that is the previous one removed. A crash at any point leaves `ckpt` naming a
-  // complete checkpoint. Collective (ZeRO gathers the moments to rank 0); rank 0 writes.
+  // complete checkpoint. Collective (ZeRO gathers the moments to a stage's first replica, a pipeline all stages'
+  // tensors to rank 0); rank 0 writes.
   auto save = [&](long at_step) {
     dp.moments_gather();
+    NamedTensors weights, moments;
+    std::vector<ParamSet> held;
+    if (rank == 0) {
+      weights = weights_of(params), moments = dp.moments_views();
+      if (P > 1) stages_gather_tensors(*grid.pipe, cfg, stages, weights, moments, held);
+    }
     if (lead) {
       const std::string name = "ckpt-step" + std::to_string(at_step);
       const fs::path dir = fs::path(opt.out_dir) / name;
       nlohmann::json trainer = {{"loader", loader.state().to_string()}, {"seed", opt.seed},
-                                {"world_size", D}, {"accum", m}, {"grad_store", opt.grad_store},
-                                {"allreduce", opt.allreduce}, {"zero", opt.zero}};
-      checkpoint_save(dir.string(), cfg, weights_of(params), dp.moments_views(), trainer, at_step);
+                                {"world_size", world.size()}, {"pp", P}, {"accum", m},
+                                {"grad_store", opt.grad_store}, {"allreduce", opt.allreduce}, {"zero", opt.zero}};
+      checkpoint_save(dir.string(), cfg, weights, moments, trainer, at_step);
       const fs::path tok = data / "tokenizer.model";
       if (fs::exists(tok)) fs::copy_file(tok, dir / "tokenizer.model", fs::copy_options::overwrite_existing);
       const fs::path previous = fs::is_symlink(ckpt_dir) ? fs::read_symlink(ckpt_dir) : fs::path();
@@ -168,8 +233,59 @@ TrainResult train_run(const TrainOptions& opt) {
       if (!previous.empty() && previous != name) fs::remove_all(fs::path(opt.out_dir) / previous);
       log.note("checkpoint: step " + std::to_string(at_step) + " -> " + ckpt_dir.string());
     }
+    held.clear();
     dp.moments_release();
-    if (D > 1) comm.barrier();  // the checkpoint is complete when any rank returns
+    if (world.size() > 1) world.barrier();  // the checkpoint is complete when any rank returns
+  };
+  // Validation on the first replica (replicas are identical), through the pipeline when there is one.
+  auto validate = [&] {
+    const int n = val_loader.val_batch_count(B, opt.eval_batches);
+    double sum = 0;
+    if (rank == 0) {
+      if (pipeline) {
+        sum = pipeline->forward_loss_sum(
+            [&](int i, int32_t* in, int32_t* tgt) { val_loader.val_batch(B, opt.eval_batches, i, in, tgt); }, n, B, T);
+      } else {
+        std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
+        for (int i = 0; i < n; ++i) {
+          val_loader.val_batch(B, opt.eval_batches, i, in.data(), tgt.data());
+          sum += model.forward_loss(in.data(), tgt.data(), B, T);
+        }
+      }
+    }
+    float val = float(sum / n);
+    if (D > 1) comm.broadcast(&val, sizeof val, 0);
+    return val;
+  };
+  // Dynamic bit allocation (plan/bit_alloc.h): every stage's measured peak -> new bits for every stage. All ranks
+  // compute the same plan from the same gathered numbers; each applies its own stage's part.
+  std::string replan_log;
+  auto replan = [&] {
+    const PlanActShape shape{cfg, 1, size_t(B) * T};
+    std::vector<PlanStageBudget> budgets;
+    std::vector<PlanStageBits> current;
+    for (int r = 0; r < P; ++r) {
+      PlanStageBudget b;
+      b.n_layers = stages[r].layer_count(), b.in_flight = pipeline_in_flight(P, r, m);
+      budgets.push_back(b);
+      ActPolicy sp = model.store().policy();
+      sp.slots.assign(sp.slots.begin() + stages[r].first_layer, sp.slots.begin() + stages[r].end_layer);
+      current.push_back(plan_stage_bits_of(shape, sp, b.in_flight));
+    }
+    double peak = double(MemoryTracker::global().peak_total());
+    if (D > 1) peak = comm.allreduce_value(peak, CommOp::max);
+    std::vector<double> peaks(P, 0.0);
+    peaks[grid.stage] = peak;
+    if (grid.pipe) grid.pipe->allreduce_sum(peaks.data(), peaks.size());
+    const std::vector<size_t> measured(peaks.begin(), peaks.end());
+    const PlanReplan plan = plan_replan_bits(shape, budgets, current, measured, opt.mem_budget);
+    if (plan.changed) {
+      ActPolicy all = model.store().policy();  // every stage's new bits (a store only allocates its own layers)
+      for (int r = 0; r < P; ++r) all = policy_with_stage(std::move(all), plan.stages[r].policy, stages[r]);
+      model.set_policy(all);
+    }
+    replan_log = plan.log;
+    log.note(plan.log);
   };
 
   TrainResult result;
@@ -186,12 +302,15 @@ TrainResult train_run(const TrainOptions& opt) {
     }
     const auto t0 = std::chrono::steady_clock::now();
     for (int g = 0; g < D * m; ++g) {
-      const bool mine = g / m == rank;
+      const bool mine = g / m == rank;  // this replica's micro-batches
       const size_t at = size_t(g % m) * rows;
       loader.next_batch(B, mine ? in.data() + at : skip_in.data(), mine ? tgt.data() + at : skip_tgt.data());
     }
     const float lr = lr_schedule(step, opt.lr, opt.min_lr, opt.warmup, opt.steps);
-    const DpStepResult r = dp.step(step, lr, in.data(), tgt.data(), m, B, T);
+    const DpStepResult r =
+        pipeline ? dp.step(step, lr, m,
+                           [&] { return pipeline->run(&dp, in.data(), tgt.data(), m, B, T, 1.0f / float(D * m)); })
+                 : dp.step(step, lr, in.data(), tgt.data(), m, B, T);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double tokens = double(rows) * m * D;
     tokens_total += tokens;
@@ -204,8 +323,7 @@ TrainResult train_run(const TrainOptions& opt) {
                           {"tokens_per_s", tokens / dt}};
     if (D > 1) rec["comm_wait_s"] = r.wait_s;
     if ((opt.eval_every > 0 && step % opt.eval_every == 0) || step == opt.steps) {
-      float val = lead ? evaluate(model, val_loader, B, opt.eval_batches) : 0.0f;  // replicas are identical
-      if (D > 1) comm.broadcast(&val, sizeof val, 0);
+      const float val = validate();
       rec["val_loss"] = val;
       result.final_val_loss = val;
       char line[96];
@@ -215,8 +333,12 @@ TrainResult train_run(const TrainOptions& opt) {
     rec["memory"] = memory_json();
     log.step(step, rec);
     if (opt.ckpt_every > 0 && step % opt.ckpt_every == 0 && step != last) save(step);
+    if (opt.mem_budget > 0 && step == first + opt.replan_after - 1) replan();
   }
   result.last_step = last;
+  result.replan_log = replan_log;
+  result.peak = MemoryTracker::global().peak_per_category();
+  result.peak_total = MemoryTracker::global().peak_total();
   save(last);
   log.finish();
   result.tokens_per_s = tokens_total / seconds_total;
@@ -229,14 +351,37 @@ TrainResult train_run(const TrainOptions& opt) {
   const double bf16_bytes = per_token_layer(ActPolicy::parse("baseline-bf16", cfg.n_layers));
   const double fp32_bytes = per_token_layer(ActPolicy::parse("fp32", cfg.n_layers));
   result.act_bytes_per_token_layer = act_bytes;
+  // A pipeline's stages differ (embedding, head, micro-batches in flight): every stage's peaks, per category.
+  std::vector<double> stage_peaks(size_t(P) * (kMemCategoryCount + 1), 0.0);
+  if (grid.pipe) {  // training's peaks, without the checkpoint's gather buffers
+    double* mine = stage_peaks.data() + size_t(grid.stage) * (kMemCategoryCount + 1);
+    for (int c = 0; c < kMemCategoryCount; ++c) mine[c] = double(result.peak.bytes[c]);
+    mine[kMemCategoryCount] = double(result.peak_total);
+    grid.pipe->allreduce_sum(stage_peaks.data(), stage_peaks.size());
+  }
   if (!opt.quiet && lead) {
     std::fprintf(stderr, "trained steps %ld..%ld at %.0f tokens/s", first, last, result.tokens_per_s);
     if (D > 1)
       std::fprintf(stderr, " on %d ranks (grad store %s, all-reduce %s%s; %.1f%% of step time waiting on it)", D,
                    opt.grad_store.c_str(), opt.allreduce.c_str(), opt.zero ? ", ZeRO-1" : "",
                    100.0 * wait_total / seconds_total);
-    std::fprintf(stderr, "\npeak memory by category%s:\n%s", D > 1 ? " (rank 0)" : "",
+    if (P > 1)
+      std::fprintf(stderr, " on a %d-stage pipeline (1F1B, layers %s) x %d replica%s", P,
+                   opt.stage_layers.empty() ? "split evenly" : opt.stage_layers.c_str(), D, D > 1 ? "s" : "");
+    std::fprintf(stderr, "\npeak memory by category%s:\n%s", world.size() > 1 ? " (rank 0)" : "",
                  MemoryTracker::global().report().c_str());
+    if (P > 1) {
+      std::fprintf(stderr, "peak memory per pipeline stage (first replica):\n  stage layers  in-flight");
+      for (int c = 0; c < kMemCategoryCount; ++c) std::fprintf(stderr, " %13s", mem_category_name(MemCategory(c)));
+      std::fprintf(stderr, " %13s\n", "total");
+      for (int r = 0; r < P; ++r) {
+        std::fprintf(stderr, "  %5d %2d..%-3d %9d", r, stages[r].first_layer, stages[r].end_layer - 1,
+                     pipeline_in_flight(P, r, m));
+        for (int c = 0; c <= kMemCategoryCount; ++c)
+          std::fprintf(stderr, " %13s", format_bytes(size_t(stage_peaks[size_t(r) * (kMemCategoryCount + 1) + c])).c_str());
+        std::fprintf(stderr, "\n");
+      }
+    }
     const auto tags = MemoryTracker::global().tag_peaks();
     auto tag = [&](const char* t) { return format_bytes(tags.count(t) ? tags.at(t) : 0); };
     std::fprintf(stderr,

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/memory.h"
 #include "model/config.h"
 #include "train/optimizer.h"
 
@@ -32,6 +33,13 @@ struct TrainOptions {
   std::string allreduce = "mpi";    // mpi (fp32 MPI_Allreduce) | q8 (allreduce_q8)
   std::string grad_rounding = "stochastic";  // q8 grad store: stochastic | nearest
   int zero = 0;                     // 1: ZeRO-1, AdamW state sharded over the ranks
+  // Pipeline parallelism (1F1B): ranks form a pp x (ranks / pp) grid; `accum` is the micro-batches per step.
+  int pp = 1;
+  std::string stage_layers;         // e.g. "3,5": layers per stage (empty: even split)
+  // Dynamic bit allocation: with a per-rank memory budget, after `replan_after` steps every stage's activation
+  // bits are re-planned from the measured peaks (plan/bit_alloc.h) and the change is logged.
+  size_t mem_budget = 0;
+  long replan_after = 2;
   Communicator* comm = nullptr;     // null: comm_world()
   // Test hook (hidden flags --debug-exit-at-step/--debug-exit-rank): that rank _exit(3)s when the step begins.
   long debug_exit_step = 0;
@@ -45,6 +53,9 @@ struct TrainResult {
   long last_step = 0;
   double act_bytes_per_token_layer = 0;  // saved activations under the policy
   std::vector<float> grad_norms;         // global gradient norm per step, before clipping
+  std::string replan_log;                // the re-planning line, when one ran
+  MemSnapshot peak;                      // this rank's peak per category over the steps (before the last save)
+  size_t peak_total = 0;
 };
 
 // Collective over the communicator: every rank calls it with the same options (checked at start-up). Only rank 0

@@ -1,13 +1,21 @@
 // Shared by test_parallel's main and tests: a small synthetic corpus (a noisy periodic sequence, learnable but not
-// trivial) in agoq's token-file format.
+// trivial) in agoq's token-file format, and the helpers the data- and pipeline-parallel tests share.
 #pragma once
 #include <filesystem>
 #include <span>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "comm/communicator.h"
 #include "core/rng.h"
 #include "train/token_file.h"
+#include "train/trainer.h"
 
 namespace agoq {
 
@@ -19,6 +27,56 @@ inline void dp_test_write_corpus(const std::filesystem::path& dir, int vocab = 5
   for (int i = 0; i < n; ++i) tok[i] = rng.below(10) == 0 ? int32_t(rng.below(vocab)) : int32_t((i * 7) % vocab);
   token_file_write((dir / "train.bin").string(), std::span(tok).subspan(0, n * 9 / 10), vocab);
   token_file_write((dir / "val.bin").string(), std::span(tok).subspan(n * 9 / 10), vocab);
+}
+
+inline Communicator& world() { return comm_world(); }
+
+// A per-job folder (rank 0's pid) with the corpus, written by rank 0 and seen by all.
+inline std::filesystem::path shared_data(const std::string& name) {
+  Communicator& w = world();
+  int64_t pid = int64_t(getpid());
+  w.broadcast(&pid, sizeof pid, 0);
+  const auto dir = std::filesystem::temp_directory_path() / ("agoq_dp_" + std::to_string(pid) + "_" + name);
+  if (w.rank() == 0) dp_test_write_corpus(dir);
+  w.barrier();
+  return dir;
+}
+
+inline void shared_cleanup(const std::filesystem::path& dir) {
+  world().barrier();
+  if (world().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+inline TrainOptions tiny(const std::filesystem::path& data, const std::string& out, int accum) {
+  TrainOptions o;
+  o.data_dir = data.string();
+  o.out_dir = (data / out).string();
+  o.model.dim = 32, o.model.n_layers = 2, o.model.n_heads = 4, o.model.n_kv_heads = 2, o.model.ffn_dim = 48;
+  o.batch = 4, o.seq = 16, o.accum = accum, o.steps = 8, o.warmup = 2, o.lr = 1e-2f, o.min_lr = 1e-3f;
+  o.eval_every = 0, o.eval_batches = 2, o.quiet = true;
+  return o;
+}
+
+// The reference: one process (a communicator of one, on rank 0 only) running all D*m micro-batches per step.
+inline TrainResult single_reference(TrainOptions o, int D) {
+  Communicator& w = world();
+  std::unique_ptr<Communicator> self = w.split(w.rank(), 0);  // collective: every rank gets a world of one
+  TrainResult r;
+  if (w.rank() == 0) {
+    o.comm = self.get();
+    o.accum *= D;
+    o.pp = 1, o.stage_layers.clear();
+    o.out_dir += "_single";
+    r = train_run(o);
+  }
+  w.barrier();
+  return r;
+}
+
+inline double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]) / std::abs(double(b[i])));
+  return worst;
 }
 
 }  // namespace agoq

@@ -18,55 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Communicator& world() { return comm_world(); }
-
-// A per-job folder (rank 0's pid) with the corpus, written by rank 0 and seen by all.
-fs::path shared_data(const std::string& name) {
-  Communicator& w = world();
-  int64_t pid = int64_t(getpid());
-  w.broadcast(&pid, sizeof pid, 0);
-  const fs::path dir = fs::temp_directory_path() / ("agoq_dp_" + std::to_string(pid) + "_" + name);
-  if (w.rank() == 0) dp_test_write_corpus(dir);
-  w.barrier();
-  return dir;
-}
-
-void shared_cleanup(const fs::path& dir) {
-  world().barrier();
-  if (world().rank() == 0) fs::remove_all(dir);
-}
-
-TrainOptions tiny(const fs::path& data, const std::string& out, int accum) {
-  TrainOptions o;
-  o.data_dir = data.string();
-  o.out_dir = (data / out).string();
-  o.model.dim = 32, o.model.n_layers = 2, o.model.n_heads = 4, o.model.n_kv_heads = 2, o.model.ffn_dim = 48;
-  o.batch = 4, o.seq = 16, o.accum = accum, o.steps = 8, o.warmup = 2, o.lr = 1e-2f, o.min_lr = 1e-3f;
-  o.eval_every = 0, o.eval_batches = 2, o.quiet = true;
-  return o;
-}
-
-// The reference: one process (a communicator of one, on rank 0 only) running all D*m micro-batches per step.
-TrainResult single_reference(TrainOptions o, int D) {
-  Communicator& w = world();
-  std::unique_ptr<Communicator> self = w.split(w.rank(), 0);  // collective: every rank gets a world of one
-  TrainResult r;
-  if (w.rank() == 0) {
-    o.comm = self.get();
-    o.accum *= D;
-    o.out_dir += "_single";
-    r = train_run(o);
-  }
-  w.barrier();
-  return r;
-}
-
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]) / std::abs(double(b[i])));
-  return worst;
-}
-
 // D ranks x 2 micro-batches == 1 rank x 2D micro-batches: the same windows (one global stream), the same
 // activation rounding seeds, sums that differ only by fp32 reassociation.
 TEST(DataParallel, MatchesOneProcessWithMoreMicroBatches) {

@@ -160,7 +160,7 @@ TEST(PlanBits, PolicyBytesAreExact) {
   st.n_layers = 3, st.in_flight = 2;
   st.budget = (plan_min_act_bytes(sh, st) * 3) / 2;
   const PlanStageBits r = plan_allocate_stage(sh, st);
-  ActivationStore store(sh.cfg, int(sh.rows), r.policy);
+  ActivationStore store(sh.cfg, int(sh.rows), r.policy, model_stage_whole(sh.cfg));
   EXPECT_EQ(2 * (store.stored_bytes(true) + store.stored_bytes(false)), r.act_bytes);
   EXPECT_EQ(r.bits[int(ActSlot::q)], 16);  // attention stays bf16 by default
   EXPECT_EQ(r.bits[int(ActSlot::swiglu_out)], 0);

@@ -1,0 +1,127 @@
+#include "parallel/pipeline.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "parallel/data_parallel.h"
+
+namespace agoq {
+
+namespace {
+// Message tags: activations go forward, their gradients backward, evaluation activations apart from training's.
+constexpr int kTagActivation = 11, kTagGradient = 12, kTagEval = 13;
+}  // namespace
+
+std::vector<PipeOp> pipeline_schedule_1f1b(int P, int r, int m) {
+  AGOQ_CHECK(P >= 1 && r >= 0 && r < P && m >= 1, "1F1B schedule of stage ", r, " of ", P, " over ", m,
+             " micro-batches");
+  std::vector<PipeOp> ops;
+  const int warmup = std::min(P - r - 1, m);
+  int f = 0, b = 0;
+  while (f < warmup) ops.push_back({PipeOpKind::forward, f++});  // 1. warm-up: fill the pipeline
+  while (f < m) {                                                // 2. steady state: one forward, one backward
+    ops.push_back({PipeOpKind::forward, f++});
+    ops.push_back({PipeOpKind::backward, b++});
+  }
+  while (b < m) ops.push_back({PipeOpKind::backward, b++});      // 3. cool-down: drain it
+  return ops;
+}
+
+int pipeline_in_flight(int P, int r, int m) { return std::min(P - r, m); }
+
+Pipeline::Pipeline(Communicator& stages, LlamaModel& model, int B, int T)
+    : comm_(stages), model_(model), P_(stages.size()), r_(stages.rank()), rows_cap_(size_t(B) * T) {
+  const ModelStage& st = model.stage();
+  AGOQ_CHECK(st.embed == (r_ == 0) && st.head == (r_ == P_ - 1), "pipeline rank ", r_, " of ", P_,
+             " holds the wrong stage of the model");
+  const size_t n = rows_cap_ * size_t(model.config().dim);
+  for (Buffer<float>& b : out_) b = Buffer<float>(n, MemCategory::communication, "pipe.send");
+  model_.on_layer_done = [this] { progress(); };
+}
+
+Pipeline::~Pipeline() {
+  model_.on_layer_done = nullptr;
+  try {
+    wait_sends();
+  } catch (...) {  // the job is ending anyway; a destructor must not throw
+  }
+}
+
+void Pipeline::send(const float* src, int dst, int tag) {
+  const int i = out_next_;
+  out_next_ ^= 1;
+  out_req_[i].wait();
+  const size_t n = rows_cap_ * size_t(model_.config().dim);
+  std::memcpy(out_[i].data(), src, n * sizeof(float));
+  out_req_[i] = comm_.isend(out_[i].data(), n * sizeof(float), dst, tag);
+}
+
+void Pipeline::progress() {
+  for (CommRequest& q : out_req_) q.test();
+}
+
+void Pipeline::wait_sends() {
+  for (CommRequest& q : out_req_) q.wait();
+}
+
+double Pipeline::run(DataParallel* dp, const int32_t* inputs, const int32_t* targets, int m, int B, int T,
+                     float grad_scale) {
+  AGOQ_CHECK(size_t(B) * T == rows_cap_, "pipeline built for ", rows_cap_, " tokens per micro-batch, got ", B, "x", T);
+  const bool first = r_ == 0, last = r_ == P_ - 1;
+  const int K = model_.store_count();
+  AGOQ_CHECK(K >= pipeline_in_flight(P_, r_, m), "stage ", r_, " has ", K, " activation stores, 1F1B over ", m,
+             " micro-batches needs ", pipeline_in_flight(P_, r_, m));
+  const size_t rows = rows_cap_, bytes = rows * size_t(model_.config().dim) * sizeof(float);
+  double loss_sum = 0;
+  trace_.clear();
+  for (const PipeOp& op : pipeline_schedule_1f1b(P_, r_, m)) {
+    const int j = op.micro;
+    const int32_t* in = inputs + size_t(j) * rows;
+    // In-flight micro-batches form a window of at most K consecutive ones: j mod K is free when j starts.
+    model_.select_store(j % K);
+    if (op.kind == PipeOpKind::forward) {
+      if (dp) dp->micro_forward_begin(j);
+      if (!first) comm_.recv(model_.stage_input(), bytes, r_ - 1, kTagActivation);
+      model_.stage_forward(in, B, T);
+      if (last) {
+        // The last stage's backward follows its forward at once (no warm-up): the loss gradient is the start of
+        // the same micro-batch's backward, so the gradient hooks are set before it.
+        if (dp) dp->micro_backward_begin(j);
+        loss_sum += model_.stage_head(targets + size_t(j) * rows, B, T, grad_scale, true);
+      } else {
+        send(model_.stage_output(), r_ + 1, kTagActivation);
+      }
+    } else {
+      if (!last) {
+        if (dp) dp->micro_backward_begin(j);
+        comm_.recv(model_.stage_output_grad(), bytes, r_ + 1, kTagGradient);
+      }
+      model_.stage_backward(in, B, T);
+      if (!first) send(model_.stage_input_grad(), r_ - 1, kTagGradient);
+    }
+    trace_.push_back(op);
+  }
+  wait_sends();
+  return loss_sum;
+}
+
+double Pipeline::forward_loss_sum(const std::function<void(int, int32_t*, int32_t*)>& batch, int n, int B, int T) {
+  AGOQ_CHECK(size_t(B) * T == rows_cap_, "pipeline built for ", rows_cap_, " tokens per micro-batch, got ", B, "x", T);
+  const size_t rows = rows_cap_, bytes = rows * size_t(model_.config().dim) * sizeof(float);
+  std::vector<int32_t> in(rows), tgt(rows);
+  model_.select_store(0);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    batch(i, in.data(), tgt.data());
+    if (r_ > 0) comm_.recv(model_.stage_input(), bytes, r_ - 1, kTagEval);
+    model_.stage_forward(in.data(), B, T);
+    if (r_ < P_ - 1) send(model_.stage_output(), r_ + 1, kTagEval);
+    else sum += model_.stage_head(tgt.data(), B, T, 0.0f, false);
+  }
+  wait_sends();
+  comm_.broadcast(&sum, sizeof sum, P_ - 1);
+  return sum;
+}
+
+}  // namespace agoq
