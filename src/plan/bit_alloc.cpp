@@ -243,6 +243,9 @@ PlanReplan plan_replan_bits(const PlanActShape& shape, const std::vector<PlanSta
     const StageProblem p = stage_problem(shape, st, opt);
     const size_t need = p.bytes(min_levels());
     const bool feasible = need <= st.budget;
+    // Everything but the activations stays: the stage fits once capacity x (1 - margin) holds it plus `need`.
+    const double others = double(measured_peak[r]) - double(current[r].act_bytes);
+    out.min_capacity.push_back(size_t(std::ceil((others + double(need)) / (1.0 - margin))));
     out.stages.push_back(walk(p, feasible ? st.budget : need));
     char head[96];
     std::snprintf(head, sizeof head, " stage %zu %s%s free:", r, spare < 0 ? "-" : "+",

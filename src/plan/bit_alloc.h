@@ -79,6 +79,7 @@ std::vector<PlanStageBits> plan_allocate_bits(const PlanActShape& shape, const s
 // even at the lowest bits gets the lowest bits and a warning in the log (no throw: training can go on).
 struct PlanReplan {
   std::vector<PlanStageBits> stages;
+  std::vector<size_t> min_capacity;  // per stage: the smallest capacity that fits it at the lowest bits
   std::string log;  // one line: "replan: stage 0 -2.1 GiB: gate 4->3, up 4->3; stage 3 +6.0 GiB: gate 4->8; ..."
   bool changed = false;
 };

@@ -279,6 +279,15 @@ TrainResult train_run(const TrainOptions& opt) {
     if (grid.pipe) grid.pipe->allreduce_sum(peaks.data(), peaks.size());
     const std::vector<size_t> measured(peaks.begin(), peaks.end());
     const PlanReplan plan = plan_replan_bits(shape, budgets, current, measured, opt.mem_budget);
+    for (int r = 0; r < P; ++r)  // the same numbers on every rank: one message
+      if (plan.min_capacity[r] > opt.mem_budget) {
+        const std::string msg = "--mem-budget " + format_bytes(opt.mem_budget) + " cannot hold " +
+                                (P > 1 ? "pipeline stage " + std::to_string(r) : std::string("the model")) +
+                                " even with the lowest activation bits: it needs at least " +
+                                format_bytes(plan.min_capacity[r]) + " per rank";
+        if (world.size() > 1) throw CommAgreedError(msg);
+        fail(msg);
+      }
     if (plan.changed) {
       ActPolicy all = model.store().policy();  // every stage's new bits (a store only allocates its own layers)
       for (int r = 0; r < P; ++r) all = policy_with_stage(std::move(all), plan.stages[r].policy, stages[r]);

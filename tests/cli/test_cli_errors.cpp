@@ -106,6 +106,13 @@ TEST_F(CliErrors, BadFlagValues) {
   expect_clean_error(train({{"--stepz", "3"}}), "--stepz");
 }
 
+TEST_F(CliErrors, BadPipelineFlags) {
+  expect_clean_error(train({{"--pp", "0"}}), "--pp must be >= 1");
+  expect_clean_error(train({{"--pp", "2"}}), "--pp 2 needs a multiple of 2 ranks");
+  expect_clean_error(train({{"--stage-layers", "1,x"}}), "'x' is not a positive layer count");
+  expect_clean_error(train({{"--mem-budget", "lots"}}), "bad memory size 'lots'");
+}
+
 TEST_F(CliErrors, DivergenceIsReported) {
   expect_clean_error(train({{"--lr", "1e30"}, {"--min-lr", "0"}, {"--warmup", "0"}, {"--clip", "1e30"}, {"--steps", "20"}}),
                      "diverged");

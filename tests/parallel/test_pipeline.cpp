@@ -246,5 +246,45 @@ TEST(Pipeline, MemoryModelMatchesEachStage) {
   shared_cleanup(data);
 }
 
+// Dynamic re-planning after the warm-up steps: with a budget a little below what the first stage (most micro-batches
+// in flight) measured, it must lower its bits while the last stage, which has room, raises them; a budget that
+// nothing fits is one clear error naming the smallest that would.
+TEST(Pipeline, ReplanShiftsBitsBetweenStages) {
+  const int P = world().size();
+  if (P < 2) GTEST_SKIP() << "a pipeline needs mpirun -np >= 2";
+  const fs::path data = shared_data("replan");
+  TrainOptions o = pipe_tiny(data, "measure", 4);
+  o.pp = P, o.act_policy = "agoq", o.steps = 4, o.eval_every = 0;
+  o.stage_layers = std::to_string(4 - (P - 1));  // the first stage the heaviest: layers and micro-batches
+  for (int s = 1; s < P; ++s) o.stage_layers += ",1";
+  const TrainResult measured = train_run(o);
+  // Stage 0's peak with 10% of its activations to give back, as a capacity the re-planner keeps 5% under.
+  double budget = (double(measured.peak_total) - 0.1 * double(measured.peak.bytes[int(MemCategory::activations)])) / 0.95;
+  world().broadcast(&budget, sizeof budget, 0);
+  o.mem_budget = size_t(budget), o.replan_after = 2, o.out_dir = (data / "replan").string();
+  const TrainResult r = train_run(o);
+  std::vector<std::string> parts;  // "replan: stage 0 ...; stage 1 ..."
+  for (size_t at = 0, next; at < r.replan_log.size(); at = next + 1) {
+    next = r.replan_log.find(';', at);
+    if (next == std::string::npos) next = r.replan_log.size();
+    parts.push_back(r.replan_log.substr(at, next - at));
+  }
+  ASSERT_EQ(parts.size(), size_t(P)) << r.replan_log;
+  EXPECT_TRUE(parts[0].find("4->3") != std::string::npos || parts[0].find("4->2") != std::string::npos) << r.replan_log;
+  EXPECT_EQ(parts[0].find("->8"), std::string::npos) << r.replan_log;
+  EXPECT_NE(parts[P - 1].find("4->8"), std::string::npos) << r.replan_log;
+  for (float l : r.losses) EXPECT_TRUE(std::isfinite(l));
+
+  o.mem_budget = 1024, o.out_dir = (data / "tiny").string();
+  try {
+    train_run(o);
+    ADD_FAILURE() << "no error for a 1 KiB budget";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("even with the lowest activation bits: it needs at least"), std::string::npos)
+        << e.what();
+  }
+  shared_cleanup(data);
+}
+
 }  // namespace
 }  // namespace agoq
