@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "quant/stats.h"
 
 namespace agoq {
 
@@ -46,6 +47,12 @@ float* ActivationStore::fp32_data(int layer, ActSlot s) {
 void ActivationStore::save_rows(int layer, ActSlot s, size_t r0, size_t rows, const float* src) {
   if (!stored(layer, s)) return;
   QuantizedTensor& t = tensors_[layer][int(s)];
+  if (calibrating_) {
+    const QuantFormat& f = format(layer, s);
+    const bool q = f.kind == QuantKind::int_group;
+    sensitivity_[int(s)] += quant_range_energy(src, rows, t.cols(), q ? f.group : 128,
+                                               q ? f.symmetric : s != ActSlot::swiglu_out);
+  }
   if (is_fp32(layer, s) && src == fp32_data(layer, s) + r0 * t.cols()) return;
   quant_encode_rows(t.format(), src, r0, rows, t.cols(), t.view(), slot_seed(layer, s));
 }

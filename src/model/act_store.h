@@ -51,6 +51,12 @@ class ActivationStore {
   const QuantizedTensor& tensor(int layer, ActSlot s) const { return tensors_[layer][int(s)]; }
   QuantSeed slot_seed(int layer, ActSlot s) const { return {seed_, uint64_t(layer) * kActSlotCount + uint64_t(s)}; }
 
+  // Calibration for the bit allocator: while on, save_rows adds each saved tile's quant_range_energy (the C of
+  // plan/bit_alloc.h) to its slot's sum, with the group and symmetry of the slot's format (G = 128, symmetric
+  // except the SwiGLU output, for slots kept in fp32 or bf16).
+  void set_calibration(bool on) { calibrating_ = on; }
+  const std::array<double, kActSlotCount>& sensitivity() const { return sensitivity_; }
+
   // Bytes held by stored tensors, by slot class. (A NaN/Inf activation needs no check here: it reaches the loss,
   // and the trainer stops on a non-finite loss.)
   size_t stored_bytes(bool attention) const;
@@ -59,6 +65,8 @@ class ActivationStore {
   std::array<int, kActSlotCount> cols_{};
   ActPolicy policy_;
   uint64_t seed_ = 0;
+  bool calibrating_ = false;
+  std::array<double, kActSlotCount> sensitivity_{};
   std::vector<std::array<QuantizedTensor, kActSlotCount>> tensors_;  // [layer][slot]; empty when not stored
 };
 

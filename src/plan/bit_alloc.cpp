@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "plan/memory_model.h"
+#include "quant/stats.h"
 
 namespace agoq {
 
@@ -133,18 +134,7 @@ PlanStageBits walk(const StageProblem& p, size_t budget) {
 }  // namespace
 
 double plan_slot_sensitivity(const float* x, size_t rows, size_t cols, int group, bool symmetric) {
-  AGOQ_CHECK(group >= 1, "sensitivity: group must be positive");
-  double total = 0;
-  for (size_t r = 0; r < rows; ++r)
-    for (size_t c0 = 0; c0 < cols; c0 += size_t(group)) {
-      const size_t n = std::min(size_t(group), cols - c0);
-      const float* g = x + r * cols + c0;
-      float lo = g[0], hi = g[0], amax = 0;
-      for (size_t i = 0; i < n; ++i) lo = std::min(lo, g[i]), hi = std::max(hi, g[i]), amax = std::max(amax, std::fabs(g[i]));
-      const double R = symmetric ? 2.0 * amax : double(hi) - double(lo);
-      total += R * R * double(n);
-    }
-  return total;
+  return quant_range_energy(x, rows, cols, group, symmetric);
 }
 
 std::array<double, kActSlotCount> plan_default_sensitivity(const PlanActShape& shape, int n_layers) {

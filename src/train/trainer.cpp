@@ -260,6 +260,8 @@ TrainResult train_run(const TrainOptions& opt) {
   // Dynamic bit allocation (plan/bit_alloc.h): every stage's measured peak -> new bits for every stage. All ranks
   // compute the same plan from the same gathered numbers; each applies its own stage's part.
   std::string replan_log;
+  if (opt.mem_budget > 0)
+    for (int i = model.store_count() - 1; i >= 0; --i) model.select_store(i), model.store().set_calibration(true);
   auto replan = [&] {
     const PlanActShape shape{cfg, 1, size_t(B) * T};
     std::vector<PlanStageBudget> budgets;
@@ -268,10 +270,25 @@ TrainResult train_run(const TrainOptions& opt) {
       PlanStageBudget b;
       b.n_layers = stages[r].layer_count(), b.in_flight = pipeline_in_flight(P, r, m);
       budgets.push_back(b);
-      ActPolicy sp = model.store().policy();
-      sp.slots.assign(sp.slots.begin() + stages[r].first_layer, sp.slots.begin() + stages[r].end_layer);
+      const ActPolicy& all = model.store().policy();
+      ActPolicy sp = all;
+      sp.slots = {all.slots.begin() + stages[r].first_layer, all.slots.begin() + stages[r].end_layer};
       current.push_back(plan_stage_bits_of(shape, sp, b.in_flight));
     }
+    // C per slot measured on the warm-up steps' activations, summed over the stage's layers and replicas.
+    std::vector<double> sens(size_t(P) * kActSlotCount, 0.0);
+    for (int i = 0; i < model.store_count(); ++i) {
+      model.select_store(i);
+      for (int s = 0; s < kActSlotCount; ++s) sens[size_t(grid.stage) * kActSlotCount + s] += model.store().sensitivity()[s];
+    }
+    model.select_store(0);
+    if (D > 1) comm.allreduce_sum(sens.data(), sens.size());
+    if (grid.pipe) grid.pipe->allreduce_sum(sens.data(), sens.size());
+    for (int r = 0; r < P; ++r)
+      for (int s = 0; s < kActSlotCount; ++s) {
+        const double c = sens[size_t(r) * kActSlotCount + s];
+        budgets[r].sensitivity[s] = c > 0 ? c : -1.0;  // not measured (not stored): the default
+      }
     double peak = double(MemoryTracker::global().peak_total());
     if (D > 1) peak = comm.allreduce_value(peak, CommOp::max);
     std::vector<double> peaks(P, 0.0);

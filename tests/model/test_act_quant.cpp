@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/llama.h"
+#include "quant/stats.h"
 #include "model_test_util.h"
 
 namespace agoq {
@@ -172,6 +173,33 @@ TEST(ActQuant, TileFusedEncodesEqualWholeTensorEncodes) {
       ++compared;
     }
   EXPECT_EQ(compared, 20);
+}
+
+// Calibration (for the bit allocator): the store sums, per slot over layers, the range energy of what it saved,
+// with the slot's group and symmetry; equal to the energy of the whole fp32 tensors of the reference model.
+TEST(ActQuant, CalibrationSumsTheSavedRangeEnergy) {
+  Fixture f;
+  LlamaModel a(f.cfg, kB, kT, ActPolicy::parse("fp32", f.cfg.n_layers));
+  LlamaModel q(f.cfg, kB, kT, ActPolicy::parse("agoq", f.cfg.n_layers));
+  std::copy(f.weights.begin(), f.weights.end(), a.params().data());
+  std::copy(f.weights.begin(), f.weights.end(), q.params().data());
+  a.forward_loss(f.in.data(), f.tgt.data(), kB, kT);
+  q.forward_loss(f.in.data(), f.tgt.data(), kB, kT);
+  for (double c : q.store().sensitivity()) EXPECT_EQ(c, 0.0);  // off by default
+  q.store().set_calibration(true);
+  q.forward_loss(f.in.data(), f.tgt.data(), kB, kT);
+  const auto& got = q.store().sensitivity();
+  for (ActSlot s : {ActSlot::attn_norm_in, ActSlot::gate, ActSlot::up, ActSlot::q, ActSlot::v}) {
+    const QuantFormat& fm = q.store().format(0, s);
+    const bool qz = fm.kind == QuantKind::int_group;
+    double want = 0;
+    for (int l = 0; l < f.cfg.n_layers; ++l)
+      want += quant_range_energy(a.store().fp32_data(l, s), size_t(kB) * kT, size_t(a.store().cols(s)),
+                                 qz ? fm.group : 128, qz ? fm.symmetric : true);
+    EXPECT_NEAR(got[int(s)], want, 1e-9 * want) << act_slot_name(s);
+    EXPECT_GT(want, 0.0);
+  }
+  EXPECT_EQ(got[int(ActSlot::swiglu_out)], 0.0);  // recomputed under agoq: nothing saved, nothing measured
 }
 
 }  // namespace
