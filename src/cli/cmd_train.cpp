@@ -53,7 +53,8 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   c->add_option("--dim", o.model.dim, "hidden size")->capture_default_str();
   c->add_option("--layers", o.model.n_layers, "decoder layers")->capture_default_str();
   c->add_option("--heads", o.model.n_heads, "attention heads")->capture_default_str();
-  c->add_option("--kv-heads", o.model.n_kv_heads, "key/value heads (grouped-query attention)")->capture_default_str();
+  CLI::Option* kv_heads =
+      c->add_option("--kv-heads", o.model.n_kv_heads, "key/value heads, grouped-query attention (default: --heads)");
   c->add_option("--ffn", o.model.ffn_dim, "MLP hidden size")->capture_default_str();
   c->add_option("--rope-theta", o.model.rope_theta, "rotary embedding base")->capture_default_str();
   c->add_flag("--tie-embeddings", o.model.tie_embeddings, "share the embedding and LM head weights");
@@ -111,7 +112,10 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   // Test hooks (tests/mpi_tests.cmake): that rank ends abruptly (_exit(3)) when the step begins. Hidden.
   c->add_option("--debug-exit-at-step", o.debug_exit_step)->group("");
   c->add_option("--debug-exit-rank", o.debug_exit_rank)->group("");
-  c->callback([args] { cmd_train_run(*args); });
+  c->callback([args, kv_heads] {
+    if (kv_heads->count() == 0) args->opt.model.n_kv_heads = args->opt.model.n_heads;  // plain multi-head attention
+    cmd_train_run(*args);
+  });
 });
 
 }  // namespace

@@ -125,6 +125,20 @@ class CommAgreedError : public Error {
   using Error::Error;
 };
 
+// Runs `fn`, whose failure can only be the same on every rank (it depends on nothing but what all ranks share, such
+// as the flags after the start-up check): an agoq::Error becomes a CommAgreedError, so rank 0 alone reports it.
+template <class Fn>
+auto comm_agreed(const Communicator& comm, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const CommAgreedError&) {
+    throw;
+  } catch (const Error& e) {
+    if (comm.size() > 1) throw CommAgreedError(e.what());
+    throw;
+  }
+}
+
 // Runs `fn` and makes a failure end the whole job cleanly instead of leaving peers blocked in a collective:
 // with one rank an agoq::Error propagates unchanged; with several, a CommAgreedError (thrown identically on every
 // rank, e.g. a config mismatch) is rethrown on rank 0 only while the other ranks exit(1) quietly after MPI

@@ -124,15 +124,9 @@ ActPolicy policy_with_stage(ActPolicy full, const ActPolicy& stage_policy, const
 TrainResult train_run(const TrainOptions& opt) {
   Communicator& world = opt.comm ? *opt.comm : comm_world();
   const bool lead = world.rank() == 0;
-  options_validate(opt);
-  const ParallelGrid grid = [&] {
-    try {
-      return parallel_grid_make(world, opt.pp);
-    } catch (const Error& e) {  // the same on every rank
-      if (world.size() > 1) throw CommAgreedError(e.what());
-      throw;
-    }
-  }();
+  // Flag errors are the same on every rank: one message.
+  comm_agreed(world, [&] { options_validate(opt); });
+  const ParallelGrid grid = comm_agreed(world, [&] { return parallel_grid_make(world, opt.pp); });
   Communicator& comm = *grid.dp;  // this stage's data-parallel group
   const int D = grid.D, P = grid.P, rank = grid.replica;
   DpOptions dpo;
@@ -156,7 +150,7 @@ TrainResult train_run(const TrainOptions& opt) {
     cfg = meta.config;  // the checkpoint's shape wins
     resume_commit = meta.commit;
   }
-  cfg.validate();
+  comm_agreed(world, [&] { cfg.validate(); });
   if (world.size() > 1) {  // before any other collective: mismatched ranks stop here with one message from rank 0
     comm_check_consistent(world, run_description(opt, cfg, resume_commit), "config");
     comm_check_consistent(world, file_digest(data / "train.bin") + "\n" + file_digest(data / "val.bin"), "data");
@@ -164,15 +158,11 @@ TrainResult train_run(const TrainOptions& opt) {
   train_set.check_vocab(cfg.vocab_size);
   val_set.check_vocab(cfg.vocab_size);
   const int B = opt.batch, T = opt.seq, m = opt.accum;
-  std::vector<ModelStage> stages;
-  try {  // every rank fails alike on a bad split: one message (from rank 0) is enough
-    stages = model_stages_split(cfg, P, opt.stage_layers);
+  const std::vector<ModelStage> stages = comm_agreed(world, [&] {
     AGOQ_CHECK(P == 1 || !cfg.tie_embeddings,
                "tied embeddings need the embedding and the lm_head on one pipeline stage (use --pp 1 or untie them)");
-  } catch (const Error& e) {
-    if (world.size() > 1) throw CommAgreedError(e.what());
-    throw;
-  }
+    return model_stages_split(cfg, P, opt.stage_layers);
+  });
   const ModelStage& stage = stages[grid.stage];
 
   // One global window stream, identical on every rank: each step draws D * m micro-batches and replica r trains
@@ -302,8 +292,7 @@ TrainResult train_run(const TrainOptions& opt) {
                                 (P > 1 ? "pipeline stage " + std::to_string(r) : std::string("the model")) +
                                 " even with the lowest activation bits: it needs at least " +
                                 format_bytes(plan.min_capacity[r]) + " per rank";
-        if (world.size() > 1) throw CommAgreedError(msg);
-        fail(msg);
+        comm_agreed(world, [&] { fail(msg); });
       }
     if (plan.changed) {
       ActPolicy all = model.store().policy();  // every stage's new bits (a store only allocates its own layers)
