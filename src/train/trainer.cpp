@@ -17,10 +17,10 @@
 #include "parallel/data_parallel.h"
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
-#include "plan/bit_alloc.h"
 #include "train/checkpoint.h"
 #include "train/data_loader.h"
 #include "train/metrics.h"
+#include "train/replan.h"
 
 namespace agoq {
 
@@ -110,13 +110,6 @@ void stages_gather_tensors(Communicator& pipe, const LlamaConfig& cfg, const std
     for (size_t i = first_weight; i < weights.size(); ++i) pipe.recv(weights[i].data, bytes(weights[i]), s, kTag);
     for (size_t i = first_moment; i < moments.size(); ++i) pipe.recv(moments[i].data, bytes(moments[i]), s, kTag);
   }
-}
-
-// The whole-model policy with one stage's layers replaced by a stage policy (the allocator plans per stage).
-ActPolicy policy_with_stage(ActPolicy full, const ActPolicy& stage_policy, const ModelStage& st) {
-  for (int l = st.first_layer; l < st.end_layer; ++l) full.slots[l] = stage_policy.slots[l - st.first_layer];
-  full.name = "replanned";
-  return full;
 }
 
 }  // namespace
@@ -247,60 +240,15 @@ TrainResult train_run(const TrainOptions& opt) {
     if (D > 1) comm.broadcast(&val, sizeof val, 0);
     return val;
   };
-  // Dynamic bit allocation (plan/bit_alloc.h): every stage's measured peak -> new bits for every stage. All ranks
-  // compute the same plan from the same gathered numbers; each applies its own stage's part.
+  // Dynamic bit allocation (train/replan.h): the stores calibrate sensitivities until the re-planning step.
   std::string replan_log;
   if (opt.mem_budget > 0)
     for (int i = model.store_count() - 1; i >= 0; --i) model.select_store(i), model.store().set_calibration(true);
   auto replan = [&] {
-    const PlanActShape shape{cfg, 1, size_t(B) * T};
-    std::vector<PlanStageBudget> budgets;
-    std::vector<PlanStageBits> current;
-    for (int r = 0; r < P; ++r) {
-      PlanStageBudget b;
-      b.n_layers = stages[r].layer_count(), b.in_flight = pipeline_in_flight(P, r, m);
-      budgets.push_back(b);
-      const ActPolicy& all = model.store().policy();
-      ActPolicy sp = all;
-      sp.slots = {all.slots.begin() + stages[r].first_layer, all.slots.begin() + stages[r].end_layer};
-      current.push_back(plan_stage_bits_of(shape, sp, b.in_flight));
-    }
-    // C per slot measured on the warm-up steps' activations, summed over the stage's layers and replicas.
-    std::vector<double> sens(size_t(P) * kActSlotCount, 0.0);
-    for (int i = 0; i < model.store_count(); ++i) {
-      model.select_store(i);
-      for (int s = 0; s < kActSlotCount; ++s) sens[size_t(grid.stage) * kActSlotCount + s] += model.store().sensitivity()[s];
-    }
-    model.select_store(0);
-    if (D > 1) comm.allreduce_sum(sens.data(), sens.size());
-    if (grid.pipe) grid.pipe->allreduce_sum(sens.data(), sens.size());
-    for (int r = 0; r < P; ++r)
-      for (int s = 0; s < kActSlotCount; ++s) {
-        const double c = sens[size_t(r) * kActSlotCount + s];
-        budgets[r].sensitivity[s] = c > 0 ? c : -1.0;  // not measured (not stored): the default
-      }
-    double peak = double(MemoryTracker::global().peak_total());
-    if (D > 1) peak = comm.allreduce_value(peak, CommOp::max);
-    std::vector<double> peaks(P, 0.0);
-    peaks[grid.stage] = peak;
-    if (grid.pipe) grid.pipe->allreduce_sum(peaks.data(), peaks.size());
-    const std::vector<size_t> measured(peaks.begin(), peaks.end());
-    const PlanReplan plan = plan_replan_bits(shape, budgets, current, measured, opt.mem_budget);
-    for (int r = 0; r < P; ++r)  // the same numbers on every rank: one message
-      if (plan.min_capacity[r] > opt.mem_budget) {
-        const std::string msg = "--mem-budget " + format_bytes(opt.mem_budget) + " cannot hold " +
-                                (P > 1 ? "pipeline stage " + std::to_string(r) : std::string("the model")) +
-                                " even with the lowest activation bits: it needs at least " +
-                                format_bytes(plan.min_capacity[r]) + " per rank";
-        comm_agreed(world, [&] { fail(msg); });
-      }
-    if (plan.changed) {
-      ActPolicy all = model.store().policy();  // every stage's new bits (a store only allocates its own layers)
-      for (int r = 0; r < P; ++r) all = policy_with_stage(std::move(all), plan.stages[r].policy, stages[r]);
-      model.set_policy(all);
-    }
-    replan_log = plan.log;
-    log.note(plan.log);
+    const ReplanResult r = replan_activation_bits(model, grid, stages, m, size_t(B) * T, opt.mem_budget);
+    if (!r.error.empty()) comm_agreed(world, [&] { fail(r.error); });  // the same on every rank: one message
+    replan_log = r.log;
+    log.note(r.log);
   };
 
   TrainResult result;
