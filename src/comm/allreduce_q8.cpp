@@ -7,11 +7,9 @@
 //   step 4  all-gather the reduced messages; dequantize all of them (or keep the codes)
 //
 // A value is rounded twice at most (step 1 and step 3), so the error does not grow with N (docs/comm.md derives the
-// bound). Each step is one pass over memory: step 3 works chunk by chunk (64 KiB, cache resident) through the
-// quant library's SIMD dequantize / dequantize_add / quantize kernels.
+// bound). Each step is one pass over memory: step 3 dequantizes, sums and requantizes one block at a time in
+// registers / L1 (grad_q8_sum_requantize), so the reduced fp32 shard is never written out.
 #include "comm/allreduce_q8.h"
-
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -24,11 +22,9 @@ namespace agoq {
 namespace {
 
 constexpr size_t kAlign = 64;
-constexpr size_t kChunkValues = 16384;           // step 3 works on chunks of 64 KiB of fp32 (L2 resident)
-constexpr size_t kParallelMin = size_t(1) << 15;  // smaller shards are reduced by one thread
+constexpr size_t kStreamBytes = size_t(16) << 20;  // outputs from this size are written with streaming stores
 
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-size_t chunk_values(int block) { return round_up(kChunkValues, size_t(block)); }
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point& t0) {
@@ -54,7 +50,6 @@ void q8_reduce_to_owner(Communicator& comm, CommQ8Workspace& ws, const CommQ8Pla
   const int N = p.nranks, me = comm.rank();
   uint8_t* msgs = ws.msgs(p.total_bytes);
   uint8_t* recv = ws.recv(p.msg_bytes[me] * size_t(N));
-  float* scratch = ws.scratch(comm_q8_scratch_floats(p));
   auto t = Clock::now();
 
   // Step 1: quantize every shard into its outgoing message; our own shard straight into its receive slot.
@@ -72,7 +67,7 @@ void q8_reduce_to_owner(Communicator& comm, CommQ8Workspace& ws, const CommQ8Pla
   ws.times.alltoall = seconds_since(t);
 
   // Step 3: sum the N copies of our shard in rank order; requantize straight into our slot of msgs.
-  comm_q8_reduce_shard(p, me, recv, average, out_f32, keep_msg ? msgs + p.msg_offset[me] : nullptr, scratch);
+  comm_q8_reduce_shard(p, me, recv, average, out_f32, keep_msg ? msgs + p.msg_offset[me] : nullptr);
   ws.times.reduce = seconds_since(t);
 }
 
@@ -133,10 +128,6 @@ uint8_t* CommQ8Workspace::recv(size_t bytes) {
   if (recv_.size() < bytes) recv_ = Buffer<uint8_t>(bytes, MemCategory::communication, "comm.q8");
   return recv_.data();
 }
-float* CommQ8Workspace::scratch(size_t floats) {
-  if (scratch_.size() < floats) scratch_ = Buffer<float>(floats, MemCategory::communication, "comm.q8");
-  return scratch_.data();
-}
 
 // ---- the steps ----
 
@@ -151,39 +142,30 @@ void comm_q8_quantize_shards(const CommQ8Plan& p, const float* in, uint8_t* msgs
   }
 }
 
-size_t comm_q8_scratch_floats(const CommQ8Plan& p) { return size_t(omp_get_max_threads()) * chunk_values(p.block); }
-
 void comm_q8_reduce_shard(const CommQ8Plan& p, int k, const uint8_t* received, bool average, float* out_f32,
-                          uint8_t* out_msg, float* scratch) {
-  const size_t len = p.shards[k].size(), B = size_t(p.block), chunk = chunk_values(p.block);
-  const size_t msg = p.msg_bytes[k], nchunks = (len + chunk - 1) / chunk;
+                          uint8_t* out_msg) {
+  // One pass per block: the N copies are dequantized and summed in rank order (the same bits on every run and
+  // every backend), divided, and requantized while the block is in registers / L1.
   const int N = p.nranks;
-  GradQ8Options q;
-  q.block = p.block;
-#pragma omp parallel for schedule(static) if (len >= kParallelMin)
-  for (long long c = 0; c < static_cast<long long>(nchunks); ++c) {
-    const size_t c0 = size_t(c) * chunk, m = std::min(chunk, len - c0);
-    float* acc = out_f32 ? out_f32 + c0 : scratch + size_t(omp_get_thread_num()) * chunk;
-    for (int r = 0; r < N; ++r) {  // fixed rank order: the same bits on every run and every backend
-      const uint8_t* src = received + size_t(r) * msg;
-      const int8_t* codes = msg_codes(src) + c0;
-      const float* scales = msg_scales(p, k, src) + c0 / B;
-      if (r == 0) grad_q8_dequantize(codes, scales, m, acc, p.block);
-      else grad_q8_dequantize_add(codes, scales, m, acc, p.block);
-    }
-    if (average)
-      for (size_t j = 0; j < m; ++j) acc[j] /= float(N);
-    if (out_msg)
-      grad_q8_quantize(acc, m, reinterpret_cast<int8_t*>(out_msg) + c0,
-                       reinterpret_cast<float*>(out_msg + p.scales_offset(k)) + c0 / B, q);
+  std::vector<const int8_t*> codes(static_cast<size_t>(N));
+  std::vector<const float*> scales(static_cast<size_t>(N));
+  for (int r = 0; r < N; ++r) {
+    const uint8_t* src = received + size_t(r) * p.msg_bytes[k];
+    codes[r] = msg_codes(src), scales[r] = msg_scales(p, k, src);
   }
+  grad_q8_sum_requantize(codes.data(), scales.data(), N, p.shards[k].size(), average ? float(N) : 1.f, out_f32,
+                         out_msg ? reinterpret_cast<int8_t*>(out_msg) : nullptr,
+                         out_msg ? reinterpret_cast<float*>(out_msg + p.scales_offset(k)) : nullptr, p.block);
 }
 
 void comm_q8_dequantize_shards(const CommQ8Plan& p, const uint8_t* msgs, float* out) {
+  // A large output goes past the cache anyway: streaming stores skip reading every line before writing it.
+  const bool stream = p.n * sizeof(float) >= kStreamBytes;
   for (int k = 0; k < p.nranks; ++k) {
     const uint8_t* m = msgs + p.msg_offset[k];
     const CommShard s = p.shards[k];
-    grad_q8_dequantize(msg_codes(m), msg_scales(p, k, m), s.size(), out + s.begin, p.block);
+    if (stream) grad_q8_dequantize_stream(msg_codes(m), msg_scales(p, k, m), s.size(), out + s.begin, p.block);
+    else grad_q8_dequantize(msg_codes(m), msg_scales(p, k, m), s.size(), out + s.begin, p.block);
   }
 }
 

@@ -54,13 +54,11 @@ class CommQ8Workspace {
   const CommQ8Plan& plan(size_t n, int nranks, int block);  // cached for repeated shapes
   uint8_t* msgs(size_t bytes);                              // send (all-to-all) = receive (all-gather) buffer
   uint8_t* recv(size_t bytes);                              // all-to-all receive buffer
-  float* scratch(size_t floats);                            // per-thread chunks of the reduce step
   CommQ8Times times;
 
  private:
   CommQ8Plan plan_;
   Buffer<uint8_t> msgs_, recv_;
-  Buffer<float> scratch_;
 };
 
 // ---- the collective ----
@@ -87,11 +85,11 @@ CommShard comm_reduce_scatter_q8(Communicator& comm, CommQ8Workspace& ws, const 
 void comm_q8_quantize_shards(const CommQ8Plan& plan, const float* in, uint8_t* msgs, int self = -1,
                              uint8_t* self_msg = nullptr);
 // Step 3: `received` holds N messages of shard k (from ranks 0..N-1, plan.msg_bytes[k] each, back to back). Sums
-// them in rank order in fp32 (divides by N if average) in one cache-blocked pass, writing the fp32 shard to out_f32
-// and/or its requantized message to out_msg (either may be null). `scratch`: comm_q8_scratch_floats(plan) floats.
+// them in rank order in fp32 (divides by N if average) and requantizes in one pass, block by block, writing the fp32
+// shard to out_f32 and/or its requantized message to out_msg (either may be null; without out_f32 the fp32 sum
+// never reaches memory).
 void comm_q8_reduce_shard(const CommQ8Plan& plan, int k, const uint8_t* received, bool average, float* out_f32,
-                          uint8_t* out_msg, float* scratch);
-size_t comm_q8_scratch_floats(const CommQ8Plan& plan);
+                          uint8_t* out_msg);
 // Step 4: dequantizes all N messages of msgs into out[0..n).
 void comm_q8_dequantize_shards(const CommQ8Plan& plan, const uint8_t* msgs, float* out);
 // Step 4, 8-bit output: copies the messages' codes and scales into the whole tensor's grad_q8 layout.

@@ -183,7 +183,92 @@ void dequantize(const int8_t* codes, const float* scales, size_t n, float* out, 
   }
 }
 
+// The sum of nsrc dequantized sources for elements [j0, j0 + m) of one block, rank order, as fp32:
+// codes_0 * s_0, then fma(codes_r, s_r, sum) for r = 1 .. nsrc - 1, then / divisor (skipped when 1) -- the same
+// operations, rounded the same way, as dequantize then dequantize_add then a division.
+inline void block_sum_scalar(const int8_t* const* codes, const float* const* scales, int nsrc, size_t b, size_t j0,
+                             size_t m, float divisor, float* y) {
+  for (size_t j = 0; j < m; ++j) {
+    float v = float(codes[0][j0 + j]) * scales[0][b];
+    for (int r = 1; r < nsrc; ++r) v = std::fma(float(codes[r][j0 + j]), scales[r][b], v);
+    y[j] = divisor != 1.f ? v / divisor : v;
+  }
+}
+
+#if AGOQ_QUANT_AVX2
+inline void block_sum_avx2(const int8_t* const* codes, const float* const* scales, int nsrc, size_t b, size_t j0,
+                           size_t m, float divisor, float* y) {
+  constexpr int kMaxSrc = 16;  // scales kept in registers; more sources reload them
+  __m256 vs[kMaxSrc];
+  for (int r = 0; r < std::min(nsrc, kMaxSrc); ++r) vs[r] = _mm256_set1_ps(scales[r][b]);
+  auto scale = [&](int r) { return r < kMaxSrc ? vs[r] : _mm256_set1_ps(scales[r][b]); };
+  const __m256 vd = _mm256_set1_ps(divisor);
+  const bool divide = divisor != 1.f;
+  size_t j = 0;
+  for (; j + 8 <= m; j += 8) {
+    __m256 v = _mm256_mul_ps(load_codes8(codes[0] + j0 + j), scale(0));
+    for (int r = 1; r < nsrc; ++r) v = _mm256_fmadd_ps(load_codes8(codes[r] + j0 + j), scale(r), v);
+    _mm256_storeu_ps(y + j, divide ? _mm256_div_ps(v, vd) : v);
+  }
+  if (j < m) block_sum_scalar(codes, scales, nsrc, b, j0 + j, m - j, divisor, y + j);
+}
+#endif
+
 }  // namespace
+
+size_t grad_q8_sum_requantize(const int8_t* const* codes, const float* const* scales, int nsrc, size_t n,
+                              float divisor, float* out_f32, int8_t* out_codes, float* out_scales, int block) {
+  AGOQ_CHECK(block >= 1 && block <= 65536, "grad_q8: block must be in [1, 65536], got ", block);
+  AGOQ_CHECK(nsrc >= 1, "grad_q8_sum_requantize: needs at least one source");
+  const size_t B = size_t(block), nb = grad_q8_blocks(n, block);
+  const bool simd = quant_simd_enabled();
+  size_t bad = 0;
+#pragma omp parallel reduction(+ : bad) if (n >= kParallelMin)
+  {
+    QuantRandomBytes rb(QuantSeed{}, simd);  // nearest rounding: never drawn from
+    std::vector<float> tile(out_f32 ? 0 : B);  // the block's sum when it is not kept: L1 resident
+#pragma omp for schedule(static)
+    for (long long b = 0; b < static_cast<long long>(nb); ++b) {
+      const size_t j = size_t(b) * B, m = std::min(B, n - j);
+      float* y = out_f32 ? out_f32 + j : tile.data();
+#if AGOQ_QUANT_AVX2
+      if (simd) {
+        block_sum_avx2(codes, scales, nsrc, size_t(b), j, m, divisor, y);
+        if (out_codes) bad += block_avx2<false, false>(y, m, out_codes + j, out_scales + b, rb, 0, 0);
+        continue;
+      }
+#endif
+      block_sum_scalar(codes, scales, nsrc, size_t(b), j, m, divisor, y);
+      if (out_codes) bad += block_scalar<false, false>(y, m, out_codes + j, out_scales + b, rb, 0);
+    }
+  }
+  return bad;
+}
+
+void grad_q8_dequantize_stream(const int8_t* codes, const float* scales, size_t n, float* out, int block) {
+#if AGOQ_QUANT_AVX2
+  AGOQ_CHECK(block >= 1 && block <= 65536, "grad_q8: block must be in [1, 65536], got ", block);
+  if (!quant_simd_enabled()) return dequantize<false>(codes, scales, n, out, block);
+  const size_t B = size_t(block), nb = grad_q8_blocks(n, block);
+#pragma omp parallel if (n >= kParallelMin)
+  {
+#pragma omp for schedule(static)
+    for (long long b = 0; b < static_cast<long long>(nb); ++b) {
+      const size_t j0 = size_t(b) * B, end = std::min(j0 + B, n);
+      const float s = scales[b];
+      const __m256 vs = _mm256_set1_ps(s);
+      size_t j = j0;
+      // Plain stores up to the first 32-byte boundary of out, then streaming stores.
+      for (; j < end && (reinterpret_cast<uintptr_t>(out + j) & 31); ++j) out[j] = float(codes[j]) * s;
+      for (; j + 8 <= end; j += 8) _mm256_stream_ps(out + j, _mm256_mul_ps(load_codes8(codes + j), vs));
+      for (; j < end; ++j) out[j] = float(codes[j]) * s;
+    }
+    _mm_sfence();  // this thread's streaming stores are visible before the region ends
+  }
+#else
+  dequantize<false>(codes, scales, n, out, block);
+#endif
+}
 
 size_t grad_q8_quantize(const float* x, size_t n, int8_t* codes, float* scales, const GradQ8Options& o) {
   return o.rounding == QuantRounding::stochastic ? run_blocks<false, true>(x, n, codes, scales, o)

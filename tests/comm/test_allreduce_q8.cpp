@@ -56,12 +56,11 @@ Vec simulate_allreduce_q8(const std::vector<Vec>& xs, int block, bool average, V
   std::vector<std::vector<uint8_t>> sent(N, std::vector<uint8_t>(p.total_bytes));
   for (int r = 0; r < N; ++r) comm_q8_quantize_shards(p, xs[r].data(), sent[r].data());  // step 1
   std::vector<uint8_t> gathered(p.total_bytes);
-  Vec scratch(comm_q8_scratch_floats(p));
   for (int k = 0; k < N; ++k) {
     std::vector<uint8_t> recv(p.msg_bytes[k] * N);  // step 2
     for (int r = 0; r < N; ++r)
       if (p.msg_bytes[k]) std::memcpy(&recv[r * p.msg_bytes[k]], &sent[r][p.msg_offset[k]], p.msg_bytes[k]);
-    comm_q8_reduce_shard(p, k, recv.data(), average, nullptr, gathered.data() + p.msg_offset[k], scratch.data());
+    comm_q8_reduce_shard(p, k, recv.data(), average, nullptr, gathered.data() + p.msg_offset[k]);
   }
   Vec out(n);
   comm_q8_dequantize_shards(p, gathered.data(), out.data());  // step 4

@@ -183,6 +183,70 @@ TEST(GradQ8, DequantizeAddSumsShards) {
   for (size_t i = 0; i < n; ++i) EXPECT_EQ(out[i], std::fma(float(qb[i]), sb[i / 128], da[i]));
 }
 
+// The fused reduce step is bit for bit the unfused chain: dequantize, dequantize_add, divide, quantize.
+TEST(GradQ8, SumRequantizeEqualsDequantizeAddDivideQuantize) {
+  for (bool simd : {true, false}) {
+    quant_set_simd(simd);
+    for (int block : {1, 7, 256, 1000})
+      for (int nsrc : {1, 2, 3, 5, 17})
+        for (size_t n : {size_t(0), size_t(1), size_t(255), size_t(3001), size_t(40003)})
+          for (float divisor : {1.f, float(nsrc)}) {
+            SCOPED_TRACE(testing::Message() << "block " << block << " nsrc " << nsrc << " n " << n << " simd "
+                                            << simd << " divisor " << divisor);
+            const size_t nb = grad_q8_blocks(n, block);
+            std::vector<std::vector<int8_t>> q(nsrc, std::vector<int8_t>(n));
+            std::vector<std::vector<float>> sc(nsrc, std::vector<float>(nb));
+            std::vector<const int8_t*> qp;
+            std::vector<const float*> sp;
+            for (int r = 0; r < nsrc; ++r) {
+              auto x = normal_vec(n, 1.f + r, 100 + r);
+              if (n > 300 && r == 1) x[299] = NAN;  // poisons one block of the sum
+              grad_q8_quantize(x.data(), n, q[r].data(), sc[r].data(), opts(block));
+              qp.push_back(q[r].data()), sp.push_back(sc[r].data());
+            }
+            std::vector<float> ref(n);
+            grad_q8_dequantize(qp[0], sp[0], n, ref.data(), block);
+            for (int r = 1; r < nsrc; ++r) grad_q8_dequantize_add(qp[r], sp[r], n, ref.data(), block);
+            if (divisor != 1.f)
+              for (float& v : ref) v /= divisor;
+            std::vector<int8_t> ref_q(n), got_q(n);
+            std::vector<float> ref_s(nb), got_s(nb), got(n);
+            const size_t ref_bad = grad_q8_quantize(ref.data(), n, ref_q.data(), ref_s.data(), opts(block));
+            EXPECT_EQ(grad_q8_sum_requantize(qp.data(), sp.data(), nsrc, n, divisor, got.data(), got_q.data(),
+                                             got_s.data(), block),
+                      ref_bad);
+            EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), n * 4));
+            EXPECT_EQ(ref_q, got_q);
+            EXPECT_EQ(0, std::memcmp(ref_s.data(), got_s.data(), nb * 4));
+            // Without the fp32 output (the sum stays in a tile), and the fp32 output alone.
+            std::fill(got_q.begin(), got_q.end(), int8_t(0));
+            grad_q8_sum_requantize(qp.data(), sp.data(), nsrc, n, divisor, nullptr, got_q.data(), got_s.data(), block);
+            EXPECT_EQ(ref_q, got_q);
+            EXPECT_EQ(0, std::memcmp(ref_s.data(), got_s.data(), nb * 4));
+            std::fill(got.begin(), got.end(), 0.f);
+            grad_q8_sum_requantize(qp.data(), sp.data(), nsrc, n, divisor, got.data(), nullptr, nullptr, block);
+            EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), n * 4));
+          }
+  }
+  quant_set_simd(true);
+}
+
+// Streaming stores write the same values as grad_q8_dequantize, at any alignment of the output.
+TEST(GradQ8, DequantizeStreamEqualsDequantize) {
+  const size_t n = 70001;
+  const auto x = normal_vec(n, 1.f, 21);
+  for (int block : {1, 7, 256}) {
+    std::vector<int8_t> q(n);
+    std::vector<float> s(grad_q8_blocks(n, block)), ref(n), got(n + 8);
+    grad_q8_quantize(x.data(), n, q.data(), s.data(), opts(block));
+    grad_q8_dequantize(q.data(), s.data(), n, ref.data(), block);
+    for (size_t off : {0, 1, 3, 7}) {
+      grad_q8_dequantize_stream(q.data(), s.data(), n, got.data() + off, block);
+      EXPECT_EQ(0, std::memcmp(ref.data(), got.data() + off, n * 4)) << "block " << block << " offset " << off;
+    }
+  }
+}
+
 // Shards: each shard starts its own blocks; stochastic rounding keyed by index_base gives the same codes as the
 // whole vector wherever the shard boundary is block-aligned.
 TEST(GradQ8, ShardsWithIndexBase) {
