@@ -134,6 +134,7 @@ uint8_t* CommQ8Workspace::recv(size_t bytes) {
 void comm_q8_quantize_shards(const CommQ8Plan& p, const float* in, uint8_t* msgs, int self, uint8_t* self_msg) {
   GradQ8Options q;
   q.block = p.block;
+  q.stream = p.n * sizeof(float) >= kStreamBytes;  // the codes of a large input go past the cache anyway
   for (int k = 0; k < p.nranks; ++k) {
     uint8_t* m = k == self && self_msg ? self_msg : msgs + p.msg_offset[k];
     const CommShard s = p.shards[k];

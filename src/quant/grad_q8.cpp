@@ -77,9 +77,18 @@ inline __m256 load_codes8(const int8_t* c) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));
 }
 
+// simd::pack32_i8 with a non-temporal store where codes is 32-byte aligned (a plain store elsewhere).
+inline void pack32_i8_stream(__m256i a, __m256i b, __m256i c, __m256i d, int8_t* codes) {
+  __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+  v = _mm256_max_epi8(_mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)), _mm256_set1_epi8(-127));
+  if (reinterpret_cast<uintptr_t>(codes) & 31) _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), v);
+  else _mm256_stream_si256(reinterpret_cast<__m256i*>(codes), v);
+}
+
+// stream: codes with non-temporal stores (nearest rounding only; the caller fences).
 template <bool Acc, bool Stoch>
 size_t block_avx2(const float* x, size_t n, int8_t* codes, float* scale, QuantRandomBytes& rb, uint64_t first,
-                  uint64_t limit) {
+                  uint64_t limit, bool stream = false) {
   const float old = Acc ? *scale : 0.f;
   const __m256 vold = _mm256_set1_ps(old);
   auto y8 = [&](size_t j) {
@@ -124,6 +133,7 @@ size_t block_avx2(const float* x, size_t n, int8_t* codes, float* scale, QuantRa
       // All four are computed before the store: with Acc they read the codes being overwritten.
       const __m256i a = code8(j), b = code8(j + 8), c = code8(j + 16), d = code8(j + 24);
       if constexpr (Stoch) simd::pack32_i8_sr(a, b, c, d, r + (j - j0), codes + j);
+      else if (stream) pack32_i8_stream(a, b, c, d, codes + j);
       else simd::pack32_i8(a, b, c, d, codes + j);
     }
     for (; j < j0 + m; ++j) codes[j] = quantize_one<Stoch>(y1(j), p, Stoch ? r[j - j0] : 0);
@@ -150,12 +160,15 @@ size_t run_blocks(const float* x, size_t n, int8_t* codes, float* scales, const 
       const size_t j = size_t(b) * B, m = std::min(B, n - j);
 #if AGOQ_QUANT_AVX2
       if (simd) {
-        bad += block_avx2<Acc, Stoch>(x + j, m, codes + j, scales + b, rb, o.index_base + j, limit);
+        bad += block_avx2<Acc, Stoch>(x + j, m, codes + j, scales + b, rb, o.index_base + j, limit, o.stream);
         continue;
       }
 #endif
       bad += block_scalar<Acc, Stoch>(x + j, m, codes + j, scales + b, rb, o.index_base + j);
     }
+#if AGOQ_QUANT_AVX2
+    if (o.stream) _mm_sfence();  // this thread's streaming stores are visible before the region ends
+#endif
   }
   return bad;
 }
@@ -196,21 +209,46 @@ inline void block_sum_scalar(const int8_t* const* codes, const float* const* sca
 }
 
 #if AGOQ_QUANT_AVX2
-inline void block_sum_avx2(const int8_t* const* codes, const float* const* scales, int nsrc, size_t b, size_t j0,
-                           size_t m, float divisor, float* y) {
+// block_sum_scalar in AVX2; returns max |y| as bits (as block_avx2 computes it, so >= 0x7F800000 flags NaN/Inf).
+inline uint32_t block_sum_avx2(const int8_t* const* codes, const float* const* scales, int nsrc, size_t b,
+                               size_t j0, size_t m, float divisor, float* y) {
   constexpr int kMaxSrc = 16;  // scales kept in registers; more sources reload them
   __m256 vs[kMaxSrc];
   for (int r = 0; r < std::min(nsrc, kMaxSrc); ++r) vs[r] = _mm256_set1_ps(scales[r][b]);
   auto scale = [&](int r) { return r < kMaxSrc ? vs[r] : _mm256_set1_ps(scales[r][b]); };
   const __m256 vd = _mm256_set1_ps(divisor);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
   const bool divide = divisor != 1.f;
+  __m256i vmax = _mm256_setzero_si256();
   size_t j = 0;
   for (; j + 8 <= m; j += 8) {
     __m256 v = _mm256_mul_ps(load_codes8(codes[0] + j0 + j), scale(0));
     for (int r = 1; r < nsrc; ++r) v = _mm256_fmadd_ps(load_codes8(codes[r] + j0 + j), scale(r), v);
-    _mm256_storeu_ps(y + j, divide ? _mm256_div_ps(v, vd) : v);
+    if (divide) v = _mm256_div_ps(v, vd);
+    _mm256_storeu_ps(y + j, v);
+    vmax = _mm256_max_epi32(vmax, _mm256_and_si256(_mm256_castps_si256(v), abs_mask));
   }
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), vmax);
+  uint32_t amax_bits = 0;
+  for (uint32_t v : lanes) amax_bits = std::max(amax_bits, v);
   if (j < m) block_sum_scalar(codes, scales, nsrc, b, j0 + j, m - j, divisor, y + j);
+  for (; j < m; ++j) amax_bits = std::max(amax_bits, std::bit_cast<uint32_t>(y[j]) & 0x7FFFFFFFu);
+  return amax_bits;
+}
+
+// block_avx2<false, false> (nearest) for a block whose max |y| is known. Same codes and scale.
+inline size_t block_encode_avx2(const float* y, size_t m, uint32_t amax_bits, int8_t* codes, float* scale,
+                                QuantRandomBytes& rb) {
+  const BlockParams p = block_params(std::bit_cast<float>(amax_bits));
+  if (amax_bits >= 0x7F800000u || p.pre != 1.f) return block_avx2<false, false>(y, m, codes, scale, rb, 0, 0);  // rare
+  const __m256 inv = _mm256_set1_ps(p.inv);
+  auto code8 = [&](size_t k) { return _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(y + k), inv)); };
+  size_t j = 0;
+  for (; j + 32 <= m; j += 32) simd::pack32_i8(code8(j), code8(j + 8), code8(j + 16), code8(j + 24), codes + j);
+  for (; j < m; ++j) codes[j] = quantize_one<false>(y[j], p, 0);
+  *scale = p.scale;
+  return 0;
 }
 #endif
 
@@ -233,8 +271,8 @@ size_t grad_q8_sum_requantize(const int8_t* const* codes, const float* const* sc
       float* y = out_f32 ? out_f32 + j : tile.data();
 #if AGOQ_QUANT_AVX2
       if (simd) {
-        block_sum_avx2(codes, scales, nsrc, size_t(b), j, m, divisor, y);
-        if (out_codes) bad += block_avx2<false, false>(y, m, out_codes + j, out_scales + b, rb, 0, 0);
+        const uint32_t amax_bits = block_sum_avx2(codes, scales, nsrc, size_t(b), j, m, divisor, y);
+        if (out_codes) bad += block_encode_avx2(y, m, amax_bits, out_codes + j, out_scales + b, rb);
         continue;
       }
 #endif

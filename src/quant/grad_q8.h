@@ -20,6 +20,9 @@ struct GradQ8Options {
   // seed (pass a different seed.seed per accumulation step, or the steps' rounding would be correlated).
   QuantSeed seed{};
   uint64_t index_base = 0;
+  // Write the codes with non-temporal (streaming) stores (nearest rounding, AVX2): for a large output that is not
+  // read right away, it saves the read-for-ownership of every line. Same codes either way.
+  bool stream = false;
 };
 
 inline size_t grad_q8_blocks(size_t n, int block) { return (n + size_t(block) - 1) / size_t(block); }

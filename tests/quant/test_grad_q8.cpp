@@ -231,14 +231,22 @@ TEST(GradQ8, SumRequantizeEqualsDequantizeAddDivideQuantize) {
   quant_set_simd(true);
 }
 
-// Streaming stores write the same values as grad_q8_dequantize, at any alignment of the output.
-TEST(GradQ8, DequantizeStreamEqualsDequantize) {
+// Streaming stores write the same values as the plain kernels, at any alignment of the output.
+TEST(GradQ8, StreamingStoresGiveTheSameOutput) {
   const size_t n = 70001;
   const auto x = normal_vec(n, 1.f, 21);
   for (int block : {1, 7, 256}) {
-    std::vector<int8_t> q(n);
-    std::vector<float> s(grad_q8_blocks(n, block)), ref(n), got(n + 8);
+    std::vector<int8_t> q(n), qs(n + 64);
+    std::vector<float> s(grad_q8_blocks(n, block)), ss(s.size()), ref(n), got(n + 8);
     grad_q8_quantize(x.data(), n, q.data(), s.data(), opts(block));
+    GradQ8Options o = opts(block);
+    o.stream = true;
+    const size_t aligned = (32 - reinterpret_cast<uintptr_t>(qs.data()) % 32) % 32;  // streaming needs 32 bytes
+    for (size_t off : {aligned, aligned + 1, aligned + 8}) {
+      grad_q8_quantize(x.data(), n, qs.data() + off, ss.data(), o);
+      EXPECT_EQ(0, std::memcmp(q.data(), qs.data() + off, n)) << "block " << block << " offset " << off;
+      EXPECT_EQ(0, std::memcmp(s.data(), ss.data(), s.size() * 4));
+    }
     grad_q8_dequantize(q.data(), s.data(), n, ref.data(), block);
     for (size_t off : {0, 1, 3, 7}) {
       grad_q8_dequantize_stream(q.data(), s.data(), n, got.data() + off, block);
