@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -71,6 +72,20 @@ inline TrainResult single_reference(TrainOptions o, int D) {
   }
   w.barrier();
   return r;
+}
+
+// o.steps (8) straight vs 4 + resume + 4 into folders below data: bit-identical losses.
+inline void expect_resume_bit_identical(TrainOptions o, const std::filesystem::path& data) {
+  const TrainResult straight = train_run(o);
+  o.out_dir = (data / "split").string();
+  o.stop_after = 4;
+  const TrainResult a = train_run(o);
+  o.stop_after = 0;
+  o.resume = (data / "split" / "ckpt").string();
+  const TrainResult b = train_run(o);
+  ASSERT_EQ(a.losses.size() + b.losses.size(), straight.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], straight.losses[i]) << "step " << i + 1;
+  for (size_t i = 0; i < b.losses.size(); ++i) EXPECT_EQ(b.losses[i], straight.losses[4 + i]) << "step " << i + 5;
 }
 
 inline double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {

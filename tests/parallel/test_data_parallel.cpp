@@ -93,16 +93,7 @@ void check_resume(const std::string& store, const std::string& reduce, int zero)
   const fs::path data = shared_data("resume" + store + reduce);
   TrainOptions o = tiny(data, "straight", 2);
   o.grad_store = store, o.allreduce = reduce, o.zero = zero;
-  const TrainResult straight = train_run(o);
-  o.out_dir = (data / "split").string();
-  o.stop_after = 4;
-  const TrainResult a = train_run(o);
-  o.stop_after = 0;
-  o.resume = (data / "split" / "ckpt").string();
-  const TrainResult b = train_run(o);
-  ASSERT_EQ(a.losses.size() + b.losses.size(), straight.losses.size());
-  for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], straight.losses[i]) << "step " << i + 1;
-  for (size_t i = 0; i < b.losses.size(); ++i) EXPECT_EQ(b.losses[i], straight.losses[4 + i]) << "step " << i + 5;
+  expect_resume_bit_identical(o, data);
   shared_cleanup(data);
 }
 

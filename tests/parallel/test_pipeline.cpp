@@ -210,15 +210,7 @@ TEST(Pipeline, ResumeIsBitIdentical) {
   const fs::path data = shared_data("ppresume");
   TrainOptions o = pipe_tiny(data, "straight", 2);
   o.pp = P;
-  const TrainResult straight = train_run(o);
-  o.out_dir = (data / "split").string();
-  o.stop_after = 4;
-  const TrainResult a = train_run(o);
-  o.stop_after = 0;
-  o.resume = (data / "split" / "ckpt").string();
-  const TrainResult b = train_run(o);
-  ASSERT_EQ(a.losses.size() + b.losses.size(), straight.losses.size());
-  for (size_t i = 0; i < b.losses.size(); ++i) EXPECT_EQ(b.losses[i], straight.losses[4 + i]) << "step " << i + 5;
+  expect_resume_bit_identical(o, data);
   shared_cleanup(data);
 }
 
