@@ -271,6 +271,27 @@ void batch_stats(const float* x, size_t cols, size_t G, size_t g0, size_t ng, Ba
   }
 }
 
+// The random bytes of one batch of groups (stochastic rounding): the whole Philox chunks that cover it, in element
+// order, generated straight into a fixed buffer. One buffer per batch in flight (the pipeline below holds two), so
+// there is no sliding window to manage: no calls, no moves, no bounds checks in the loop.
+struct BatchRandom {
+  // 8 groups of at most 256 values, plus a partial chunk at each end when the batch does not start on a chunk.
+  static constexpr size_t kBytes = 8 * 256 + 2 * kQuantRandomChunk;
+  uint64_t base = 0, next = 0;  // element index of bytes[0] and of the first byte not yet generated (chunk multiples)
+  alignas(32) uint8_t bytes[kBytes];
+
+  void start(uint64_t first) { base = next = first / kQuantRandomChunk * kQuantRandomChunk; }
+  // Generates the chunks up to element `end` (exclusive).
+  void generate(const simd::PhiloxKey8& key, uint64_t end) {
+    for (; next < end; next += kQuantRandomChunk) {
+      simd::Philox4 even, odd;
+      simd::philox_chunk(key, next / kQuantRandomChunk * 8, even, odd);
+      simd::store_chunk(even, odd, bytes + (next - base));
+    }
+  }
+  const uint8_t* at(uint64_t i) const { return bytes + (i - base); }
+};
+
 // Software-pipelined over batches: pass 1 and the scales of batch b + 1 are issued before pass 2 of batch b, so
 // the scale computation (a ~50-cycle chain of divisions and fp16 conversions) overlaps pass 2 instead of stalling
 // it, and pass 1 runs a batch (1024 values at G = 128) ahead, which also starts the next loads from memory early.
@@ -280,19 +301,25 @@ template <int B, bool Stoch, bool Sym>
 QuantStatus encode_row_avx2(const QuantFormat& f, const float* x, size_t cols, const QuantView& row,
                             const QuantSeed& seed, uint64_t first) {
   QuantStatus st;
-  QuantRandomBytes rb(seed, true);
   const size_t G = size_t(f.group), groups = (cols + G - 1) / G;
   BatchParams bp[2];
-  // Before pass 1 of group g (batch starting at group g0): its random bytes, keeping those of the batch before.
-  auto random_ahead = [&](size_t g0, size_t g) {
-    if constexpr (Stoch) rb.prepare(first + (g0 >= 8 ? g0 - 8 : 0) * G, first + std::min(cols, (g + 1) * G));
+  // Only the stochastic kernel touches these (the key schedule is 20 broadcasts: built once per row).
+  BatchRandom rnd[Stoch ? 2 : 1];
+  const simd::PhiloxKey8 key(Stoch ? seed.seed : 0, Stoch ? seed.tensor_id : 0);
+  // Before pass 1 of group g0 + k of the batch starting at group g0 (buffer b): its random bytes.
+  auto random_ahead = [&](BatchRandom& r, size_t g0, size_t k) {
+    if constexpr (Stoch) {
+      if (k == 0) r.start(first + g0 * G);
+      r.generate(key, first + std::min(cols, (g0 + k + 1) * G));
+    }
   };
-  if (groups) batch_stats<B, Sym>(x, cols, G, 0, std::min<size_t>(8, groups), bp[0], [&](size_t k) { random_ahead(0, k); });
+  if (groups)
+    batch_stats<B, Sym>(x, cols, G, 0, std::min<size_t>(8, groups), bp[0], [&](size_t k) { random_ahead(rnd[0], 0, k); });
   for (size_t g0 = 0, cur = 0; g0 < groups; g0 += 8, cur ^= 1) {
     const size_t ng = std::min<size_t>(8, groups - g0);
     if (g0 + 8 < groups)
       batch_stats<B, Sym>(x, cols, G, g0 + 8, std::min<size_t>(8, groups - g0 - 8), bp[cur ^ 1],
-                          [&](size_t k) { random_ahead(g0 + 8, g0 + 8 + k); });
+                          [&](size_t k) { random_ahead(rnd[Stoch ? cur ^ 1 : 0], g0 + 8, k); });
     const BatchParams& p8 = bp[cur];
     for (size_t k = 0; k < ng; ++k) {
       const size_t g = g0 + k, c0 = g * G, n = std::min(G, cols - c0);
@@ -304,7 +331,7 @@ QuantStatus encode_row_avx2(const QuantFormat& f, const float* x, size_t cols, c
       }
       GroupParams p;
       set_encoder(B, Sym, Sym ? 0.f : p8.lo[k], Sym ? 0.f : p8.range[k], p8.inv[k], p);
-      const uint8_t* r = Stoch ? rb.get(first + c0, n) : nullptr;
+      const uint8_t* r = Stoch ? rnd[Stoch ? cur : 0].at(first + c0) : nullptr;
       if (Sym || p.sub == 0.f) quantize_group_avx2<B, Stoch, false>(x + c0, n, p, r, codes);
       else quantize_group_avx2<B, Stoch, true>(x + c0, n, p, r, codes);
       row.scales[g] = p8.h[k];
