@@ -63,10 +63,12 @@ size_t block_scalar(const float* x, size_t n, int8_t* codes, float* scale, Quant
     return bad;
   }
   const BlockParams p = block_params(amax);
+  uint8_t tmp[kRandomPiece];  // a piece's bytes when it does not start on 32 elements
   for (size_t j0 = 0; j0 < n; j0 += kRandomPiece) {
     const size_t m = std::min(kRandomPiece, n - j0);
-    const uint8_t* r = Stoch ? rb.get(first + j0, m) : nullptr;
-    for (size_t j = j0; j < j0 + m; ++j) codes[j] = quantize_one<Stoch>(y(j), p, Stoch ? r[j - j0] : 0);
+    const uint8_t* r = Stoch ? rb.get(first + j0, m, tmp) : nullptr;
+    for (size_t j = j0; j < j0 + m; ++j)
+      codes[j] = quantize_one<Stoch>(y(j), p, Stoch ? r[quant_random_slot(j - j0)] : 0);
   }
   *scale = p.scale;
   return 0;
@@ -116,12 +118,13 @@ size_t block_avx2(const float* x, size_t n, int8_t* codes, float* scale, QuantRa
   // y * pre is y itself when pre = 1 (blocks not tiny): the multiplication is skipped, same bits.
   const bool scaled = p.pre != 1.f;
   const __m256 pre = _mm256_set1_ps(p.pre), inv = _mm256_set1_ps(Stoch ? p.inv256 : p.inv);
+  alignas(32) uint8_t tmp[Stoch ? kRandomPiece : 1];  // a piece's bytes when it does not start on 32 elements
   for (size_t j0 = 0; j0 < n; j0 += kRandomPiece) {
     const size_t m = std::min(kRandomPiece, n - j0);
     const uint8_t* r = nullptr;
     if constexpr (Stoch) {  // this piece's bytes, and the next piece's generated ahead
       rb.prepare(first + j0, std::min(first + j0 + m + kRandomAhead, limit));
-      r = rb.get(first + j0, m);
+      r = rb.get(first + j0, m, tmp);
     }
     // Codes before clamping; the packs clamp to [-127, 127] exactly like quantize_one. cvtps rounds to nearest
     // even (the default MXCSR mode, as nearbyint).
@@ -136,7 +139,7 @@ size_t block_avx2(const float* x, size_t n, int8_t* codes, float* scale, QuantRa
       else if (stream) pack32_i8_stream(a, b, c, d, codes + j);
       else simd::pack32_i8(a, b, c, d, codes + j);
     }
-    for (; j < j0 + m; ++j) codes[j] = quantize_one<Stoch>(y1(j), p, Stoch ? r[j - j0] : 0);
+    for (; j < j0 + m; ++j) codes[j] = quantize_one<Stoch>(y1(j), p, Stoch ? r[quant_random_slot(j - j0)] : 0);
   }
   *scale = p.scale;
   return 0;

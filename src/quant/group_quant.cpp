@@ -109,7 +109,7 @@ QuantStatus encode_group_scalar(const float* x, size_t n, bool sym, const uint8_
   if (bad || !group_params(B, sym, lo + 0.f, hi + 0.f, p)) return mark_bad_group(x, n, B, codes, scale, min);
   const float qmax = float((1 << B) - 1);
   uint8_t q[256];
-  for (size_t j = 0; j < n; ++j) q[j] = quantize_one<Stoch>(x[j], p, qmax, Stoch ? r[j] : 0);
+  for (size_t j = 0; j < n; ++j) q[j] = quantize_one<Stoch>(x[j], p, qmax, Stoch ? r[quant_random_slot(j)] : 0);
   pack_scalar<B>(q, n, codes);
   *scale = p.h;
   if (min) *min = p.offset;
@@ -239,7 +239,7 @@ void quantize_group_avx2(const float* x, size_t n, const GroupParams& p, const u
   if (j < n) {  // the short last group of a row whose length is not a multiple of 32
     uint8_t q[32];
     const float qmax = float((1 << B) - 1);
-    for (size_t k = j; k < n; ++k) q[k - j] = quantize_one<Stoch>(x[k], p, qmax, Stoch ? r[k] : 0);
+    for (size_t k = j; k < n; ++k) q[k - j] = quantize_one<Stoch>(x[k], p, qmax, Stoch ? r[quant_random_slot(k)] : 0);
     pack_scalar<B>(q, n - j, codes + j / 8 * B);
   }
 }
@@ -301,7 +301,8 @@ struct BatchRandom {
       simd::store_chunk(even, odd, bytes + (next - base));
     }
   }
-  const uint8_t* at(uint64_t i) const { return bytes + (i - base); }
+  // The bytes of group [i, i + n) as a block (quant_random_block; tmp: 256 bytes).
+  const uint8_t* block(uint64_t i, size_t n, uint8_t* tmp) const { return quant_random_block(bytes, base, i, n, tmp); }
 };
 
 // Software-pipelined over batches: pass 1 and the scales of batch b + 1 are issued before pass 2 of batch b, so
@@ -317,6 +318,7 @@ QuantStatus encode_row_avx2(const QuantFormat& f, const float* x, size_t cols, c
   BatchParams bp[2];
   // Only the stochastic kernel touches these (the key schedule is 20 broadcasts: built once per row).
   BatchRandom rnd[Stoch ? 2 : 1];
+  alignas(32) uint8_t misaligned[Stoch ? 256 : 1];  // a group's bytes when the row does not start on 32 elements
   const simd::PhiloxKey8 key(Stoch ? seed.seed : 0, Stoch ? seed.tensor_id : 0);
   // Before pass 1 of group g0 + k of the batch starting at group g0 (buffer b): its random bytes.
   auto random_ahead = [&](BatchRandom& r, size_t g0, size_t k) {
@@ -343,7 +345,7 @@ QuantStatus encode_row_avx2(const QuantFormat& f, const float* x, size_t cols, c
       }
       GroupParams p;
       set_encoder(B, Sym, Sym ? 0.f : p8.lo[k], Sym ? 0.f : p8.range[k], p8.inv[k], p);
-      const uint8_t* r = Stoch ? rnd[Stoch ? cur : 0].at(first + c0) : nullptr;
+      const uint8_t* r = Stoch ? rnd[Stoch ? cur : 0].block(first + c0, n, misaligned) : nullptr;
       if (Sym || p.sub == 0.f) quantize_group_avx2<B, Stoch, false>(x + c0, n, p, r, codes);
       else quantize_group_avx2<B, Stoch, true>(x + c0, n, p, r, codes);
       row.scales[g] = p8.h[k];
@@ -372,10 +374,11 @@ QuantStatus encode_row(const QuantFormat& f, const float* x, size_t cols, const 
 #endif
   QuantStatus st;
   QuantRandomBytes rb(seed, false);
+  uint8_t tmp[256];
   const size_t G = size_t(f.group);
   for (size_t g = 0, c = 0; c < cols; ++g, c += G) {
     const size_t n = std::min(G, cols - c);
-    const uint8_t* r = Stoch ? rb.get(first + c, n) : nullptr;
+    const uint8_t* r = Stoch ? rb.get(first + c, n, tmp) : nullptr;
     st += encode_group_scalar<B, Stoch>(x + c, n, f.symmetric, r, row.codes + c / 8 * B, row.scales + g,
                                         f.symmetric ? nullptr : row.mins + g);
   }

@@ -17,12 +17,17 @@ std::atomic<bool> g_simd{AGOQ_QUANT_AVX2 != 0};
 bool quant_simd_enabled() { return AGOQ_QUANT_AVX2 && g_simd.load(std::memory_order_relaxed); }
 void quant_set_simd(bool on) { g_simd.store(on, std::memory_order_relaxed); }
 
+const uint8_t* quant_random_copy_block(const uint8_t* buf, size_t off, size_t n, uint8_t* tmp) {
+  for (size_t j = 0; j < n; ++j) tmp[quant_random_slot(j)] = buf[quant_random_slot(off + j)];
+  return tmp;
+}
+
 void quant_random_chunks_scalar(const QuantSeed& s, uint64_t chunk, size_t chunks, uint8_t* out) {
   for (size_t c = 0; c < chunks; ++c, out += kQuantRandomChunk)
-    for (int lane = 0; lane < 8; ++lane) {
-      const auto w = philox4x32(s.seed, s.tensor_id, (chunk + c) * 8 + lane);
+    for (int u = 0; u < 8; ++u) {  // the 4-byte unit u of each word's 32 elements: counter rev3(u)
+      const auto w = philox4x32(s.seed, s.tensor_id, (chunk + c) * 8 + (((u & 1) << 2) | (u & 2) | (u >> 2)));
       for (int k = 0; k < 4; ++k)
-        for (int b = 0; b < 4; ++b) out[32 * k + 4 * lane + b] = uint8_t(w[k] >> (8 * b));
+        for (int b = 0; b < 4; ++b) out[quant_random_slot(32 * k + 4 * u + b)] = uint8_t(w[k] >> (8 * b));
     }
 }
 

@@ -57,15 +57,22 @@ inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(uint32_t(h) <
 // ---- Philox random bytes for stochastic rounding ----
 // Stochastic rounding draws one random *byte* per element (8-bit uniforms; docs/quant-formats.md derives the
 // resulting bias, at most 1/512 of a step). Element i of a tensor uses
-//   byte i % 4 of word (i / 32) % 4 of philox4x32(seed, tensor_id, ctr = (i / 128) * 8 + (i / 4) % 8),
-// so chunk c (elements [128 c, 128 c + 128)) is exactly 8 Philox calls on counters 8c .. 8c + 7. Computed in 8
-// AVX2 lanes (lane l = counter 8c + l), the vector of word k holds elements [128 c + 32 k, + 32) as its 32 bytes
-// in element order: storing the 4 word vectors gives the chunk's bytes in order, no shuffles. Depends only on
-// (seed, tensor id, i): identical for any thread count, any row split, and both kernels.
+//   byte i % 4 of word (i / 32) % 4 of philox4x32(seed, tensor_id, ctr = (i / 128) * 8 + rev3((i / 4) % 8)),
+// rev3 reversing 3 bits, so chunk c (elements [128 c, 128 c + 128)) is exactly 8 Philox calls on counters
+// 8c .. 8c + 7. Depends only on (seed, tensor id, i): identical for any thread count, any row split, both kernels.
+// Why rev3: the chunk's bytes are kept in the order the AVX2 kernels produce and consume them cheapest (the
+// "slot" order below): the 4 word vectors of the 8 counters are stored with one shuffle each, and 32 bytes feed
+// the 16-bit rounding lanes of 32 values with one unpack each (the order of packs_epi32's output), no lane-crossing
+// permutes. Element j of a 32-aligned block has its byte at position quant_random_slot(j) of the block.
 constexpr size_t kQuantRandomChunk = 128;  // elements (bytes) per chunk of 8 Philox calls
 
+// Position of element j's byte in a buffer that starts at an element index that is a multiple of 32: bits 2-4 of
+// j rotated right by one (the 4-byte units of a 32-byte block in the order 0 2 4 6 1 3 5 7 of their elements).
+constexpr size_t quant_random_slot(size_t j) { return (j & ~size_t(0x1C)) | ((j >> 1) & 0xC) | ((j & 4) << 2); }
+
 inline uint8_t quant_random_byte_at(const QuantSeed& s, uint64_t i) {
-  const uint32_t w = philox4x32(s.seed, s.tensor_id, (i >> 7) * 8 + ((i >> 2) & 7))[(i >> 5) & 3];
+  const uint64_t u = (i >> 2) & 7, rev = ((u & 1) << 2) | (u & 2) | (u >> 2);
+  const uint32_t w = philox4x32(s.seed, s.tensor_id, (i >> 7) * 8 + rev)[(i >> 5) & 3];
   return uint8_t(w >> (8 * (i & 3)));
 }
 // The uniform that byte stands for, (byte + 1/2) / 256 in (0, 1) (for tests and documentation).
@@ -79,7 +86,18 @@ inline float quant_uniform_at(const QuantSeed& s, uint64_t i) {
 // |T / 256 - t| <= 1/512 of a step. Arithmetic shift: a floor for negative T too (the gradient format is signed).
 inline int32_t quant_sr_round(int32_t T, uint8_t byte) { return (T + int32_t(byte)) >> 8; }
 
-// Bytes of chunks [chunk, chunk + chunks) into out[0 .. 128 * chunks), in element order.
+// The bytes of elements [first, first + n) laid out for a block starting at `first` (element first + j's byte at
+// r[quant_random_slot(j)]), from a buffer whose byte 0 belongs to element `base` (a multiple of the chunk): a
+// pointer into the buffer when first is a multiple of 32, else a copy into tmp (n rounded up to 32 bytes). Only
+// rows or blocks that do not start on a multiple of 32 elements pay for the copy.
+const uint8_t* quant_random_copy_block(const uint8_t* buf, size_t off, size_t n, uint8_t* tmp);  // the copy (cold)
+inline const uint8_t* quant_random_block(const uint8_t* buf, uint64_t base, uint64_t first, size_t n, uint8_t* tmp) {
+  const size_t off = size_t(first - base);
+  return off % 32 == 0 ? buf + off : quant_random_copy_block(buf, off, n, tmp);
+}
+
+// Bytes of chunks [chunk, chunk + chunks) into out[0 .. 128 * chunks), in slot order: element 128 chunk + j's byte
+// at out[quant_random_slot(j)].
 void quant_random_chunks_scalar(const QuantSeed& s, uint64_t chunk, size_t chunks, uint8_t* out);
 #if AGOQ_QUANT_AVX2
 void quant_random_chunks_avx2(const QuantSeed& s, uint64_t chunk, size_t chunks, uint8_t* out);
@@ -99,11 +117,14 @@ class QuantRandomBytes {
   void prepare(uint64_t keep, uint64_t end) {
     if (keep < lo_ || end > hi_) extend(keep, end);
   }
-  // The bytes of elements [first, first + n) (n <= kMaxSpan), generated if not prepared.
-  const uint8_t* get(uint64_t first, size_t n) {
+  // The bytes of elements [first, first + n) (n <= kMaxSpan) as a block starting at `first` (quant_random_block;
+  // tmp: n rounded up to 32 bytes), generated if not prepared.
+  const uint8_t* get(uint64_t first, size_t n, uint8_t* tmp) {
     prepare(first, first + n);
-    return buf_ + (first - lo_);
+    return quant_random_block(buf_, lo_, first, n, tmp);
   }
+  // The byte of element i (prepared).
+  uint8_t at(uint64_t i) const { return buf_[quant_random_slot(size_t(i - lo_))]; }
 
  private:
   void extend(uint64_t keep, uint64_t end);

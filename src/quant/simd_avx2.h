@@ -58,10 +58,14 @@ inline void philox_chunk(const PhiloxKey8& key, uint64_t ctr, Philox4& even, Phi
   }
 }
 
-// The 128 random bytes of chunk c (Philox counters 8c .. 8c + 7) from its even (8c + 0, 2, 4, 6) and odd chain:
-// word k of all 8 counters, in counter order, is one vector (one shift and one blend each).
+// The 128 random bytes of chunk c (Philox counters 8c .. 8c + 7) from its even (8c + 0, 2, 4, 6) and odd chain, in
+// slot order: word k of all 8 counters is one vector, the counters' words in the order 0 2 1 3 | 4 6 5 7 (the low
+// halves of even and odd picked by one shuffle); slot s of that order holds element unit rotl3(s), whose counter is
+// rev3(rotl3(s)) = that order (simd.h).
 inline void store_chunk(const Philox4& even, const Philox4& odd, uint8_t* out) {
-  auto merge = [](__m256i e, __m256i o) { return _mm256_blend_epi32(e, _mm256_slli_epi64(o, 32), 0xAA); };
+  auto merge = [](__m256i e, __m256i o) {
+    return _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(e), _mm256_castsi256_ps(o), _MM_SHUFFLE(2, 0, 2, 0)));
+  };
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), merge(even.c0, odd.c0));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32), merge(even.c1, odd.c1));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64), merge(even.c2, odd.c2));
@@ -90,18 +94,24 @@ inline void pack32(__m256i a, __m256i b, __m256i c, __m256i d, uint8_t* out) {
   store_code_bytes<B>(v, out);
 }
 
+// The random bytes of 32 values in slot order (simd.h), widened to 16 bits in the order of packs_epi32(a, b) and
+// packs_epi32(c, d): values 0-3, 8-11 | 4-7, 12-15 and 16-19, 24-27 | 20-23, 28-31, which are bytes 0-7 | 16-23
+// and 8-15 | 24-31 of the slot order: one in-lane unpack each.
+inline void bytes16x2(const uint8_t* r, __m256i& ab, __m256i& cd) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r)), z = _mm256_setzero_si256();
+  ab = _mm256_unpacklo_epi8(v, z), cd = _mm256_unpackhi_epi8(v, z);
+}
+
 // Stochastic rounding and packing of 32 values in one: a..d hold T = round(256 t) (int32, 8 consecutive values
-// each), r the 32 random bytes. quant_sr_round in 16-bit lanes: T saturated to [0, 65535] (exact for a valid
-// code, T <= 256 (2^B - 1)), plus the byte with unsigned saturation, shifted right by 8. Then clamped and packed
-// as pack32; the same codes as quant_sr_round followed by the clamp to [0, 2^B - 1].
+// each), r the 32 random bytes (slot order). quant_sr_round in 16-bit lanes: T saturated to [0, 65535] (exact for
+// a valid code, T <= 256 (2^B - 1)), plus the byte with unsigned saturation, shifted right by 8. Then clamped and
+// packed as pack32; the same codes as quant_sr_round followed by the clamp to [0, 2^B - 1].
 template <int B>
 inline void pack32_sr(__m256i a, __m256i b, __m256i c, __m256i d, const uint8_t* r, uint8_t* out) {
-  // packus_epi32(a, b) holds values 0-3, 8-11 | 4-7, 12-15: the bytes are widened and put in that order.
-  auto bytes16 = [](const uint8_t* p) {
-    return _mm256_permute4x64_epi64(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 0xD8);
-  };
-  const __m256i ab = _mm256_srli_epi16(_mm256_adds_epu16(_mm256_packus_epi32(a, b), bytes16(r)), 8);
-  const __m256i cd = _mm256_srli_epi16(_mm256_adds_epu16(_mm256_packus_epi32(c, d), bytes16(r + 16)), 8);
+  __m256i rab, rcd;
+  bytes16x2(r, rab, rcd);
+  const __m256i ab = _mm256_srli_epi16(_mm256_adds_epu16(_mm256_packus_epi32(a, b), rab), 8);
+  const __m256i cd = _mm256_srli_epi16(_mm256_adds_epu16(_mm256_packus_epi32(c, d), rcd), 8);
   __m256i v = _mm256_packus_epi16(ab, cd);  // 4-byte units a0 b0 c0 d0 a1 b1 c1 d1, as in pack32
   v = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   store_code_bytes<B>(v, out);
@@ -146,13 +156,13 @@ inline void pack32_i8(__m256i a, __m256i b, __m256i c, __m256i d, int8_t* out) {
 }
 
 // Stochastic rounding for the gradient format: a..d hold T = round(256 t) (int32, |T| <= 127 * 256), r the 32
-// random bytes. quant_sr_round in signed 16-bit lanes (T + byte <= 32767: no overflow), then as pack32_i8.
+// random bytes (slot order). quant_sr_round in signed 16-bit lanes (T + byte <= 32767: no overflow), then as
+// pack32_i8.
 inline void pack32_i8_sr(__m256i a, __m256i b, __m256i c, __m256i d, const uint8_t* r, int8_t* out) {
-  auto bytes16 = [](const uint8_t* p) {  // in the order of packs_epi32's output, as in pack32_sr
-    return _mm256_permute4x64_epi64(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 0xD8);
-  };
-  const __m256i ab = _mm256_srai_epi16(_mm256_adds_epi16(_mm256_packs_epi32(a, b), bytes16(r)), 8);
-  const __m256i cd = _mm256_srai_epi16(_mm256_adds_epi16(_mm256_packs_epi32(c, d), bytes16(r + 16)), 8);
+  __m256i rab, rcd;
+  bytes16x2(r, rab, rcd);
+  const __m256i ab = _mm256_srai_epi16(_mm256_adds_epi16(_mm256_packs_epi32(a, b), rab), 8);
+  const __m256i cd = _mm256_srai_epi16(_mm256_adds_epi16(_mm256_packs_epi32(c, d), rcd), 8);
   __m256i v = _mm256_packs_epi16(ab, cd);
   v = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_max_epi8(v, _mm256_set1_epi8(-127)));

@@ -153,14 +153,19 @@ TEST(QuantRandom, SimdChunksMatchScalarAndElementFormula) {
     quant_random_chunks_avx2(s, chunk, 7, b.data());
     EXPECT_EQ(a, b) << chunk;
 #endif
-    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], quant_random_byte_at(s, chunk * kQuantRandomChunk + i));
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_EQ(a[quant_random_slot(i)], quant_random_byte_at(s, chunk * kQuantRandomChunk + i));
   }
-  // The mapping itself: element i is byte i % 4 of word (i / 32) % 4 of Philox counter (i / 128) * 8 + (i / 4) % 8.
-  for (uint64_t i : {uint64_t(0), uint64_t(1), uint64_t(37), uint64_t(127), uint64_t(128), uint64_t(1000003)}) {
-    const auto w = philox4x32(s.seed, s.tensor_id, (i / 128) * 8 + (i / 4) % 8);
+  // The mapping itself: element i is byte i % 4 of word (i / 32) % 4 of Philox counter (i / 128) * 8 + rev3((i / 4)
+  // % 8), rev3 reversing 3 bits; slots rotate bits 2-4 of the index right by one.
+  const uint64_t rev3[8] = {0, 4, 2, 6, 1, 5, 3, 7};
+  for (uint64_t i : {uint64_t(0), uint64_t(1), uint64_t(5), uint64_t(37), uint64_t(127), uint64_t(128), uint64_t(1000003)}) {
+    const auto w = philox4x32(s.seed, s.tensor_id, (i / 128) * 8 + rev3[(i / 4) % 8]);
     EXPECT_EQ(quant_random_byte_at(s, i), uint8_t(w[(i / 32) % 4] >> (8 * (i % 4)))) << i;
     EXPECT_EQ(quant_uniform_at(s, i), (quant_random_byte_at(s, i) + 0.5f) / 256) << i;
   }
+  const size_t slot_unit[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // element unit (4 bytes) u of 32 -> its position
+  for (size_t j = 0; j < 256; ++j) EXPECT_EQ(quant_random_slot(j), j / 32 * 32 + slot_unit[j / 4 % 8] * 4 + j % 4) << j;
   // Another tensor id or seed gives other bytes.
   int same_id = 0, same_seed = 0;
   for (uint64_t i = 0; i < 256; ++i) {
@@ -183,11 +188,13 @@ TEST(QuantRandom, WindowMatchesElementFormula) {
       const size_t n = 1 + rng.below(k % 3 == 0 ? 1024 : 200);
       const uint64_t ahead = first + n + rng.below(QuantRandomBytes::kMaxSpan - n + 1);
       rb.prepare(first, ahead);
-      const uint8_t* r = rb.get(first, n);
-      for (size_t j = 0; j < n; ++j) ASSERT_EQ(r[j], quant_random_byte_at(s, first + j)) << first << " " << j;
-      const uint8_t* a = rb.get(first, size_t(ahead - first));  // the look-ahead is there too
+      std::vector<uint8_t> tmp((std::max<size_t>(n, ahead - first) + 31) / 32 * 32);
+      const uint8_t* r = rb.get(first, n, tmp.data());  // a block starting at first, aligned to 32 or not
+      for (size_t j = 0; j < n; ++j)
+        ASSERT_EQ(r[quant_random_slot(j)], quant_random_byte_at(s, first + j)) << first << " " << j;
+      rb.get(first, size_t(ahead - first), tmp.data());  // the look-ahead is there too
       for (size_t j = 0; j < ahead - first; ++j)
-        ASSERT_EQ(a[j], quant_random_byte_at(s, first + j)) << first << " " << j;
+        ASSERT_EQ(rb.at(first + j), quant_random_byte_at(s, first + j)) << first << " " << j;
       first = k % 17 == 0 ? first - rng.below(3000) : k % 23 == 0 ? first + rng.below(1 << 20) : first + n;
     }
   }

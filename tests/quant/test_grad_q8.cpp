@@ -352,4 +352,25 @@ TEST(GradQ8, ReproducibleAcrossThreadsAndSimdMatchesScalar) {
   }
 }
 
+// Blocks and shards that do not start on a multiple of 32 elements take the random bytes through a copy (the AVX2
+// rounding reads them in 32-element blocks): still the bytes of their element indices, as the scalar kernel.
+TEST(GradQ8, StochasticSimdMatchesScalarAtAnyAlignment) {
+  const size_t n = 5000;
+  const auto x = normal_vec(n, 1.f, 14);
+  for (int block : {100, 256, 1500})
+    for (uint64_t base : {uint64_t(0), uint64_t(7), uint64_t(4096 + 20)}) {
+      GradQ8Options o = opts(block, QuantRounding::stochastic, 21);
+      o.index_base = base;
+      std::vector<int8_t> q[2];
+      for (int simd = 0; simd < 2; ++simd) {
+        quant_set_simd(simd == 1);
+        std::vector<float> sc(grad_q8_blocks(n, block));
+        q[simd].resize(n);
+        grad_q8_quantize(x.data(), n, q[simd].data(), sc.data(), o);
+      }
+      quant_set_simd(true);
+      EXPECT_EQ(q[0], q[1]) << block << " " << base;
+    }
+}
+
 }  // namespace agoq
