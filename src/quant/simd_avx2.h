@@ -77,8 +77,6 @@ inline __m256 abs8(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.f), v);
 inline __m256 nonfinite8(__m256 v) {
   return _mm256_cmp_ps(abs8(v), _mm256_set1_ps(INFINITY), _CMP_NLT_UQ);
 }
-// acc stays 0 while every v is finite and turns NaN otherwise (v * 0 is NaN exactly for NaN/Inf): one fma.
-inline __m256 nonfinite_acc8(__m256 acc, __m256 v) { return _mm256_fmadd_ps(v, _mm256_setzero_ps(), acc); }
 
 // 32 codes in order (4 vectors of 8 int32 lanes, each in [-1, 2^B]: the stochastic rounding of a value at the
 // edge of the range can land one step outside) -> 4*B bytes, code j at bits [j*B, (j+1)*B) little-endian. The

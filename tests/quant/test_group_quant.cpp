@@ -293,6 +293,42 @@ TEST(QuantGroup, NonFiniteAndOverflowAreReportedAndDecodeToNaN) {
   quant_set_simd(true);
 }
 
+// The asymmetric AVX2 pass 1 takes min and max from integer maxima of the bit patterns when a group has both signs
+// and falls back to float min/max otherwise: groups of either sign, of both, with -0, and with NaNs of either sign
+// (which must mark exactly their group bad) encode as the scalar kernel does.
+TEST(QuantGroup, AsymmetricGroupsOfAnySignMatchScalar) {
+  const size_t cols = 32 * 12;
+  auto x = random_rows(1, cols, 17, false);
+  for (size_t c = 0; c < 32; ++c) x[c] = std::fabs(x[c]) + 0.5f;            // group 0: positive
+  for (size_t c = 32; c < 64; ++c) x[c] = -std::fabs(x[c]) - 0.5f;          // group 1: negative
+  for (size_t c = 64; c < 96; ++c) x[c] = c % 2 ? -0.f : std::fabs(x[c]);   // group 2: >= 0 with -0
+  for (size_t c = 96; c < 128; ++c) x[c] = c % 2 ? -0.f : -std::fabs(x[c]); // group 3: <= 0
+  x[130] = -NAN, x[170] = NAN;                                                // groups 4, 5: mixed with NaN
+  x[5 + 192] = std::fabs(x[5 + 192]), x[7 + 192] = -NAN;                      // group 6 ...
+  for (size_t c = 192; c < 224; ++c) x[c] = c == 199 ? x[c] : std::fabs(x[c]) + 1.f;  // ... positive and -NaN
+  for (size_t c = 224; c < 256; ++c) x[c] = c == 230 ? NAN : -std::fabs(x[c]) - 1.f;  // group 7: negative and NaN
+  x[300] = -INFINITY;                                                        // group 9: mixed with -Inf
+  for (auto r : {QuantRounding::nearest, QuantRounding::stochastic}) {
+    const QuantFormat f = quant_format_int(4, 32, false, r);
+    SCOPED_TRACE(quant_format_name(f));
+    QuantizedTensor a(f, 1, cols, MemCategory::workspace), b(f, 1, cols, MemCategory::workspace);
+    quant_set_simd(true);
+    const QuantStatus sa = quant_encode(a, x.data(), {3, 4});
+    quant_set_simd(false);
+    const QuantStatus sb = quant_encode(b, x.data(), {3, 4});
+    quant_set_simd(true);
+    EXPECT_EQ(sa.nonfinite, 5u);
+    EXPECT_EQ(sb.nonfinite, 5u);
+    EXPECT_EQ(0, std::memcmp(a.view().codes, b.view().codes, a.bytes()));
+    std::vector<float> y(cols);
+    quant_decode(a, y.data());
+    for (size_t c = 0; c < cols; ++c) {
+      const size_t g = c / 32;
+      ASSERT_EQ(std::isnan(y[c]), g == 4 || g == 5 || g == 6 || g == 7 || g == 9) << c;
+    }
+  }
+}
+
 TEST(QuantGroup, LengthZeroAndOne) {
   for (const QuantFormat& f : all_int_formats()) {
     QuantizedTensor empty(f, 0, 0, MemCategory::workspace);
