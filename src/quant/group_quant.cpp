@@ -246,9 +246,10 @@ void quantize_group_avx2(const float* x, size_t n, const GroupParams& p, const u
 
 // Stochastic rounding: pass 1 prefetches (into L1) the input this far ahead of the group it scans. Its loads come
 // in short bursts (one group) between Philox chunks, too sparse for the hardware prefetchers to keep L1 ahead, so
-// without this each burst waited on L2/memory; measured best at 2-3 KiB at 2 threads, 64 MiB (1 KiB: no gain; into
-// L2 only: half the gain). The nearest kernel streams without it (there the prefetches only cost issue slots).
-constexpr size_t kPrefetchAhead = 3072 / sizeof(float);
+// without this each burst waited on L2/memory: `agoq bench quant` (2 threads, 64 MiB) takes 15-20% longer without
+// it; best at 2-3 KiB (1 KiB: no gain; 4-6 KiB: worse; into L2 only: half the gain). The nearest kernel streams
+// without it (there the prefetches only cost issue slots).
+constexpr size_t kPrefetchAhead = 2048 / sizeof(float);
 
 inline void prefetch_group(const float* x, size_t n) {
   for (size_t j = 0; j < n; j += 64 / sizeof(float))
@@ -305,9 +306,9 @@ void batch_stats(const float* x, size_t cols, size_t G, size_t g0, size_t ng, Ba
   }
 }
 
-// The random bytes of one batch of groups (stochastic rounding): the whole Philox chunks that cover it, in element
-// order, generated straight into a fixed buffer. One buffer per batch in flight (the pipeline below holds two), so
-// there is no sliding window to manage: no calls, no moves, no bounds checks in the loop.
+// The random bytes of one batch of groups (stochastic rounding): the whole Philox chunks that cover it, in slot
+// order, generated straight into a fixed buffer, so there is no sliding window to manage: no calls, no moves, no
+// bounds checks in the loop.
 struct BatchRandom {
   // 8 groups of at most 256 values, plus a partial chunk at each end when the batch does not start on a chunk.
   static constexpr size_t kBytes = 8 * 256 + 2 * kQuantRandomChunk;
@@ -327,38 +328,30 @@ struct BatchRandom {
   const uint8_t* block(uint64_t i, size_t n, uint8_t* tmp) const { return quant_random_block(bytes, base, i, n, tmp); }
 };
 
-// Software-pipelined over batches: pass 1 and the scales of batch b + 1 are issued before pass 2 of batch b, so
-// the scale computation (a ~50-cycle chain of divisions and fp16 conversions) overlaps pass 2 instead of stalling
-// it, and pass 1 runs a batch (1024 values at G = 128) ahead, which also starts the next loads from memory early.
-// Stochastic rounding: each group's random bytes are generated next to its pass 1 (just after), whose few loads and
-// integer operations fill the issue slots that Philox's latency-bound multiply chains leave idle.
+// Batch by batch: pass 1 and the scales of a batch, then its pass 2. (Issuing pass 1 and the scales of batch b + 1
+// before pass 2 of batch b, so that the scale chain overlaps pass 2, measured no faster in cache, 1 thread, and
+// 10-15% slower for stochastic rounding in `agoq bench quant` (2 threads, 64 MiB), with two random buffers in flight.)
+// Stochastic rounding: each group's random bytes are generated just after its pass 1, whose few loads and integer
+// operations fill the issue slots that Philox's latency-bound multiply chains leave idle.
 template <int B, bool Stoch, bool Sym>
 QuantStatus encode_row_avx2(const QuantFormat& f, const float* x, size_t cols, const QuantView& row,
                             const QuantSeed& seed, uint64_t first) {
   QuantStatus st;
   const size_t G = size_t(f.group), groups = (cols + G - 1) / G;
-  BatchParams bp[2];
+  BatchParams p8;
   bool one_sign = true;  // asymmetric: the last batch had groups of one sign (batch_stats); assumed for the first
   // Only the stochastic kernel touches these (the key schedule is 20 broadcasts: built once per row).
-  BatchRandom rnd[Stoch ? 2 : 1];
+  BatchRandom rnd;
   alignas(32) uint8_t misaligned[Stoch ? 256 : 1];  // a group's bytes when the row does not start on 32 elements
   const simd::PhiloxKey8 key(Stoch ? seed.seed : 0, Stoch ? seed.tensor_id : 0);
-  // After pass 1 of group g0 + k of the batch starting at group g0 (buffer r): its random bytes.
-  auto random_ahead = [&](BatchRandom& r, size_t g0, size_t k) {
-    if constexpr (Stoch) {
-      if (k == 0) r.start(first + g0 * G);
-      r.generate(key, first + std::min(cols, (g0 + k + 1) * G));
-    }
-  };
-  if (groups)
-    batch_stats<B, Sym, Stoch>(x, cols, G, 0, std::min<size_t>(8, groups), bp[0], one_sign,
-                               [&](size_t k) { random_ahead(rnd[0], 0, k); });
-  for (size_t g0 = 0, cur = 0; g0 < groups; g0 += 8, cur ^= 1) {
+  for (size_t g0 = 0; g0 < groups; g0 += 8) {
     const size_t ng = std::min<size_t>(8, groups - g0);
-    if (g0 + 8 < groups)
-      batch_stats<B, Sym, Stoch>(x, cols, G, g0 + 8, std::min<size_t>(8, groups - g0 - 8), bp[cur ^ 1], one_sign,
-                          [&](size_t k) { random_ahead(rnd[Stoch ? cur ^ 1 : 0], g0 + 8, k); });
-    const BatchParams& p8 = bp[cur];
+    batch_stats<B, Sym, Stoch>(x, cols, G, g0, ng, p8, one_sign, [&](size_t k) {  // after pass 1 of group g0 + k
+      if constexpr (Stoch) {
+        if (k == 0) rnd.start(first + g0 * G);
+        rnd.generate(key, first + std::min(cols, (g0 + k + 1) * G));  // its random bytes
+      }
+    });
     for (size_t k = 0; k < ng; ++k) {
       const size_t g = g0 + k, c0 = g * G, n = std::min(G, cols - c0);
       uint8_t* codes = row.codes + c0 / 8 * B;
@@ -369,7 +362,7 @@ QuantStatus encode_row_avx2(const QuantFormat& f, const float* x, size_t cols, c
       }
       GroupParams p;
       set_encoder(B, Sym, Sym ? 0.f : p8.lo[k], Sym ? 0.f : p8.range[k], p8.inv[k], p);
-      const uint8_t* r = Stoch ? rnd[Stoch ? cur : 0].block(first + c0, n, misaligned) : nullptr;
+      const uint8_t* r = Stoch ? rnd.block(first + c0, n, misaligned) : nullptr;
       if (Sym || p.sub == 0.f) quantize_group_avx2<B, Stoch, false>(x + c0, n, p, r, codes);
       else quantize_group_avx2<B, Stoch, true>(x + c0, n, p, r, codes);
       row.scales[g] = p8.h[k];
