@@ -247,8 +247,8 @@ void quantize_group_avx2(const float* x, size_t n, const GroupParams& p, const u
 // Stochastic rounding: pass 1 prefetches (into L1) the input this far ahead of the group it scans. Its loads come
 // in short bursts (one group) between Philox chunks, too sparse for the hardware prefetchers to keep L1 ahead, so
 // without this each burst waited on L2/memory: `agoq bench quant` (2 threads, 64 MiB) takes 15-20% longer without
-// it; best at 2-3 KiB (1 KiB: no gain; 4-6 KiB: worse; into L2 only: half the gain). The nearest kernel streams
-// without it (there the prefetches only cost issue slots).
+// it; 2-3 KiB ahead measured best (4-6 KiB: worse; with the earlier pipelined batch loop also 1 KiB: no gain, into
+// L2 only: half the gain). The nearest kernel streams without it (there the prefetches only cost issue slots).
 constexpr size_t kPrefetchAhead = 2048 / sizeof(float);
 
 inline void prefetch_group(const float* x, size_t n) {
@@ -258,10 +258,9 @@ inline void prefetch_group(const float* x, size_t n) {
 
 // Pass 1 and the scales of the batch of groups [g0, g0 + 8) (fewer at the end of the row). after_group(k) runs
 // after group k's pass 1 (the stochastic kernel generates its random bytes there; measured 1-2% faster per value in
-// cache than before it). Asymmetric: one_sign says whether
-// the previous batch had groups of one sign; if so this one computes umin in pass 1 (the next group is likely alike:
-// all-positive tensors such as softmax outputs), else it computes umin afterwards for such groups only, in a second
-// pass (L1 hits).
+// cache than before it). Asymmetric: one_sign says whether the previous batch had groups of one sign; if so this one
+// computes umin in pass 1 (the next groups are likely alike: all-positive tensors such as softmax outputs), else it
+// computes umin afterwards for such groups only, in a second pass (L1 hits).
 template <int B, bool Sym, bool Prefetch, class F>
 void batch_stats(const float* x, size_t cols, size_t G, size_t g0, size_t ng, BatchParams& bp, bool& one_sign,
                  F&& after_group) {
