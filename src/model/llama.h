@@ -46,7 +46,8 @@ class LlamaModel {
 
   // Called by forward_backward as soon as a part's gradients in grads() are final for this micro-batch, so a
   // caller can overlap their communication or compression with the rest of backward. Order: n_layers (final norm
-  // and an untied lm_head), n_layers-1 .. 0 (decoder layers), -1 (embedding; also the lm_head when tied).
+  // and an untied lm_head), n_layers-1 .. 0 (decoder layers), -1 (embedding; also the lm_head when tied); a
+  // pipeline stage announces only the parts it holds.
   std::function<void(int layer)> on_grads_ready;
   // Called after each layer's forward or backward: lets a pipeline progress its pending transfers.
   std::function<void()> on_layer_done;
