@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -44,9 +45,10 @@ void expect_1f1b(const std::vector<PipeOp>& ops, int P, int r, int m) {
     const bool in_warmup = int(i) < warmup;
     const int k = int(i) - warmup;                      // position after the warm-up
     const bool in_steady = !in_warmup && k < 2 * (m - warmup);
-    if (in_warmup) EXPECT_EQ(op.kind, PipeOpKind::forward) << "warm-up op " << i;
-    if (in_steady) EXPECT_EQ(op.kind, k % 2 == 0 ? PipeOpKind::forward : PipeOpKind::backward) << "steady op " << i;
-    if (!in_warmup && !in_steady) EXPECT_EQ(op.kind, PipeOpKind::backward) << "cool-down op " << i;
+    const PipeOpKind want = in_warmup   ? PipeOpKind::forward
+                            : in_steady ? (k % 2 == 0 ? PipeOpKind::forward : PipeOpKind::backward)
+                                        : PipeOpKind::backward;  // cool-down
+    EXPECT_EQ(op.kind, want) << "op " << i << (in_warmup ? " (warm-up)" : in_steady ? " (steady)" : " (cool-down)");
   }
   EXPECT_EQ(most, std::min(P - r, m));
   EXPECT_EQ(pipeline_in_flight(P, r, m), std::min(P - r, m));
@@ -61,9 +63,9 @@ TEST(PipelineSchedule, FollowsTheOneFOneBDefinition) {
 TEST(PipelineSchedule, ExactOrderOfFourStages) {
   using K = PipeOpKind;
   auto str = [](const std::vector<PipeOp>& ops) {
-    std::string s;
-    for (const PipeOp& o : ops) s += (o.kind == K::forward ? "F" : "B") + std::to_string(o.micro) + " ";
-    return s;
+    std::ostringstream os;
+    for (const PipeOp& o : ops) os << (o.kind == K::forward ? 'F' : 'B') << o.micro << ' ';
+    return os.str();
   };
   EXPECT_EQ(str(pipeline_schedule_1f1b(4, 0, 6)), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5 ");
   EXPECT_EQ(str(pipeline_schedule_1f1b(4, 2, 6)), "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 B5 ");
@@ -134,8 +136,11 @@ TEST(Pipeline, StageGradientsEqualTheWholeModel) {
 
   expect_1f1b(pipe.trace(), P, grid.stage, m);
   EXPECT_EQ(stage.store_count(), std::min(P - grid.stage, m));
-  if (grid.stage == P - 1) EXPECT_NEAR(loss, want, 1e-6 * want);
-  else EXPECT_EQ(loss, 0.0);
+  if (grid.stage == P - 1) {
+    EXPECT_NEAR(loss, want, 1e-6 * want);
+  } else {
+    EXPECT_EQ(loss, 0.0);
+  }
   std::vector<ParamTensor> all = whole.grads().named();
   for (const ParamTensor& g : stage.grads().named()) {
     const auto it = std::find_if(all.begin(), all.end(), [&](const ParamTensor& t) { return t.name == g.name; });
@@ -147,6 +152,14 @@ TEST(Pipeline, StageGradientsEqualTheWholeModel) {
     }
     EXPECT_LE(worst, 1e-6 * scale) << g.name;
   }
+}
+
+// "L-P+1,1,1,...": all but one layer per other stage on the first.
+std::string first_stage_heavy(int layers, int P) {
+  std::ostringstream os;
+  os << layers - (P - 1);
+  for (int r = 1; r < P; ++r) os << ",1";
+  return os.str();
 }
 
 TrainOptions pipe_tiny(const fs::path& data, const std::string& out, int accum) {
@@ -172,11 +185,12 @@ TEST(Pipeline, TrainingMatchesOneProcess) {
     EXPECT_LT(pp.losses.back(), pp.losses.front());
   }
   // An uneven split (all but one layer on the first stage) trains the same model.
-  o.stage_layers = std::to_string(4 - (P - 1));
-  for (int r = 1; r < P; ++r) o.stage_layers += ",1";
+  o.stage_layers = first_stage_heavy(4, P);
   o.out_dir = (data / "uneven").string();
   const TrainResult uneven = train_run(o);
-  if (world().rank() == 0) EXPECT_LE(max_rel_diff(uneven.losses, ref.losses), 1e-6) << o.stage_layers;
+  if (world().rank() == 0) {
+    EXPECT_LE(max_rel_diff(uneven.losses, ref.losses), 1e-6) << o.stage_layers;
+  }
   shared_cleanup(data);
 }
 
@@ -250,8 +264,7 @@ TEST(Pipeline, ReplanShiftsBitsBetweenStages) {
   const fs::path data = shared_data("replan");
   TrainOptions o = pipe_tiny(data, "measure", 4);
   o.pp = P, o.act_policy = "agoq", o.steps = 4, o.eval_every = 0;
-  o.stage_layers = std::to_string(4 - (P - 1));  // the first stage the heaviest: layers and micro-batches
-  for (int s = 1; s < P; ++s) o.stage_layers += ",1";
+  o.stage_layers = first_stage_heavy(4, P);  // the first stage the heaviest: layers and micro-batches
   const TrainResult measured = train_run(o);
   // Stage 0's peak with 10% of its activations to give back, as a capacity the re-planner keeps 5% under.
   double budget = (double(measured.peak_total) - 0.1 * double(measured.peak.bytes[int(MemCategory::activations)])) / 0.95;
