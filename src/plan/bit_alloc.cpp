@@ -201,10 +201,12 @@ std::string plan_bits_summary(const std::array<int, kActSlotCount>& bits) {
     for (S s : slots) same = same && bits[int(s)] == bits[int(slots[0])];
     std::string v;
     for (S s : slots) {
-      v += (v.empty() ? "" : "/") + plan_bits_name(bits[int(s)]);
+      if (!v.empty()) v += '/';
+      v += plan_bits_name(bits[int(s)]);
       if (same) break;
     }
-    out += (out.empty() ? "" : " ") + std::string(name) + "=" + v;
+    if (!out.empty()) out += ' ';
+    out.append(name).append("=").append(v);
   }
   return out;
 }
@@ -243,11 +245,18 @@ PlanReplan plan_replan_bits(const PlanActShape& shape, const std::vector<PlanSta
     std::string changes;
     for (int s = 0; s < kActSlotCount; ++s)
       if (out.stages[r].bits[s] != current[r].bits[s])
-        changes += (changes.empty() ? " " : ", ") + std::string(act_slot_name(ActSlot(s))) + " " +
-                   plan_bits_name(current[r].bits[s]) + "->" + plan_bits_name(out.stages[r].bits[s]);
+        changes.append(changes.empty() ? " " : ", ")  // appended: GCC 12 misreports `"literal" + string` chains
+            .append(act_slot_name(ActSlot(s)))
+            .append(" ")
+            .append(plan_bits_name(current[r].bits[s]))
+            .append("->")
+            .append(plan_bits_name(out.stages[r].bits[s]));
     out.changed = out.changed || !changes.empty();
-    out.log += (r ? ";" : "") + std::string(head) + (changes.empty() ? " unchanged" : changes);
-    if (!feasible) out.log += " (WARNING: does not fit even at the lowest bits, needs " + format_bytes(need - st.budget) + " more)";
+    out.log.append(r ? ";" : "").append(head).append(changes.empty() ? " unchanged" : changes);
+    if (!feasible)
+      out.log.append(" (WARNING: does not fit even at the lowest bits, needs ")
+          .append(format_bytes(need - st.budget))
+          .append(" more)");
   }
   return out;
 }

@@ -67,7 +67,7 @@ inline std::string synthetic_text(size_t lines, uint64_t seed = 1) {
       if (w) out += ' ';
       out += words[next(sizeof words / sizeof *words)];
       if (next(12) == 0) out += ',';
-      if (next(40) == 0) out += " " + std::to_string(next(2000));
+      if (next(40) == 0) out.append(" ").append(std::to_string(next(2000)));
     }
     out += next(3) == 0 ? "." : ";";
     out += '\n';

@@ -74,7 +74,7 @@ TEST(PrepareCli, BadInputsAreOneLineErrors) {
   if (!fs::exists(AGOQ_BIN_PATH)) GTEST_SKIP() << AGOQ_BIN_PATH << " not built (ninja agoq)";
   const fs::path d = data_test_dir("prepare_err");
   file_put(d / "t.txt", synthetic_text(300));
-  const std::string out = " --out " + (d / "out").string();
+  const std::string out = std::string(" --out ").append((d / "out").string());
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"prepare --input " + (d / "missing").string() + out, "missing: no such file"},
       {"prepare --input " + (d / "t.txt").string() + out + " --val-fraction 1.5", "--val-fraction"},
