@@ -19,10 +19,14 @@ void LlamaConfig::validate() const {
   AGOQ_CHECK(norm_eps > 0, "config: norm_eps must be positive");
 }
 
+size_t LlamaConfig::layer_param_count() const {
+  const size_t d = dim, kv = kv_dim(), f = ffn_dim;
+  return 2 * d + d * d * 2 + 2 * d * kv + 3 * d * f;
+}
+
 size_t LlamaConfig::param_count() const {
-  const size_t d = dim, kv = kv_dim(), f = ffn_dim, v = vocab_size;
-  const size_t per_layer = 2 * d + d * d * 2 + 2 * d * kv + 3 * d * f;  // 2 norms, q/o, k/v, gate/up/down
-  return v * d * (tie_embeddings ? 1 : 2) + n_layers * per_layer + d;
+  const size_t d = dim, v = vocab_size;
+  return v * d * (tie_embeddings ? 1 : 2) + n_layers * layer_param_count() + d;
 }
 
 }  // namespace agoq

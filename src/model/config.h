@@ -22,6 +22,7 @@ struct LlamaConfig {
   // Throws agoq::Error naming the first invalid field.
   void validate() const;
   size_t param_count() const;
+  size_t layer_param_count() const;  // one decoder layer: 2 norms, q/o, k/v, gate/up/down
 };
 
 }  // namespace agoq

@@ -7,9 +7,8 @@
 namespace agoq {
 
 size_t model_stage_param_count(const LlamaConfig& cfg, const ModelStage& stage) {
-  const size_t C = cfg.dim, KV = cfg.kv_dim(), F = cfg.ffn_dim, V = cfg.vocab_size;
-  const size_t layer = 2 * C + 2 * C * C + 2 * KV * C + 3 * F * C;
-  return (stage.embed ? V * C : 0) + size_t(stage.layer_count()) * layer +
+  const size_t C = cfg.dim, V = cfg.vocab_size;
+  return (stage.embed ? V * C : 0) + size_t(stage.layer_count()) * cfg.layer_param_count() +
          (stage.head ? C + (cfg.tie_embeddings ? 0 : V * C) : 0);
 }
 
@@ -17,6 +16,8 @@ std::vector<ModelStage> model_stages_split(const LlamaConfig& cfg, int P, const 
   const int L = cfg.n_layers;
   AGOQ_CHECK(P >= 1, "--pp must be >= 1 (got ", P, ")");
   AGOQ_CHECK(P <= L, "--pp ", P, " is more stages than the model's ", L, " layers");
+  AGOQ_CHECK(P == 1 || !cfg.tie_embeddings,
+             "tied embeddings need the embedding and the lm_head on one pipeline stage (use --pp 1 or untie them)");
   std::vector<int> counts;
   if (layers_per_stage.empty()) {
     for (int r = 0; r < P; ++r) counts.push_back(L / P + (r >= P - L % P ? 1 : 0));

@@ -24,7 +24,7 @@ size_t model_stage_param_count(const LlamaConfig& cfg, const ModelStage& stage);
 
 // The P stages of a pipeline: `layers_per_stage` (e.g. "3,5"; empty: even split, the remainder going to the last
 // stages, which hold fewer micro-batches in flight under 1F1B). Throws agoq::Error naming the problem (P larger
-// than the layer count, counts that do not sum to n_layers, a stage without layers).
+// than the layer count, counts that do not sum to n_layers, a stage without layers, tied embeddings with P > 1).
 std::vector<ModelStage> model_stages_split(const LlamaConfig& cfg, int P, const std::string& layers_per_stage = "");
 
 }  // namespace agoq

@@ -151,11 +151,8 @@ TrainResult train_run(const TrainOptions& opt) {
   train_set.check_vocab(cfg.vocab_size);
   val_set.check_vocab(cfg.vocab_size);
   const int B = opt.batch, T = opt.seq, m = opt.accum;
-  const std::vector<ModelStage> stages = comm_agreed(world, [&] {
-    AGOQ_CHECK(P == 1 || !cfg.tie_embeddings,
-               "tied embeddings need the embedding and the lm_head on one pipeline stage (use --pp 1 or untie them)");
-    return model_stages_split(cfg, P, opt.stage_layers);
-  });
+  const std::vector<ModelStage> stages =
+      comm_agreed(world, [&] { return model_stages_split(cfg, P, opt.stage_layers); });
   const ModelStage& stage = stages[grid.stage];
 
   // One global window stream, identical on every rank: each step draws D * m micro-batches and replica r trains
