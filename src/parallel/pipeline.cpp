@@ -52,9 +52,14 @@ void Pipeline::send(const float* src, int dst, int tag) {
   const int i = out_next_;
   out_next_ ^= 1;
   out_req_[i].wait();
-  const size_t n = rows_cap_ * size_t(model_.config().dim);
-  std::memcpy(out_[i].data(), src, n * sizeof(float));
-  out_req_[i] = comm_.isend(out_[i].data(), n * sizeof(float), dst, tag);
+  const size_t bytes = out_[i].size() * sizeof(float);
+  std::memcpy(out_[i].data(), src, bytes);
+  out_req_[i] = comm_.isend(out_[i].data(), bytes, dst, tag);
+}
+
+size_t Pipeline::message_bytes(int B, int T) const {
+  AGOQ_CHECK(size_t(B) * T == rows_cap_, "pipeline built for ", rows_cap_, " tokens per micro-batch, got ", B, "x", T);
+  return rows_cap_ * size_t(model_.config().dim) * sizeof(float);
 }
 
 void Pipeline::progress() {
@@ -67,12 +72,11 @@ void Pipeline::wait_sends() {
 
 double Pipeline::run(DataParallel* dp, const int32_t* inputs, const int32_t* targets, int m, int B, int T,
                      float grad_scale) {
-  AGOQ_CHECK(size_t(B) * T == rows_cap_, "pipeline built for ", rows_cap_, " tokens per micro-batch, got ", B, "x", T);
+  const size_t rows = rows_cap_, bytes = message_bytes(B, T);
   const bool first = r_ == 0, last = r_ == P_ - 1;
   const int K = model_.store_count();
   AGOQ_CHECK(K >= pipeline_in_flight(P_, r_, m), "stage ", r_, " has ", K, " activation stores, 1F1B over ", m,
              " micro-batches needs ", pipeline_in_flight(P_, r_, m));
-  const size_t rows = rows_cap_, bytes = rows * size_t(model_.config().dim) * sizeof(float);
   double loss_sum = 0;
   trace_.clear();
   for (const PipeOp& op : pipeline_schedule_1f1b(P_, r_, m)) {
@@ -107,8 +111,7 @@ double Pipeline::run(DataParallel* dp, const int32_t* inputs, const int32_t* tar
 }
 
 double Pipeline::forward_loss_sum(const std::function<void(int, int32_t*, int32_t*)>& batch, int n, int B, int T) {
-  AGOQ_CHECK(size_t(B) * T == rows_cap_, "pipeline built for ", rows_cap_, " tokens per micro-batch, got ", B, "x", T);
-  const size_t rows = rows_cap_, bytes = rows * size_t(model_.config().dim) * sizeof(float);
+  const size_t rows = rows_cap_, bytes = message_bytes(B, T);
   std::vector<int32_t> in(rows), tgt(rows);
   model_.select_store(0);
   double sum = 0;

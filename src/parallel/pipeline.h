@@ -51,6 +51,7 @@ class Pipeline {
   // Sends a copy of src (the next forward or backward overwrites the model's buffer) without waiting for it.
   void send(const float* src, int dst, int tag);
   void progress();  // lets pending sends move while a stage computes
+  size_t message_bytes(int B, int T) const;  // of one activation or gradient message; checks the batch shape
   void wait_sends();
 
   Communicator& comm_;
