@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "cli/commands.h"
 #include "comm/allreduce_q8.h"
 #include "comm/communicator.h"
@@ -24,11 +25,6 @@ namespace agoq {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 struct Args {
   std::vector<int> sizes_mib{1, 16, 64, 256};
@@ -119,7 +115,14 @@ Row bench_comm_size(Communicator& comm, CommQ8Workspace& ws, int mib, const Args
     const double p[5] = {t.quantize, t.alltoall, t.reduce, t.allgather, t.dequantize};
     for (int k = 0; k < 5; ++k) ph[k].push_back(1e3 * p[k]);
   }
-  return {mib, median(mpi), median(q8), median(ph[0]), median(ph[1]), median(ph[2]), median(ph[3]), median(ph[4])};
+  return {mib,
+          bench_median(mpi),
+          bench_median(q8),
+          bench_median(ph[0]),
+          bench_median(ph[1]),
+          bench_median(ph[2]),
+          bench_median(ph[3]),
+          bench_median(ph[4])};
 }
 
 nlohmann::json e2e_json(const Args& a, const std::vector<E2eResult>& e2e) {
@@ -127,7 +130,7 @@ nlohmann::json e2e_json(const Args& a, const std::vector<E2eResult>& e2e) {
   j["model"] = {{"dim", a.e2e_dim}, {"layers", a.e2e_layers}, {"vocab", a.e2e_vocab}, {"batch", a.e2e_batch},
                 {"seq", a.e2e_seq}, {"accum", a.e2e_accum}, {"steps", 2 * a.e2e_steps}};
   for (const E2eResult& r : e2e) {
-    nlohmann::json c = {{"name", r.name}, {"step_ms", median(r.step_ms)}, {"comm_wait_ms", median(r.wait_ms)}};
+    nlohmann::json c = {{"name", r.name}, {"step_ms", bench_median(r.step_ms)}, {"comm_wait_ms", bench_median(r.wait_ms)}};
     for (size_t k = 0; k < r.peak.size(); ++k) {
       nlohmann::json p = {{"rank", k}};
       for (int i = 0; i < kMemCategoryCount; ++i) p[mem_category_name(MemCategory(i))] = r.peak[k].bytes[i];
@@ -136,7 +139,7 @@ nlohmann::json e2e_json(const Args& a, const std::vector<E2eResult>& e2e) {
     }
     j["configs"].push_back(c);
   }
-  j["step_time_ratio_fp32_over_q8"] = median(e2e[0].step_ms) / median(e2e[1].step_ms);
+  j["step_time_ratio_fp32_over_q8"] = bench_median(e2e[0].step_ms) / bench_median(e2e[1].step_ms);
   return j;
 }
 
@@ -145,8 +148,8 @@ void e2e_print(const Args& a, int N, const std::vector<E2eResult>& e2e) {
               "%d micro-batches of %dx%d per rank; median of %d steps\n",
               N, a.e2e_dim, a.e2e_layers, a.e2e_vocab, a.e2e_accum, a.e2e_batch, a.e2e_seq, 2 * a.e2e_steps);
   std::printf("%-30s %10s %12s\n", "configuration", "step ms", "comm wait ms");
-  for (const E2eResult& r : e2e) std::printf("%-30s %10.1f %12.1f\n", r.name.c_str(), median(r.step_ms), median(r.wait_ms));
-  std::printf("step time ratio fp32 / q8: %.2fx\n", median(e2e[0].step_ms) / median(e2e[1].step_ms));
+  for (const E2eResult& r : e2e) std::printf("%-30s %10.1f %12.1f\n", r.name.c_str(), bench_median(r.step_ms), bench_median(r.wait_ms));
+  std::printf("step time ratio fp32 / q8: %.2fx\n", bench_median(e2e[0].step_ms) / bench_median(e2e[1].step_ms));
   std::printf("peak memory per rank by category (each category's own peak during the steps):\n%-30s %5s", "", "rank");
   for (int i = 0; i < kMemCategoryCount; ++i) std::printf(" %13s", mem_category_name(MemCategory(i)));
   std::printf(" %13s\n", "sum");

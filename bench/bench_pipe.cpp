@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "cli/commands.h"
 #include "comm/communicator.h"
 #include "core/memory.h"
@@ -64,10 +65,12 @@ void bench_pipe_round(Communicator& world, const Args& a, Config& c, bool record
   Rng rng(11, uint64_t(grid.replica));  // every stage of a replica trains on the same tokens
   MemoryTracker::global().reset_peaks();
   for (int s = 0; s <= a.steps; ++s) {
-    for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
+    for (size_t i = 0; i < in.size(); ++i)
+      in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
     world.barrier();
     const auto t0 = Clock::now();
-    if (pipe) dp.step(s + 1, 1e-3f, m, [&] { return pipe->run(&dp, in.data(), tgt.data(), m, B, T, 1.0f / float(grid.D * m)); });
+    const float grad_scale = 1.0f / float(grid.D * m);
+    if (pipe) dp.step(s + 1, 1e-3f, m, [&] { return pipe->run(&dp, in.data(), tgt.data(), m, B, T, grad_scale); });
     else dp.step(s + 1, 1e-3f, in.data(), tgt.data(), m, B, T);
     world.barrier();
     if (s > 0) c.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
@@ -76,11 +79,6 @@ void bench_pipe_round(Communicator& world, const Args& a, Config& c, bool record
   const MemSnapshot mine = MemoryTracker::global().peak_per_category();
   c.peak.resize(world.size());
   world.allgather(&mine, c.peak.data(), sizeof(MemSnapshot));
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 void bench_pipe_run(const Args& a) {
@@ -104,8 +102,8 @@ void bench_pipe_run(const Args& a) {
                           {"model", {{"dim", a.dim}, {"layers", a.layers}, {"vocab", a.vocab}, {"batch", a.batch},
                                      {"seq", a.seq}, {"micro_batches", a.micro}}}};
       for (const Config& c : cfgs) {
-        nlohmann::json r = {{"name", c.name}, {"pp", c.pp}, {"act_policy", c.act}, {"step_ms", median(c.step_ms)},
-                            {"tokens_per_s", tokens / median(c.step_ms) * 1e3}};
+        nlohmann::json r = {{"name", c.name}, {"pp", c.pp}, {"act_policy", c.act}, {"step_ms", bench_median(c.step_ms)},
+                            {"tokens_per_s", tokens / bench_median(c.step_ms) * 1e3}};
         for (const MemSnapshot& p : c.peak) {
           nlohmann::json mem;
           for (int k = 0; k < kMemCategoryCount; ++k) mem[mem_category_name(MemCategory(k))] = p.bytes[k];
@@ -119,11 +117,12 @@ void bench_pipe_run(const Args& a) {
     std::printf("one step = %d micro-batches of %dx%d tokens on %d ranks (dim %d, %d layers, vocab %d); median of %d\n",
                 a.micro, a.batch, a.seq, N, a.dim, a.layers, a.vocab, a.steps * a.rounds);
     std::printf("ideal 1F1B efficiency m / (m + P - 1) = %.2f\n\n", ideal);
-    const double base = median(cfgs[0].step_ms);
+    const double base = bench_median(cfgs[0].step_ms);
     std::printf("%-34s %9s %10s %9s\n", "configuration", "step ms", "tokens/s", "vs DP");
-    for (const Config& c : cfgs)
-      std::printf("%-34s %9.1f %10.0f %8.2fx\n", c.name.c_str(), median(c.step_ms), tokens / median(c.step_ms) * 1e3,
-                  base / median(c.step_ms));
+    for (const Config& c : cfgs) {
+      const double ms = bench_median(c.step_ms);
+      std::printf("%-34s %9.1f %10.0f %8.2fx\n", c.name.c_str(), ms, tokens / ms * 1e3, base / ms);
+    }
     std::printf("\npeak memory per rank (each category's own peak over the steps)\n%-34s %4s", "configuration", "rank");
     for (int k = 0; k < kMemCategoryCount; ++k) std::printf(" %13s", mem_category_name(MemCategory(k)));
     std::printf(" %13s\n", "sum");
