@@ -12,7 +12,7 @@
 #include "core/memory.h"
 #include "core/rng.h"
 #include "model/llama.h"
-#include "train/optimizer.h"
+#include "optim/adamw.h"
 
 namespace agoq {
 namespace {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetches the default training corpus, Jane Austen's six novels from the R package janeaustenr (public domain
 # text, MIT-licensed package), without needing R: downloads Debian's r-cran-janeaustenr package, unpacks it and
-# copies its lazy-load data (Rdata.rdx/.rdb, read by src/train/rdata.cpp) and copyright file to data/janeaustenr/.
+# copies its lazy-load data (Rdata.rdx/.rdb, read by src/data/rdata.cpp) and copyright file to data/janeaustenr/.
 # Idempotent: does nothing when the data is already there. Needs apt's package lists (apt-get update) to be current.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -9,9 +9,9 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "train/corpus.h"
-#include "train/token_file.h"
-#include "train/tokenizer.h"
+#include "data/corpus.h"
+#include "data/token_file.h"
+#include "data/tokenizer.h"
 
 namespace agoq {
 namespace {

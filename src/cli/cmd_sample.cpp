@@ -11,7 +11,7 @@
 #include "core/rng.h"
 #include "model/llama.h"
 #include "train/checkpoint.h"
-#include "train/tokenizer.h"
+#include "data/tokenizer.h"
 
 namespace agoq {
 namespace {

@@ -1,4 +1,4 @@
-// LLaMA model shape. Field names follow Hugging Face's LlamaConfig where one exists (see train/checkpoint.cpp).
+// LLaMA model shape. Field names follow Hugging Face's LlamaConfig where one exists (see model/hf.h).
 #pragma once
 #include <cstddef>
 #include <string>

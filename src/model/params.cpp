@@ -1,6 +1,9 @@
 #include "model/params.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "model/hf.h"
 
 namespace agoq {
 
@@ -10,39 +13,41 @@ size_t ParamTensor::numel() const {
   return n;
 }
 
+float*& ParamSet::slot_of(const HfTensor& t) {
+  LayerParams& L = layers[std::max(t.layer, 0)];
+  switch (t.role) {
+    case ModelTensor::embed: return embed;
+    case ModelTensor::attn_norm: return L.attn_norm;
+    case ModelTensor::wq: return L.wq;
+    case ModelTensor::wk: return L.wk;
+    case ModelTensor::wv: return L.wv;
+    case ModelTensor::wo: return L.wo;
+    case ModelTensor::mlp_norm: return L.mlp_norm;
+    case ModelTensor::w_gate: return L.w_gate;
+    case ModelTensor::w_up: return L.w_up;
+    case ModelTensor::w_down: return L.w_down;
+    case ModelTensor::final_norm: return final_norm;
+    case ModelTensor::lm_head: break;
+  }
+  return lm_head;
+}
+
 ParamSet::ParamSet(const LlamaConfig& cfg, const ModelStage& stage, MemCategory cat, const char* tag) : stage_(stage) {
   AGOQ_CHECK(stage.first_layer >= 0 && stage.first_layer <= stage.end_layer && stage.end_layer <= cfg.n_layers,
              "stage layers [", stage.first_layer, ", ", stage.end_layer, ") outside the model's ", cfg.n_layers);
   AGOQ_CHECK(!cfg.tie_embeddings || stage.embed == stage.head, "tied embeddings split across stages (internal)");
-  const int64_t C = cfg.dim, KV = cfg.kv_dim(), F = cfg.ffn_dim, V = cfg.vocab_size;
   buf_ = Buffer<float>(model_stage_param_count(cfg, stage), cat, tag);
   float* p = buf_.data();
-  auto take = [&](std::string name, std::vector<int64_t> shape) {
-    ParamTensor t{std::move(name), std::move(shape), p, false};
+  layers.assign(cfg.n_layers, LayerParams{});
+  // The tensors in HF order (model/hf.h), each taking the next slice of the buffer.
+  for (HfTensor& h : hf_tensors(cfg, stage)) {
+    ParamTensor t{std::move(h.name), std::move(h.shape), p, false};
     t.decay = t.shape.size() == 2;
     p += t.numel();
-    named_.push_back(t);
-    return t.data;
-  };
-  if (stage.embed) embed = take("model.embed_tokens.weight", {V, C});
-  layers.assign(cfg.n_layers, LayerParams{});
-  for (int l = stage.first_layer; l < stage.end_layer; ++l) {
-    const std::string pre = "model.layers." + std::to_string(l) + ".";
-    LayerParams& L = layers[l];
-    L.attn_norm = take(pre + "input_layernorm.weight", {C});
-    L.wq = take(pre + "self_attn.q_proj.weight", {C, C});
-    L.wk = take(pre + "self_attn.k_proj.weight", {KV, C});
-    L.wv = take(pre + "self_attn.v_proj.weight", {KV, C});
-    L.wo = take(pre + "self_attn.o_proj.weight", {C, C});
-    L.mlp_norm = take(pre + "post_attention_layernorm.weight", {C});
-    L.w_gate = take(pre + "mlp.gate_proj.weight", {F, C});
-    L.w_up = take(pre + "mlp.up_proj.weight", {F, C});
-    L.w_down = take(pre + "mlp.down_proj.weight", {C, F});
+    slot_of(h) = t.data;
+    named_.push_back(std::move(t));
   }
-  if (stage.head) {
-    final_norm = take("model.norm.weight", {C});
-    lm_head = cfg.tie_embeddings ? embed : take("lm_head.weight", {V, C});
-  }
+  if (stage.head && cfg.tie_embeddings) lm_head = embed;
   AGOQ_CHECK(p == buf_.data() + buf_.size(), "parameter layout and count disagree (internal)");
 }
 

@@ -7,10 +7,12 @@
 
 #include "core/memory.h"
 #include "model/config.h"
+#include "model/hf.h"
 #include "model/stage.h"
 
 namespace agoq {
 
+// One pointer per tensor of a decoder layer, in HF order (model/hf.h).
 struct LayerParams {
   float* attn_norm;  // (C)
   float* wq;         // (C, C)        HF layout: (out, in)
@@ -54,6 +56,8 @@ class ParamSet {
   const std::vector<ParamTensor>& named() const { return named_; }
 
  private:
+  float*& slot_of(const HfTensor& t);  // the member pointer a tensor fills
+
   Buffer<float> buf_;
   std::vector<ParamTensor> named_;
   ModelStage stage_;

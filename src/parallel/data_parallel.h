@@ -14,8 +14,8 @@
 #include "comm/grad_buckets.h"
 #include "model/llama.h"
 #include "parallel/grad_store.h"
-#include "train/checkpoint.h"
-#include "train/optimizer.h"
+#include "model/hf.h"
+#include "optim/adamw.h"
 
 namespace agoq {
 

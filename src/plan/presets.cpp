@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "train/checkpoint.h"
+#include "model/hf.h"
 
 namespace agoq {
 

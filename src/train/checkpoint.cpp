@@ -5,9 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +16,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/hf.h"
 #include "train/safetensors.h"
 
 namespace agoq {
@@ -33,14 +32,6 @@ constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kConfigFile = "config.json";
 constexpr const char* kTrainerFile = "trainer.json";
-
-// The shortest decimal that reads back as the same float, so config.json says 1e-05 rather than 9.99999974e-06.
-double float_clean(float f) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, f);
-  *r.ptr = '\0';
-  return std::strtod(buf, nullptr);
-}
 
 std::string path_join(const std::string& dir, const char* file) { return (fs::path(dir) / file).string(); }
 
@@ -89,25 +80,6 @@ std::string commit_id_new(int64_t step) {
   return "step" + std::to_string(step) + "-" + hex;
 }
 
-// The first field in which two configs differ, as "hf_key a vs b"; "" when equal.
-std::string config_diff(const LlamaConfig& a, const LlamaConfig& b) {
-  std::ostringstream os;
-  auto cmp = [&](const char* key, auto x, auto y) {
-    if (os.tellp() == 0 && x != y) os << key << " " << x << " vs " << y;
-  };
-  cmp("vocab_size", a.vocab_size, b.vocab_size);
-  cmp("hidden_size", a.dim, b.dim);
-  cmp("num_hidden_layers", a.n_layers, b.n_layers);
-  cmp("num_attention_heads", a.n_heads, b.n_heads);
-  cmp("num_key_value_heads", a.n_kv_heads, b.n_kv_heads);
-  cmp("intermediate_size", a.ffn_dim, b.ffn_dim);
-  cmp("max_position_embeddings", a.max_seq_len, b.max_seq_len);
-  cmp("rope_theta", a.rope_theta, b.rope_theta);
-  cmp("rms_norm_eps", a.norm_eps, b.norm_eps);
-  cmp("tie_word_embeddings", a.tie_embeddings, b.tie_embeddings);
-  return os.str();
-}
-
 // name -> tensor, refusing duplicates and null data.
 std::map<std::string, const NamedTensor*> tensors_by_name(const NamedTensors& ts, const std::string& what) {
   std::map<std::string, const NamedTensor*> out;
@@ -121,8 +93,9 @@ std::map<std::string, const NamedTensor*> tensors_by_name(const NamedTensors& ts
 // The caller's weights must be the model's parameters exactly.
 void weights_check(const LlamaConfig& c, const NamedTensors& weights, const std::string& what, bool part) {
   auto given = tensors_by_name(weights, what);
-  const auto expected = llama_param_names(c);
-  for (const auto& [name, shape] : expected) {
+  for (const HfTensor& want : hf_tensors(c)) {
+    const std::string& name = want.name;
+    const std::vector<int64_t>& shape = want.shape;
     auto it = given.find(name);
     if (part && it == given.end()) continue;
     AGOQ_CHECK(it != given.end(), what, ": weight '", name, "' not given");
@@ -195,109 +168,6 @@ OpenCheckpoint checkpoint_open(const std::string& dir) {
 
 }  // namespace
 
-json config_to_hf_json(const LlamaConfig& c, std::optional<int> bos_token_id, std::optional<int> eos_token_id) {
-  c.validate();
-  json j = {{"architectures", {"LlamaForCausalLM"}},
-            {"model_type", "llama"},
-            {"hidden_size", c.dim},
-            {"intermediate_size", c.ffn_dim},
-            {"num_hidden_layers", c.n_layers},
-            {"num_attention_heads", c.n_heads},
-            {"num_key_value_heads", c.n_kv_heads},
-            {"head_dim", c.head_dim()},
-            {"vocab_size", c.vocab_size},
-            {"max_position_embeddings", c.max_seq_len},
-            {"rms_norm_eps", float_clean(c.norm_eps)},
-            {"rope_theta", float_clean(c.rope_theta)},
-            {"rope_scaling", nullptr},
-            {"tie_word_embeddings", c.tie_embeddings},
-            {"hidden_act", "silu"},
-            {"attention_bias", false},
-            {"attention_dropout", 0.0},
-            {"mlp_bias", false},
-            {"pretraining_tp", 1},
-            {"initializer_range", 0.02},
-            {"use_cache", true},
-            {"torch_dtype", "float32"}};
-  if (bos_token_id) j["bos_token_id"] = *bos_token_id;
-  if (eos_token_id) j["eos_token_id"] = *eos_token_id;
-  return j;
-}
-
-LlamaConfig config_from_hf_json(const json& j) {
-  AGOQ_CHECK(j.is_object(), "LlamaConfig JSON is not an object");
-  std::string missing;
-  for (const char* k : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
-                        "max_position_embeddings", "rms_norm_eps"})
-    if (!j.contains(k)) missing += (missing.empty() ? "" : ", ") + std::string(k);
-  AGOQ_CHECK(missing.empty(), "LlamaConfig JSON is missing ", missing);
-
-  auto get_int = [&](const char* k, int dflt) {
-    if (!j.contains(k) || j[k].is_null()) return dflt;
-    AGOQ_CHECK(j[k].is_number_integer(), "LlamaConfig key ", k, " must be an integer (got ", j[k].dump(), ")");
-    const int64_t v = j[k].get<int64_t>();
-    AGOQ_CHECK(v >= INT_MIN && v <= INT_MAX, "LlamaConfig key ", k, " out of range (", v, ")");
-    return int(v);
-  };
-  auto get_float = [&](const char* k, float dflt) {
-    if (!j.contains(k)) return dflt;
-    AGOQ_CHECK(j[k].is_number(), "LlamaConfig key ", k, " must be a number (got ", j[k].dump(), ")");
-    return float(j[k].get<double>());
-  };
-  // Options agoq does not implement are refused rather than silently trained differently.
-  auto require = [&](const char* k, const json& want) {
-    AGOQ_CHECK(!j.contains(k) || j[k] == want, "LlamaConfig key ", k, " = ", j.contains(k) ? j[k].dump() : "",
-               " is not supported (agoq needs ", want.dump(), ")");
-  };
-  require("model_type", "llama");
-  require("hidden_act", "silu");
-  require("attention_bias", false);
-  require("mlp_bias", false);
-  require("rope_scaling", nullptr);
-
-  LlamaConfig c;
-  c.dim = get_int("hidden_size", 0);
-  c.ffn_dim = get_int("intermediate_size", 0);
-  c.n_layers = get_int("num_hidden_layers", 0);
-  c.n_heads = get_int("num_attention_heads", 0);
-  c.n_kv_heads = get_int("num_key_value_heads", c.n_heads);  // HF's default: no grouping
-  c.vocab_size = get_int("vocab_size", 0);
-  c.max_seq_len = get_int("max_position_embeddings", 0);
-  c.norm_eps = get_float("rms_norm_eps", 0);
-  c.rope_theta = get_float("rope_theta", 10000.0f);
-  if (j.contains("tie_word_embeddings")) {
-    AGOQ_CHECK(j["tie_word_embeddings"].is_boolean(), "LlamaConfig key tie_word_embeddings must be a boolean");
-    c.tie_embeddings = j["tie_word_embeddings"].get<bool>();
-  } else {
-    c.tie_embeddings = false;  // HF LlamaConfig's default
-  }
-  c.validate();
-  const int head_dim = get_int("head_dim", c.head_dim());
-  AGOQ_CHECK(head_dim == c.head_dim(), "LlamaConfig head_dim ", head_dim,
-             " is not supported (agoq needs hidden_size / num_attention_heads = ", c.head_dim(), ")");
-  return c;
-}
-
-std::vector<std::pair<std::string, std::vector<int64_t>>> llama_param_names(const LlamaConfig& c) {
-  const int64_t d = c.dim, kv = c.kv_dim(), f = c.ffn_dim, v = c.vocab_size;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> out{{"model.embed_tokens.weight", {v, d}}};
-  for (int i = 0; i < c.n_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    out.push_back({p + "input_layernorm.weight", {d}});
-    out.push_back({p + "self_attn.q_proj.weight", {d, d}});
-    out.push_back({p + "self_attn.k_proj.weight", {kv, d}});
-    out.push_back({p + "self_attn.v_proj.weight", {kv, d}});
-    out.push_back({p + "self_attn.o_proj.weight", {d, d}});
-    out.push_back({p + "post_attention_layernorm.weight", {d}});
-    out.push_back({p + "mlp.gate_proj.weight", {f, d}});
-    out.push_back({p + "mlp.up_proj.weight", {f, d}});
-    out.push_back({p + "mlp.down_proj.weight", {d, f}});
-  }
-  out.push_back({"model.norm.weight", {d}});
-  if (!c.tie_embeddings) out.push_back({"lm_head.weight", {v, d}});
-  return out;
-}
-
 void checkpoint_save(const std::string& dir, const LlamaConfig& config, const NamedTensors& weights,
                      const NamedTensors& optimizer, const json& trainer, int64_t step) {
   const std::string what = "checkpoint save to " + dir;
@@ -317,7 +187,7 @@ void checkpoint_save(const std::string& dir, const LlamaConfig& config, const Na
     w.set_metadata("agoq.step", std::to_string(step));
     if (model_order) {  // HF order, whatever order the caller listed them in
       auto by_name = tensors_by_name(ts, what);
-      for (const auto& [name, shape] : llama_param_names(config)) w.add_f32(name, shape, by_name.at(name)->data);
+      for (const HfTensor& t : hf_tensors(config)) w.add_f32(t.name, t.shape, by_name.at(t.name)->data);
     } else {
       for (const NamedTensor& t : ts) w.add_f32(t.name, t.shape, t.data);
     }

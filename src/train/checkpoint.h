@@ -16,26 +16,9 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/hf.h"
 
 namespace agoq {
-
-// A named float32 tensor in caller memory (read on save, filled on load).
-struct NamedTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  float* data;
-};
-using NamedTensors = std::vector<NamedTensor>;
-
-// HF config.json for a config. bos/eos ids are written only when given.
-nlohmann::json config_to_hf_json(const LlamaConfig& c, std::optional<int> bos_token_id = {},
-                                 std::optional<int> eos_token_id = {});
-// Parses an HF LlamaConfig (missing required keys are all named in one error; features agoq lacks, e.g.
-// rope_scaling or attention_bias, are refused) and validates it.
-LlamaConfig config_from_hf_json(const nlohmann::json& j);
-
-// Every weight in HF order with its shape ([out, in] for projections); lm_head.weight only when untied.
-std::vector<std::pair<std::string, std::vector<int64_t>>> llama_param_names(const LlamaConfig& c);
 
 // What trainer.json says, after the whole checkpoint has been checked for consistency.
 struct CheckpointMeta {
@@ -46,7 +29,7 @@ struct CheckpointMeta {
   std::vector<std::string> optimizer_names;  // tensors in optimizer.safetensors, sorted
 };
 
-// Saves a checkpoint into dir (created if needed). `weights` must be exactly llama_param_names(config) (any
+// Saves a checkpoint into dir (created if needed). `weights` must be exactly hf_tensors(config) (any
 // order); `optimizer` is free-form. Throws agoq::Error; an interrupted save never loads as valid.
 void checkpoint_save(const std::string& dir, const LlamaConfig& config, const NamedTensors& weights,
                      const NamedTensors& optimizer, const nlohmann::json& trainer, int64_t step);

@@ -18,7 +18,7 @@
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
 #include "train/checkpoint.h"
-#include "train/data_loader.h"
+#include "data/data_loader.h"
 #include "train/metrics.h"
 #include "train/replan.h"
 

@@ -7,7 +7,7 @@
 #include "comm/communicator.h"
 #include "core/memory.h"
 #include "model/config.h"
-#include "train/optimizer.h"
+#include "optim/adamw.h"
 
 namespace agoq {
 

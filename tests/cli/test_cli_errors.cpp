@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "train/token_file.h"
+#include "data/token_file.h"
 
 namespace agoq {
 namespace {

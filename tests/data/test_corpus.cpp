@@ -2,8 +2,8 @@
 #include <zlib.h>
 
 #include "tests/data/data_test_util.h"
-#include "train/corpus.h"
-#include "train/rdata.h"
+#include "data/corpus.h"
+#include "data/rdata.h"
 
 namespace agoq {
 

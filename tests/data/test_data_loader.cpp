@@ -4,8 +4,8 @@
 
 #include "core/memory.h"
 #include "tests/data/data_test_util.h"
-#include "train/data_loader.h"
-#include "train/token_file.h"
+#include "data/data_loader.h"
+#include "data/token_file.h"
 
 namespace agoq {
 

@@ -4,9 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/data/data_test_util.h"
-#include "train/corpus.h"
-#include "train/token_file.h"
-#include "train/tokenizer.h"
+#include "data/corpus.h"
+#include "data/token_file.h"
+#include "data/tokenizer.h"
 
 namespace agoq {
 

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/data/data_test_util.h"
-#include "train/token_file.h"
+#include "data/token_file.h"
 
 namespace agoq {
 

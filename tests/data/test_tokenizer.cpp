@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/data/data_test_util.h"
-#include "train/tokenizer.h"
+#include "data/tokenizer.h"
 
 namespace agoq {
 

@@ -15,7 +15,7 @@
 
 #include "comm/communicator.h"
 #include "core/rng.h"
-#include "train/token_file.h"
+#include "data/token_file.h"
 #include "train/trainer.h"
 
 namespace agoq {

@@ -9,7 +9,7 @@
 #include "plan/memory_model.h"
 #include "plan/presets.h"
 #include "quant/grad_q8.h"
-#include "train/optimizer.h"
+#include "optim/adamw.h"
 
 namespace agoq {
 namespace {

@@ -330,25 +330,29 @@ TEST(CheckpointConfig, ParsingNamesMissingAndUnsupportedKeys) {
 
 TEST(CheckpointConfig, ParamNamesAreHfNamesInOrder) {
   const LlamaConfig c = tiny_config(false);
-  const auto names = llama_param_names(c);
+  const auto names = hf_tensors(c);
   ASSERT_EQ(names.size(), 1 + 9 * 2 + 2u);
-  EXPECT_EQ(names[0].first, "model.embed_tokens.weight");
-  EXPECT_EQ(names[0].second, (std::vector<int64_t>{11, 8}));
+  EXPECT_EQ(names[0].name, "model.embed_tokens.weight");
+  EXPECT_EQ(names[0].shape, (std::vector<int64_t>{11, 8}));
   const std::vector<std::pair<std::string, std::vector<int64_t>>> layer1 = {
       {"model.layers.1.input_layernorm.weight", {8}},       {"model.layers.1.self_attn.q_proj.weight", {8, 8}},
       {"model.layers.1.self_attn.k_proj.weight", {4, 8}},   {"model.layers.1.self_attn.v_proj.weight", {4, 8}},
       {"model.layers.1.self_attn.o_proj.weight", {8, 8}},   {"model.layers.1.post_attention_layernorm.weight", {8}},
       {"model.layers.1.mlp.gate_proj.weight", {12, 8}},     {"model.layers.1.mlp.up_proj.weight", {12, 8}},
       {"model.layers.1.mlp.down_proj.weight", {8, 12}}};
-  for (size_t i = 0; i < layer1.size(); ++i) EXPECT_EQ(names[10 + i], layer1[i]);
-  EXPECT_EQ(names[19].first, "model.norm.weight");
-  EXPECT_EQ(names[20], (std::pair<std::string, std::vector<int64_t>>{"lm_head.weight", {11, 8}}));
+  for (size_t i = 0; i < layer1.size(); ++i) {
+    EXPECT_EQ(names[10 + i].name, layer1[i].first);
+    EXPECT_EQ(names[10 + i].shape, layer1[i].second);
+  }
+  EXPECT_EQ(names[19].name, "model.norm.weight");
+  EXPECT_EQ(names[20].name, "lm_head.weight");
+  EXPECT_EQ(names[20].shape, (std::vector<int64_t>{11, 8}));
   for (bool tie : {false, true}) {
     size_t total = 0;
-    for (const auto& [n, s] : llama_param_names(tiny_config(tie))) total += size_t(safetensors_numel(s));
+    for (const HfTensor& t : hf_tensors(tiny_config(tie))) total += size_t(safetensors_numel(t.shape));
     EXPECT_EQ(total, tiny_config(tie).param_count());
   }
-  EXPECT_EQ(llama_param_names(tiny_config(true)).back().first, "model.norm.weight");
+  EXPECT_EQ(hf_tensors(tiny_config(true)).back().name, "model.norm.weight");
 }
 
 // ---------------------------------------------------------------- checkpoints
@@ -360,17 +364,17 @@ struct FakeModel {
   NamedTensors weights, optimizer;
   FakeModel(const LlamaConfig& c, uint64_t seed) : config(c) {
     Rng rng(seed);
-    const auto names = llama_param_names(c);
+    const auto names = hf_tensors(c);
     params.resize(names.size());
     moments.resize(names.size());
     for (size_t i = 0; i < names.size(); ++i) {
-      const size_t n = size_t(safetensors_numel(names[i].second));
+      const size_t n = size_t(safetensors_numel(names[i].shape));
       for (size_t k = 0; k < n; ++k) params[i].push_back(rng.normal()), moments[i].push_back(rng.uniform());
     }
     // Pointers only after every vector has its final size.
     for (size_t i = 0; i < names.size(); ++i) {
-      weights.push_back({names[i].first, names[i].second, params[i].data()});
-      optimizer.push_back({"adam.m." + names[i].first, names[i].second, moments[i].data()});
+      weights.push_back({names[i].name, names[i].shape, params[i].data()});
+      optimizer.push_back({"adam.m." + names[i].name, names[i].shape, moments[i].data()});
     }
   }
   void zero() {

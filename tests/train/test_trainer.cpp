@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "train/token_file.h"
+#include "data/token_file.h"
 #include "train/trainer.h"
 
 namespace agoq {

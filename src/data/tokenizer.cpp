@@ -1,4 +1,4 @@
-#include "train/tokenizer.h"
+#include "data/tokenizer.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>

@@ -1,4 +1,4 @@
-#include "train/rdata.h"
+#include "data/rdata.h"
 
 #include <zlib.h>
 

@@ -1,11 +1,11 @@
-#include "train/corpus.h"
+#include "data/corpus.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
-#include "train/rdata.h"
+#include "data/rdata.h"
 
 namespace agoq {
 

@@ -1,4 +1,4 @@
-#include "train/token_file.h"
+#include "data/token_file.h"
 
 #include <bit>
 #include <cstring>

@@ -1,10 +1,10 @@
-#include "train/data_loader.h"
+#include "data/data_loader.h"
 
 #include <algorithm>
 #include <sstream>
 
 #include "core/error.h"
-#include "train/token_file.h"
+#include "data/token_file.h"
 
 namespace agoq {
 

@@ -1,0 +1,155 @@
+#include "model/hf.h"
+
+#include <charconv>
+#include <climits>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace agoq {
+
+using json = nlohmann::json;
+
+namespace {
+
+// The shortest decimal that reads back as the same float, so config.json says 1e-05 rather than 9.99999974e-06.
+double float_clean(float f) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, f);
+  *r.ptr = '\0';
+  return std::strtod(buf, nullptr);
+}
+
+}  // namespace
+
+json config_to_hf_json(const LlamaConfig& c, std::optional<int> bos_token_id, std::optional<int> eos_token_id) {
+  c.validate();
+  json j = {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"hidden_size", c.dim},
+            {"intermediate_size", c.ffn_dim},
+            {"num_hidden_layers", c.n_layers},
+            {"num_attention_heads", c.n_heads},
+            {"num_key_value_heads", c.n_kv_heads},
+            {"head_dim", c.head_dim()},
+            {"vocab_size", c.vocab_size},
+            {"max_position_embeddings", c.max_seq_len},
+            {"rms_norm_eps", float_clean(c.norm_eps)},
+            {"rope_theta", float_clean(c.rope_theta)},
+            {"rope_scaling", nullptr},
+            {"tie_word_embeddings", c.tie_embeddings},
+            {"hidden_act", "silu"},
+            {"attention_bias", false},
+            {"attention_dropout", 0.0},
+            {"mlp_bias", false},
+            {"pretraining_tp", 1},
+            {"initializer_range", 0.02},
+            {"use_cache", true},
+            {"torch_dtype", "float32"}};
+  if (bos_token_id) j["bos_token_id"] = *bos_token_id;
+  if (eos_token_id) j["eos_token_id"] = *eos_token_id;
+  return j;
+}
+
+LlamaConfig config_from_hf_json(const json& j) {
+  AGOQ_CHECK(j.is_object(), "LlamaConfig JSON is not an object");
+  std::string missing;
+  for (const char* k : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
+                        "max_position_embeddings", "rms_norm_eps"})
+    if (!j.contains(k)) missing += (missing.empty() ? "" : ", ") + std::string(k);
+  AGOQ_CHECK(missing.empty(), "LlamaConfig JSON is missing ", missing);
+
+  auto get_int = [&](const char* k, int dflt) {
+    if (!j.contains(k) || j[k].is_null()) return dflt;
+    AGOQ_CHECK(j[k].is_number_integer(), "LlamaConfig key ", k, " must be an integer (got ", j[k].dump(), ")");
+    const int64_t v = j[k].get<int64_t>();
+    AGOQ_CHECK(v >= INT_MIN && v <= INT_MAX, "LlamaConfig key ", k, " out of range (", v, ")");
+    return int(v);
+  };
+  auto get_float = [&](const char* k, float dflt) {
+    if (!j.contains(k)) return dflt;
+    AGOQ_CHECK(j[k].is_number(), "LlamaConfig key ", k, " must be a number (got ", j[k].dump(), ")");
+    return float(j[k].get<double>());
+  };
+  // Options agoq does not implement are refused rather than silently trained differently.
+  auto require = [&](const char* k, const json& want) {
+    AGOQ_CHECK(!j.contains(k) || j[k] == want, "LlamaConfig key ", k, " = ", j.contains(k) ? j[k].dump() : "",
+               " is not supported (agoq needs ", want.dump(), ")");
+  };
+  require("model_type", "llama");
+  require("hidden_act", "silu");
+  require("attention_bias", false);
+  require("mlp_bias", false);
+  require("rope_scaling", nullptr);
+
+  LlamaConfig c;
+  c.dim = get_int("hidden_size", 0);
+  c.ffn_dim = get_int("intermediate_size", 0);
+  c.n_layers = get_int("num_hidden_layers", 0);
+  c.n_heads = get_int("num_attention_heads", 0);
+  c.n_kv_heads = get_int("num_key_value_heads", c.n_heads);  // HF's default: no grouping
+  c.vocab_size = get_int("vocab_size", 0);
+  c.max_seq_len = get_int("max_position_embeddings", 0);
+  c.norm_eps = get_float("rms_norm_eps", 0);
+  c.rope_theta = get_float("rope_theta", 10000.0f);
+  if (j.contains("tie_word_embeddings")) {
+    AGOQ_CHECK(j["tie_word_embeddings"].is_boolean(), "LlamaConfig key tie_word_embeddings must be a boolean");
+    c.tie_embeddings = j["tie_word_embeddings"].get<bool>();
+  } else {
+    c.tie_embeddings = false;  // HF LlamaConfig's default
+  }
+  c.validate();
+  const int head_dim = get_int("head_dim", c.head_dim());
+  AGOQ_CHECK(head_dim == c.head_dim(), "LlamaConfig head_dim ", head_dim,
+             " is not supported (agoq needs hidden_size / num_attention_heads = ", c.head_dim(), ")");
+  return c;
+}
+
+std::string config_diff(const LlamaConfig& a, const LlamaConfig& b) {
+  std::ostringstream os;
+  auto cmp = [&](const char* key, auto x, auto y) {
+    if (os.tellp() == 0 && x != y) os << key << " " << x << " vs " << y;
+  };
+  cmp("vocab_size", a.vocab_size, b.vocab_size);
+  cmp("hidden_size", a.dim, b.dim);
+  cmp("num_hidden_layers", a.n_layers, b.n_layers);
+  cmp("num_attention_heads", a.n_heads, b.n_heads);
+  cmp("num_key_value_heads", a.n_kv_heads, b.n_kv_heads);
+  cmp("intermediate_size", a.ffn_dim, b.ffn_dim);
+  cmp("max_position_embeddings", a.max_seq_len, b.max_seq_len);
+  cmp("rope_theta", a.rope_theta, b.rope_theta);
+  cmp("rms_norm_eps", a.norm_eps, b.norm_eps);
+  cmp("tie_word_embeddings", a.tie_embeddings, b.tie_embeddings);
+  return os.str();
+}
+
+std::vector<HfTensor> hf_tensors(const LlamaConfig& c, const ModelStage& stage) {
+  const int64_t d = c.dim, kv = c.kv_dim(), f = c.ffn_dim, v = c.vocab_size;
+  std::vector<HfTensor> out;
+  if (stage.embed) out.push_back({"model.embed_tokens.weight", {v, d}, ModelTensor::embed});
+  for (int l = stage.first_layer; l < stage.end_layer; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    auto add = [&](const char* name, std::vector<int64_t> shape, ModelTensor role) {
+      out.push_back({p + name, std::move(shape), role, l});
+    };
+    add("input_layernorm.weight", {d}, ModelTensor::attn_norm);
+    add("self_attn.q_proj.weight", {d, d}, ModelTensor::wq);
+    add("self_attn.k_proj.weight", {kv, d}, ModelTensor::wk);
+    add("self_attn.v_proj.weight", {kv, d}, ModelTensor::wv);
+    add("self_attn.o_proj.weight", {d, d}, ModelTensor::wo);
+    add("post_attention_layernorm.weight", {d}, ModelTensor::mlp_norm);
+    add("mlp.gate_proj.weight", {f, d}, ModelTensor::w_gate);
+    add("mlp.up_proj.weight", {f, d}, ModelTensor::w_up);
+    add("mlp.down_proj.weight", {d, f}, ModelTensor::w_down);
+  }
+  if (stage.head) {
+    out.push_back({"model.norm.weight", {d}, ModelTensor::final_norm});
+    if (!c.tie_embeddings) out.push_back({"lm_head.weight", {v, d}, ModelTensor::lm_head});
+  }
+  return out;
+}
+
+std::vector<HfTensor> hf_tensors(const LlamaConfig& c) { return hf_tensors(c, model_stage_whole(c)); }
+
+}  // namespace agoq

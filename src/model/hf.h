@@ -1,0 +1,47 @@
+// Hugging Face's view of a LLaMA model, in one place: config.json <-> LlamaConfig, and the tensor names and
+// shapes of LlamaForCausalLM in its order (which is also ParamSet's flat layout, model/params.h).
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/stage.h"
+
+namespace agoq {
+
+// A named float32 tensor in caller memory (read on save, filled on load).
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  float* data;
+};
+using NamedTensors = std::vector<NamedTensor>;
+
+// HF config.json for a config. bos/eos ids are written only when given.
+nlohmann::json config_to_hf_json(const LlamaConfig& c, std::optional<int> bos_token_id = {},
+                                 std::optional<int> eos_token_id = {});
+// Parses an HF LlamaConfig (missing required keys are all named in one error; features agoq lacks, e.g.
+// rope_scaling or attention_bias, are refused) and validates it.
+LlamaConfig config_from_hf_json(const nlohmann::json& j);
+// The first field in which two configs differ, as "hf_key a vs b"; "" when equal.
+std::string config_diff(const LlamaConfig& a, const LlamaConfig& b);
+
+// Which tensor of the model an HF name is (ParamSet and LayerParams, model/params.h, hold one pointer each).
+enum class ModelTensor : uint8_t {
+  embed, attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down, final_norm, lm_head
+};
+
+struct HfTensor {
+  std::string name;            // e.g. "model.layers.0.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;  // row-major, [out, in] for projections
+  ModelTensor role;
+  int layer = -1;              // decoder layer, -1 for the embedding, final norm and lm_head
+};
+// A stage's tensors in HF order (the whole model's by default); lm_head.weight only when untied.
+std::vector<HfTensor> hf_tensors(const LlamaConfig& c, const ModelStage& stage);
+std::vector<HfTensor> hf_tensors(const LlamaConfig& c);
+
+}  // namespace agoq
