@@ -5,7 +5,7 @@
 #include "cli/commands.h"
 #include "comm/communicator.h"
 #include "core/error.h"
-#include "train/checkpoint.h"
+#include "model/hf.h"
 #include "plan/memory_model.h"
 #include "train/trainer.h"
 
@@ -13,8 +13,17 @@ namespace agoq {
 namespace {
 
 struct TrainArgs {
-  TrainOptions opt;
+  TrainOptions opt = agoq_defaults();
   std::string config_json;
+  bool baseline = false;
+
+  // `agoq train` is AGoQ unless told otherwise: 4-bit activations (attention in bf16), 8-bit gradient store,
+  // 8-bit all-reduce. The library's TrainOptions stay unquantized, so a caller opts in explicitly.
+  static TrainOptions agoq_defaults() {
+    TrainOptions o;
+    o.act_policy = "agoq", o.grad_store = "q8", o.allreduce = "q8";
+    return o;
+  }
 };
 
 void cmd_train_body(TrainArgs& a);
@@ -95,6 +104,10 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   c->add_option("--allreduce", o.allreduce,
                 "gradient all-reduce across data-parallel ranks: mpi (fp32) | q8 (AGoQ's 8-bit all-to-all)")
       ->capture_default_str();
+  CLI::Option* baseline = c->add_flag(
+      "--baseline", args->baseline,
+      "the unquantized run: fp32 activations, fp32 gradients, MPI's fp32 all-reduce (AGoQ's defaults switched off)");
+  for (const char* f : {"--act-policy", "--act-store", "--grad-store", "--allreduce"}) baseline->excludes(f);
   c->add_option("--grad-rounding", o.grad_rounding, "rounding of the q8 grad store: stochastic | nearest")
       ->capture_default_str();
   c->add_option("--zero", o.zero, "1: ZeRO-1, optimizer state sharded across data-parallel ranks")
@@ -114,6 +127,7 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   c->add_option("--debug-exit-rank", o.debug_exit_rank)->group("");
   c->callback([args, kv_heads] {
     if (kv_heads->count() == 0) args->opt.model.n_kv_heads = args->opt.model.n_heads;  // plain multi-head attention
+    if (args->baseline) args->opt.act_policy = "fp32", args->opt.grad_store = "fp32", args->opt.allreduce = "mpi";
     cmd_train_run(*args);
   });
 });

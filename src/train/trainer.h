@@ -1,4 +1,5 @@
-// The training loop: data, model, AdamW, schedule, evaluation, metrics and checkpoints.
+// `train_run`: one training run (data, model, data/pipeline parallelism, AdamW, schedule, evaluation, metrics,
+// checkpoints) as a TrainSession (train/session.h).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,6 +26,7 @@ struct TrainOptions {
   long ckpt_every = 0;   // 0: only at the end
   long stop_after = 0;   // stop (with a checkpoint) after this many steps of this run; 0: run to `steps`
   int log_every = 10;
+  // The library's defaults are the unquantized run; `agoq train` defaults to AGoQ (agoq, q8, q8; cli/cmd_train.cpp).
   std::string act_policy = "fp32";  // model/act_policy.h: fp32, baseline-bf16, agoq, uniform4 or a spec
   std::string resume;    // checkpoint dir to continue from
   bool quiet = false;

@@ -1,0 +1,216 @@
+#include "train/session.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "comm/comm_check.h"
+#include "core/error.h"
+#include "train/checkpoint.h"
+#include "train/replan.h"
+
+namespace agoq {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Flag errors are the same on every rank: one message. Then the grid, also agreed.
+ParallelGrid grid_of_validated(Communicator& world, const TrainOptions& o) {
+  comm_agreed(world, [&] { train_options_validate(o); });
+  return comm_agreed(world, [&] { return parallel_grid_make(world, o.pp); });
+}
+
+DpOptions dp_options_of(const TrainOptions& o, Communicator* stages) {
+  DpOptions d;
+  d.grad_store = grad_store_parse(o.grad_store);
+  d.allreduce = allreduce_parse(o.allreduce);
+  d.zero = o.zero == 1;
+  d.rounding = o.grad_rounding == "nearest" ? QuantRounding::nearest : QuantRounding::stochastic;
+  d.adam = o.adam, d.clip = o.clip, d.seed = o.seed;
+  d.stages = stages;
+  return d;
+}
+
+}  // namespace
+
+TrainSession::TrainSession(const TrainOptions& opt)
+    : opt_(opt),
+      world_(opt.comm ? *opt.comm : comm_world()),
+      lead_(world_.rank() == 0),
+      grid_(grid_of_validated(world_, opt)),
+      dp_options_(dp_options_of(opt, grid_.pipe)),
+      B_(opt.batch),
+      T_(opt.seq),
+      m_(opt.accum) {
+  data_load();
+  config_resolve();
+  model_build();
+  resume();
+  // Peaks from here on describe training, not set-up transients (full-size moments read on a ZeRO resume).
+  MemoryTracker::global().reset_peaks();
+  if (lead_) fs::create_directories(opt_.out_dir);
+  log_ = std::make_unique<MetricsLog>(lead_ ? (fs::path(opt_.out_dir) / "metrics.jsonl").string() : std::string(),
+                                      !opt_.resume.empty(), opt_.steps, opt_.log_every, opt_.quiet || !lead_);
+  // Dynamic bit allocation (train/replan.h): the stores calibrate sensitivities until the re-planning step.
+  if (opt_.mem_budget > 0)
+    for (int i = model_->store_count() - 1; i >= 0; --i) model_->select_store(i), model_->store().set_calibration(true);
+}
+
+void TrainSession::data_load() {
+  const fs::path data(opt_.data_dir);
+  train_set_ = TokenDataset::load((data / "train.bin").string());
+  val_set_ = TokenDataset::load((data / "val.bin").string());
+}
+
+// The model's shape: the flags' (vocabulary from the data), or the checkpoint's when resuming. Then every rank
+// must run the same config on the same data, checked before any other collective.
+void TrainSession::config_resolve() {
+  cfg_ = opt_.model;
+  cfg_.vocab_size = int(train_set_.vocab_size());
+  if (cfg_.max_seq_len < T_) cfg_.max_seq_len = T_;
+  if (!opt_.resume.empty()) {
+    const CheckpointMeta meta = checkpoint_inspect(opt_.resume);
+    cfg_ = meta.config;  // the checkpoint's shape wins
+    resume_commit_ = meta.commit;
+  }
+  comm_agreed(world_, [&] { cfg_.validate(); });
+  if (world_.size() > 1) {  // mismatched ranks stop here with one message from rank 0
+    const fs::path data(opt_.data_dir);
+    comm_check_consistent(world_, train_run_description(opt_, cfg_, resume_commit_), "config");
+    comm_check_consistent(world_, file_digest(data / "train.bin") + "\n" + file_digest(data / "val.bin"), "data");
+  }
+  train_set_.check_vocab(cfg_.vocab_size);
+  val_set_.check_vocab(cfg_.vocab_size);
+  stages_ = comm_agreed(world_, [&] { return model_stages_split(cfg_, grid_.P, opt_.stage_layers); });
+}
+
+void TrainSession::model_build() {
+  // One global window stream, identical on every rank: each step draws D * m micro-batches and replica r trains
+  // on r * m .. r * m + m - 1 (every stage of a replica the same ones). So D replicas x m equal 1 x D * m, and
+  // one loader state resumes any rank.
+  loader_ = std::make_unique<DataLoader>(train_set_, T_, opt_.seed);
+  val_loader_ = std::make_unique<DataLoader>(val_set_, T_, opt_.seed);
+  const int in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
+  model_ = std::make_unique<LlamaModel>(cfg_, B_, T_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers),
+                                        stages_[grid_.stage], in_flight);
+  model_->init_weights(opt_.seed);
+  dp_ = std::make_unique<DataParallel>(*grid_.dp, *model_, dp_options_);
+  if (grid_.P > 1) pipeline_ = std::make_unique<Pipeline>(*grid_.pipe, *model_, B_, T_);
+  inputs_.resize(size_t(B_) * T_ * m_);
+  targets_.resize(inputs_.size());
+}
+
+void TrainSession::resume() {
+  if (!opt_.resume.empty()) {
+    NamedTensors weights = named_tensors_of(model_->params());
+    const CheckpointMeta meta =
+        checkpoint_load(opt_.resume, cfg_, weights, dp_->moments_load_views(), /*part=*/grid_.P > 1);
+    dp_->moments_scatter();
+    step_ = meta.step;
+    loader_->set_state(DataLoader::State::from_string(meta.trainer.at("loader").get<std::string>()));
+  }
+  AGOQ_CHECK(step_ < opt_.steps, "checkpoint is already at step ", step_, " of --steps ", opt_.steps);
+}
+
+TrainResult TrainSession::run() {
+  TrainResult result;
+  const long first = step_ + 1;
+  const long last = opt_.stop_after > 0 ? std::min(opt_.steps, step_ + opt_.stop_after) : opt_.steps;
+  const double tokens = double(B_) * T_ * m_ * grid_.D;  // per step, over the replicas
+  for (long step = first; step <= last; ++step) {
+    if (step == opt_.debug_exit_step && grid_.replica == opt_.debug_exit_rank) {
+      std::fprintf(stderr, "agoq: debug: rank %d exits with code 3 at step %ld (--debug-exit-at-step)\n",
+                   grid_.replica, step);
+      std::fflush(stderr);
+      _exit(3);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const float lr = lr_schedule(step, opt_.lr, opt_.min_lr, opt_.warmup, opt_.steps);
+    const DpStepResult r = this->step(step, lr);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    seconds_total_ += dt;
+    wait_total_ += r.wait_s;
+    result.losses.push_back(float(r.loss));
+    result.grad_norms.push_back(float(r.grad_norm));
+
+    nlohmann::json rec = {{"step", step}, {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm},
+                          {"tokens_per_s", tokens / dt}};
+    if (grid_.D > 1) rec["comm_wait_s"] = r.wait_s;
+    if ((opt_.eval_every > 0 && step % opt_.eval_every == 0) || step == opt_.steps) {
+      const float val = evaluate();
+      rec["val_loss"] = val;
+      result.final_val_loss = val;
+      char line[96];
+      std::snprintf(line, sizeof line, "step %ld: val loss %.4f", step, val);
+      log_->note(line);
+    }
+    rec["memory"] = memory_json();
+    log_->step(step, rec);
+    step_ = step;
+    if (opt_.ckpt_every > 0 && step % opt_.ckpt_every == 0 && step != last) checkpoint(step);
+    if (opt_.mem_budget > 0 && step == first + opt_.replan_after - 1) replan();
+  }
+  result.last_step = last;
+  result.replan_log = replan_log_;
+  result.peak = MemoryTracker::global().peak_per_category();
+  result.peak_total = MemoryTracker::global().peak_total();
+  checkpoint(last);
+  log_->finish();
+  result.tokens_per_s = tokens * double(last - first + 1) / seconds_total_;
+  report(result, first);
+  return result;
+}
+
+// The loader draws all D * m micro-batches of the step, in the same order on every rank; this replica keeps its m.
+void TrainSession::step_batches_next() {
+  const size_t rows = size_t(B_) * T_;
+  std::vector<int32_t> skip_in(rows), skip_tgt(rows);
+  for (int g = 0; g < grid_.D * m_; ++g) {
+    const bool mine = g / m_ == grid_.replica;
+    const size_t at = size_t(g % m_) * rows;
+    loader_->next_batch(B_, mine ? inputs_.data() + at : skip_in.data(), mine ? targets_.data() + at : skip_tgt.data());
+  }
+}
+
+DpStepResult TrainSession::step(long step, float lr) {
+  step_batches_next();
+  if (!pipeline_) return dp_->step(step, lr, inputs_.data(), targets_.data(), m_, B_, T_);
+  return dp_->step(step, lr, m_, [&] {
+    return pipeline_->run(dp_.get(), inputs_.data(), targets_.data(), m_, B_, T_, 1.0f / float(grid_.D * m_));
+  });
+}
+
+// On the first replica (replicas are identical), through the pipeline when there is one; broadcast to the others.
+float TrainSession::evaluate() {
+  const int n = val_loader_->val_batch_count(B_, opt_.eval_batches);
+  double sum = 0;
+  if (grid_.replica == 0) {
+    if (pipeline_) {
+      sum = pipeline_->forward_loss_sum(
+          [&](int i, int32_t* in, int32_t* tgt) { val_loader_->val_batch(B_, opt_.eval_batches, i, in, tgt); }, n, B_,
+          T_);
+    } else {
+      std::vector<int32_t> in(size_t(B_) * T_), tgt(size_t(B_) * T_);
+      for (int i = 0; i < n; ++i) {
+        val_loader_->val_batch(B_, opt_.eval_batches, i, in.data(), tgt.data());
+        sum += model_->forward_loss(in.data(), tgt.data(), B_, T_);
+      }
+    }
+  }
+  float val = float(sum / n);
+  if (grid_.D > 1) grid_.dp->broadcast(&val, sizeof val, 0);
+  return val;
+}
+
+void TrainSession::replan() {
+  const ReplanResult r = replan_activation_bits(*model_, grid_, stages_, m_, size_t(B_) * T_, opt_.mem_budget);
+  if (!r.error.empty()) comm_agreed(world_, [&] { fail(r.error); });  // the same on every rank: one message
+  replan_log_ = r.log;
+  log_->note(r.log);
+}
+
+}  // namespace agoq

@@ -1,0 +1,112 @@
+// TrainSession::report: what the run did and where its memory went, next to what the unquantized baselines would
+// need for the same run. The baselines come from the memory model (plan/memory_model.h), which matches the tracker
+// exactly on single-stage CPU runs (tests/plan/test_memory_model.cpp).
+#include <cstdio>
+#include <string>
+
+#include "plan/memory_model.h"
+#include "train/session.h"
+
+namespace agoq {
+
+namespace {
+
+constexpr int kCats = kMemCategoryCount;
+
+// Saved-activation bytes per token per layer under a policy.
+double act_bytes_per_token_layer(const ActPolicy& p, const LlamaConfig& cfg, size_t rows) {
+  return double(act_store_bytes(p, cfg, rows, true) + act_store_bytes(p, cfg, rows, false)) / double(rows) /
+         cfg.n_layers;
+}
+
+// Sum of each category's own peak: the figure the memory model predicts.
+size_t categories_total(const size_t* bytes) {
+  size_t t = 0;
+  for (int c = 0; c < kCats; ++c) t += bytes[c];
+  return t;
+}
+
+}  // namespace
+
+void TrainSession::report(const TrainResult& r, long first) const {
+  const int P = grid_.P, D = grid_.D;
+  // A pipeline's stages differ (embedding, head, micro-batches in flight): every stage's peaks, gathered on all
+  // ranks (collective) before anything is printed.
+  std::vector<double> stage_peaks(size_t(P) * (kCats + 1), 0.0);
+  if (grid_.pipe) {  // training's peaks, without the checkpoint's gather buffers
+    double* mine = stage_peaks.data() + size_t(grid_.stage) * (kCats + 1);
+    for (int c = 0; c < kCats; ++c) mine[c] = double(r.peak.bytes[c]);
+    mine[kCats] = double(r.peak_total);
+    grid_.pipe->allreduce_sum(stage_peaks.data(), stage_peaks.size());
+  }
+  if (opt_.quiet || !lead_) return;
+
+  std::fprintf(stderr, "trained steps %ld..%ld at %.0f tokens/s", first, r.last_step, r.tokens_per_s);
+  if (D > 1)
+    std::fprintf(stderr, " on %d ranks (grad store %s, all-reduce %s%s; %.1f%% of step time waiting on it)", D,
+                 opt_.grad_store.c_str(), opt_.allreduce.c_str(), opt_.zero ? ", ZeRO-1" : "",
+                 100.0 * wait_total_ / seconds_total_);
+  if (P > 1)
+    std::fprintf(stderr, " on a %d-stage pipeline (1F1B, layers %s) x %d replica%s", P,
+                 opt_.stage_layers.empty() ? "split evenly" : opt_.stage_layers.c_str(), D, D > 1 ? "s" : "");
+  std::fprintf(stderr, "\n");
+  if (P > 1) report_stages(stage_peaks);
+  const size_t rows = size_t(B_) * T_;
+  const ActPolicy& policy = model_->store().policy();
+  const double act = act_bytes_per_token_layer(policy, cfg_, rows);
+  const double bf16 = act_bytes_per_token_layer(ActPolicy::parse("baseline-bf16", cfg_.n_layers), cfg_, rows);
+  const double fp32 = act_bytes_per_token_layer(ActPolicy::parse("fp32", cfg_.n_layers), cfg_, rows);
+  const auto tags = MemoryTracker::global().tag_peaks();
+  auto tag = [&](const char* t) { return format_bytes(tags.count(t) ? tags.at(t) : 0); };
+  std::fprintf(stderr,
+               "saved activations (%s): attention %s, other %s\n"
+               "  %.0f B per token per layer vs %.0f B in bf16 (%.2fx) and %.0f B in fp32 (%.2fx)\n",
+               policy.name.c_str(), tag("act.attention").c_str(), tag("act.other").c_str(), act, bf16, act / bf16,
+               fp32, act / fp32);
+  report_memory(r);
+}
+
+void TrainSession::report_stages(const std::vector<double>& stage_peaks) const {
+  const int P = grid_.P;
+  std::fprintf(stderr, "peak memory per pipeline stage (first replica):\n  stage layers  in-flight");
+  for (int c = 0; c < kCats; ++c) std::fprintf(stderr, " %13s", mem_category_name(MemCategory(c)));
+  std::fprintf(stderr, " %13s\n", "total");
+  for (int s = 0; s < P; ++s) {
+    std::fprintf(stderr, "  %5d %2d..%-3d %9d", s, stages_[s].first_layer, stages_[s].end_layer - 1,
+                 pipeline_in_flight(P, s, m_));
+    for (int c = 0; c <= kCats; ++c)
+      std::fprintf(stderr, " %13s", format_bytes(size_t(stage_peaks[size_t(s) * (kCats + 1) + c])).c_str());
+    std::fprintf(stderr, "\n");
+  }
+}
+
+// This rank's measured peak per category next to the fp32 baseline (fp32 activations, gradients and all-reduce)
+// and the bf16-store baseline (bf16 activations) of the same run, from the memory model. The token files the run
+// holds in memory are the same for every configuration and count in each column's workspace.
+void TrainSession::report_memory(const TrainResult& r) const {
+  PlanCpuOptions o;
+  o.batch = B_, o.seq = T_, o.dp = dp_options_.zero ? grid_.D : 1;
+  o.pp = grid_.P, o.stage = stages_[grid_.stage], o.in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
+  const PlanMemory fp32 = plan_memory_cpu_trainer(cfg_, ActPolicy::parse("fp32", cfg_.n_layers), o);
+  const PlanMemory bf16 = plan_memory_cpu_trainer(cfg_, ActPolicy::parse("baseline-bf16", cfg_.n_layers), o);
+  const size_t data = MemoryTracker::global().tag_current("data");
+  size_t base[2][kCats];
+  for (int c = 0; c < kCats; ++c) {
+    const size_t extra = MemCategory(c) == MemCategory::workspace ? data : 0;
+    base[0][c] = fp32.bytes[c] + extra, base[1][c] = bf16.bytes[c] + extra;
+  }
+  std::fprintf(stderr, "peak memory by category%s   %14s %14s %14s\n", world_.size() > 1 ? " (rank 0)" : "",
+               "this run", "fp32 baseline", "bf16 store");
+  for (int c = 0; c < kCats; ++c)
+    std::fprintf(stderr, "  %-22s %14s %14s %14s\n", mem_category_name(MemCategory(c)),
+                 format_bytes(r.peak.bytes[c]).c_str(), format_bytes(base[0][c]).c_str(),
+                 format_bytes(base[1][c]).c_str());
+  const size_t mine = categories_total(r.peak.bytes.data()), t32 = categories_total(base[0]),
+               t16 = categories_total(base[1]);
+  std::fprintf(stderr, "  %-22s %14s %14s %14s\n", "total", format_bytes(mine).c_str(), format_bytes(t32).c_str(),
+               format_bytes(t16).c_str());
+  std::fprintf(stderr, "  this run needs %.2fx the memory of the fp32 baseline and %.2fx that of the bf16 store\n",
+               double(mine) / double(t32), double(mine) / double(t16));
+}
+
+}  // namespace agoq
