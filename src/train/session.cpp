@@ -130,7 +130,7 @@ TrainResult TrainSession::run() {
     }
     const auto t0 = std::chrono::steady_clock::now();
     const float lr = lr_schedule(step, opt_.lr, opt_.min_lr, opt_.warmup, opt_.steps);
-    const DpStepResult r = this->step(step, lr);
+    const DpStepResult r = train_step(step, lr);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     seconds_total_ += dt;
     wait_total_ += r.wait_s;
@@ -166,7 +166,7 @@ TrainResult TrainSession::run() {
 }
 
 // The loader draws all D * m micro-batches of the step, in the same order on every rank; this replica keeps its m.
-void TrainSession::step_batches_next() {
+void TrainSession::batches_next() {
   const size_t rows = size_t(B_) * T_;
   std::vector<int32_t> skip_in(rows), skip_tgt(rows);
   for (int g = 0; g < grid_.D * m_; ++g) {
@@ -176,8 +176,8 @@ void TrainSession::step_batches_next() {
   }
 }
 
-DpStepResult TrainSession::step(long step, float lr) {
-  step_batches_next();
+DpStepResult TrainSession::train_step(long step, float lr) {
+  batches_next();
   if (!pipeline_) return dp_->step(step, lr, inputs_.data(), targets_.data(), m_, B_, T_);
   return dp_->step(step, lr, m_, [&] {
     return pipeline_->run(dp_.get(), inputs_.data(), targets_.data(), m_, B_, T_, 1.0f / float(grid_.D * m_));

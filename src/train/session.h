@@ -35,8 +35,8 @@ class TrainSession {
   void model_build();
   void resume();
   // One optimizer step: this replica's micro-batches through the model (or the pipeline), reduction, AdamW.
-  DpStepResult step(long step, float lr);
-  void step_batches_next();
+  DpStepResult train_step(long step, float lr);
+  void batches_next();  // this replica's micro-batches of the next step into inputs_, targets_
   // Validation loss, the same on every rank.
   float evaluate();
   // Checkpoint `at_step` as ckpt-step<N>, then point `ckpt` at it (train/session_checkpoint.cpp). Collective.
