@@ -97,6 +97,8 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
        "every saved activation in fp32 or bf16 (shorthand for --act-policy fp32 | baseline-bf16)")
       ->excludes("--act-policy");
   c->add_option("--resume", o.resume, "continue from a checkpoint directory (e.g. runs/demo/ckpt)");
+  c->add_flag("--overwrite", o.overwrite,
+              "start afresh in an --out that holds an earlier run (its checkpoint link and metrics are replaced)");
   c->add_flag("--quiet", o.quiet, "no console progress");
   c->add_option("--grad-store", o.grad_store,
                 "gradient accumulation buffers: fp32 | q8 (INT8 + a scale per 256 values; docs/parallel.md)")

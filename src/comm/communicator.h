@@ -139,6 +139,29 @@ auto comm_agreed(const Communicator& comm, Fn&& fn) -> decltype(fn()) {
   }
 }
 
+// Runs `fn` on rank 0 alone (a check of what only rank 0 sees, such as the folder it writes) and makes its failure
+// everyone's: collective; every rank then throws the same CommAgreedError (printed once, by rank 0), or none does.
+template <class Fn>
+void comm_lead_agreed(Communicator& comm, Fn&& fn) {
+  std::string error;
+  if (comm.rank() == 0) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  if (comm.size() == 1) {
+    if (!error.empty()) throw Error(error);
+    return;
+  }
+  uint64_t n = error.size();
+  comm.broadcast(&n, sizeof n, 0);
+  error.resize(size_t(n));
+  comm.broadcast(error.data(), size_t(n), 0);
+  if (n > 0) throw CommAgreedError(error);
+}
+
 // Runs `fn` and makes a failure end the whole job cleanly instead of leaving peers blocked in a collective:
 // with one rank an agoq::Error propagates unchanged; with several, a CommAgreedError (thrown identically on every
 // rank, e.g. a config mismatch) is rethrown on rank 0 only while the other ranks exit(1) quietly after MPI

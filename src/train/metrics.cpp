@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/memory.h"
@@ -23,7 +25,8 @@ MetricsLog::MetricsLog(const std::string& jsonl_path, bool append, long total_st
     : total_(total_steps), every_(log_every > 0 ? log_every : 1), quiet_(quiet), tty_(isatty(STDERR_FILENO)) {
   if (!jsonl_path.empty()) {
     file_ = std::fopen(jsonl_path.c_str(), append ? "a" : "w");
-    AGOQ_CHECK(file_, "cannot open metrics file ", jsonl_path);
+    AGOQ_CHECK(file_, "cannot open metrics file ", jsonl_path, ": ", std::strerror(errno));
+    path_ = jsonl_path;
   }
   start_ = std::chrono::steady_clock::now();
 }
@@ -34,9 +37,9 @@ MetricsLog::~MetricsLog() {
 }
 
 void MetricsLog::step(long step, const nlohmann::json& rec) {
-  if (file_) {
-    std::fprintf(file_, "%s\n", rec.dump().c_str());
-    std::fflush(file_);
+  if (file_) {  // a record that did not reach the file is an error, not a gap in the log
+    const bool ok = std::fprintf(file_, "%s\n", rec.dump().c_str()) >= 0 && std::fflush(file_) == 0;
+    AGOQ_CHECK(ok, "cannot write metrics file ", path_, ": ", std::strerror(errno));
   }
   if (quiet_) return;
   if (first_step_ < 0) {

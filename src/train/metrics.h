@@ -12,7 +12,8 @@ class MetricsLog {
   // jsonl_path empty: no file. Appends when `append` (a resumed run continues its log).
   MetricsLog(const std::string& jsonl_path, bool append, long total_steps, int log_every, bool quiet);
   ~MetricsLog();
-  // One record per step (written to the JSONL file); the console shows the bar or every log_every-th line.
+  // One record per step (written to the JSONL file; a failed write throws); the console shows the bar or every
+  // log_every-th line.
   void step(long step, const nlohmann::json& record);
   // A line that must not be overwritten by the bar (eval results, checkpoints).
   void note(const std::string& line);
@@ -20,6 +21,7 @@ class MetricsLog {
 
  private:
   std::FILE* file_ = nullptr;
+  std::string path_;
   long total_;
   int every_;
   bool quiet_, tty_, bar_open_ = false;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -46,6 +47,7 @@ TrainSession::TrainSession(const TrainOptions& opt)
       B_(opt.batch),
       T_(opt.seq),
       m_(opt.accum) {
+  comm_lead_agreed(world_, [&] { out_dir_check(); });
   data_load();
   config_resolve();
   model_build();
@@ -58,6 +60,42 @@ TrainSession::TrainSession(const TrainOptions& opt)
   // Dynamic bit allocation (train/replan.h): the stores calibrate sensitivities until the re-planning step.
   if (opt_.mem_budget > 0)
     for (int i = model_->store_count() - 1; i >= 0; --i) model_->select_store(i), model_->store().set_calibration(true);
+}
+
+namespace {
+
+// What in `out` belongs to an earlier run: the checkpoint link, a checkpoint directory, or the metrics log.
+std::string earlier_run_in(const fs::path& out) {
+  std::error_code ec;
+  if (fs::is_symlink(out / "ckpt", ec)) return (out / fs::read_symlink(out / "ckpt", ec)).string();
+  for (const fs::directory_entry& e : fs::directory_iterator(out, ec))
+    if (e.path().filename().string().rfind("ckpt-step", 0) == 0) return e.path().string();
+  if (fs::exists(out / "metrics.jsonl", ec)) return (out / "metrics.jsonl").string();
+  return {};
+}
+
+// Whether `path` lies inside `dir` (both resolved).
+bool path_within(const fs::path& path, const fs::path& dir) {
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(path, ec), d = fs::weakly_canonical(dir, ec);
+  const auto [end, _] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
+  return end == d.end();
+}
+
+}  // namespace
+
+// A run never deletes or appends to what it did not write: a fresh run (or one resumed from elsewhere) into an
+// --out that holds an earlier run stops here, before anything is allocated, unless --overwrite says so.
+void TrainSession::out_dir_check() const {
+  const fs::path out(opt_.out_dir);
+  std::error_code ec;
+  AGOQ_CHECK(!fs::exists(out / "ckpt", ec) || fs::is_symlink(out / "ckpt", ec), "--out ", out.string(),
+             ": ckpt is not the link agoq keeps to its latest checkpoint; move it away or choose another --out");
+  if (opt_.overwrite) return;
+  const bool continues = !opt_.resume.empty() && path_within(opt_.resume, out);
+  const std::string earlier = continues ? std::string() : earlier_run_in(out);
+  AGOQ_CHECK(earlier.empty(), "--out ", out.string(), " already holds a run (", earlier, "); continue it with --resume ",
+             (out / "ckpt").string(), ", or replace it with --overwrite");
 }
 
 void TrainSession::data_load() {

@@ -30,6 +30,7 @@ class TrainSession {
   TrainResult run();
 
  private:
+  void out_dir_check() const;
   void data_load();
   void config_resolve();
   void model_build();

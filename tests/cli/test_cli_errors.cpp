@@ -135,5 +135,36 @@ TEST_F(CliErrors, MissingOrCorruptTokenizer) {
                      "bad.model");
 }
 
+// A fresh run never deletes or appends to an earlier run's checkpoints and metrics: it stops before the first step,
+// names what is there and the two ways on; --overwrite is one of them, --resume the other.
+TEST_F(CliErrors, FreshRunKeepsAnEarlierRun) {
+  ASSERT_EQ(run_agoq(train({{"--steps", "2"}})).exit_code, 0);
+  const auto metrics_size = fs::file_size(d("run/metrics.jsonl"));
+  expect_clean_error(train({{"--steps", "4"}, {"--ckpt-every", "1"}}), "already holds a run");
+  const RunResult again = run_agoq(train({{"--steps", "4"}}));
+  for (const char* way : {"--resume", "--overwrite", "ckpt-step2"})
+    EXPECT_NE(again.err.find(way), std::string::npos) << way << " in: " << again.err;
+  EXPECT_TRUE(fs::exists(d("run/ckpt-step2/model.safetensors")));
+  EXPECT_EQ(fs::file_size(d("run/metrics.jsonl")), metrics_size);
+  // A run resumed from another folder is a fresh run for this one.
+  ASSERT_EQ(run_agoq(train({{"--steps", "2"}, {"--out", d("other")}})).exit_code, 0);
+  expect_clean_error(train({{"--steps", "4"}, {"--resume", d("other/ckpt")}}), "already holds a run");
+  EXPECT_EQ(run_agoq(train({{"--steps", "4"}, {"--resume", d("run/ckpt")}})).exit_code, 0);
+  EXPECT_EQ(run_agoq(train({{"--steps", "3"}, {"--overwrite", " "}})).exit_code, 0);
+  EXPECT_TRUE(fs::exists(d("run/ckpt-step3/model.safetensors")));
+}
+
+TEST_F(CliErrors, CkptThatIsNotTheLinkIsRefusedBeforeTraining) {
+  fs::create_directories(d("run/ckpt"));
+  expect_clean_error(train({{"--overwrite", " "}}), "ckpt is not the link");
+}
+
+// Every metrics record must reach the file: a full disk is an error, not a silent gap.
+TEST_F(CliErrors, MetricsWriteErrorIsReported) {
+  fs::create_directories(d("run"));
+  fs::create_symlink("/dev/full", d("run/metrics.jsonl"));
+  expect_clean_error(train({{"--overwrite", " "}}), "cannot write metrics file");
+}
+
 }  // namespace
 }  // namespace agoq
