@@ -90,8 +90,10 @@ const CliCommand kSample("", 30, [](CLI::App& app) {
   c->add_option("--prompt", a->prompt, "text to continue")->capture_default_str();
   c->add_option("--tokens", a->tokens, "tokens to generate")->capture_default_str();
   c->add_option("--temperature", a->temperature, "softmax temperature (0: greedy)")->capture_default_str();
-  c->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
-  c->add_option("--seed", a->seed)->capture_default_str();
+  c->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0: all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  c->add_option("--seed", a->seed)->check(CLI::NonNegativeNumber)->capture_default_str();
   c->callback([a] { cmd_sample_run(*a); });
 });
 

@@ -78,7 +78,9 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   c->add_option("--beta1", o.adam.beta1)->capture_default_str();
   c->add_option("--beta2", o.adam.beta2)->capture_default_str();
   c->add_option("--clip", o.clip, "global gradient-norm clip")->capture_default_str();
-  c->add_option("--seed", o.seed, "seed for initialisation and data order")->capture_default_str();
+  c->add_option("--seed", o.seed, "seed for initialisation and data order")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   c->add_option("--eval-every", o.eval_every, "validation every N steps (0: only at the end)")->capture_default_str();
   c->add_option("--eval-batches", o.eval_batches, "validation batches")->capture_default_str();
   c->add_option("--ckpt-every", o.ckpt_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();

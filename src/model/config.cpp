@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace agoq {
@@ -15,8 +17,11 @@ void LlamaConfig::validate() const {
              ") must divide n_heads (", n_heads, ")");
   AGOQ_CHECK(ffn_dim >= 1, "config: ffn_dim must be positive (got ", ffn_dim, ")");
   AGOQ_CHECK(max_seq_len >= 1, "config: max_seq_len must be positive (got ", max_seq_len, ")");
-  AGOQ_CHECK(rope_theta > 0, "config: rope_theta must be positive");
-  AGOQ_CHECK(norm_eps > 0, "config: norm_eps must be positive");
+  // Checked for finiteness too: an inf would train, then be written as null into config.json, unloadable.
+  AGOQ_CHECK(std::isfinite(rope_theta) && rope_theta > 0, "config: rope_theta must be a positive number (got ",
+             rope_theta, ")");
+  AGOQ_CHECK(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1, "config: norm_eps must be in (0, 1) (got ",
+             norm_eps, ")");
 }
 
 size_t LlamaConfig::layer_param_count() const {

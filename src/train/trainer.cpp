@@ -19,13 +19,25 @@ void train_options_validate(const TrainOptions& o) {
   AGOQ_CHECK(o.seq >= 1, "--seq must be >= 1 (got ", o.seq, ")");
   AGOQ_CHECK(o.accum >= 1, "--accum must be >= 1 (got ", o.accum, ")");
   AGOQ_CHECK(o.steps >= 1, "--steps must be >= 1 (got ", o.steps, ")");
-  AGOQ_CHECK(o.warmup >= 0, "--warmup must be >= 0");
-  AGOQ_CHECK(std::isfinite(o.lr) && o.lr > 0, "--lr must be a positive number");
-  AGOQ_CHECK(std::isfinite(o.min_lr) && o.min_lr >= 0 && o.min_lr <= o.lr, "--min-lr must be in [0, lr]");
-  AGOQ_CHECK(o.clip > 0, "--clip must be positive");
-  AGOQ_CHECK(o.eval_batches >= 1, "--eval-batches must be >= 1");
+  AGOQ_CHECK(o.warmup >= 0, "--warmup must be >= 0 (got ", o.warmup, ")");
+  AGOQ_CHECK(std::isfinite(o.lr) && o.lr > 0, "--lr must be a positive number (got ", o.lr, ")");
+  AGOQ_CHECK(std::isfinite(o.min_lr) && o.min_lr >= 0 && o.min_lr <= o.lr, "--min-lr must be in [0, lr] (got ",
+             o.min_lr, ")");
+  AGOQ_CHECK(std::isfinite(o.clip) && o.clip > 0, "--clip must be a positive number (got ", o.clip, ")");
+  // AdamW: moments decay by beta per step, so beta must be in [0, 1); eps keeps the update finite.
+  AGOQ_CHECK(o.adam.beta1 >= 0 && o.adam.beta1 < 1, "--beta1 must be in [0, 1) (got ", o.adam.beta1, ")");
+  AGOQ_CHECK(o.adam.beta2 >= 0 && o.adam.beta2 < 1, "--beta2 must be in [0, 1) (got ", o.adam.beta2, ")");
+  AGOQ_CHECK(std::isfinite(o.adam.eps) && o.adam.eps > 0, "AdamW eps must be a positive number (got ", o.adam.eps,
+             ")");
+  AGOQ_CHECK(std::isfinite(o.adam.weight_decay) && o.adam.weight_decay >= 0,
+             "--weight-decay must be a number >= 0 (got ", o.adam.weight_decay, ")");
+  AGOQ_CHECK(o.eval_every >= 0, "--eval-every must be >= 0 (got ", o.eval_every, "; 0: only at the end)");
+  AGOQ_CHECK(o.eval_batches >= 1, "--eval-batches must be >= 1 (got ", o.eval_batches, ")");
+  AGOQ_CHECK(o.ckpt_every >= 0, "--ckpt-every must be >= 0 (got ", o.ckpt_every, "; 0: only at the end)");
+  AGOQ_CHECK(o.stop_after >= 0, "--stop-after must be >= 0 (got ", o.stop_after, "; 0: run to --steps)");
+  AGOQ_CHECK(o.log_every >= 0, "--log-every must be >= 0 (got ", o.log_every, ")");
   AGOQ_CHECK(o.zero == 0 || o.zero == 1, "--zero must be 0 or 1 (got ", o.zero, ")");
-  AGOQ_CHECK(o.replan_after >= 1, "--replan-after must be >= 1");
+  AGOQ_CHECK(o.replan_after >= 1, "--replan-after must be >= 1 (got ", o.replan_after, ")");
   AGOQ_CHECK(o.grad_rounding == "stochastic" || o.grad_rounding == "nearest",
              "--grad-rounding must be stochastic or nearest (got '", o.grad_rounding, "')");
 }

@@ -135,6 +135,25 @@ TEST_F(CliErrors, MissingOrCorruptTokenizer) {
                      "bad.model");
 }
 
+// Every numeric flag is checked for finiteness and range before anything runs, naming the flag; none trains to an
+// unusable checkpoint (an infinite rope_theta used to be written as null into config.json).
+TEST_F(CliErrors, NumericFlagsAreCheckedBeforeRunning) {
+  expect_clean_error(train({{"--rope-theta", "inf"}}), "rope_theta");
+  expect_clean_error(train({{"--rope-theta", "1e39"}}), "rope_theta");
+  expect_clean_error(train({{"--weight-decay", "-100"}}), "--weight-decay");
+  expect_clean_error(train({{"--weight-decay", "nan"}}), "--weight-decay");
+  expect_clean_error(train({{"--beta1", "1"}}), "--beta1");
+  expect_clean_error(train({{"--beta1", "nan"}}), "--beta1");
+  expect_clean_error(train({{"--beta2", "2"}}), "--beta2");
+  expect_clean_error(train({{"--ckpt-every", "-1"}}), "--ckpt-every");
+  expect_clean_error(train({{"--stop-after", "-3"}}), "--stop-after");
+  expect_clean_error(train({{"--eval-every", "-1"}}), "--eval-every");
+  expect_clean_error(train({{"--clip", "nan"}}), "--clip");
+  expect_clean_error(train({{"--seed", "-1"}}), "--seed");
+  expect_clean_error("sample --ckpt " + d("run/ckpt") + " --top-k -5", "--top-k");
+  EXPECT_FALSE(fs::exists(d("run")));  // nothing ran
+}
+
 // A fresh run never deletes or appends to an earlier run's checkpoints and metrics: it stops before the first step,
 // names what is there and the two ways on; --overwrite is one of them, --resume the other.
 TEST_F(CliErrors, FreshRunKeepsAnEarlierRun) {
