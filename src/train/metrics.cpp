@@ -21,6 +21,16 @@ std::string format_duration(double s) {
 }
 }  // namespace
 
+void StepPace::step_done(double at_seconds) {
+  ends_.push_back(at_seconds);
+  if (ends_.size() > window_ + 1) ends_.pop_front();
+}
+
+double StepPace::eta_seconds(long steps_left) const {
+  if (ends_.size() < 2) return 0.0;
+  return (ends_.back() - ends_.front()) / double(ends_.size() - 1) * double(steps_left);
+}
+
 MetricsLog::MetricsLog(const std::string& jsonl_path, bool append, long total_steps, int log_every, bool quiet)
     : total_(total_steps), every_(log_every > 0 ? log_every : 1), quiet_(quiet), tty_(isatty(STDERR_FILENO)) {
   if (!jsonl_path.empty()) {
@@ -42,13 +52,8 @@ void MetricsLog::step(long step, const nlohmann::json& rec) {
     AGOQ_CHECK(ok, "cannot write metrics file ", path_, ": ", std::strerror(errno));
   }
   if (quiet_) return;
-  if (first_step_ < 0) {
-    first_step_ = step;
-    start_ = std::chrono::steady_clock::now();
-  }
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  const long done = step - first_step_ + 1;
-  const double eta = done > 1 ? elapsed / double(done - 1) * double(total_ - step) : 0.0;
+  pace_.step_done(std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  const double eta = pace_.eta_seconds(total_ - step);
   const double loss = rec.value("loss", 0.0), tps = rec.value("tokens_per_s", 0.0);
   if (tty_) {
     constexpr int kWidth = 24;

@@ -2,10 +2,24 @@
 #pragma once
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <nlohmann/json.hpp>
 #include <string>
 
 namespace agoq {
+
+// The pace of recent steps: remaining time from the mean duration of the last `window` steps, so a slow phase (a
+// busy neighbour, the first step's set-up) stops distorting the estimate once it is `window` steps behind.
+class StepPace {
+ public:
+  explicit StepPace(size_t window = 20) : window_(window) {}
+  void step_done(double at_seconds);          // the time a step ended, on any steady clock
+  double eta_seconds(long steps_left) const;  // 0 until two steps have ended
+
+ private:
+  size_t window_;
+  std::deque<double> ends_;  // the last window_ + 1 step ends
+};
 
 class MetricsLog {
  public:
@@ -26,7 +40,7 @@ class MetricsLog {
   int every_;
   bool quiet_, tty_, bar_open_ = false;
   std::chrono::steady_clock::time_point start_;
-  long first_step_ = -1;
+  StepPace pace_;
 };
 
 // The tracker's current and peak bytes per category, as a JSON object.
