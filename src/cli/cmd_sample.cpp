@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/llama.h"
+#include "plan/memory_model.h"
 #include "train/checkpoint.h"
 #include "data/tokenizer.h"
 
@@ -43,16 +44,29 @@ int sample_token(std::vector<float>& logits, float temperature, int top_k, Rng& 
   return idx[k - 1];
 }
 
+// The model for one sequence of `window` tokens (weights, their gradient buffer, activations, workspace; no
+// optimizer), from the memory model, against this machine: one line instead of the OOM killer.
+void memory_check(const LlamaConfig& cfg, const ActPolicy& policy, int window) {
+  PlanCpuOptions o;
+  o.batch = 1, o.seq = window;
+  const PlanMemory need = plan_memory_cpu_trainer(cfg, policy, o);
+  const size_t bytes = need.total() - need[MemCategory::optimizer], have = memory_physical_bytes();
+  AGOQ_CHECK(have == 0 || bytes <= have, "sampling this checkpoint (", cfg.param_count(), " parameters, a ", window,
+             "-token window) needs about ", format_bytes(bytes), "; this machine has ", format_bytes(have));
+}
+
 void cmd_sample_run(const SampleArgs& a) {
   AGOQ_CHECK(a.tokens >= 1, "--tokens must be >= 1");
   AGOQ_CHECK(std::isfinite(a.temperature) && a.temperature >= 0, "--temperature must be >= 0");
   const std::string tok_path = a.tokenizer.empty() ? (fs::path(a.ckpt) / "tokenizer.model").string() : a.tokenizer;
   const LlamaConfig cfg = checkpoint_inspect(a.ckpt).config;
+  const int window = cfg.max_seq_len;
+  const ActPolicy policy = ActPolicy::parse("fp32", cfg.n_layers);
+  memory_check(cfg, policy, window);
   const Tokenizer tok = Tokenizer::load(tok_path);
   AGOQ_CHECK(tok.vocab_size() == cfg.vocab_size, "tokenizer ", tok_path, " has ", tok.vocab_size(),
              " tokens but the model's vocabulary is ", cfg.vocab_size);
-  const int window = cfg.max_seq_len;
-  LlamaModel model(cfg, 1, window, ActPolicy::parse("fp32", cfg.n_layers));
+  LlamaModel model(cfg, 1, window, policy);
   NamedTensors weights;
   for (const ParamTensor& t : model.params().named()) weights.push_back({t.name, t.shape, t.data});
   checkpoint_load(a.ckpt, cfg, weights, {});

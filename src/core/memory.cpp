@@ -1,5 +1,7 @@
 #include "core/memory.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -98,6 +100,11 @@ void MemoryTracker::reset_peaks() {
   at_peak_ = cur_;
   peak_total_ = cur_.total();
   for (auto& [tag, cp] : tags_) cp.second = cp.first;
+}
+
+size_t memory_physical_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : 0;
 }
 
 std::string format_bytes(size_t bytes) {

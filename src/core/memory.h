@@ -56,6 +56,8 @@ class MemoryTracker {
 };
 
 std::string format_bytes(size_t bytes);
+// This machine's physical memory (0 when the system does not say).
+size_t memory_physical_bytes();
 
 // An owning, tracked, move-only array of T (trivial types only). Zero-filled on construction.
 template <class T>

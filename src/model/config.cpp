@@ -7,6 +7,14 @@
 namespace agoq {
 
 void LlamaConfig::validate() const {
+  // Far beyond any LLaMA (405B: 126 layers, dim 16384, ffn 53248, vocab 128256, 131072 positions), but small enough
+  // that sizes derived from them cannot overflow and a typo fails here, naming the field, before memory is taken.
+  AGOQ_CHECK(n_layers <= kMaxLayers, "config: n_layers ", n_layers, " is beyond agoq's limit of ", kMaxLayers);
+  AGOQ_CHECK(dim <= kMaxWidth && ffn_dim <= kMaxWidth, "config: dim ", dim, " / ffn_dim ", ffn_dim,
+             " beyond agoq's limit of ", kMaxWidth);
+  AGOQ_CHECK(vocab_size <= kMaxVocab, "config: vocab_size ", vocab_size, " is beyond agoq's limit of ", kMaxVocab);
+  AGOQ_CHECK(max_seq_len <= kMaxPositions, "config: max_seq_len ", max_seq_len, " is beyond agoq's limit of ",
+             kMaxPositions);
   AGOQ_CHECK(vocab_size >= 2, "config: vocab_size must be >= 2 (got ", vocab_size, ")");
   AGOQ_CHECK(dim >= 1, "config: dim must be positive (got ", dim, ")");
   AGOQ_CHECK(n_layers >= 1, "config: n_layers must be positive (got ", n_layers, ")");

@@ -6,6 +6,7 @@
 namespace agoq {
 
 struct LlamaConfig {
+  static constexpr int kMaxLayers = 4096, kMaxWidth = 1 << 20, kMaxVocab = 1 << 24, kMaxPositions = 1 << 24;
   int vocab_size = 4096;
   int dim = 256;         // hidden_size
   int n_layers = 6;      // num_hidden_layers

@@ -11,6 +11,7 @@
 #include "comm/comm_check.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
+#include "plan/memory_model.h"
 #include "train/replan.h"
 
 namespace agoq {
@@ -126,7 +127,30 @@ void TrainSession::config_resolve() {
   stages_ = comm_agreed(world_, [&] { return model_stages_split(cfg_, grid_.P, opt_.stage_layers); });
 }
 
+PlanCpuOptions TrainSession::plan_options() const {
+  PlanCpuOptions o;
+  o.batch = B_, o.seq = T_, o.dp = dp_options_.zero ? grid_.D : 1;
+  o.grad_q8 = dp_options_.grad_store == GradStoreKind::q8;
+  o.pp = grid_.P, o.stage = stages_[grid_.stage], o.in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
+  return o;
+}
+
+// The memory model first: a run this machine cannot hold stops with one line before anything is allocated.
+void TrainSession::memory_check() const {
+  const size_t have = memory_physical_bytes();
+  if (have == 0) return;
+  const PlanMemory need =
+      plan_memory_cpu_trainer(cfg_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers), plan_options());
+  const size_t fixed = need[MemCategory::weights] + need[MemCategory::gradients] + need[MemCategory::optimizer];
+  AGOQ_CHECK(fixed <= have, "this model (", cfg_.param_count(), " parameters) needs ", format_bytes(fixed),
+             " per rank for weights, gradients and AdamW states alone; this machine has ", format_bytes(have));
+  AGOQ_CHECK(need.total() <= have, "this run needs about ", format_bytes(need.total()), " per rank (activations ",
+             format_bytes(need[MemCategory::activations]), ", workspace ", format_bytes(need[MemCategory::workspace]),
+             "); this machine has ", format_bytes(have), ": lower --batch or --seq");
+}
+
 void TrainSession::model_build() {
+  comm_agreed(world_, [&] { memory_check(); });
   // One global window stream, identical on every rank: each step draws D * m micro-batches and replica r trains
   // on r * m .. r * m + m - 1 (every stage of a replica the same ones). So D replicas x m equal 1 x D * m, and
   // one loader state resumes any rank.

@@ -15,6 +15,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
+#include "plan/memory_model.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
 
@@ -33,6 +34,8 @@ class TrainSession {
   void out_dir_check() const;
   void data_load();
   void config_resolve();
+  PlanCpuOptions plan_options() const;  // this rank's run, as the memory model describes it
+  void memory_check() const;
   void model_build();
   void resume();
   // One optimizer step: this replica's micro-batches through the model (or the pipeline), reduction, AdamW.

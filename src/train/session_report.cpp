@@ -84,9 +84,7 @@ void TrainSession::report_stages(const std::vector<double>& stage_peaks) const {
 // and the bf16-store baseline (bf16 activations) of the same run, from the memory model. The token files the run
 // holds in memory are the same for every configuration and count in each column's workspace.
 void TrainSession::report_memory(const TrainResult& r) const {
-  PlanCpuOptions o;
-  o.batch = B_, o.seq = T_, o.dp = dp_options_.zero ? grid_.D : 1;
-  o.pp = grid_.P, o.stage = stages_[grid_.stage], o.in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
+  const PlanCpuOptions o = plan_options();
   const PlanMemory fp32 = plan_memory_cpu_trainer(cfg_, ActPolicy::parse("fp32", cfg_.n_layers), o);
   const PlanMemory bf16 = plan_memory_cpu_trainer(cfg_, ActPolicy::parse("baseline-bf16", cfg_.n_layers), o);
   const size_t data = MemoryTracker::global().tag_current("data");

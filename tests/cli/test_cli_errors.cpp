@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/rng.h"
 #include "data/token_file.h"
 
@@ -152,6 +154,33 @@ TEST_F(CliErrors, NumericFlagsAreCheckedBeforeRunning) {
   expect_clean_error(train({{"--seed", "-1"}}), "--seed");
   expect_clean_error("sample --ckpt " + d("run/ckpt") + " --top-k -5", "--top-k");
   EXPECT_FALSE(fs::exists(d("run")));  // nothing ran
+}
+
+// Sizes are checked before memory is taken: a typo'd layer count names its field, a model this machine cannot hold
+// is refused by the memory model in one line (never the OOM killer), for train, sample and plan alike.
+TEST_F(CliErrors, OversizeModelsAreRefusedBeforeAllocating) {
+  expect_clean_error(train({{"--layers", "100000"}}), "n_layers 100000");
+  expect_clean_error(train({{"--dim", "65536"}, {"--ffn", "65536"}, {"--heads", "256"}, {"--kv-heads", "256"},
+                            {"--layers", "64"}}),
+                     "for weights, gradients and AdamW states alone");
+  expect_clean_error(train({{"--batch", "4096"}, {"--seq", "2048"}, {"--dim", "4096"}, {"--heads", "32"},
+                            {"--kv-heads", "32"}, {"--ffn", "64"}}),
+                     "lower --batch or --seq");
+  // A checkpoint whose config claims 2^24 positions (consistently in config.json and trainer.json).
+  ASSERT_EQ(run_agoq(train({{"--steps", "1"}})).exit_code, 0);
+  for (const char* file : {"config.json", "trainer.json"}) {
+    std::ifstream in(d("run/ckpt/") + file);
+    nlohmann::json j = nlohmann::json::parse(in);
+    nlohmann::json& config = std::string(file) == "config.json" ? j : j["config"];
+    config["max_position_embeddings"] = 1 << 24;
+    config["hidden_size"] = 4096, config["num_attention_heads"] = 32, config["num_key_value_heads"] = 32;
+    config["head_dim"] = 128;
+    std::ofstream(d("run/ckpt/") + file) << j.dump();
+  }
+  expect_clean_error("sample --ckpt " + d("run/ckpt"), "-token window) needs about");
+  std::ofstream(d("huge.json")) << R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1000000000,
+      "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64, "rms_norm_eps": 1e-5})";
+  expect_clean_error("plan --model " + d("huge.json") + " --gpus 1", "n_layers 1000000000");
 }
 
 // A fresh run never deletes or appends to an earlier run's checkpoints and metrics: it stops before the first step,
