@@ -109,45 +109,24 @@ class XdrReader {
     return o;
   }
 
+  // One item, by its type code: the singletons and references first, then each composite kind in a reader of
+  // its own, and every vector type in read_vector.
   RObjectPtr read_item_body(int32_t flags) {
-    const int type = flags & 0xFF, levels = int(uint32_t(flags) >> 12);
-    const bool has_attr = flags & (1 << 9);
+    const int type = flags & 0xFF;
     switch (type) {
       case kRNilValue: case kEmptyEnv: case kBaseEnv: case kGlobalEnv: case kUnbound: case kMissingArg:
       case kBaseNamespace:
         return make(type == kRNilValue ? kRNil : type);
-      case kRRef: {
-        int idx = int(uint32_t(flags) >> 8);
-        if (idx == 0) idx = read_int();
-        AGOQ_CHECK(idx >= 1 && size_t(idx) <= refs_.size(), "R serialization: reference ", idx, " out of range (",
-                   refs_.size(), " known)");
-        return refs_[size_t(idx) - 1];
-      }
+      case kRRef:
+        return read_ref(flags);
       case kPersist:
         fail("R serialization: persistent references (type code ", type, ") are not supported");
-      case kRSym: {
-        auto s = make(kRSym);
-        s->text = read_item()->text;
-        refs_.push_back(s);
-        return s;
-      }
-      case kPackage: case kNamespace: {
-        auto s = make(type);
-        AGOQ_CHECK(read_int() == 0, "R serialization: named persistent string vectors are not supported");
-        const size_t n = read_length(4);
-        for (size_t i = 0; i < n; ++i) s->strings.push_back(read_item()->text);
-        refs_.push_back(s);
-        return s;
-      }
-      case kREnv: {
-        auto s = make(kREnv);
-        refs_.push_back(s);  // registered before its contents, which may refer back to it
-        read_int();          // locked
-        for (int i = 0; i < 3; ++i) s->items.push_back(read_item());  // enclosure, frame, hash table
-        s->attributes = read_item();
-        if (s->attributes->type == kRNil) s->attributes = nullptr;
-        return s;
-      }
+      case kRSym:
+        return read_symbol();
+      case kPackage: case kNamespace:
+        return read_package_name(type);
+      case kREnv:
+        return read_env();
       case kRList: case kRLang: case kRClosure: case kRProm: case kRDot:
         return read_pairlist(flags);
       case kAltrep:
@@ -157,29 +136,74 @@ class XdrReader {
         s->text = read_bytes(read_length(1));
         return s;
       }
-      case kRChar: {
-        auto s = make(kRChar);
-        const int32_t n = read_int();
-        if (n == -1) {
-          s->na = true;
-        } else {
-          AGOQ_CHECK(n >= 0, "R serialization: bad string length ", n, " at byte ", pos_);
-          s->text = read_bytes(size_t(n));
-          if (levels & (1 << 2)) s->text = latin1_to_utf8(s->text);  // LATIN1_MASK
-        }
-        return s;  // CHARSXPs never carry attributes
-      }
+      case kRChar:
+        return read_chars(int(uint32_t(flags) >> 12));
       default:
-        break;
+        return read_vector(flags);
     }
+  }
+
+  // A back reference: its index (1-based) is in the flags' upper 24 bits, or in the next word when those are 0.
+  RObjectPtr read_ref(int32_t flags) {
+    int idx = int(uint32_t(flags) >> 8);
+    if (idx == 0) idx = read_int();
+    AGOQ_CHECK(idx >= 1 && size_t(idx) <= refs_.size(), "R serialization: reference ", idx, " out of range (",
+               refs_.size(), " known)");
+    return refs_[size_t(idx) - 1];
+  }
+
+  RObjectPtr read_symbol() {
+    auto s = make(kRSym);
+    s->text = read_item()->text;
+    refs_.push_back(s);
+    return s;
+  }
+
+  // package:name / namespace:name environments, written as a string vector of their names.
+  RObjectPtr read_package_name(int type) {
+    auto s = make(type);
+    AGOQ_CHECK(read_int() == 0, "R serialization: named persistent string vectors are not supported");
+    const size_t n = read_length(4);
+    for (size_t i = 0; i < n; ++i) s->strings.push_back(read_item()->text);
+    refs_.push_back(s);
+    return s;
+  }
+
+  // An environment is registered before its contents, which may refer back to it.
+  RObjectPtr read_env() {
+    auto s = make(kREnv);
+    refs_.push_back(s);
+    read_int();  // locked
+    for (int i = 0; i < 3; ++i) s->items.push_back(read_item());  // enclosure, frame, hash table
+    s->attributes = read_item();
+    if (s->attributes->type == kRNil) s->attributes = nullptr;
+    return s;
+  }
+
+  // A CHARSXP: byte length (-1 = NA) and bytes; `levels` says the encoding. CHARSXPs never carry attributes.
+  RObjectPtr read_chars(int levels) {
+    auto s = make(kRChar);
+    const int32_t n = read_int();
+    if (n == -1) {
+      s->na = true;
+      return s;
+    }
+    AGOQ_CHECK(n >= 0, "R serialization: bad string length ", n, " at byte ", pos_);
+    s->text = read_bytes(size_t(n));
+    if (levels & (1 << 2)) s->text = latin1_to_utf8(s->text);  // LATIN1_MASK
+    return s;
+  }
+
+  // The vector types (logical, integer, double, complex, character, list, expression, raw) and S4 objects, then
+  // their attributes when the flags say there are some.
+  RObjectPtr read_vector(int32_t flags) {
+    const int type = flags & 0xFF;
     auto s = make(type);
     switch (type) {
-      case kRLgl: case kRInt: {
-        const size_t n = read_length(4);
-        s->ints.resize(n);
+      case kRLgl: case kRInt:
+        s->ints.resize(read_length(4));
         for (auto& v : s->ints) v = read_int();
         break;
-      }
       case kRReal: case kRCplx: {
         const size_t n = read_length(8) * (type == kRCplx ? 2 : 1);
         need(n * 8, "a numeric vector");
@@ -187,16 +211,9 @@ class XdrReader {
         for (auto& v : s->reals) v = read_double();
         break;
       }
-      case kRStr: {
-        const size_t n = read_length(4);
-        s->strings.reserve(n);
-        for (size_t i = 0; i < n; ++i) {
-          RObjectPtr c = read_item();
-          AGOQ_CHECK(c->type == kRChar, "R serialization: character vector element has type code ", c->type);
-          s->strings.push_back(c->na ? std::nullopt : std::optional<std::string>(c->text));
-        }
+      case kRStr:
+        read_strings(*s);
         break;
-      }
       case kRVec: case kRExpr: {
         const size_t n = read_length(4);
         s->items.reserve(n);
@@ -211,8 +228,18 @@ class XdrReader {
       default:
         fail("R serialization: unsupported object type code ", type, " at byte ", pos_);
     }
-    if (has_attr) s->attributes = read_item();
+    if (flags & (1 << 9)) s->attributes = read_item();
     return s;
+  }
+
+  void read_strings(RObject& s) {
+    const size_t n = read_length(4);
+    s.strings.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      RObjectPtr c = read_item();
+      AGOQ_CHECK(c->type == kRChar, "R serialization: character vector element has type code ", c->type);
+      s.strings.push_back(c->na ? std::nullopt : std::optional<std::string>(c->text));
+    }
   }
 
   // A pairlist is a chain of cells (attributes?, tag?, car, cdr); read it as a loop over the cdrs so long lists
