@@ -49,11 +49,14 @@ RObjectPtr r_unserialize(std::string_view bytes);
 // stream, used for .rdb entries), or returns uncompressed serializations as they are.
 std::string r_decompress(std::string_view bytes, std::string_view what);
 
-// A lazy-load database: `<prefix>.rdx` indexes objects stored compressed in `<prefix>.rdb`.
+// A lazy-load database: `<prefix>.rdx` indexes objects stored compressed in `<prefix>.rdb`. This is the corpus
+// importer's entry point (src/data/corpus.cpp); the functions above are the layers beneath it.
 class RLazyLoadDb {
  public:
-  // `path` is the .rdx file, the .rdb file, or their common prefix.
+  // `path` is the .rdx file, the .rdb file, or their common prefix. The index is read now, objects on load().
   explicit RLazyLoadDb(const std::string& path);
+  // A database held in memory (tests, the fuzz target); errors name `label` as they would the file prefix.
+  RLazyLoadDb(std::string_view rdx, std::string rdb, std::string label);
   const std::vector<std::string>& names() const { return names_; }
   bool contains(std::string_view name) const;
   RObjectPtr load(std::string_view name) const;
@@ -61,7 +64,11 @@ class RLazyLoadDb {
   std::vector<std::string> load_strings(std::string_view name) const;
 
  private:
+  void read_index(std::string_view rdx_bytes);
+  std::string read_entry(std::string_view name, uint64_t offset, uint64_t length) const;
+
   std::string prefix_;
+  std::optional<std::string> rdb_;                   // the .rdb bytes when held in memory
   std::vector<std::string> names_;
   std::vector<std::pair<uint64_t, uint64_t>> spans_;  // (offset, length) into the .rdb, parallel to names_
   int compression_ = 1;                              // 1 = zlib; 2 = bzip2, 3 = xz (unsupported)
