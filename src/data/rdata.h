@@ -1,6 +1,7 @@
-// A reader for R's serialization format ("X\n" XDR, versions 2 and 3) and lazy-load databases (Rdata.rdx +
-// Rdata.rdb), just enough to pull character vectors such as the janeaustenr novels out of an installed R package
-// without R. Unknown or unsupported object types end in an agoq::Error naming the type code.
+// The corpus importer for R data: a reader for R's serialization format ("X\n" XDR, versions 2 and 3) and
+// lazy-load databases (Rdata.rdx + Rdata.rdb), just enough to pull character vectors such as the janeaustenr
+// novels out of an installed R package without R (why not librdata or R itself: docs/data-format.md). Unknown or
+// unsupported object types, and lengths the bytes cannot hold, end in an agoq::Error; tests/fuzz/ fuzzes it.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -30,7 +31,7 @@ struct RObject {
   std::vector<int32_t> ints;                        // INTSXP, LGLSXP (NA = INT32_MIN)
   std::vector<double> reals;                        // REALSXP (complex: re, im interleaved)
   std::string raw;                                  // RAWSXP
-  std::vector<RObjectPtr> items;                    // VECSXP/EXPRSXP elements, pairlist CARs, env (enclos, frame, hash)
+  std::vector<RObjectPtr> items;                    // VECSXP/EXPRSXP elements, pairlist CARs (envs keep none)
   std::vector<std::string> tags;                    // pairlist tags, parallel to items ("" = none)
   RObjectPtr attributes;                            // pairlist, or null
 
