@@ -68,9 +68,12 @@ TEST(RData, RejectsUnsupportedInput) {
 }
 
 // Lengths, counts and offsets the input claims are checked against the bytes present (or, for compact
-// sequences, capped) before anything is allocated or cast; the fuzz target (tests/fuzz/) found the first two.
+// sequences, capped) before anything is allocated or cast; libFuzzer found the first three (tests/fuzz/).
 TEST(RData, RefusesClaimsBeyondTheInput) {
   expect_error([&] { r_decompress(Xdr().i32(0xFFFFFFFF).b + "\x78\x9c" + "abc", "x.rdb"); }, {"x.rdb", "claims"});
+  std::string gz = gzip(Xdr().header().strs({"a"}).b);
+  gz.replace(gz.size() - 4, 4, "\xFF\xFF\xFF\xFF");  // the trailer's size, a hint only, claims 4 GiB
+  expect_error([&] { r_decompress(gz, "x.rds"); }, {"x.rds", "corrupt gzip"});
   Xdr enc;
   enc.header(2).b[5] = 3;  // a version 3 stream whose native encoding has a negative length
   expect_error([&] { r_unserialize(enc.i32(-5).b + Xdr().nil().b); }, {"native encoding length -5"});
@@ -92,6 +95,17 @@ TEST(RData, RefusesClaimsBeyondTheInput) {
   // An object past the end of the .rdb is refused before its length is allocated.
   const auto [rdx, rdb] = lazy_db_bytes({{"a", {"x"}}});
   expect_error([&] { RLazyLoadDb(rdx, rdb.substr(0, 3), "mem").load("a"); }, {"mem.rdb", "'a'", "past the end"});
+}
+
+TEST(RData, BoundsNesting) {
+  auto nested = [](int depth) {
+    Xdr x;
+    x.header();
+    for (int i = 0; i < depth; ++i) x.i32(19).i32(1);
+    return x.nil().b;
+  };
+  EXPECT_EQ(r_unserialize(nested(1000))->type, kRVec);
+  expect_error([&] { r_unserialize(nested(5000)); }, {"nested deeper than 1024"});
 }
 
 // An environment that binds itself decodes (its contents are dropped, so no shared_ptr cycle is kept).
