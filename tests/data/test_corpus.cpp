@@ -1,103 +1,13 @@
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include "tests/data/data_test_util.h"
+#include "tests/data/rdata_test_util.h"
 #include "data/corpus.h"
 #include "data/rdata.h"
 
 namespace agoq {
 
 using namespace agoq::data_test;
-
-namespace {
-
-// Builds R XDR serializations by hand (R's serialize.c layout: big-endian ints, flags = type | attr bit 9 |
-// tag bit 10 | levels << 12).
-struct Xdr {
-  std::string b;
-  Xdr& i32(int64_t v) {
-    for (int s = 24; s >= 0; s -= 8) b += char(uint32_t(v) >> s);
-    return *this;
-  }
-  Xdr& header(int version = 3) {
-    b += "X\n";
-    i32(version).i32(0x040201).i32(version == 3 ? 0x030500 : 0x020300);
-    if (version == 3) i32(5), b += "UTF-8";
-    return *this;
-  }
-  Xdr& chars(std::string_view s, int levels = 0x40) {
-    i32(9 | levels << 12).i32(int64_t(s.size()));
-    b += s;
-    return *this;
-  }
-  Xdr& strs(std::initializer_list<std::string_view> v) {
-    i32(16).i32(int64_t(v.size()));
-    for (auto s : v) chars(s);
-    return *this;
-  }
-  Xdr& sym(std::string_view name) { return i32(1).chars(name); }
-  Xdr& nil() { return i32(254); }
-};
-
-// A named list (VECSXP + names attribute) of the given (already serialized) items.
-std::string named_list(const std::vector<std::pair<std::string, std::string>>& items, bool first_use_of_names) {
-  Xdr x;
-  x.i32(19 | 1 << 9).i32(int64_t(items.size()));
-  for (const auto& [name, body] : items) x.b += body;
-  x.i32(2 | 1 << 10);
-  if (first_use_of_names) x.sym("names");
-  else x.i32(1 << 8 | 255);  // REFSXP to the first symbol read
-  x.i32(16).i32(int64_t(items.size()));
-  for (const auto& [name, body] : items) x.chars(name);
-  return x.nil().b;
-}
-
-std::string zlib_be(const std::string& s) {  // R's lazy-load entry: 4-byte big-endian length + zlib stream
-  uLongf n = compressBound(uLong(s.size()));
-  std::string out(n, '\0');
-  EXPECT_EQ(compress2(reinterpret_cast<Bytef*>(out.data()), &n, reinterpret_cast<const Bytef*>(s.data()),
-                      uLong(s.size()), 6), Z_OK);
-  out.resize(n);
-  return Xdr().i32(int64_t(s.size())).b + out;
-}
-
-std::string gzip(const std::string& s) {
-  z_stream z{};
-  EXPECT_EQ(deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&z, uLong(s.size())) + 32, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(s.data()));
-  z.avail_in = uInt(s.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = uInt(out.size());
-  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
-
-// Writes dir/Rdata.rdx + Rdata.rdb holding character vectors, the way R's makeLazyLoadDB does.
-void write_lazy_db(const fs::path& dir, const std::vector<std::pair<std::string, std::vector<std::string>>>& objs) {
-  std::string rdb;
-  std::vector<std::pair<std::string, std::string>> vars;
-  for (const auto& [name, lines] : objs) {
-    Xdr x;
-    x.header().i32(16).i32(int64_t(lines.size()));
-    for (const auto& l : lines) x.chars(l);
-    const std::string entry = zlib_be(x.b);
-    vars.emplace_back(name, Xdr().i32(13).i32(2).i32(int64_t(rdb.size())).i32(int64_t(entry.size())).b);
-    rdb += entry;
-  }
-  Xdr idx;
-  idx.header();
-  const std::string index = named_list({{"variables", named_list(vars, true)},
-                                        {"references", named_list({}, false)},
-                                        {"compressed", Xdr().i32(10).i32(1).i32(1).b}},
-                                       false);
-  file_put(dir / "Rdata.rdb", rdb);
-  file_put(dir / "Rdata.rdx", gzip(idx.b + index));
-}
-
-}  // namespace
 
 TEST(RData, DecodesHandBuiltSerialization) {
   Xdr x;
@@ -155,6 +65,58 @@ TEST(RData, RejectsUnsupportedInput) {
   huge.header().i32(16).i32(1 << 30);
   expect_error([&] { r_unserialize(huge.b); }, {"bad vector length"});
   expect_error([&] { r_decompress(Xdr().i32(100).b + "\x78garbage", "x.rdb"); }, {"x.rdb", "corrupt"});
+}
+
+// Lengths, counts and offsets the input claims are checked against the bytes present (or, for compact
+// sequences, capped) before anything is allocated or cast; libFuzzer found the first three (tests/fuzz/).
+TEST(RData, RefusesClaimsBeyondTheInput) {
+  expect_error([&] { r_decompress(Xdr().i32(0xFFFFFFFF).b + "\x78\x9c" + "abc", "x.rdb"); }, {"x.rdb", "claims"});
+  std::string gz = gzip(Xdr().header().strs({"a"}).b);
+  gz.replace(gz.size() - 4, 4, "\xFF\xFF\xFF\xFF");  // the trailer's size, a hint only, claims 4 GiB
+  expect_error([&] { r_decompress(gz, "x.rds"); }, {"x.rds", "corrupt gzip"});
+  Xdr enc;
+  enc.header(2).b[5] = 3;  // a version 3 stream whose native encoding has a negative length
+  expect_error([&] { r_unserialize(enc.i32(-5).b + Xdr().nil().b); }, {"native encoding length -5"});
+  auto seq = [](double n, double first) {
+    Xdr x;
+    x.header().i32(238).i32(2).sym("compact_intseq").i32(2).sym("base").i32(2).i32(13).i32(1).i32(13).nil();
+    return x.i32(14).i32(3).f64(n).f64(first).f64(1).nil().b;
+  };
+  expect_error([&] { r_unserialize(seq(double(1u << 31), 1)); }, {"compact_intseq length"});
+  expect_error([&] { r_unserialize(seq(0.0 / 0.0, 1)); }, {"compact_intseq length"});
+  expect_error([&] { r_unserialize(seq(3, 2147483646.0)); }, {"integer range"});
+  EXPECT_EQ(r_unserialize(seq(0, 1))->ints.size(), 0u);
+  // An index whose offset is negative and whose length is 1e300.
+  Xdr idx;
+  idx.header();
+  const std::string bad = named_list({{"x", Xdr().i32(14).i32(2).f64(-1).f64(1e300).b}}, true);
+  expect_error([&] { RLazyLoadDb(idx.b + named_list({{"variables", bad}}, false), "", "mem"); },
+               {"mem.rdx", "index entry -1 is not a byte count"});
+  // An object past the end of the .rdb is refused before its length is allocated.
+  const auto [rdx, rdb] = lazy_db_bytes({{"a", {"x"}}});
+  expect_error([&] { RLazyLoadDb(rdx, rdb.substr(0, 3), "mem").load("a"); }, {"mem.rdb", "'a'", "past the end"});
+}
+
+TEST(RData, BoundsNesting) {
+  auto nested = [](int depth) {
+    Xdr x;
+    x.header();
+    for (int i = 0; i < depth; ++i) x.i32(19).i32(1);
+    return x.nil().b;
+  };
+  EXPECT_EQ(r_unserialize(nested(1000))->type, kRVec);
+  expect_error([&] { r_unserialize(nested(5000)); }, {"nested deeper than 1024"});
+}
+
+// An environment that binds itself decodes (its contents are dropped, so no shared_ptr cycle is kept).
+TEST(RData, ReadsSelfReferencingEnvironment) {
+  Xdr env;
+  env.header().i32(19).i32(1).i32(4).i32(0).i32(253).i32(2 | 1 << 10).sym("self").i32(1 << 8 | 255).nil();
+  env.nil().nil();
+  const RObjectPtr o = r_unserialize(env.b);
+  ASSERT_EQ(o->items.size(), 1u);
+  EXPECT_EQ(o->items[0]->type, kREnv);
+  EXPECT_TRUE(o->items[0]->items.empty());
 }
 
 TEST(RData, ReadsLazyLoadDatabase) {
