@@ -18,6 +18,7 @@
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
 #include "train/checkpoint.h"
+#include "train/dp_flags.h"
 #include "data/data_loader.h"
 #include "train/metrics.h"
 #include "train/replan.h"
@@ -122,13 +123,7 @@ TrainResult train_run(const TrainOptions& opt) {
   const ParallelGrid grid = comm_agreed(world, [&] { return parallel_grid_make(world, opt.pp); });
   Communicator& comm = *grid.dp;  // this stage's data-parallel group
   const int D = grid.D, P = grid.P, rank = grid.replica;
-  DpOptions dpo;
-  dpo.grad_store = grad_store_parse(opt.grad_store);
-  dpo.allreduce = allreduce_parse(opt.allreduce);
-  dpo.zero = opt.zero == 1;
-  dpo.rounding = opt.grad_rounding == "nearest" ? QuantRounding::nearest : QuantRounding::stochastic;
-  dpo.adam = opt.adam, dpo.clip = opt.clip, dpo.seed = opt.seed;
-  dpo.stages = grid.pipe;
+  const DpOptions dpo = dp_options_of(opt, grid.pipe);
 
   const fs::path data(opt.data_dir);
   TokenDataset train_set = TokenDataset::load((data / "train.bin").string());
@@ -161,9 +156,10 @@ TrainResult train_run(const TrainOptions& opt) {
   DataLoader loader(train_set, T, opt.seed);
   const DataLoader val_loader(val_set, T, opt.seed);
   const int in_flight = pipeline_in_flight(P, grid.stage, m);
-  LlamaModel model(cfg, B, T, ActPolicy::parse(opt.act_policy, cfg.n_layers), stage, in_flight);
+  GradStore grads(cfg, stage, dpo.store);  // the model writes its gradients into it, dp reduces them from it
+  LlamaModel model(cfg, B, T, ActPolicy::parse(opt.act_policy, cfg.n_layers), stage, in_flight, grads.model_storage());
   model.init_weights(opt.seed);
-  DataParallel dp(comm, model, dpo);
+  DataParallel dp(comm, model.params(), grads, dpo);
   std::unique_ptr<Pipeline> pipeline = P > 1 ? std::make_unique<Pipeline>(*grid.pipe, model, B, T) : nullptr;
   ParamSet& params = model.params();
 
@@ -176,8 +172,7 @@ TrainResult train_run(const TrainOptions& opt) {
     loader.set_state(DataLoader::State::from_string(meta.trainer.at("loader").get<std::string>()));
   }
   AGOQ_CHECK(step < opt.steps, "checkpoint is already at step ", step, " of --steps ", opt.steps);
-  // Peaks from here on describe training, not set-up transients (the model's fp32 gradient buffer that the q8
-  // store replaces, full-size moments read on a ZeRO resume).
+  // Peaks from here on describe training, not set-up transients (full-size moments read on a ZeRO resume).
   MemoryTracker::global().reset_peaks();
 
   if (lead) fs::create_directories(opt.out_dir);
@@ -267,10 +262,10 @@ TrainResult train_run(const TrainOptions& opt) {
       loader.next_batch(B, mine ? in.data() + at : skip_in.data(), mine ? tgt.data() + at : skip_tgt.data());
     }
     const float lr = lr_schedule(step, opt.lr, opt.min_lr, opt.warmup, opt.steps);
-    const DpStepResult r =
-        pipeline ? dp.step(step, lr, m,
-                           [&] { return pipeline->run(&dp, in.data(), tgt.data(), m, B, T, 1.0f / float(D * m)); })
-                 : dp.step(step, lr, in.data(), tgt.data(), m, B, T);
+    const std::vector<MicroBatchRun> runs = dp.step_begin(step, m);
+    const double loss_sum = pipeline ? pipeline->run(in.data(), tgt.data(), B, T, runs)
+                                     : model.forward_backward_micro_batches(in.data(), tgt.data(), B, T, runs);
+    const DpStepResult r = dp.step_end(lr, loss_sum);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double tokens = double(rows) * m * D;
     tokens_total += tokens;
