@@ -46,9 +46,9 @@ struct PolicyRun {
   }
   double step(const Args& a) {
     const auto t0 = Clock::now();
-    model.store().set_seed(++s);
+    ++s;
     model.grads().zero();
-    model.forward_backward(in.data(), tgt.data(), a.batch, a.seq, 1.0f);
+    model.forward_backward(in.data(), tgt.data(), a.batch, a.seq, {.act_seed = uint64_t(s)});
     adam.step(model.params().data(), model.grads().data(), 1e-4f, s);
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }

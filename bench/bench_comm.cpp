@@ -50,9 +50,10 @@ void bench_e2e_round(Communicator& comm, const Args& a, const DpOptions& o, E2eR
   cfg.dim = a.e2e_dim, cfg.n_layers = a.e2e_layers, cfg.n_heads = 8, cfg.n_kv_heads = 4;
   cfg.ffn_dim = (a.e2e_dim * 8 / 3 + 63) / 64 * 64, cfg.vocab_size = a.e2e_vocab, cfg.max_seq_len = a.e2e_seq;
   const int B = a.e2e_batch, T = a.e2e_seq, m = a.e2e_accum;
-  LlamaModel model(cfg, B, T, ActPolicy::parse("fp32", cfg.n_layers));
+  GradStore grads(cfg, model_stage_whole(cfg), o.store);
+  LlamaModel model(cfg, B, T, ActPolicy::parse("fp32", cfg.n_layers), model_stage_whole(cfg), 1, grads.model_storage());
   model.init_weights(7);
-  DataParallel dp(comm, model, o);
+  DataParallel dp(comm, model.params(), grads, o);
   std::vector<int32_t> in(size_t(m) * B * T), tgt(in.size());
   Rng rng(11, uint64_t(comm.rank()));
   auto fill = [&] {
@@ -63,7 +64,8 @@ void bench_e2e_round(Communicator& comm, const Args& a, const DpOptions& o, E2eR
     fill();
     comm.barrier();
     const auto t0 = Clock::now();
-    const DpStepResult r = dp.step(s + 1, 1e-3f, in.data(), tgt.data(), m, B, T);
+    const std::vector<MicroBatchRun> runs = dp.step_begin(s + 1, m);
+    const DpStepResult r = dp.step_end(1e-3f, model.forward_backward_micro_batches(in.data(), tgt.data(), B, T, runs));
     comm.barrier();
     if (s == 0) continue;  // warm-up: first touches, workspace growth
     res.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
@@ -79,8 +81,8 @@ void bench_e2e_round(Communicator& comm, const Args& a, const DpOptions& o, E2eR
 std::vector<E2eResult> bench_e2e(Communicator& comm, const Args& a) {
   std::vector<E2eResult> res(2);
   std::vector<DpOptions> opts(2);
-  res[0].name = "fp32 grads + MPI all-reduce", opts[0].grad_store = GradStoreKind::fp32, opts[0].allreduce = AllreduceKind::mpi;
-  res[1].name = "q8 grads + allreduce_q8", opts[1].grad_store = GradStoreKind::q8, opts[1].allreduce = AllreduceKind::q8;
+  res[0].name = "fp32 grads + MPI all-reduce", opts[0].store.kind = GradStoreKind::fp32, opts[0].reduce = GradReduce::fp32;
+  res[1].name = "q8 grads + allreduce_q8", opts[1].store.kind = GradStoreKind::q8, opts[1].reduce = GradReduce::q8;
   for (int round = 0; round < 2; ++round)
     for (int c = 0; c < 2; ++c) bench_e2e_round(comm, a, opts[c], res[c], round == 0);
   return res;

@@ -54,12 +54,13 @@ void bench_pipe_round(Communicator& world, const Args& a, Config& c, bool record
   const ParallelGrid grid = parallel_grid_make(world, c.pp);
   const int m = a.micro / grid.D, B = a.batch, T = a.seq;
   const std::vector<ModelStage> stages = model_stages_split(cfg, grid.P);
-  LlamaModel model(cfg, B, T, ActPolicy::parse(c.act, cfg.n_layers), stages[grid.stage],
-                   pipeline_in_flight(grid.P, grid.stage, m));
-  model.init_weights(7);
   DpOptions o;
   o.stages = grid.pipe;
-  DataParallel dp(*grid.dp, model, o);
+  GradStore grads(cfg, stages[grid.stage], o.store);
+  LlamaModel model(cfg, B, T, ActPolicy::parse(c.act, cfg.n_layers), stages[grid.stage],
+                   pipeline_in_flight(grid.P, grid.stage, m), grads.model_storage());
+  model.init_weights(7);
+  DataParallel dp(*grid.dp, model.params(), grads, o);
   std::unique_ptr<Pipeline> pipe = grid.P > 1 ? std::make_unique<Pipeline>(*grid.pipe, model, B, T) : nullptr;
   std::vector<int32_t> in(size_t(m) * B * T), tgt(in.size());
   Rng rng(11, uint64_t(grid.replica));  // every stage of a replica trains on the same tokens
@@ -69,9 +70,9 @@ void bench_pipe_round(Communicator& world, const Args& a, Config& c, bool record
       in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
     world.barrier();
     const auto t0 = Clock::now();
-    const float grad_scale = 1.0f / float(grid.D * m);
-    if (pipe) dp.step(s + 1, 1e-3f, m, [&] { return pipe->run(&dp, in.data(), tgt.data(), m, B, T, grad_scale); });
-    else dp.step(s + 1, 1e-3f, in.data(), tgt.data(), m, B, T);
+    const std::vector<MicroBatchRun> runs = dp.step_begin(s + 1, m);
+    dp.step_end(1e-3f, pipe ? pipe->run(in.data(), tgt.data(), B, T, runs)
+                            : model.forward_backward_micro_batches(in.data(), tgt.data(), B, T, runs));
     world.barrier();
     if (s > 0) c.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }

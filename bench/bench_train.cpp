@@ -53,7 +53,7 @@ StepStats bench_steps(const LlamaConfig& cfg, int B, int T, int warmup, int step
   for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
   auto one_step = [&](long s) {
     model.grads().zero();
-    model.forward_backward(in.data(), tgt.data(), B, T, 1.0f);
+    model.forward_backward(in.data(), tgt.data(), B, T);
     adam.step(model.params().data(), model.grads().data(), 1e-4f, s);
   };
   for (int s = 0; s < warmup; ++s) one_step(s + 1);

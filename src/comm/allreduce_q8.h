@@ -11,6 +11,10 @@
 
 namespace agoq {
 
+// How data-parallel gradients are summed over ranks (`--allreduce mpi|q8`): fp32 MPI collectives (all-reduce,
+// reduce-scatter), or this file's INT8 reduction. Buckets, ZeRO-1 and the q8 gradient store all take this one choice.
+enum class GradReduce : uint8_t { fp32, q8 };
+
 struct CommQ8Options {
   int block = 256;                     // B: values per scale
   bool average = false;                // divide the sum by the number of ranks

@@ -24,8 +24,6 @@ struct GradRange {
   size_t size() const { return end - begin; }
 };
 
-enum class GradReduce : uint8_t { fp32, q8 };
-
 struct GradBucketsOptions {
   size_t bucket_bytes = 4 << 20;
   GradReduce reduce = GradReduce::q8;

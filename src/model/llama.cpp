@@ -23,12 +23,12 @@ void rmsnorm_recompute(float* out, const float* x, const float* rstd, const floa
 }  // namespace
 
 LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
-                       const ModelStage& stage, int in_flight)
+                       const ModelStage& stage, int in_flight, const std::vector<ParamSegment>& grad_storage)
     : cfg_(cfg),
       max_rows_(max_batch * max_seq),
       max_seq_(max_seq),
       params_((cfg.validate(), cfg), stage, MemCategory::weights),
-      grads_(cfg, stage, MemCategory::gradients) {
+      grads_(grad_storage.empty() ? ParamSet(cfg, stage, MemCategory::gradients) : ParamSet(cfg, stage, grad_storage)) {
   AGOQ_CHECK(max_batch >= 1, "batch size must be positive (got ", max_batch, ")");
   AGOQ_CHECK(max_seq >= 1 && max_seq <= cfg.max_seq_len, "sequence length ", max_seq,
              " must be between 1 and the model's max_seq_len ", cfg.max_seq_len);
@@ -263,8 +263,9 @@ void LlamaModel::check_batch(int B, int T) const {
              " exceeds the model's buffers (", max_rows_ / max_seq_, "x", max_seq_, ")");
 }
 
-void LlamaModel::stage_forward(const int32_t* inputs, int B, int T) {
+void LlamaModel::stage_forward(const int32_t* inputs, int B, int T, const MicroBatchRun& run) {
   check_batch(B, T);
+  store().set_seed(run.act_seed);
   const int N = B * T, V = cfg_.vocab_size;
   if (stage().embed) {
     for (int i = 0; i < N; ++i)
@@ -273,52 +274,64 @@ void LlamaModel::stage_forward(const int32_t* inputs, int B, int T) {
   }
   for (int l = stage().first_layer; l < stage().end_layer; ++l) {
     forward_layer(l, B, T);
-    if (on_layer_done) on_layer_done();
+    if (run.layer_done) run.layer_done();
   }
 }
 
-float LlamaModel::stage_head(const int32_t* targets, int B, int T, float grad_scale, bool backward) {
+float LlamaModel::stage_head(const int32_t* targets, int B, int T, const MicroBatchRun& run, bool backward) {
   AGOQ_CHECK(stage().head, "stage_head on a pipeline stage without the head");
   for (int i = 0; i < B * T; ++i)
     AGOQ_CHECK(targets[i] < cfg_.vocab_size, "target id ", targets[i], " out of range for vocab size ",
                cfg_.vocab_size);
-  const float loss = head_forward_backward(resid_.data(), targets, B * T, grad_scale, backward ? dx_.data() : nullptr);
-  if (backward && on_grads_ready) on_grads_ready(cfg_.n_layers);
+  const float loss =
+      head_forward_backward(resid_.data(), targets, B * T, run.grad_scale, backward ? dx_.data() : nullptr);
+  if (backward && run.grads_ready) run.grads_ready(cfg_.n_layers);
   return loss;
 }
 
-void LlamaModel::stage_backward(const int32_t* inputs, int B, int T) {
+void LlamaModel::stage_backward(const int32_t* inputs, int B, int T, const MicroBatchRun& run) {
   check_batch(B, T);
   for (int l = stage().end_layer - 1; l >= stage().first_layer; --l) {
     backward_layer(l, B, T);
-    if (on_grads_ready) on_grads_ready(l);
-    if (on_layer_done) on_layer_done();
+    if (run.grads_ready) run.grads_ready(l);
+    if (run.layer_done) run.layer_done();
   }
   if (stage().embed) {
     embedding_backward(grads_.embed, dx_.data(), inputs, B * T, cfg_.dim);
-    if (on_grads_ready) on_grads_ready(-1);
+    if (run.grads_ready) run.grads_ready(-1);
   }
 }
 
-float LlamaModel::run(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale, bool backward) {
+float LlamaModel::run_whole(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run,
+                           bool backward) {
   AGOQ_CHECK(stage().whole(cfg_), "forward_backward needs the whole model (a pipeline stage runs stage by stage)");
-  stage_forward(inputs, B, T);
-  const float loss = stage_head(targets, B, T, grad_scale, backward);
-  if (backward) stage_backward(inputs, B, T);
+  stage_forward(inputs, B, T, run);
+  const float loss = stage_head(targets, B, T, run, backward);
+  if (backward) stage_backward(inputs, B, T, run);
   return loss;
 }
 
-float LlamaModel::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) {
-  return run(inputs, targets, B, T, grad_scale, true);
+float LlamaModel::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                   const MicroBatchRun& run) {
+  return run_whole(inputs, targets, B, T, run, true);
 }
 
-float LlamaModel::forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T) {
-  return run(inputs, targets, B, T, 0.0f, false);
+double LlamaModel::forward_backward_micro_batches(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                                  const std::vector<MicroBatchRun>& runs) {
+  const size_t rows = size_t(B) * T;
+  double loss_sum = 0;
+  for (size_t j = 0; j < runs.size(); ++j)
+    loss_sum += forward_backward(inputs + j * rows, targets + j * rows, B, T, runs[j]);
+  return loss_sum;
+}
+
+float LlamaModel::forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run) {
+  return run_whole(inputs, targets, B, T, run, false);
 }
 
 void LlamaModel::forward_last_logits(const int32_t* tokens, int T, float* logits) {
   AGOQ_CHECK(stage().whole(cfg_), "sampling needs the whole model");
-  stage_forward(tokens, 1, T);
+  stage_forward(tokens, 1, T, {});
   const int C = cfg_.dim, V = cfg_.vocab_size;
   const float* x_last = resid_.data() + size_t(T - 1) * C;
   rmsnorm_forward(head_norm_.data(), head_rstd_.data(), x_last, params_.final_norm, 1, C, cfg_.norm_eps);

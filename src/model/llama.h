@@ -13,14 +13,30 @@
 
 namespace agoq {
 
+// What one micro-batch's pass through the model needs besides its tokens, handed down by whoever runs it (a plain
+// loop, parallel/pipeline.h) from whoever owns the step (parallel/data_parallel.h builds one per micro-batch).
+struct MicroBatchRun {
+  uint64_t act_seed = 0;    // stochastic rounding of the activations forward saves (the selected store's seed)
+  float grad_scale = 1.0f;  // backward adds grad_scale * d(mean loss)/d(param) into grads()
+  // Called as soon as a part's gradients are final for this micro-batch, so a caller can overlap their
+  // communication or compression with the rest of backward. Order: n_layers (final norm and an untied lm_head),
+  // n_layers-1 .. 0 (decoder layers), -1 (embedding; also the lm_head when tied); a pipeline stage announces only
+  // the parts it holds. Empty: nobody listens.
+  std::function<void(int layer)> grads_ready = {};
+  // Called after each layer's forward or backward: lets a pipeline progress its pending transfers.
+  std::function<void()> layer_done = {};
+};
+
 class LlamaModel {
  public:
   // Buffers are sized for micro-batches of up to max_batch sequences of up to max_seq tokens.
   LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy)
       : LlamaModel(cfg, max_batch, max_seq, policy, model_stage_whole(cfg), 1) {}
-  // A pipeline stage's part of the model, with activation stores for `in_flight` micro-batches.
+  // A pipeline stage's part of the model, with activation stores for `in_flight` micro-batches. Backward writes
+  // its gradients into `grad_storage` (a gradient store's segments, parallel/grad_store.h); empty: into one full
+  // fp32 buffer the model owns.
   LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy, const ModelStage& stage,
-             int in_flight);
+             int in_flight, const std::vector<ParamSegment>& grad_storage = {});
 
   const LlamaConfig& config() const { return cfg_; }
   const ModelStage& stage() const { return params_.stage(); }
@@ -36,37 +52,34 @@ class LlamaModel {
   // Hugging Face's initialisation: every matrix ~ N(0, 0.02), norm weights 1.
   void init_weights(uint64_t seed);
 
-  // One micro-batch: forward, loss, backward. Adds grad_scale * d(mean loss)/d(param) into grads().
+  // One micro-batch: forward, loss, backward. Adds run.grad_scale * d(mean loss)/d(param) into grads().
   // inputs/targets: (B, T) token ids; targets < 0 are ignored. Returns the mean loss over counted targets.
-  float forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale);
+  float forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run = {});
+  // runs.size() micro-batches back to back (inputs/targets: B*T tokens each), gradients accumulating in grads():
+  // the sum of their losses.
+  double forward_backward_micro_batches(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                        const std::vector<MicroBatchRun>& runs);
   // Forward only: mean loss over the targets (no gradients, store contents unspecified afterwards).
-  float forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T);
+  float forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run = {});
   // Logits (V) of the last position of one sequence of T tokens (T <= max_seq), for sampling.
   void forward_last_logits(const int32_t* tokens, int T, float* logits);
 
-  // Called by forward_backward as soon as a part's gradients in grads() are final for this micro-batch, so a
-  // caller can overlap their communication or compression with the rest of backward. Order: n_layers (final norm
-  // and an untied lm_head), n_layers-1 .. 0 (decoder layers), -1 (embedding; also the lm_head when tied); a
-  // pipeline stage announces only the parts it holds.
-  std::function<void(int layer)> on_grads_ready;
-  // Called after each layer's forward or backward: lets a pipeline progress its pending transfers.
-  std::function<void()> on_layer_done;
-
   // ---- a pipeline stage's pieces (parallel/pipeline.h); forward_backward is stage_forward, stage_head and
-  // stage_backward in a row on the whole model ----
+  // stage_backward in a row on the whole model, with the same run ----
   // The stage's input: the previous stage's output (B*T, C) is written here before stage_forward (not on the
   // first stage, which embeds token ids).
   float* stage_input() { return resid_.data(); }
-  // Forward through the stage's layers into the selected store; the result is stage_output() (B*T, C).
-  void stage_forward(const int32_t* inputs, int B, int T);
+  // Forward through the stage's layers into the selected store (seeded with run.act_seed); the result is
+  // stage_output() (B*T, C).
+  void stage_forward(const int32_t* inputs, int B, int T, const MicroBatchRun& run);
   const float* stage_output() const { return resid_.data(); }
   // Last stage: loss of stage_output(); with backward, also its gradient, which stage_backward then starts from.
-  float stage_head(const int32_t* targets, int B, int T, float grad_scale, bool backward);
+  float stage_head(const int32_t* targets, int B, int T, const MicroBatchRun& run, bool backward);
   // dloss/d(stage output) is written here before stage_backward (not on the last stage: stage_head writes it).
   float* stage_output_grad() { return dx_.data(); }
   // Backward through the stage's layers from the selected store (and the embedding on the first stage, which
   // needs the same inputs as forward). The result is stage_input_grad() (B*T, C).
-  void stage_backward(const int32_t* inputs, int B, int T);
+  void stage_backward(const int32_t* inputs, int B, int T, const MicroBatchRun& run);
   const float* stage_input_grad() const { return dx_.data(); }
 
  private:
@@ -77,7 +90,8 @@ class LlamaModel {
   float head_forward_backward(const float* x, const int32_t* targets, int N, float grad_scale, float* dx);
   void check_batch(int B, int T) const;
   void stores_allocate(const ActPolicy& policy, int count);
-  float run(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale, bool backward);
+  float run_whole(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run,
+                  bool backward);
   // fp32 view of an attention slot for the whole batch: the stored tensor when fp32, else the workspace buffer.
   float* attention_buffer(int l, ActSlot s, Buffer<float>& workspace);
   // Rows per tile for sequences of length T: whole sequences, so RoPE positions are row % T inside a tile.

@@ -32,23 +32,44 @@ float*& ParamSet::slot_of(const HfTensor& t) {
   return lm_head;
 }
 
-ParamSet::ParamSet(const LlamaConfig& cfg, const ModelStage& stage, MemCategory cat, const char* tag) : stage_(stage) {
+namespace {
+void check_stage(const LlamaConfig& cfg, const ModelStage& stage) {
   AGOQ_CHECK(stage.first_layer >= 0 && stage.first_layer <= stage.end_layer && stage.end_layer <= cfg.n_layers,
              "stage layers [", stage.first_layer, ", ", stage.end_layer, ") outside the model's ", cfg.n_layers);
   AGOQ_CHECK(!cfg.tie_embeddings || stage.embed == stage.head, "tied embeddings split across stages (internal)");
-  buf_ = Buffer<float>(model_stage_param_count(cfg, stage), cat, tag);
-  float* p = buf_.data();
+}
+}  // namespace
+
+template <class At>
+void ParamSet::carve(const LlamaConfig& cfg, At at) {
+  size_t offset = 0;
   layers.assign(cfg.n_layers, LayerParams{});
-  // The tensors in HF order (model/hf.h), each taking the next slice of the buffer.
-  for (HfTensor& h : hf_tensors(cfg, stage)) {
-    ParamTensor t{std::move(h.name), std::move(h.shape), p, false};
+  for (HfTensor& h : hf_tensors(cfg, stage_)) {
+    ParamTensor t{std::move(h.name), std::move(h.shape), nullptr, false};
     t.decay = t.shape.size() == 2;
-    p += t.numel();
+    t.data = at(offset, t.numel());
+    offset += t.numel();
     slot_of(h) = t.data;
     named_.push_back(std::move(t));
   }
-  if (stage.head && cfg.tie_embeddings) lm_head = embed;
-  AGOQ_CHECK(p == buf_.data() + buf_.size(), "parameter layout and count disagree (internal)");
+  if (stage_.head && cfg.tie_embeddings) lm_head = embed;
+  AGOQ_CHECK(offset == model_stage_param_count(cfg, stage_), "parameter layout and count disagree (internal)");
+}
+
+ParamSet::ParamSet(const LlamaConfig& cfg, const ModelStage& stage, MemCategory cat, const char* tag) : stage_(stage) {
+  check_stage(cfg, stage);
+  buf_ = Buffer<float>(model_stage_param_count(cfg, stage), cat, tag);
+  carve(cfg, [&](size_t offset, size_t) { return buf_.data() + offset; });
+}
+
+ParamSet::ParamSet(const LlamaConfig& cfg, const ModelStage& stage, const std::vector<ParamSegment>& segments)
+    : stage_(stage) {
+  check_stage(cfg, stage);
+  carve(cfg, [&](size_t offset, size_t n) {
+    for (const ParamSegment& s : segments)
+      if (offset >= s.begin && offset + n <= s.end) return s.data + (offset - s.begin);
+    fail("parameter tensor at offset ", offset, " lies in no storage segment (internal)");
+  });
 }
 
 }  // namespace agoq

@@ -33,12 +33,22 @@ struct ParamTensor {
   size_t numel() const;
 };
 
+// A part [begin, end) of the flat layout that lives elsewhere: element `begin` is at data[0]. A gradient store
+// (parallel/grad_store.h) describes with these where backward should write.
+struct ParamSegment {
+  size_t begin = 0, end = 0;
+  float* data = nullptr;
+};
+
 class ParamSet {
  public:
   ParamSet() = default;
   ParamSet(const LlamaConfig& cfg, MemCategory cat, const char* tag = "") : ParamSet(cfg, model_stage_whole(cfg), cat, tag) {}
   // Only a pipeline stage's tensors (global HF names; the other layers' pointers stay null).
   ParamSet(const LlamaConfig& cfg, const ModelStage& stage, MemCategory cat, const char* tag = "");
+  // Views into storage someone else owns: each tensor at its place in the segment holding it (every tensor lies in
+  // one segment; segments may share memory when only one of them is written at a time). data() is null.
+  ParamSet(const LlamaConfig& cfg, const ModelStage& stage, const std::vector<ParamSegment>& segments);
   ParamSet(ParamSet&&) = default;
   ParamSet& operator=(ParamSet&&) = default;
 
@@ -48,6 +58,7 @@ class ParamSet {
   float* lm_head = nullptr;     // (V, C); aliases `embed` when embeddings are tied
   const ModelStage& stage() const { return stage_; }
 
+  // The flat buffer (null for views, whose size() is 0).
   float* data() { return buf_.data(); }
   const float* data() const { return buf_.data(); }
   size_t size() const { return buf_.size(); }
@@ -57,6 +68,9 @@ class ParamSet {
 
  private:
   float*& slot_of(const HfTensor& t);  // the member pointer a tensor fills
+  // Carves the tensors in HF order (model/hf.h), the one at flat offset o going to at(o, numel).
+  template <class At>
+  void carve(const LlamaConfig& cfg, At at);
 
   Buffer<float> buf_;
   std::vector<ParamTensor> named_;

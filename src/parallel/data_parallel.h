@@ -1,106 +1,74 @@
-// The data-parallel engine the trainer calls (docs/parallel.md): one optimizer step of D = comm.size() replicas,
-// each running m micro-batches. Gradients are kept in fp32 or in 8 bits (GradStoreQ8), reduced by MPI's fp32
-// all-reduce or AGoQ's allreduce_q8 (fp32 store: in 4 MiB buckets on a communication thread while backward runs),
-// optionally with ZeRO-1 (AdamW state sharded over the ranks, reduce-scatter, all-gather of parameters).
+// The data-parallel engine (docs/parallel.md): one optimizer step of D = comm.size() replicas, each running m
+// micro-batches, in two calls around whatever runs the micro-batches (docs/agoq.md, "How a step flows"):
+//
+//   runs = dp.step_begin(step, m)    what each micro-batch needs: its seeds, the 1/(D*m) scale, grads_ready
+//   loss_sum = model.forward_backward_micro_batches(..., runs)   or   pipeline.run(..., runs)
+//   result = dp.step_end(lr, loss_sum)   reduce (grad_reduce.h), norm, clip, divergence check, AdamW (dp_optimizer.h)
+//
+// Gradients live in a GradStore (fp32 or 8 bits) that the caller builds and gives to the model and to this engine;
+// ranks sum them by MPI's fp32 collectives or AGoQ's q8 ones, optionally with ZeRO-1 (AdamW state sharded over the
+// ranks); checkpoints see the moments through dp_moments.h.
 #pragma once
 #include <cstdint>
-#include <functional>
-#include <memory>
-#include <string>
 #include <vector>
 
 #include "comm/allreduce_q8.h"
 #include "comm/communicator.h"
-#include "comm/grad_buckets.h"
-#include "model/llama.h"
-#include "parallel/grad_store.h"
 #include "model/hf.h"
+#include "model/llama.h"
 #include "optim/adamw.h"
+#include "parallel/dp_moments.h"
+#include "parallel/dp_optimizer.h"
+#include "parallel/grad_reduce.h"
+#include "parallel/grad_store.h"
 
 namespace agoq {
 
-enum class GradStoreKind : uint8_t { fp32, q8 };
-enum class AllreduceKind : uint8_t { mpi, q8 };
-
 struct DpOptions {
-  GradStoreKind grad_store = GradStoreKind::fp32;
-  AllreduceKind allreduce = AllreduceKind::mpi;
-  bool zero = false;        // ZeRO-1
-  int block = 256;          // q8 block (grad store and all-reduce)
-  QuantRounding rounding = QuantRounding::stochastic;  // of the q8 grad store's accumulation
+  GradStoreOptions store;  // of the GradStore the caller builds (this engine reads the store itself)
+  GradReduce reduce = GradReduce::fp32;
+  bool zero = false;       // ZeRO-1
   size_t bucket_bytes = 4 << 20;
-  bool overlap = true;      // fp32 store without ZeRO: reduce buckets while backward runs
+  bool overlap = true;     // fp32 store without ZeRO: reduce buckets while backward runs
   AdamWConfig adam;
   float clip = 1.0f;
-  // Pipeline parallelism: the ranks holding the other stages of this replica (null: the model is whole). The loss
-  // and the gradient norm are summed over them too, so every rank of the grid sees the same values.
+  // Pipeline parallelism: the ranks holding the other stages of this replica (null: the model is whole).
   Communicator* stages = nullptr;
-  uint64_t seed = 1337;     // stochastic rounding streams (activations, q8 gradients)
-};
-GradStoreKind grad_store_parse(const std::string& s);
-AllreduceKind allreduce_parse(const std::string& s);
-
-struct DpStepResult {
-  double loss = 0;       // mean over all ranks' micro-batches
-  double grad_norm = 0;  // global norm of the reduced gradient, before clipping
-  double wait_s = 0;     // communication not hidden behind backward
+  uint64_t seed = 1337;    // stochastic rounding streams (activations, q8 gradients)
 };
 
 class DataParallel {
  public:
-  DataParallel(Communicator& comm, LlamaModel& model, const DpOptions& opts);
-  ~DataParallel();
+  // params: this rank's (stage's) weights; grads: the store its model writes into.
+  DataParallel(Communicator& comm, ParamSet& params, GradStore& grads, const DpOptions& opts);
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  // One step: m micro-batches of (B, T) tokens on this rank (inputs/targets back to back). Micro-batch j of rank r
-  // is global micro-batch r * m + j: its activation rounding seed is the one a single process running all D * m
-  // would use. Collective.
-  DpStepResult step(long step, float lr, const int32_t* inputs, const int32_t* targets, int m, int B, int T);
-  // The same step with the m micro-batches run by `micro_batches` (a pipeline schedule): it calls
-  // micro_forward_begin(j) before micro-batch j's forward and micro_backward_begin(j) before its backward, runs the
-  // backwards in order j = 0 .. m-1, and returns the sum of its micro-batches' losses (0 without the head).
-  DpStepResult step(long step, float lr, int m, const std::function<double()>& micro_batches);
-  void micro_forward_begin(int j);
-  void micro_backward_begin(int j);
+  // Starts a step of m micro-batches on this rank and returns what micro-batch j (global micro-batch rank * m + j)
+  // runs with: the activation rounding seed a single process running all D * m would give it, grad_scale
+  // 1 / (D * m), and grads_ready feeding the store and the reduction. Backwards must run in order j = 0 .. m-1.
+  std::vector<MicroBatchRun> step_begin(long step, int m);
+  // After the m micro-batches: reduction, norm, clipping, divergence check, AdamW. loss_sum: the sum of this rank's
+  // micro-batch losses (0 on pipeline stages without the head). Collective.
+  DpStepResult step_end(float lr, double loss_sum);
 
-  // Adam moments under the checkpoint names "adam.m.<param>" / "adam.v.<param>". Without ZeRO they point into the
-  // optimizer; with ZeRO, moments_gather (collective) first collects the shards into full-size buffers on rank 0
-  // (elsewhere the views are empty).
-  NamedTensors moments_views();
-  void moments_gather();
-  void moments_release();
-  // Resume: moments_load_views() gives views to load a checkpoint's moments into (full-size buffers with ZeRO,
-  // released by moments_scatter(), which hands every rank its part).
-  NamedTensors moments_load_views();
-  void moments_scatter();
+  // Adam moments for checkpoints (dp_moments.h).
+  NamedTensors moments_views() { return moments_.views(); }
+  void moments_gather() { moments_.gather(); }
+  void moments_release() { moments_.release(); }
+  NamedTensors moments_load_views() { return moments_.load_views(); }
+  void moments_scatter() { moments_.scatter(); }
 
  private:
-  struct Unit {
-    GradRange range;         // in the flat layout
-    CommShard shard;         // this rank's optimizer part, relative to range.begin (all of it without ZeRO)
-    std::vector<size_t> counts;  // every rank's shard size (ZeRO)
-    std::vector<size_t> displs;
-    size_t shard_at = 0;     // offset of this unit's shard in grad_shard_
-    std::unique_ptr<AdamW> adam;
-  };
-  void on_grads_ready(int layer, bool first_micro, bool last_micro, uint64_t micro_seed);
-  void reduce_unit(int u, float* g);  // full-unit fp32 gradient g -> reduced (shard or whole)
-  double reduced_sum_squares();
-  void apply(long step, float lr, float scale);
-
-  Communicator& comm_;
-  LlamaModel& model_;
+  int D_, rank_;
+  uint64_t seed_;
   long step_ = 0;  // of the step running
   int m_ = 1;
-  DpOptions opts_;
-  int D_, rank_;
-  std::vector<Unit> units_;
-  std::unique_ptr<GradStoreQ8> q8_;           // q8 store
-  std::unique_ptr<GradBuckets> buckets_;      // fp32 store without ZeRO
-  CommQ8Workspace ws_;
-  Buffer<float> grad_shard_;                  // ZeRO: this rank's reduced gradient shards, unit after unit
-  Buffer<float> full_m_, full_v_;             // ZeRO checkpoints: gathered / loaded moments
+  GradStore& store_;
+  std::vector<GradUnit> units_;
+  GradReducer reducer_;
+  DpOptimizer optimizer_;
+  DpMoments moments_;
 };
 
 }  // namespace agoq

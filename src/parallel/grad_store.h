@@ -1,56 +1,83 @@
-// Gradient units and the 8-bit gradient store of data-parallel training (docs/parallel.md).
+// Gradient units and the gradient store of data-parallel training (docs/parallel.md).
 //
 // A unit is a part of the flat parameter layout whose gradients backward finishes at one moment: the embedding,
 // each decoder layer, the final norm with an untied lm_head; on a pipeline stage only the parts it holds. Units
-// tile the layout in forward order (GradBuckets' "layers"); LlamaModel::on_grads_ready(layer) announces
-// unit grad_unit_of_layer(stage, layer).
+// tile the layout in forward order (GradBuckets' "layers"); MicroBatchRun::grads_ready(layer) announces unit
+// grad_unit_of_layer(stage, layer).
 //
-// GradStoreQ8 keeps each unit's gradient accumulation buffer as INT8 codes + fp32 block scales (quant/grad_q8.h)
-// and takes the model's full-size fp32 gradient buffer away: backward writes into a per-unit fp32 scratch that
-// holds one unit at a time (plus the embedding's when embeddings are tied, as the lm_head adds into it first), and
-// each finished unit is folded into its 8-bit buffer (dequantize -> add -> requantize) and the scratch zeroed.
+// The store owns the memory backward writes gradients into and is given to the model (LlamaModel's grad_storage):
+// - fp32: one full-size buffer in which the micro-batches accumulate;
+// - q8: each unit's accumulation buffer is INT8 codes + fp32 block scales (quant/grad_q8.h), and backward writes
+//   into a per-unit fp32 scratch that holds one unit at a time (plus the embedding's when embeddings are tied, as
+//   the lm_head adds into it first); each finished unit is folded into its 8-bit buffer (dequantize -> add ->
+//   requantize) and the scratch zeroed. The fp32 gradient of the whole stage is never allocated.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "comm/grad_buckets.h"
-#include "model/llama.h"
+#include "model/params.h"
 #include "quant/grad_q8.h"
 
 namespace agoq {
 
-// The units of `params`' flat layout, in forward order (they tile [0, params.size())).
-std::vector<GradRange> grad_units_of(const ParamSet& params);
-// on_grads_ready's numbering (-1 embedding, l a layer, n_layers the head) -> unit index on a stage.
+// The store's precision (`--grad-store fp32|q8`). A choice apart from GradReduce (comm/allreduce_q8.h): what stays
+// resident between micro-batches, not how ranks sum; every combination of the two is valid.
+enum class GradStoreKind : uint8_t { fp32, q8 };
+
+struct GradStoreOptions {
+  GradStoreKind kind = GradStoreKind::fp32;
+  int block = 256;  // q8 block: the store's codes, and the q8 reduction's messages and ZeRO's shards that match them
+  QuantRounding rounding = QuantRounding::stochastic;  // of the q8 store's accumulation
+};
+
+// The units of a stage's flat layout (ParamSet's), in forward order (they tile [0, model_stage_param_count)).
+std::vector<GradRange> grad_units_of(const LlamaConfig& cfg, const ModelStage& stage);
+// grads_ready's numbering (-1 embedding, l a layer, n_layers the head) -> unit index on a stage.
 inline int grad_unit_of_layer(const ModelStage& s, int layer) {
   return layer < 0 ? 0 : (s.embed ? 1 : 0) + (layer - s.first_layer);
 }
 
-class GradStoreQ8 {
+class GradStore {
  public:
-  // Replaces model.grads() by views into the scratch (model.grads().data() is null afterwards).
-  GradStoreQ8(LlamaModel& model, std::vector<GradRange> units, int block, QuantRounding rounding);
+  GradStore(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& opts);
 
-  int unit_count() const { return int(units_.size()); }
-  const GradRange& unit(int u) const { return units_[u]; }
-  // fp32 scratch of unit u (u's values at [0, unit(u).size())): backward's target, also free for the reduction.
-  float* scratch(int u) { return (u == 0 && !embed_scratch_.empty()) ? embed_scratch_.data() : scratch_.data(); }
-  GradQ8Buffer& q8(int u) { return q8_[u]; }
-  // Folds the scratch of unit u into its 8-bit buffer (`first`: the buffer starts from this gradient) and zeroes
-  // the scratch. seed: stochastic rounding stream of this micro-batch. Returns the count of non-finite sums.
-  size_t accumulate(int u, bool first, uint64_t seed);
-  void dequantize(int u, float* out) const;
-  // The scratch must be zero when backward starts; the reduction uses it, so the step clears it after.
-  void scratch_zero() { scratch_.zero(), embed_scratch_.zero(); }
-  // Stores out-of-band fp32 values (e.g. a reduced gradient) back into unit u's buffer, rounding to nearest.
+  bool q8() const { return opts_.kind == GradStoreKind::q8; }
+  int block() const { return opts_.block; }
+  const ModelStage& stage() const { return stage_; }
+  const std::vector<GradRange>& units() const { return units_; }
+  size_t size() const { return units_.empty() ? 0 : units_.back().end; }  // of the flat layout
+  // Where the model's backward writes: the full buffer (fp32), or each unit's scratch (q8).
+  std::vector<ParamSegment> model_storage();
+
+  // Before a step's first backward: what backward adds into starts from zero.
+  void step_begin();
+  // Unit u's gradient of one micro-batch is final. q8: folds the scratch into the 8-bit buffer (`first`: the buffer
+  // starts from this gradient; seed: the micro-batch's rounding stream) and zeroes the scratch. A non-finite sum
+  // poisons its block (scale NaN), which the step's norm check catches. fp32: nothing, it accumulated in place.
+  void unit_ready(int u, bool first, uint64_t seed);
+  // Unit u's accumulated gradient as fp32, u's values at [0, units()[u].size()): in place (fp32), or dequantized
+  // into the scratch (q8; valid until the next unit's).
+  float* unit_fp32(int u);
+  // fp32: the full buffer, every unit in place (buckets reduce in it).
+  float* fp32_data() { return full_.data(); }
+  // Sum of squares of everything stored (q8: from the codes, without an fp32 pass).
+  double sum_squares() const;
+
+  // q8: unit u's 8-bit buffer, and storing fp32 values (e.g. a reduced gradient) back into it, rounding to nearest.
+  GradQ8Buffer& q8_buffer(int u) { return q8_[u]; }
   void quantize(int u, const float* in);
 
  private:
+  float* scratch(int u) { return (u == 0 && !embed_scratch_.empty()) ? embed_scratch_.data() : scratch_.data(); }
+
+  ModelStage stage_;
+  GradStoreOptions opts_;
   std::vector<GradRange> units_;
-  int block_;
-  QuantRounding rounding_;
-  std::vector<GradQ8Buffer> q8_;
-  Buffer<float> scratch_, embed_scratch_;
+  Buffer<float> full_;                     // fp32
+  std::vector<GradQ8Buffer> q8_;           // q8, per unit
+  Buffer<float> scratch_, embed_scratch_;  // q8
 };
 
 }  // namespace agoq

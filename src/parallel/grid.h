@@ -10,7 +10,6 @@ namespace agoq {
 struct ParallelGrid {
   int P = 1, D = 1;             // pipeline stages, data-parallel replicas
   int stage = 0, replica = 0;   // this rank's coordinates
-  Communicator* world = nullptr;
   Communicator* dp = nullptr;    // the D ranks holding this stage (the world itself when P = 1)
   Communicator* pipe = nullptr;  // the P stages of this replica (null when P = 1)
   std::unique_ptr<Communicator> dp_owned, pipe_owned;
@@ -22,7 +21,7 @@ inline ParallelGrid parallel_grid_make(Communicator& world, int P) {
   AGOQ_CHECK(P >= 1, "--pp must be >= 1 (got ", P, ")");
   AGOQ_CHECK(W % P == 0, "--pp ", P, " needs a multiple of ", P, " ranks (e.g. mpirun -np ", P, "), the job has ", W);
   ParallelGrid g;
-  g.P = P, g.D = W / P, g.stage = world.rank() / g.D, g.replica = world.rank() % g.D, g.world = &world;
+  g.P = P, g.D = W / P, g.stage = world.rank() / g.D, g.replica = world.rank() % g.D;
   if (P == 1) {
     g.dp = &world;
     return g;

@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "parallel/data_parallel.h"
 
 namespace agoq {
 
@@ -37,11 +36,9 @@ Pipeline::Pipeline(Communicator& stages, LlamaModel& model, int B, int T)
              " holds the wrong stage of the model");
   const size_t n = rows_cap_ * size_t(model.config().dim);
   for (Buffer<float>& b : out_) b = Buffer<float>(n, MemCategory::communication, "pipe.send");
-  model_.on_layer_done = [this] { progress(); };
 }
 
 Pipeline::~Pipeline() {
-  model_.on_layer_done = nullptr;
   try {
     wait_sends();
   } catch (...) {  // the job is ending anyway; a destructor must not throw
@@ -66,15 +63,20 @@ void Pipeline::progress() {
   for (CommRequest& q : out_req_) q.test();
 }
 
+MicroBatchRun Pipeline::with_progress(MicroBatchRun run) {
+  run.layer_done = [this] { progress(); };
+  return run;
+}
+
 void Pipeline::wait_sends() {
   for (CommRequest& q : out_req_) q.wait();
 }
 
-double Pipeline::run(DataParallel* dp, const int32_t* inputs, const int32_t* targets, int m, int B, int T,
-                     float grad_scale) {
+double Pipeline::run(const int32_t* inputs, const int32_t* targets, int B, int T,
+                     const std::vector<MicroBatchRun>& runs) {
   const size_t rows = rows_cap_, bytes = message_bytes(B, T);
   const bool first = r_ == 0, last = r_ == P_ - 1;
-  const int K = model_.store_count();
+  const int m = int(runs.size()), K = model_.store_count();
   AGOQ_CHECK(K >= pipeline_in_flight(P_, r_, m), "stage ", r_, " has ", K, " activation stores, 1F1B over ", m,
              " micro-batches needs ", pipeline_in_flight(P_, r_, m));
   double loss_sum = 0;
@@ -82,26 +84,18 @@ double Pipeline::run(DataParallel* dp, const int32_t* inputs, const int32_t* tar
   for (const PipeOp& op : pipeline_schedule_1f1b(P_, r_, m)) {
     const int j = op.micro;
     const int32_t* in = inputs + size_t(j) * rows;
+    const MicroBatchRun run = with_progress(runs[j]);
     // In-flight micro-batches form a window of at most K consecutive ones: j mod K is free when j starts.
     model_.select_store(j % K);
     if (op.kind == PipeOpKind::forward) {
-      if (dp) dp->micro_forward_begin(j);
       if (!first) comm_.recv(model_.stage_input(), bytes, r_ - 1, kTagActivation);
-      model_.stage_forward(in, B, T);
-      if (last) {
-        // The last stage's backward follows its forward at once (no warm-up): the loss gradient is the start of
-        // the same micro-batch's backward, so the gradient hooks are set before it.
-        if (dp) dp->micro_backward_begin(j);
-        loss_sum += model_.stage_head(targets + size_t(j) * rows, B, T, grad_scale, true);
-      } else {
-        send(model_.stage_output(), r_ + 1, kTagActivation);
-      }
+      model_.stage_forward(in, B, T, run);
+      // The last stage's backward follows its forward at once (no warm-up): the loss gradient is its start.
+      if (last) loss_sum += model_.stage_head(targets + size_t(j) * rows, B, T, run, true);
+      else send(model_.stage_output(), r_ + 1, kTagActivation);
     } else {
-      if (!last) {
-        if (dp) dp->micro_backward_begin(j);
-        comm_.recv(model_.stage_output_grad(), bytes, r_ + 1, kTagGradient);
-      }
-      model_.stage_backward(in, B, T);
+      if (!last) comm_.recv(model_.stage_output_grad(), bytes, r_ + 1, kTagGradient);
+      model_.stage_backward(in, B, T, run);
       if (!first) send(model_.stage_input_grad(), r_ - 1, kTagGradient);
     }
     trace_.push_back(op);
@@ -114,13 +108,14 @@ double Pipeline::forward_loss_sum(const std::function<void(int, int32_t*, int32_
   const size_t rows = rows_cap_, bytes = message_bytes(B, T);
   std::vector<int32_t> in(rows), tgt(rows);
   model_.select_store(0);
+  const MicroBatchRun run = with_progress({});
   double sum = 0;
   for (int i = 0; i < n; ++i) {
     batch(i, in.data(), tgt.data());
     if (r_ > 0) comm_.recv(model_.stage_input(), bytes, r_ - 1, kTagEval);
-    model_.stage_forward(in.data(), B, T);
+    model_.stage_forward(in.data(), B, T, run);
     if (r_ < P_ - 1) send(model_.stage_output(), r_ + 1, kTagEval);
-    else sum += model_.stage_head(tgt.data(), B, T, 0.0f, false);
+    else sum += model_.stage_head(tgt.data(), B, T, run, false);
   }
   wait_sends();
   comm_.broadcast(&sum, sizeof sum, P_ - 1);

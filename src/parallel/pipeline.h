@@ -16,8 +16,6 @@
 
 namespace agoq {
 
-class DataParallel;
-
 enum class PipeOpKind : uint8_t { forward, backward };
 struct PipeOp {
   PipeOpKind kind;
@@ -37,10 +35,10 @@ class Pipeline {
   Pipeline(Communicator& stages, LlamaModel& model, int B, int T);
   ~Pipeline();
 
-  // One step's m micro-batches (inputs/targets back to back, B x T each; every stage gets the same ones) through
-  // the schedule. dp (optional) gets its micro_forward_begin / micro_backward_begin calls. Returns the sum of the
-  // micro-batch losses on the last stage, 0 elsewhere.
-  double run(DataParallel* dp, const int32_t* inputs, const int32_t* targets, int m, int B, int T, float grad_scale);
+  // One step's m = runs.size() micro-batches (inputs/targets back to back, B x T each; every stage gets the same
+  // ones) through the schedule, micro-batch j with runs[j] (its seed, grad scale and grads_ready; backwards run in
+  // order j = 0 .. m-1). Returns the sum of the micro-batch losses on the last stage, 0 elsewhere.
+  double run(const int32_t* inputs, const int32_t* targets, int B, int T, const std::vector<MicroBatchRun>& runs);
   // Forward only, n batches from batch(i, inputs, targets): the sum of their mean losses, on every stage.
   double forward_loss_sum(const std::function<void(int, int32_t*, int32_t*)>& batch, int n, int B, int T);
 
@@ -50,7 +48,8 @@ class Pipeline {
  private:
   // Sends a copy of src (the next forward or backward overwrites the model's buffer) without waiting for it.
   void send(const float* src, int dst, int tag);
-  void progress();  // lets pending sends move while a stage computes
+  void progress();  // lets pending sends move while a stage computes (a run's layer_done)
+  MicroBatchRun with_progress(MicroBatchRun run);
   size_t message_bytes(int B, int T) const;  // of one activation or gradient message; checks the batch shape
   void wait_sends();
 

@@ -11,6 +11,7 @@
 #include "comm/comm_check.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
+#include "train/dp_flags.h"
 #include "plan/memory_model.h"
 #include "train/replan.h"
 
@@ -24,17 +25,6 @@ namespace {
 ParallelGrid grid_of_validated(Communicator& world, const TrainOptions& o) {
   comm_agreed(world, [&] { train_options_validate(o); });
   return comm_agreed(world, [&] { return parallel_grid_make(world, o.pp); });
-}
-
-DpOptions dp_options_of(const TrainOptions& o, Communicator* stages) {
-  DpOptions d;
-  d.grad_store = grad_store_parse(o.grad_store);
-  d.allreduce = allreduce_parse(o.allreduce);
-  d.zero = o.zero == 1;
-  d.rounding = o.grad_rounding == "nearest" ? QuantRounding::nearest : QuantRounding::stochastic;
-  d.adam = o.adam, d.clip = o.clip, d.seed = o.seed;
-  d.stages = stages;
-  return d;
 }
 
 }  // namespace
@@ -130,7 +120,7 @@ void TrainSession::config_resolve() {
 PlanCpuOptions TrainSession::plan_options() const {
   PlanCpuOptions o;
   o.batch = B_, o.seq = T_, o.dp = dp_options_.zero ? grid_.D : 1;
-  o.grad_q8 = dp_options_.grad_store == GradStoreKind::q8;
+  o.grad_q8 = dp_options_.store.kind == GradStoreKind::q8;
   o.pp = grid_.P, o.stage = stages_[grid_.stage], o.in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
   return o;
 }
@@ -157,10 +147,11 @@ void TrainSession::model_build() {
   loader_ = std::make_unique<DataLoader>(train_set_, T_, opt_.seed);
   val_loader_ = std::make_unique<DataLoader>(val_set_, T_, opt_.seed);
   const int in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
+  grads_ = std::make_unique<GradStore>(cfg_, stages_[grid_.stage], dp_options_.store);  // the model writes into it
   model_ = std::make_unique<LlamaModel>(cfg_, B_, T_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers),
-                                        stages_[grid_.stage], in_flight);
+                                        stages_[grid_.stage], in_flight, grads_->model_storage());
   model_->init_weights(opt_.seed);
-  dp_ = std::make_unique<DataParallel>(*grid_.dp, *model_, dp_options_);
+  dp_ = std::make_unique<DataParallel>(*grid_.dp, model_->params(), *grads_, dp_options_);
   if (grid_.P > 1) pipeline_ = std::make_unique<Pipeline>(*grid_.pipe, *model_, B_, T_);
   inputs_.resize(size_t(B_) * T_ * m_);
   targets_.resize(inputs_.size());
@@ -240,10 +231,11 @@ void TrainSession::batches_next() {
 
 DpStepResult TrainSession::train_step(long step, float lr) {
   batches_next();
-  if (!pipeline_) return dp_->step(step, lr, inputs_.data(), targets_.data(), m_, B_, T_);
-  return dp_->step(step, lr, m_, [&] {
-    return pipeline_->run(dp_.get(), inputs_.data(), targets_.data(), m_, B_, T_, 1.0f / float(grid_.D * m_));
-  });
+  const std::vector<MicroBatchRun> runs = dp_->step_begin(step, m_);
+  const double loss_sum =
+      pipeline_ ? pipeline_->run(inputs_.data(), targets_.data(), B_, T_, runs)
+                : model_->forward_backward_micro_batches(inputs_.data(), targets_.data(), B_, T_, runs);
+  return dp_->step_end(lr, loss_sum);
 }
 
 // On the first replica (replicas are identical), through the pipeline when there is one; broadcast to the others.

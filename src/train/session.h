@@ -62,6 +62,7 @@ class TrainSession {
   std::vector<ModelStage> stages_;
   int B_, T_, m_;
   std::unique_ptr<DataLoader> loader_, val_loader_;
+  std::unique_ptr<GradStore> grads_;  // built before model_, which writes its gradients into it
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<Pipeline> pipeline_;  // P > 1

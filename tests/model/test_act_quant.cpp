@@ -42,9 +42,8 @@ struct Fixture {
   std::vector<float> grads(const std::string& policy, uint64_t seed = 1, float* loss = nullptr) const {
     LlamaModel m(cfg, kB, kT, ActPolicy::parse(policy, cfg.n_layers));
     std::copy(weights.begin(), weights.end(), m.params().data());
-    m.store().set_seed(seed);
     m.grads().zero();
-    const float l = m.forward_backward(in.data(), tgt.data(), kB, kT, 1.0f);
+    const float l = m.forward_backward(in.data(), tgt.data(), kB, kT, {.act_seed = seed});
     if (loss) *loss = l;
     return std::vector<float>(m.grads().data(), m.grads().data() + m.grads().size());
   }
@@ -157,9 +156,8 @@ TEST(ActQuant, TileFusedEncodesEqualWholeTensorEncodes) {
   LlamaModel q(f.cfg, kB, kT, ActPolicy::parse("attn=bf16,norm=3,mlp=4,norm_out=8,swiglu=int2.g32.asym.sr", 2));
   std::copy(f.weights.begin(), f.weights.end(), a.params().data());
   std::copy(f.weights.begin(), f.weights.end(), q.params().data());
-  q.store().set_seed(99);
   a.forward_loss(f.in.data(), f.tgt.data(), kB, kT);
-  q.forward_loss(f.in.data(), f.tgt.data(), kB, kT);
+  q.forward_loss(f.in.data(), f.tgt.data(), kB, kT, {.act_seed = 99});
   int compared = 0;
   for (int l = 0; l < f.cfg.n_layers; ++l)
     for (ActSlot s : {ActSlot::attn_norm_in, ActSlot::attn_norm_out, ActSlot::q, ActSlot::k, ActSlot::attn_out,

@@ -60,7 +60,7 @@ TEST(Llama, GradientsMatchFiniteDifferences) {
   Batch b = random_batch(c, B, T, 4);
   b.tgt[3] = -1;  // an ignored target
   m.grads().zero();
-  m.forward_backward(b.in.data(), b.tgt.data(), B, T, 1.0f);
+  m.forward_backward(b.in.data(), b.tgt.data(), B, T);
   const float h = 1e-2f;
   int checked = 0;
   for (const ParamTensor& t : m.params().named()) {
@@ -91,7 +91,7 @@ std::vector<float> grads_with(const std::string& policy, float* loss_out) {
   init_for_gradcheck(m, 5);
   Batch b = random_batch(c, 2, 16, 6);
   m.grads().zero();
-  *loss_out = m.forward_backward(b.in.data(), b.tgt.data(), 2, 16, 1.0f);
+  *loss_out = m.forward_backward(b.in.data(), b.tgt.data(), 2, 16);
   return std::vector<float>(m.grads().data(), m.grads().data() + m.grads().size());
 }
 
@@ -122,11 +122,11 @@ TEST(Llama, GradScaleAndAccumulationAddUp) {
   init_for_gradcheck(m, 7);
   Batch b = random_batch(c, 2, 8, 8);
   m.grads().zero();
-  m.forward_backward(b.in.data(), b.tgt.data(), 2, 8, 1.0f);
+  m.forward_backward(b.in.data(), b.tgt.data(), 2, 8);
   std::vector<float> once(m.grads().data(), m.grads().data() + m.grads().size());
   m.grads().zero();
-  m.forward_backward(b.in.data(), b.tgt.data(), 2, 8, 0.5f);
-  m.forward_backward(b.in.data(), b.tgt.data(), 2, 8, 0.5f);
+  m.forward_backward(b.in.data(), b.tgt.data(), 2, 8, {.grad_scale = 0.5f});
+  m.forward_backward(b.in.data(), b.tgt.data(), 2, 8, {.grad_scale = 0.5f});
   std::vector<float> twice(m.grads().data(), m.grads().data() + m.grads().size());
   EXPECT_LT(rel_l2(twice, once), 1e-6);
 }

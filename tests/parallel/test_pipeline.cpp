@@ -129,10 +129,9 @@ TEST(Pipeline, StageGradientsEqualTheWholeModel) {
 
   stage.grads().zero(), whole.grads().zero();
   Pipeline pipe(*grid.pipe, stage, B, T);
-  const double loss = pipe.run(nullptr, in.data(), tgt.data(), m, B, T, 1.0f / m);
-  double want = 0;
-  for (int j = 0; j < m; ++j)
-    want += whole.forward_backward(in.data() + j * B * T, tgt.data() + j * B * T, B, T, 1.0f / m);
+  const std::vector<MicroBatchRun> runs(m, {.grad_scale = 1.0f / m});
+  const double loss = pipe.run(in.data(), tgt.data(), B, T, runs);
+  const double want = whole.forward_backward_micro_batches(in.data(), tgt.data(), B, T, runs);
 
   expect_1f1b(pipe.trace(), P, grid.stage, m);
   EXPECT_EQ(stage.store_count(), std::min(P - grid.stage, m));

@@ -38,7 +38,7 @@ void check_parity(LlamaConfig c, int B, int T, const char* tag) {
   std::vector<int32_t> in(B * T), tgt(B * T);
   for (int i = 0; i < B * T; ++i) in[i] = int32_t(rng.below(c.vocab_size)), tgt[i] = int32_t(rng.below(c.vocab_size));
   m.grads().zero();
-  const float loss = m.forward_backward(in.data(), tgt.data(), B, T, 1.0f);
+  const float loss = m.forward_backward(in.data(), tgt.data(), B, T);
 
   const fs::path dir = fs::temp_directory_path() / ("agoq_parity_" + std::string(tag));
   fs::remove_all(dir);

@@ -1,0 +1,63 @@
+#include "parallel/dp_optimizer.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace agoq {
+
+namespace {
+// Every rank computes the same value (after the loss all-reduce), so every rank fails alike and rank 0 alone says
+// why (comm_run_guarded).
+template <class... Parts>
+[[noreturn]] void fail_agreed(const Parts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  throw CommAgreedError(os.str());
+}
+}  // namespace
+
+DpOptimizer::DpOptimizer(Communicator& comm, ParamSet& params, const std::vector<GradUnit>& units,
+                         const DpOptimizerOptions& o)
+    : comm_(comm), params_(params), units_(units), opts_(o), D_(comm.size()), rank_(comm.rank()) {
+  for (const GradUnit& u : units) {
+    const size_t own = u.range.begin + u.own.begin;
+    adam_.push_back(std::make_unique<AdamW>(params, o.adam, own, own + u.own.size()));
+  }
+}
+
+DpStepResult DpOptimizer::step(long step, float lr, double loss_sum, int n_micro, GradReducer& reducer) {
+  DpStepResult res;
+  double loss_all = D_ > 1 ? comm_.allreduce_value(loss_sum) : loss_sum;
+  double sum_squares = reducer.sum_squares();
+  if (opts_.stages) {  // the last stage holds the loss; every stage its own parameters' gradients
+    double v[2] = {loss_all, sum_squares};
+    opts_.stages->allreduce_sum(v, 2);
+    loss_all = v[0], sum_squares = v[1];
+  }
+  res.loss = loss_all / double(n_micro);
+  res.grad_norm = std::sqrt(sum_squares);
+  if (!std::isfinite(res.loss) || !std::isfinite(res.grad_norm))
+    fail_agreed("training diverged at step ", step, ": loss ", res.loss, ", gradient norm ", res.grad_norm,
+                " (try a lower --lr)");
+  const float scale = res.grad_norm > opts_.clip ? float(opts_.clip / res.grad_norm) : 1.0f;
+  apply(step, lr, scale, reducer);
+  return res;
+}
+
+void DpOptimizer::apply(long step, float lr, float scale, GradReducer& reducer) {
+  float* params = params_.data();
+  for (size_t ui = 0; ui < units_.size(); ++ui) {
+    const GradUnit& u = units_[ui];
+    float* g = reducer.reduced(int(ui));
+    const size_t own = u.range.begin + u.own.begin;
+    if (scale != 1.0f) grad_scale(g + own, u.own.size(), scale);
+    adam_[ui]->step(params, g, lr, step);
+    if (!opts_.zero || D_ == 1) continue;
+    std::vector<size_t> bytes(D_), displs(D_);
+    for (int k = 0; k < D_; ++k) bytes[k] = u.counts[k] * sizeof(float), displs[k] = u.displs[k] * sizeof(float);
+    float* p = params + u.range.begin;
+    comm_.allgatherv(p + u.own.begin, bytes[rank_], p, bytes.data(), displs.data());
+  }
+}
+
+}  // namespace agoq

@@ -1,0 +1,50 @@
+// The optimizer step of data-parallel training (docs/parallel.md, "Loss, norm, clipping"): the step's loss and
+// gradient norm agreed over the grid, the divergence check, clipping by the global norm, then one AdamW per unit
+// (ZeRO-1: per unit shard, after which every unit's parameters are all-gathered).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "optim/adamw.h"
+#include "parallel/grad_reduce.h"
+
+namespace agoq {
+
+struct DpStepResult {
+  double loss = 0;       // mean over all ranks' micro-batches
+  double grad_norm = 0;  // global norm of the reduced gradient, before clipping
+  double wait_s = 0;     // communication not hidden behind backward
+};
+
+struct DpOptimizerOptions {
+  AdamWConfig adam;
+  float clip = 1.0f;
+  bool zero = false;
+  // The ranks holding this replica's other pipeline stages (null: the model is whole): the loss and the gradient
+  // norm are summed over them too, so every rank of the grid sees the same values.
+  Communicator* stages = nullptr;
+};
+
+class DpOptimizer {
+ public:
+  DpOptimizer(Communicator& comm, ParamSet& params, const std::vector<GradUnit>& units, const DpOptimizerOptions& o);
+
+  // loss_sum: this rank's micro-batches' summed loss, of n_micro over all ranks; the reduced gradient in reducer.
+  // Throws CommAgreedError (the same on every rank) when the loss or the norm is not finite. Collective.
+  DpStepResult step(long step, float lr, double loss_sum, int n_micro, GradReducer& reducer);
+  // Unit u's AdamW (its moments cover the unit's own part).
+  AdamW& adam(int u) { return *adam_[u]; }
+
+ private:
+  void apply(long step, float lr, float scale, GradReducer& reducer);
+
+  Communicator& comm_;
+  ParamSet& params_;
+  const std::vector<GradUnit>& units_;
+  DpOptimizerOptions opts_;
+  int D_, rank_;
+  std::vector<std::unique_ptr<AdamW>> adam_;
+};
+
+}  // namespace agoq

@@ -1,0 +1,95 @@
+#include "parallel/grad_reduce.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "optim/adamw.h"
+
+namespace agoq {
+
+std::vector<GradUnit> grad_units_sharded(const std::vector<GradRange>& units, int D, int rank, bool zero, int block) {
+  std::vector<GradUnit> out;
+  for (const GradRange& r : units) {
+    GradUnit u{r, {0, r.size()}, {}, {}};
+    if (zero) {
+      for (int k = 0; k < D; ++k) {
+        const CommShard s = comm_shard_range(r.size(), D, k, block);
+        u.counts.push_back(s.size());
+        u.displs.push_back(s.begin);
+      }
+      u.own = comm_shard_range(r.size(), D, rank, block);
+    }
+    out.push_back(std::move(u));
+  }
+  return out;
+}
+
+GradReducer::GradReducer(Communicator& comm, GradStore& store, const std::vector<GradUnit>& units,
+                         const GradReduceOptions& o)
+    : comm_(comm), store_(store), units_(units), opts_(o), D_(comm.size()) {
+  if (o.zero) {
+    size_t total = 0;
+    for (const GradUnit& u : units) shard_at_.push_back(total), total += u.own.size();
+    grad_shard_ = Buffer<float>(total, MemCategory::gradients, "grad.shard");
+  } else if (!store.q8() && D_ > 1) {
+    GradBucketsOptions b;
+    b.bucket_bytes = o.bucket_bytes;
+    b.reduce = o.reduce;
+    b.average = false;  // micro-batch gradients are already scaled by 1 / (D * m)
+    b.block = store.block();
+    b.overlap = o.overlap;
+    buckets_ = std::make_unique<GradBuckets>(comm, store.fp32_data(), store.size(), store.units(), b);
+  }
+}
+
+void GradReducer::unit_ready(int u, bool first_micro, bool last_micro, uint64_t seed) {
+  store_.unit_ready(u, first_micro, seed);
+  if (buckets_ && last_micro) buckets_->layer_ready(u);
+}
+
+double GradReducer::reduce() {
+  if (buckets_) {
+    buckets_->wait_all();
+    return buckets_->last_wait_seconds();
+  }
+  if (!opts_.zero && !(store_.q8() && D_ > 1)) return 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int u = int(units_.size()) - 1; u >= 0; --u) reduce_unit(u, store_.unit_fp32(u));  // as backward produced
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void GradReducer::reduce_unit(int ui, float* g) {
+  const GradUnit& u = units_[ui];
+  const size_t n = u.range.size();
+  CommQ8Options q;
+  q.block = store_.block();
+  if (opts_.zero) {  // this rank's reduced shard -> grad_shard_
+    float* out = grad_shard_.data() + shard_at_[ui];
+    if (D_ == 1) std::memcpy(out, g, n * sizeof(float));
+    else if (opts_.reduce == GradReduce::q8) comm_reduce_scatter_q8(comm_, ws_, g, n, out, q);
+    else comm_.reduce_scatter(g, out, u.counts.data(), CommDtype::f32, CommOp::sum);
+    return;
+  }
+  // q8 store without ZeRO: the reduced gradient goes back into the 8-bit buffer.
+  GradQ8Buffer& b = store_.q8_buffer(ui);
+  if (opts_.reduce == GradReduce::q8) {
+    comm_allreduce_q8_codes(comm_, ws_, g, n, b.codes.data(), b.scales.data(), q);
+  } else {
+    comm_.allreduce(g, g, n, CommDtype::f32, CommOp::sum);
+    store_.quantize(ui, g);
+  }
+}
+
+double GradReducer::sum_squares() {
+  if (!opts_.zero) return store_.sum_squares();  // every rank holds the same reduced values: no collective needed
+  const double local = grad_sum_squares(grad_shard_.data(), grad_shard_.size());
+  return D_ > 1 ? comm_.allreduce_value(local) : local;
+}
+
+float* GradReducer::reduced(int ui) {
+  const GradUnit& u = units_[ui];
+  if (opts_.zero) return grad_shard_.data() + shard_at_[ui] - (u.range.begin + u.own.begin);
+  return store_.unit_fp32(ui) - u.range.begin;
+}
+
+}  // namespace agoq

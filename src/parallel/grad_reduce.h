@@ -1,0 +1,62 @@
+// Summing a stage's gradients over its D data-parallel ranks (docs/parallel.md). With the fp32 store and without
+// ZeRO, GradBuckets reduce in place while backward runs; otherwise every unit is reduced after the last
+// micro-batch, last layers first: back into the 8-bit store (q8 store without ZeRO), or reduce-scattered into
+// this rank's fp32 shard (ZeRO-1).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/allreduce_q8.h"
+#include "comm/communicator.h"
+#include "comm/grad_buckets.h"
+#include "parallel/grad_store.h"
+
+namespace agoq {
+
+// A gradient unit and the part of it each rank's optimizer owns: under ZeRO-1 comm_shard_range's partition on the
+// q8 block (so every unit is one collective); without, this rank owns all of it.
+struct GradUnit {
+  GradRange range;                     // in the flat layout
+  CommShard own;                       // this rank's part, relative to range.begin
+  std::vector<size_t> counts, displs;  // every rank's part (ZeRO-1 only)
+};
+std::vector<GradUnit> grad_units_sharded(const std::vector<GradRange>& units, int D, int rank, bool zero, int block);
+
+struct GradReduceOptions {
+  GradReduce reduce = GradReduce::fp32;
+  bool zero = false;
+  size_t bucket_bytes = 4 << 20;
+  bool overlap = true;  // fp32 store without ZeRO: buckets on a communication thread while backward runs
+};
+
+class GradReducer {
+ public:
+  GradReducer(Communicator& comm, GradStore& store, const std::vector<GradUnit>& units, const GradReduceOptions& o);
+
+  // Unit u's gradient of a micro-batch is final: into the store, and (last micro-batch) to the buckets.
+  void unit_ready(int u, bool first_micro, bool last_micro, uint64_t seed);
+  // After the last micro-batch: every unit summed over the ranks. Returns the seconds it waited (communication
+  // that backward did not hide).
+  double reduce();
+  // Sum of squares of the whole reduced gradient (ZeRO: the shards' sums all-reduced).
+  double sum_squares();
+  // The reduced gradient of unit u, indexed in the flat layout as AdamW reads it; only the unit's own part is valid
+  // (q8: dequantized into the store's scratch, valid until the next unit's call).
+  float* reduced(int u);
+
+ private:
+  void reduce_unit(int u, float* g);  // full-unit fp32 gradient g -> reduced (shard or whole)
+
+  Communicator& comm_;
+  GradStore& store_;
+  const std::vector<GradUnit>& units_;
+  GradReduceOptions opts_;
+  int D_;
+  std::vector<size_t> shard_at_;  // ZeRO: offset of each unit's shard in grad_shard_
+  Buffer<float> grad_shard_;      // ZeRO: this rank's reduced gradient shards, unit after unit
+  std::unique_ptr<GradBuckets> buckets_;
+  CommQ8Workspace ws_;
+};
+
+}  // namespace agoq
