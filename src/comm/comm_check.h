@@ -6,11 +6,14 @@
 #include <string_view>
 
 #include "comm/communicator.h"
+#include "core/hash.h"
 
 namespace agoq {
 
-// 64-bit FNV-1a.
-uint64_t comm_hash_fnv1a(std::string_view text, uint64_t h = 0xcbf29ce484222325ull);
+// The old name of hash_fnv1a64 (core/hash.h), still called by train/trainer.cpp; remove once it calls hash_fnv1a64.
+inline uint64_t comm_hash_fnv1a(std::string_view text, uint64_t h = kHashFnv1a64Basis) {
+  return hash_fnv1a64(text.data(), text.size(), h);
+}
 
 // Collective. All ranks all-gather the hash of `description`; if any differs from rank 0's, every rank throws the
 // same CommAgreedError: "rank 1 runs a different <what> than rank 0 (hash ... vs ...)" (naming each differing rank,
