@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "model/ops.h"
+#include "model/ops_simd.h"
 
 namespace agoq {
 namespace {
@@ -27,7 +28,7 @@ constexpr int kTile = kAttentionTile;
 
 // ---- tile GEMM: C (M × N) = [C +] alpha · A · B, A(m, k) = A[m·rsa + k·csa], B(k, n) = B[k·ldb + n] -----------
 
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
 // C row block: c = alpha·acc (+ c).
 template <int NV>
 inline void tile_gemm_store(float* c, __m256 alpha, __m256 acc0, __m256 acc1, bool accumulate) {
@@ -113,7 +114,7 @@ void tile_gemm_panel(int n0, int M, int K, Causal causal, float alpha, const flo
 void tile_gemm(int M, int N, int K, Causal causal, float alpha, const float* A, ptrdiff_t rsa, ptrdiff_t csa,
                const float* B, ptrdiff_t ldb, float* C, ptrdiff_t ldc, bool accumulate) {
   int n = 0;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   for (; n + 16 <= N; n += 16) tile_gemm_panel<2>(n, M, K, causal, alpha, A, rsa, csa, B, ldb, C, ldc, accumulate);
   for (; n + 8 <= N; n += 8) tile_gemm_panel<1>(n, M, K, causal, alpha, A, rsa, csa, B, ldb, C, ldc, accumulate);
 #endif
@@ -133,7 +134,7 @@ void tile_gemm(int M, int N, int K, Causal causal, float alpha, const float* A, 
 // Keys-major (forward): s[r] = exp(s[r] − bias[r]); sum[r] += s[r].
 void tile_exp_sub_accumulate(float* s, const float* bias, float* sum, int n) {
   int r = 0;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   for (; r + 8 <= n; r += 8) {
     const __m256 e = simd::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + r), _mm256_loadu_ps(bias + r)));
     _mm256_storeu_ps(s + r, e);
@@ -149,7 +150,7 @@ void tile_exp_sub_accumulate(float* s, const float* bias, float* sum, int n) {
 // Keys-major (forward): m[r] = max(m[r], s[r]).
 void tile_max_accumulate(float* m, const float* s, int n) {
   int r = 0;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   for (; r + 8 <= n; r += 8) _mm256_storeu_ps(m + r, _mm256_max_ps(_mm256_loadu_ps(m + r), _mm256_loadu_ps(s + r)));
 #endif
   for (; r < n; ++r) m[r] = std::max(m[r], s[r]);
@@ -158,7 +159,7 @@ void tile_max_accumulate(float* m, const float* s, int n) {
 // Queries-major (backward): p[c] = exp(s[c] − lse) and ds[c] = p[c]·(dp[c] − D), in place (s → p, dp → ds).
 void tile_softmax_grad_row(float* s, float* dp, float lse, float D, int n) {
   int c = 0;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   const __m256 vl = _mm256_set1_ps(lse), vd = _mm256_set1_ps(D);
   for (; c + 8 <= n; c += 8) {
     const __m256 p = simd::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + c), vl));
@@ -175,7 +176,7 @@ void tile_softmax_grad_row(float* s, float* dp, float lse, float D, int n) {
 float tile_dot(const float* a, const float* b, int n) {
   int i = 0;
   float s = 0.0f;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   __m256 acc = _mm256_setzero_ps();
   for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
   s = simd::hsum8(acc);
@@ -199,7 +200,7 @@ void tile_copy(float* dst, const float* src, ptrdiff_t lds, int rows, int cols) 
     const float* s = src + r * lds;
     float* d = dst + size_t(r) * cols;
     int c = 0;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
     for (; c + 8 <= cols; c += 8) _mm256_storeu_ps(d + c, _mm256_loadu_ps(s + c));
 #endif
     for (; c < cols; ++c) d[c] = s[c];
@@ -215,7 +216,7 @@ void tile_prefetch(const float* src, ptrdiff_t lds, int rows, int cols) {
 // dst (cols × rows, leading dimension ldd) = scale · src (rows × cols, leading dimension lds)ᵀ.
 void tile_transpose(float* dst, ptrdiff_t ldd, const float* src, ptrdiff_t lds, int rows, int cols, float scale) {
   int r = 0;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   const __m256 vs = _mm256_set1_ps(scale);
   for (; r + 8 <= rows; r += 8) {
     int d = 0;

@@ -1,5 +1,6 @@
 // Element-wise, row-wise and matmul ops (see ops.h); the flash attention is in attention.cpp.
 #include "model/ops.h"
+#include "model/ops_simd.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -22,7 +23,7 @@ constexpr int kColBlock = 64;
 float row_dot(const float* a, const float* b, int n) {
   int i = 0;
   float s = 0.0f;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (; i + 16 <= n; i += 16) {
     acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
@@ -39,7 +40,7 @@ float row_dot(const float* a, const float* b, int n) {
 float row_dot3(const float* a, const float* b, const float* w, int n) {
   int i = 0;
   float s = 0.0f;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   __m256 acc = _mm256_setzero_ps();
   for (; i + 8 <= n; i += 8)
     acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(w + i)), _mm256_loadu_ps(b + i), acc);
@@ -52,7 +53,7 @@ float row_dot3(const float* a, const float* b, const float* w, int n) {
 float row_max(const float* a, int n) {
   int i = 0;
   float m = -INFINITY;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   if (n >= 8) {
     __m256 acc = _mm256_loadu_ps(a);
     for (i = 8; i + 8 <= n; i += 8) acc = _mm256_max_ps(acc, _mm256_loadu_ps(a + i));
@@ -67,7 +68,7 @@ float row_max(const float* a, int n) {
 float row_exp_sum(float* a, float shift, int n) {
   int i = 0;
   float s = 0.0f;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   const __m256 vs = _mm256_set1_ps(shift);
   __m256 acc = _mm256_setzero_ps();
   for (; i + 8 <= n; i += 8) {
@@ -204,7 +205,7 @@ void swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
   for (size_t ch = 0; ch < n_chunks; ++ch) {
     size_t i = ch * kChunk;
     const size_t end = std::min(n, i + kChunk);
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
     const __m256 one = _mm256_set1_ps(1.0f);
     for (; i + 8 <= end; i += 8) {
       const __m256 g = _mm256_loadu_ps(gate + i);
@@ -226,7 +227,7 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
   for (size_t ch = 0; ch < n_chunks; ++ch) {
     size_t i = ch * kChunk;
     const size_t end = std::min(n, i + kChunk);
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
     const __m256 one = _mm256_set1_ps(1.0f);
     for (; i + 8 <= end; i += 8) {
       const __m256 g = _mm256_loadu_ps(gate + i), u = _mm256_loadu_ps(up + i), d = _mm256_loadu_ps(dout + i);

@@ -10,6 +10,7 @@
 
 #include "core/rng.h"
 #include "quant/group_quant.h"
+#include "quant/half.h"
 #include "quant/simd.h"
 #include "quant/tensor.h"
 
