@@ -29,6 +29,9 @@ void matmul_backward(float* din, float* dw, const float* dout, const float* in, 
 // ---------------------------------------------------------------------------------------------------------------
 // RMSNorm: rstd_n = 1/sqrt(mean_c(x_nc²) + eps); out_nc = x_nc · rstd_n · w_c. x, out (N, C); w (C); rstd (N) saved.
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps);
+// out (N, C) = x · rstd · w from a saved rstd: the forward's output again (backward rebuilds a norm output it did
+// not store), bit for bit.
+void rmsnorm_apply(float* out, const float* x, const float* rstd, const float* w, int N, int C);
 // dx (N, C) ACCUMULATES (+=, the residual stream's gradient); dw (C) ACCUMULATES. Uses the saved rstd, so an
 // approximate (e.g. dequantized) x still gives a consistent gradient. dw is summed per column in row order, so
 // it is the same for any thread count.
