@@ -25,7 +25,8 @@ bool attention_workspace_needed(const ActPolicy& policy, const ModelStage& stage
 
 int llama_tile_rows(int T, int N) { return std::min(N, T * std::max(1, kTileRows / T)); }
 
-// The constructor's and stores_allocate's workspace buffers, buffer by buffer.
+// The constructor's and stores_allocate's workspace buffers, buffer by buffer (keep in step with them:
+// tests/plan/test_memory_model.cpp checks this against the memory tracker to the byte).
 size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
                              const ModelStage& stage) {
   const size_t N = size_t(max_batch) * max_seq, C = cfg.dim, KV = cfg.kv_dim(), F = cfg.ffn_dim, V = cfg.vocab_size;
