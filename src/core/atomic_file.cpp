@@ -40,7 +40,10 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + 
 }
 
 AtomicFile::AtomicFile(AtomicFile&& other) noexcept
-    : path_(std::move(other.path_)), tmp_(std::exchange(other.tmp_, {})), fd_(std::exchange(other.fd_, -1)) {}
+    : path_(std::move(other.path_)),
+      tmp_(std::exchange(other.tmp_, {})),
+      fd_(std::exchange(other.fd_, -1)),
+      size_(other.size_) {}
 
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
@@ -48,21 +51,15 @@ AtomicFile::~AtomicFile() {
 }
 
 void AtomicFile::write(const void* data, size_t bytes) {
-  AGOQ_CHECK(fd_ >= 0, tmp_, ": write after finish()");
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t w = ::write(fd_, p, std::min<size_t>(bytes, size_t(1) << 30));
-    if (w < 0 && errno == EINTR) continue;
-    AGOQ_CHECK(w > 0, tmp_, ": write failed: ", w < 0 ? errno_text() : "no progress");
-    p += w, bytes -= size_t(w);
-  }
+  write_at(size_, data, bytes);
+  size_ += bytes;
 }
 
 void AtomicFile::write_at(uint64_t offset, const void* data, size_t bytes) {
   AGOQ_CHECK(fd_ >= 0, tmp_, ": write after finish()");
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
-    const ssize_t w = ::pwrite(fd_, p, bytes, off_t(offset));
+    const ssize_t w = ::pwrite(fd_, p, std::min<size_t>(bytes, size_t(1) << 30), off_t(offset));
     if (w < 0 && errno == EINTR) continue;
     AGOQ_CHECK(w > 0, tmp_, ": write failed: ", w < 0 ? errno_text() : "no progress");
     p += w, bytes -= size_t(w), offset += uint64_t(w);

@@ -20,9 +20,10 @@ class AtomicFile {
   ~AtomicFile();
 
   const std::string& path() const { return path_; }
+  // Appends.
   void write(const void* data, size_t bytes);
   void write(std::string_view text) { write(text.data(), text.size()); }
-  // Overwrites bytes already written (e.g. a header whose checksum is known only at the end).
+  // Writes at an offset, e.g. over a header whose checksum is known only at the end (does not move the end).
   void write_at(uint64_t offset, const void* data, size_t bytes);
   // The first half of commit(): the temp is complete and on disk, not yet in place. For a caller that commits
   // several files in an order of its own (checkpoints); commit() calls it when needed.
@@ -33,6 +34,7 @@ class AtomicFile {
  private:
   std::string path_, tmp_;  // tmp_ empty: nothing left to remove (committed or moved from)
   int fd_ = -1;
+  uint64_t size_ = 0;  // where write() appends
 };
 
 // The whole file in one call.
