@@ -4,11 +4,11 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <sstream>
 
 #include "cli/commands.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "plan/plan_report.h"
 #include "plan/presets.h"
@@ -56,12 +56,7 @@ std::string shell_quote(const std::string& s) {
 
 void write_png(const nlohmann::json& j, const std::string& png) {
   const fs::path json_path = fs::path(png).replace_extension(".json");
-  {
-    std::ofstream f(json_path);
-    AGOQ_CHECK(f, "--png: cannot write ", json_path.string());
-    f << j.dump(2) << "\n";
-    AGOQ_CHECK(f.good(), "--png: cannot write ", json_path.string());
-  }
+  atomic_file_write(json_path.string(), j.dump(2) + "\n");
   const std::string cmd = "/usr/bin/python3 " + shell_quote(chart_script().string()) + " " +
                           shell_quote(json_path.string()) + " " + shell_quote(png) + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");

@@ -3,11 +3,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/corpus.h"
 #include "data/token_file.h"
@@ -38,6 +38,65 @@ size_t utf8_prefix_bytes(std::string_view s, uint64_t chars) {
   return s.size();
 }
 
+// The tokenizer, trained on (a prefix of) the corpus or loaded from --tokenizer.
+struct PreparedTokenizer {
+  Tokenizer tok;
+  size_t train_bytes = 0;  // bytes of text it was trained on (0 when loaded)
+  double seconds = 0;
+};
+
+PreparedTokenizer prepare_tokenizer(const PrepareArgs& a, const Corpus& corpus) {
+  const auto t0 = std::chrono::steady_clock::now();
+  PreparedTokenizer p;
+  if (a.tokenizer.empty()) {
+    TokenizerTrainOptions opt;
+    opt.vocab_size = a.vocab_size;
+    opt.max_bytes = a.max_chars > 0 ? utf8_prefix_bytes(corpus.text, uint64_t(a.max_chars)) : 0;
+    p.train_bytes = opt.max_bytes ? std::min(opt.max_bytes, corpus.text.size()) : corpus.text.size();
+    p.tok = Tokenizer::train(corpus.text, opt);
+  } else {
+    p.tok = Tokenizer::load(a.tokenizer);
+  }
+  p.seconds = seconds_since(t0);
+  const auto vocab = uint32_t(p.tok.vocab_size());
+  AGOQ_CHECK(!a.vocab_given || int64_t(vocab) == a.vocab_size, "--vocab-size ", a.vocab_size, " but tokenizer ",
+             a.tokenizer.empty() ? std::string("training") : a.tokenizer, " gives vocab ", vocab);
+  if (a.tokenizer.empty())
+    std::printf("tokenizer: trained BPE, vocab %u, on %zu bytes in %.1f s\n", vocab, p.train_bytes, p.seconds);
+  else
+    std::printf("tokenizer: %s, vocab %u\n", a.tokenizer.c_str(), vocab);
+  return p;
+}
+
+// meta.json: where the data came from and how it was split (docs/data-format.md).
+nlohmann::json prepare_meta(const PrepareArgs& a, const Corpus& corpus, size_t chars, const PreparedTokenizer& t,
+                            size_t tokens, uint64_t n_train, bool exact, double total_s) {
+  const auto vocab = uint32_t(t.tok.vocab_size());
+  return {
+      {"source", a.input},
+      {"source_kind", corpus.kind},
+      {"documents", corpus.documents},
+      {"chars", chars},
+      {"bytes", corpus.text.size()},
+      {"tokens", tokens},
+      {"vocab_size", vocab},
+      {"token_dtype", token_dtype_for_vocab(vocab) == 2 ? "uint16" : "uint32"},
+      {"val_fraction", a.val_fraction},
+      {"train_tokens", n_train},
+      {"val_tokens", tokens - n_train},
+      {"round_trip_exact", exact},
+      {"tokenizer",
+       {{"file", "tokenizer.model"},
+        {"trained", a.tokenizer.empty()},
+        {"source", a.tokenizer.empty() ? std::string("trained here") : a.tokenizer},
+        {"type", "sentencepiece bpe, byte fallback"},
+        {"training_bytes", t.train_bytes},
+        {"seconds", t.seconds}}},
+      {"files", {{"train", "train.bin"}, {"val", "val.bin"}}},
+      {"seconds", total_s},
+  };
+}
+
 void prepare_run(const PrepareArgs& a) {
   AGOQ_CHECK(a.val_fraction >= 0 && a.val_fraction < 1, "--val-fraction must be in [0, 1) (got ", a.val_fraction,
              ")");
@@ -47,34 +106,14 @@ void prepare_run(const PrepareArgs& a) {
   const size_t chars = utf8_length(corpus.text);
   std::printf("prepare: %s (%s, %zu document%s): %zu chars, %zu bytes\n", a.input.c_str(), corpus.kind.c_str(),
               corpus.documents.size(), corpus.documents.size() == 1 ? "" : "s", chars, corpus.text.size());
-
-  const auto t_tok = std::chrono::steady_clock::now();
-  Tokenizer tok;
-  size_t train_bytes = 0;
-  if (a.tokenizer.empty()) {
-    TokenizerTrainOptions opt;
-    opt.vocab_size = a.vocab_size;
-    opt.max_bytes = a.max_chars > 0 ? utf8_prefix_bytes(corpus.text, uint64_t(a.max_chars)) : 0;
-    train_bytes = opt.max_bytes ? std::min(opt.max_bytes, corpus.text.size()) : corpus.text.size();
-    tok = Tokenizer::train(corpus.text, opt);
-  } else {
-    tok = Tokenizer::load(a.tokenizer);
-  }
-  const double tok_s = seconds_since(t_tok);
-  const auto vocab = uint32_t(tok.vocab_size());
-  AGOQ_CHECK(!a.vocab_given || int64_t(vocab) == a.vocab_size, "--vocab-size ", a.vocab_size, " but tokenizer ",
-             a.tokenizer.empty() ? std::string("training") : a.tokenizer, " gives vocab ", vocab);
-  if (a.tokenizer.empty())
-    std::printf("tokenizer: trained BPE, vocab %u, on %zu bytes in %.1f s\n", vocab, train_bytes, tok_s);
-  else
-    std::printf("tokenizer: %s, vocab %u\n", a.tokenizer.c_str(), vocab);
+  const PreparedTokenizer t = prepare_tokenizer(a, corpus);
 
   const auto t_enc = std::chrono::steady_clock::now();
-  const std::vector<int32_t> ids = tok.encode(corpus.text);
+  const std::vector<int32_t> ids = t.tok.encode(corpus.text);
   const double enc_s = seconds_since(t_enc);
   AGOQ_CHECK(ids.size() >= 2, "input ", a.input, ": only ", ids.size(), " token(s) after encoding");
   // Lossless by construction unless the input had invalid UTF-8 (SentencePiece replaces it); say so if it differs.
-  const bool exact = tok.decode(ids) == corpus.text;
+  const bool exact = t.tok.decode(ids) == corpus.text;
 
   const auto n_val = uint64_t(std::llround(double(ids.size()) * a.val_fraction));
   const uint64_t n_train = ids.size() - n_val;
@@ -85,43 +124,14 @@ void prepare_run(const PrepareArgs& a) {
   fs::create_directories(a.out, ec);
   AGOQ_CHECK(!ec, "--out ", a.out, ": cannot create folder: ", ec.message());
   const fs::path out(a.out);
-  tok.save((out / "tokenizer.model").string());
+  const auto vocab = uint32_t(t.tok.vocab_size());
+  t.tok.save((out / "tokenizer.model").string());
   token_file_write((out / "train.bin").string(), all.first(n_train), vocab);
   token_file_write((out / "val.bin").string(), all.subspan(n_train), vocab);
-
   const double total_s = seconds_since(t0);
-  const nlohmann::json meta = {
-      {"source", a.input},
-      {"source_kind", corpus.kind},
-      {"documents", corpus.documents},
-      {"chars", chars},
-      {"bytes", corpus.text.size()},
-      {"tokens", ids.size()},
-      {"vocab_size", vocab},
-      {"token_dtype", token_dtype_for_vocab(vocab) == 2 ? "uint16" : "uint32"},
-      {"val_fraction", a.val_fraction},
-      {"train_tokens", n_train},
-      {"val_tokens", n_val},
-      {"round_trip_exact", exact},
-      {"tokenizer",
-       {{"file", "tokenizer.model"},
-        {"trained", a.tokenizer.empty()},
-        {"source", a.tokenizer.empty() ? std::string("trained here") : a.tokenizer},
-        {"type", "sentencepiece bpe, byte fallback"},
-        {"training_bytes", train_bytes},
-        {"seconds", tok_s}}},
-      {"files", {{"train", "train.bin"}, {"val", "val.bin"}}},
-      {"seconds", total_s},
-  };
-  {
-    const std::string path = (out / "meta.json").string();
-    std::ofstream f(path + ".tmp");
-    f << meta.dump(2) << '\n';
-    f.close();
-    AGOQ_CHECK(f, path, ": write failed");
-    fs::rename(path + ".tmp", path, ec);
-    AGOQ_CHECK(!ec, path, ": rename failed: ", ec.message());
-  }
+  atomic_file_write((out / "meta.json").string(),
+                    prepare_meta(a, corpus, chars, t, ids.size(), n_train, exact, total_s).dump(2) + "\n");
+
   std::printf("tokens: %zu (%.2f chars/token), encoded in %.1f s, round trip %s\n", ids.size(),
               double(chars) / double(ids.size()), enc_s, exact ? "exact" : "NOT exact (invalid UTF-8 in input?)");
   std::printf("split: train %llu tokens, val %llu tokens (%.1f%%)\n", (unsigned long long)n_train,

@@ -1,5 +1,7 @@
 #include "comm/comm_check.h"
 
+#include "core/hash.h"
+
 #include <cinttypes>
 #include <cstdio>
 #include <sstream>
@@ -7,14 +9,9 @@
 
 namespace agoq {
 
-uint64_t comm_hash_fnv1a(std::string_view text, uint64_t h) {
-  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
 void comm_check_consistent(Communicator& comm, std::string_view description, std::string_view what) {
   const int n = comm.size();
-  const uint64_t mine = comm_hash_fnv1a(description);
+  const uint64_t mine = hash_fnv1a64(description.data(), description.size());
   std::vector<uint64_t> all(static_cast<size_t>(n));
   comm.allgather(&mine, all.data(), sizeof mine);
   std::vector<int> differ;

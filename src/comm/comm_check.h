@@ -9,9 +9,6 @@
 
 namespace agoq {
 
-// 64-bit FNV-1a.
-uint64_t comm_hash_fnv1a(std::string_view text, uint64_t h = 0xcbf29ce484222325ull);
-
 // Collective. All ranks all-gather the hash of `description`; if any differs from rank 0's, every rank throws the
 // same CommAgreedError: "rank 1 runs a different <what> than rank 0 (hash ... vs ...)" (naming each differing rank,
 // up to a few). Run it inside comm_run_guarded so that only rank 0 prints it.

@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace agoq {
 
@@ -38,37 +40,25 @@ constexpr size_t kChunkTokens = 1 << 20;
 
 }  // namespace
 
-uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-
 uint32_t token_dtype_for_vocab(uint32_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
 
 void token_file_write(const std::string& path, std::span<const int32_t> tokens, uint32_t vocab_size) {
   AGOQ_CHECK(vocab_size > 0, "token file ", path, ": vocab size must be positive");
   TokenFileHeader h{.version = kTokenFileVersion, .vocab_size = vocab_size, .dtype = token_dtype_for_vocab(vocab_size),
                     .count = tokens.size(), .checksum = 0};
-  const std::string tmp = path + ".tmp";
-  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-  AGOQ_CHECK(f, "token file ", path, ": cannot create ", tmp);
+  AtomicFile f(path);
   unsigned char header[kTokenFileHeaderBytes];
   header_encode(h, header);
-  f.write(reinterpret_cast<const char*>(header), sizeof header);  // rewritten below with the checksum
+  f.write(header, sizeof header);  // rewritten below with the checksum
   // Convert and hash in chunks so writing never doubles the token memory.
   std::vector<unsigned char> buf(kChunkTokens * h.dtype);
-  uint64_t sum = fnv1a64(nullptr, 0);
+  uint64_t sum = kHashFnv1a64Basis;
   for (size_t i0 = 0; i0 < tokens.size(); i0 += kChunkTokens) {
     const size_t n = std::min(kChunkTokens, tokens.size() - i0);
     for (size_t i = 0; i < n; ++i) {
       const int32_t t = tokens[i0 + i];
-      if (t < 0 || uint32_t(t) >= vocab_size) {
-        f.close();
-        std::filesystem::remove(tmp);
-        fail("token file ", path, ": token ", t, " at position ", i0 + i, " is outside the vocabulary (size ",
-             vocab_size, ")");
-      }
+      AGOQ_CHECK(t >= 0 && uint32_t(t) < vocab_size, "token file ", path, ": token ", t, " at position ", i0 + i,
+                 " is outside the vocabulary (size ", vocab_size, ")");
       if (h.dtype == 2) {
         const auto v = uint16_t(t);
         std::memcpy(&buf[i * 2], &v, 2);
@@ -76,21 +66,13 @@ void token_file_write(const std::string& path, std::span<const int32_t> tokens, 
         std::memcpy(&buf[i * 4], &t, 4);
       }
     }
-    sum = fnv1a64(buf.data(), n * h.dtype, sum);
-    f.write(reinterpret_cast<const char*>(buf.data()), std::streamsize(n * h.dtype));
+    sum = hash_fnv1a64(buf.data(), n * h.dtype, sum);
+    f.write(buf.data(), n * h.dtype);
   }
   h.checksum = sum;
   header_encode(h, header);
-  f.seekp(0);
-  f.write(reinterpret_cast<const char*>(header), sizeof header);
-  f.close();
-  if (!f) {
-    std::filesystem::remove(tmp);
-    fail("token file ", path, ": write failed (disk full?)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  AGOQ_CHECK(!ec, "token file ", path, ": rename from ", tmp, " failed: ", ec.message());
+  f.write_at(0, header, sizeof header);
+  f.commit();
 }
 
 TokenFileHeader token_file_read_header(const std::string& path) {
@@ -130,12 +112,12 @@ void token_file_read_payload(const std::string& path, const TokenFileHeader& h, 
   f.seekg(std::streamoff(kTokenFileHeaderBytes));
   auto* out = static_cast<char*>(dst);
   const uint64_t total = h.count * h.dtype;
-  uint64_t sum = fnv1a64(nullptr, 0);
+  uint64_t sum = kHashFnv1a64Basis;
   for (uint64_t done = 0; done < total;) {
     const uint64_t n = std::min<uint64_t>(total - done, kChunkTokens * 4);
     f.read(out + done, std::streamsize(n));
     AGOQ_CHECK(f, "token file ", path, ": read failed at byte ", kTokenFileHeaderBytes + done);
-    sum = fnv1a64(out + done, n, sum);
+    sum = hash_fnv1a64(out + done, n, sum);
     done += n;
   }
   AGOQ_CHECK(sum == h.checksum, "token file ", path, ": checksum mismatch (header ", h.checksum, ", data ", sum,

@@ -1,6 +1,6 @@
 // Binary token files (train.bin / val.bin), format in docs/data-format.md: a 40-byte little-endian header
-// (magic "AGOQTOK\0", version 1, vocab_size, dtype 2|4, reserved, count, FNV-1a 64 checksum of the token bytes)
-// followed by `count` tokens of `dtype` bytes each.
+// (magic "AGOQTOK\0", version 1, vocab_size, dtype 2|4, reserved, count, FNV-1a 64 checksum of the token bytes:
+// core/hash.h) followed by `count` tokens of `dtype` bytes each.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -22,13 +22,10 @@ struct TokenFileHeader {
   uint64_t checksum = 0;
 };
 
-// FNV-1a 64 over bytes (continuing from `h`, so it can run over a stream in pieces).
-uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h = 0xcbf29ce484222325ull);
-
 // uint16 when every id fits (vocab <= 65536), else uint32.
 uint32_t token_dtype_for_vocab(uint32_t vocab_size);
 
-// Writes `tokens` (each in [0, vocab_size)) atomically: temp file in the same folder, then rename.
+// Writes `tokens` (each in [0, vocab_size)) atomically (core/atomic_file.h).
 void token_file_write(const std::string& path, std::span<const int32_t> tokens, uint32_t vocab_size);
 
 // Reads and validates the header and the file size (missing file, short header, wrong magic, unsupported

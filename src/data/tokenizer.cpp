@@ -4,10 +4,10 @@
 #include <sentencepiece_trainer.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <unordered_map>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace agoq {
@@ -128,17 +128,7 @@ Tokenizer Tokenizer::from_serialized(std::string serialized, const std::string& 
 
 void Tokenizer::save(const std::string& path) const {
   AGOQ_CHECK(sp_, "tokenizer: no model to save to ", path);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    AGOQ_CHECK(f, "tokenizer ", path, ": cannot create ", tmp);
-    f.write(proto_.data(), std::streamsize(proto_.size()));
-    f.close();
-    AGOQ_CHECK(f, "tokenizer ", path, ": write failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  AGOQ_CHECK(!ec, "tokenizer ", path, ": rename failed: ", ec.message());
+  atomic_file_write(path, proto_);
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {

@@ -36,7 +36,7 @@ class Tokenizer {
   static Tokenizer load(const std::string& path);
   // Loads a serialized ModelProto; `what` names its origin in errors.
   static Tokenizer from_serialized(std::string serialized, const std::string& what);
-  // Writes the .model file (temp file + rename).
+  // Writes the .model file atomically (core/atomic_file.h).
   void save(const std::string& path) const;
   const std::string& serialized() const { return proto_; }
 

@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -19,6 +20,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "model/ops.h"
+#include "model/ops_simd.h"
 
 namespace agoq {
 namespace {
@@ -27,7 +29,7 @@ constexpr int kTile = kAttentionTile;
 
 // ---- tile GEMM: C (M × N) = [C +] alpha · A · B, A(m, k) = A[m·rsa + k·csa], B(k, n) = B[k·ldb + n] -----------
 
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
 // C row block: c = alpha·acc (+ c).
 template <int NV>
 inline void tile_gemm_store(float* c, __m256 alpha, __m256 acc0, __m256 acc1, bool accumulate) {
@@ -113,7 +115,7 @@ void tile_gemm_panel(int n0, int M, int K, Causal causal, float alpha, const flo
 void tile_gemm(int M, int N, int K, Causal causal, float alpha, const float* A, ptrdiff_t rsa, ptrdiff_t csa,
                const float* B, ptrdiff_t ldb, float* C, ptrdiff_t ldc, bool accumulate) {
   int n = 0;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   for (; n + 16 <= N; n += 16) tile_gemm_panel<2>(n, M, K, causal, alpha, A, rsa, csa, B, ldb, C, ldc, accumulate);
   for (; n + 8 <= N; n += 8) tile_gemm_panel<1>(n, M, K, causal, alpha, A, rsa, csa, B, ldb, C, ldc, accumulate);
 #endif
@@ -133,7 +135,7 @@ void tile_gemm(int M, int N, int K, Causal causal, float alpha, const float* A, 
 // Keys-major (forward): s[r] = exp(s[r] − bias[r]); sum[r] += s[r].
 void tile_exp_sub_accumulate(float* s, const float* bias, float* sum, int n) {
   int r = 0;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   for (; r + 8 <= n; r += 8) {
     const __m256 e = simd::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + r), _mm256_loadu_ps(bias + r)));
     _mm256_storeu_ps(s + r, e);
@@ -149,7 +151,7 @@ void tile_exp_sub_accumulate(float* s, const float* bias, float* sum, int n) {
 // Keys-major (forward): m[r] = max(m[r], s[r]).
 void tile_max_accumulate(float* m, const float* s, int n) {
   int r = 0;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   for (; r + 8 <= n; r += 8) _mm256_storeu_ps(m + r, _mm256_max_ps(_mm256_loadu_ps(m + r), _mm256_loadu_ps(s + r)));
 #endif
   for (; r < n; ++r) m[r] = std::max(m[r], s[r]);
@@ -158,7 +160,7 @@ void tile_max_accumulate(float* m, const float* s, int n) {
 // Queries-major (backward): p[c] = exp(s[c] − lse) and ds[c] = p[c]·(dp[c] − D), in place (s → p, dp → ds).
 void tile_softmax_grad_row(float* s, float* dp, float lse, float D, int n) {
   int c = 0;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   const __m256 vl = _mm256_set1_ps(lse), vd = _mm256_set1_ps(D);
   for (; c + 8 <= n; c += 8) {
     const __m256 p = simd::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + c), vl));
@@ -175,7 +177,7 @@ void tile_softmax_grad_row(float* s, float* dp, float lse, float D, int n) {
 float tile_dot(const float* a, const float* b, int n) {
   int i = 0;
   float s = 0.0f;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   __m256 acc = _mm256_setzero_ps();
   for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
   s = simd::hsum8(acc);
@@ -199,7 +201,7 @@ void tile_copy(float* dst, const float* src, ptrdiff_t lds, int rows, int cols) 
     const float* s = src + r * lds;
     float* d = dst + size_t(r) * cols;
     int c = 0;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
     for (; c + 8 <= cols; c += 8) _mm256_storeu_ps(d + c, _mm256_loadu_ps(s + c));
 #endif
     for (; c < cols; ++c) d[c] = s[c];
@@ -215,7 +217,7 @@ void tile_prefetch(const float* src, ptrdiff_t lds, int rows, int cols) {
 // dst (cols × rows, leading dimension ldd) = scale · src (rows × cols, leading dimension lds)ᵀ.
 void tile_transpose(float* dst, ptrdiff_t ldd, const float* src, ptrdiff_t lds, int rows, int cols, float scale) {
   int r = 0;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   const __m256 vs = _mm256_set1_ps(scale);
   for (; r + 8 <= rows; r += 8) {
     int d = 0;
@@ -245,8 +247,32 @@ void tile_transpose(float* dst, ptrdiff_t ldd, const float* src, ptrdiff_t lds, 
     for (int d = 0; d < cols; ++d) dst[d * ldd + r] = src[r * lds + d] * scale;
 }
 
-// Per-thread scratch, in floats, rounded to whole cache lines.
-size_t round_up_16(size_t n) { return (n + 15) / 16 * 16; }
+// Per-thread scratch: consecutive parts of the given sizes (floats), the whole rounded to cache lines.
+// Forward: Qt (hd × br), Kj, Vj (bc × hd), St (bc × br), O (br × hd), m, m_new, l, corr (br).
+std::array<size_t, 9> forward_scratch_parts(int hd) {
+  const size_t t = kTile, h = size_t(hd);
+  return {h * t, t * h, t * h, t * t, t * h, t, t, t, t};
+}
+// Backward: Kt, Vt (hd × bc), Kj, dK, dV (bc × hd), Qi, dOi (br × hd), S, dS (br × bc), D (br).
+std::array<size_t, 10> backward_scratch_parts(int hd) {
+  const size_t t = kTile, h = size_t(hd);
+  return {h * t, h * t, t * h, t * h, t * h, t * h, t * h, t * t, t * t, t};
+}
+
+template <size_t K>
+size_t scratch_floats(const std::array<size_t, K>& parts) {
+  size_t n = 0;
+  for (size_t p : parts) n += p;
+  return (n + 15) / 16 * 16;
+}
+
+// The parts' start pointers in one thread's scratch.
+template <size_t K>
+std::array<float*, K> scratch_carve(float* base, const std::array<size_t, K>& parts) {
+  std::array<float*, K> out;
+  for (size_t i = 0; i < K; ++i) out[i] = base, base += parts[i];
+  return out;
+}
 
 void check_attention_shape(int B, int T, int H, int Hkv, int hd) {
   AGOQ_CHECK(B > 0 && T > 0 && H > 0 && Hkv > 0 && hd > 0, "attention: non-positive shape B=", B, " T=", T,
@@ -255,6 +281,11 @@ void check_attention_shape(int B, int T, int H, int Hkv, int hd) {
 }
 
 }  // namespace
+
+size_t attention_scratch_bytes(int hd, int n_threads) {
+  const size_t fwd = scratch_floats(forward_scratch_parts(hd)), bwd = scratch_floats(backward_scratch_parts(hd));
+  return std::max(fwd, bwd) * size_t(n_threads) * sizeof(float);
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Forward. One task = (b, h, query tile i): online softmax over the key tiles j ≤ i, keys-major.
@@ -266,23 +297,16 @@ void attention_forward(float* o, float* lse, const float* q, const float* k, con
   const int group = H / Hkv, n_tiles = (T + kTile - 1) / kTile;
   const float scale = 1.0f / std::sqrt(float(hd)), inf = std::numeric_limits<float>::infinity();
   const ptrdiff_t ldq = ptrdiff_t(H) * hd, ldk = ptrdiff_t(Hkv) * hd;
-  // Scratch per thread: Qt (hd × br), Kj, Vj (bc × hd), St (bc × br), O (br × hd), m, m_new, l, corr (br).
-  const size_t per_thread = round_up_16(4 * size_t(hd) * kTile + size_t(kTile) * kTile + 4 * kTile);
+  const auto parts = forward_scratch_parts(hd);
+  const size_t per_thread = scratch_floats(parts);
   const int n_threads = omp_get_max_threads();
   Buffer<float> scratch(per_thread * n_threads, MemCategory::workspace, "attention.scratch");
   const int n_tasks = B * H * n_tiles;
 
 #pragma omp parallel num_threads(n_threads)
   {
-    float* Qt = scratch.data() + per_thread * omp_get_thread_num();
-    float* Kj = Qt + size_t(hd) * kTile;
-    float* Vj = Kj + size_t(hd) * kTile;
-    float* St = Vj + size_t(hd) * kTile;
-    float* O = St + size_t(kTile) * kTile;
-    float* m = O + size_t(kTile) * hd;
-    float* m_new = m + kTile;
-    float* l = m_new + kTile;
-    float* corr = l + kTile;
+    const auto [Qt, Kj, Vj, St, O, m, m_new, l, corr] =
+        scratch_carve(scratch.data() + per_thread * omp_get_thread_num(), parts);
     // Consecutive tasks share (b, h), so its k, v stay in cache; the longest query tile of a head comes first.
 #pragma omp for schedule(dynamic, 1)
     for (int task = 0; task < n_tasks; ++task) {
@@ -332,85 +356,102 @@ void attention_forward(float* o, float* lse, const float* q, const float* k, con
 //   S = Q_i · (scale·K_j)ᵀ;  P = exp(S − lse_i);  dP = dO_i · V_jᵀ;  dS = P ∘ (dP − D_i);
 //   dV_j += Pᵀ · dO_i;  dK_j += dSᵀ · Q_i;  dq_i += scale · dS · K_j;
 // and dk_j = scale · dK_j, dv_j = dV_j are written once, summed over the group's heads.
+namespace {
+
+// attention_backward's arguments, for its parts.
+struct AttnGrad {
+  float *dq, *dk, *dv;
+  const float *dout, *q, *k, *v, *o, *lse;
+  int T, H, Hkv, hd;
+  float scale;
+  ptrdiff_t ldq, ldk;
+};
+
+// One thread's tiles (backward_scratch_parts).
+struct AttnGradTiles {
+  float *Kt, *Vt, *Kj, *dK, *dV, *Qi, *dOi, *S, *dS, *D;
+};
+
+// Query tile i0 of head h (batch b) against the key tile j0 of bc keys in t.Kt, t.Vt, t.Kj: adds into t.dK, t.dV
+// and the tile's dq rows.
+void backward_query_tile(const AttnGrad& a, const AttnGradTiles& t, int b, int h, int i0, int j0, int bc) {
+  const int T = a.T, hd = a.hd;
+  const ptrdiff_t ldq = a.ldq;
+  const size_t head = (size_t(b) * T * a.H + h) * hd;
+  const float *qh = a.q + head, *oh = a.o + head, *douth = a.dout + head;
+  const float* lse_h = a.lse + (size_t(b) * a.H + h) * T;
+  const int br = std::min(kTile, T - i0);
+  const bool diag = i0 == j0;  // then br == bc
+  const Causal c_mask = diag ? Causal::c_lower : Causal::none;
+  if (i0 + kTile < T) {  // the next query tile: the first touch of its rows is a cache miss
+    const int nr = std::min(kTile, T - i0 - kTile);
+    tile_prefetch(qh + (i0 + kTile) * ldq, ldq, nr, hd);
+    tile_prefetch(douth + (i0 + kTile) * ldq, ldq, nr, hd);
+    tile_prefetch(oh + (i0 + kTile) * ldq, ldq, nr, hd);
+  }
+  tile_copy(t.Qi, qh + i0 * ldq, ldq, br, hd);
+  tile_copy(t.dOi, douth + i0 * ldq, ldq, br, hd);
+  for (int r = 0; r < br; ++r) t.D[r] = tile_dot(t.dOi + r * hd, oh + (i0 + r) * ldq, hd);
+  tile_gemm(br, bc, hd, c_mask, 1.0f, t.Qi, hd, 1, t.Kt, bc, t.S, bc, false);
+  tile_gemm(br, bc, hd, c_mask, 1.0f, t.dOi, hd, 1, t.Vt, bc, t.dS, bc, false);
+  for (int r = 0; r < br; ++r) tile_softmax_grad_row(t.S + r * bc, t.dS + r * bc, lse_h[i0 + r], t.D[r], bc);
+  if (diag) tile_mask_queries_major(t.S, br, 0.0f), tile_mask_queries_major(t.dS, br, 0.0f);
+  const Causal k_from = diag ? Causal::k_from_row : Causal::none;
+  tile_gemm(bc, hd, br, k_from, 1.0f, t.S, 1, bc, t.dOi, hd, t.dV, hd, true);
+  tile_gemm(bc, hd, br, k_from, 1.0f, t.dS, 1, bc, t.Qi, hd, t.dK, hd, true);
+  tile_gemm(br, hd, bc, diag ? Causal::k_to_row : Causal::none, a.scale, t.dS, bc, 1, t.Kj, hd,
+            a.dq + head + i0 * ldq, ldq, true);
+}
+
+// Task (b, kv head g): zero the dq rows of the group's heads, then key tile by key tile.
+void backward_task(const AttnGrad& a, const AttnGradTiles& t, int b, int g) {
+  const int T = a.T, hd = a.hd, group = a.H / a.Hkv;
+  const ptrdiff_t ldk = a.ldk;
+  const size_t kv_head = (size_t(b) * T * a.Hkv + g) * hd;
+  const float *kh = a.k + kv_head, *vh = a.v + kv_head;
+  float *dkh = a.dk + kv_head, *dvh = a.dv + kv_head;
+  for (int h = g * group; h < (g + 1) * group; ++h)
+    for (int i = 0; i < T; ++i) {
+      float* row = a.dq + ((size_t(b) * T + i) * a.H + h) * hd;
+      std::fill(row, row + hd, 0.0f);
+    }
+  for (int j0 = 0; j0 < T; j0 += kTile) {
+    const int bc = std::min(kTile, T - j0);
+    tile_transpose(t.Kt, bc, kh + j0 * ldk, ldk, bc, hd, a.scale);
+    tile_transpose(t.Vt, bc, vh + j0 * ldk, ldk, bc, hd, 1.0f);
+    tile_copy(t.Kj, kh + j0 * ldk, ldk, bc, hd);
+    std::fill(t.dK, t.dK + size_t(bc) * hd, 0.0f);
+    std::fill(t.dV, t.dV + size_t(bc) * hd, 0.0f);
+    for (int h = g * group; h < (g + 1) * group; ++h)
+      for (int i0 = j0; i0 < T; i0 += kTile) backward_query_tile(a, t, b, h, i0, j0, bc);
+    for (int c = 0; c < bc; ++c)
+      for (int d = 0; d < hd; ++d) {
+        dkh[(j0 + c) * ldk + d] = t.dK[c * hd + d] * a.scale;
+        dvh[(j0 + c) * ldk + d] = t.dV[c * hd + d];
+      }
+  }
+}
+
+}  // namespace
+
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv, int hd) {
   check_attention_shape(B, T, H, Hkv, hd);
-  const int group = H / Hkv;
-  const float scale = 1.0f / std::sqrt(float(hd));
-  const ptrdiff_t ldq = ptrdiff_t(H) * hd, ldk = ptrdiff_t(Hkv) * hd;
-  // Scratch per thread: Kt, Vt (hd × bc), Kj, dK, dV (bc × hd), Qi, dOi (br × hd), S, dS (br × bc), D (br).
-  const size_t per_thread = round_up_16(7 * size_t(hd) * kTile + 2 * size_t(kTile) * kTile + kTile);
+  const AttnGrad a{dq, dk, dv, dout, q, k, v, o, lse, T, H, Hkv, hd, 1.0f / std::sqrt(float(hd)),
+                   ptrdiff_t(H) * hd, ptrdiff_t(Hkv) * hd};
+  const auto parts = backward_scratch_parts(hd);
+  const size_t per_thread = scratch_floats(parts);
   const int n_threads = omp_get_max_threads();
   Buffer<float> scratch(per_thread * n_threads, MemCategory::workspace, "attention.scratch");
   const int n_tasks = B * Hkv;
 
 #pragma omp parallel num_threads(n_threads)
   {
-    float* Kt = scratch.data() + per_thread * omp_get_thread_num();
-    float* Vt = Kt + size_t(hd) * kTile;
-    float* Kj = Vt + size_t(hd) * kTile;
-    float* dK = Kj + size_t(kTile) * hd;
-    float* dV = dK + size_t(kTile) * hd;
-    float* Qi = dV + size_t(kTile) * hd;
-    float* dOi = Qi + size_t(kTile) * hd;
-    float* S = dOi + size_t(kTile) * hd;
-    float* dS = S + size_t(kTile) * kTile;
-    float* D = dS + size_t(kTile) * kTile;
+    const auto [Kt, Vt, Kj, dK, dV, Qi, dOi, S, dS, D] =
+        scratch_carve(scratch.data() + per_thread * omp_get_thread_num(), parts);
+    const AttnGradTiles t{Kt, Vt, Kj, dK, dV, Qi, dOi, S, dS, D};
 #pragma omp for schedule(dynamic, 1)
-    for (int task = 0; task < n_tasks; ++task) {
-      const int b = task / Hkv, g = task % Hkv;
-      const float* kh = k + (size_t(b) * T * Hkv + g) * hd;
-      const float* vh = v + (size_t(b) * T * Hkv + g) * hd;
-      float* dkh = dk + (size_t(b) * T * Hkv + g) * hd;
-      float* dvh = dv + (size_t(b) * T * Hkv + g) * hd;
-      for (int h = g * group; h < (g + 1) * group; ++h)
-        for (int t = 0; t < T; ++t) {
-          float* row = dq + ((size_t(b) * T + t) * H + h) * hd;
-          std::fill(row, row + hd, 0.0f);
-        }
-      for (int j0 = 0; j0 < T; j0 += kTile) {
-        const int bc = std::min(kTile, T - j0);
-        tile_transpose(Kt, bc, kh + j0 * ldk, ldk, bc, hd, scale);
-        tile_transpose(Vt, bc, vh + j0 * ldk, ldk, bc, hd, 1.0f);
-        tile_copy(Kj, kh + j0 * ldk, ldk, bc, hd);
-        std::fill(dK, dK + size_t(bc) * hd, 0.0f);
-        std::fill(dV, dV + size_t(bc) * hd, 0.0f);
-        for (int h = g * group; h < (g + 1) * group; ++h) {
-          const size_t head = (size_t(b) * T * H + h) * hd;
-          const float *qh = q + head, *oh = o + head, *douth = dout + head;
-          float* dqh = dq + head;
-          const float* lse_h = lse + (size_t(b) * H + h) * T;
-          for (int i0 = j0; i0 < T; i0 += kTile) {
-            const int br = std::min(kTile, T - i0);
-            const bool diag = i0 == j0;  // then br == bc
-            const Causal c_mask = diag ? Causal::c_lower : Causal::none;
-            if (i0 + kTile < T) {  // the next query tile: the first touch of its rows is a cache miss
-              const int nr = std::min(kTile, T - i0 - kTile);
-              tile_prefetch(qh + (i0 + kTile) * ldq, ldq, nr, hd);
-              tile_prefetch(douth + (i0 + kTile) * ldq, ldq, nr, hd);
-              tile_prefetch(oh + (i0 + kTile) * ldq, ldq, nr, hd);
-            }
-            tile_copy(Qi, qh + i0 * ldq, ldq, br, hd);
-            tile_copy(dOi, douth + i0 * ldq, ldq, br, hd);
-            for (int r = 0; r < br; ++r) D[r] = tile_dot(dOi + r * hd, oh + (i0 + r) * ldq, hd);
-            tile_gemm(br, bc, hd, c_mask, 1.0f, Qi, hd, 1, Kt, bc, S, bc, false);
-            tile_gemm(br, bc, hd, c_mask, 1.0f, dOi, hd, 1, Vt, bc, dS, bc, false);
-            for (int r = 0; r < br; ++r) tile_softmax_grad_row(S + r * bc, dS + r * bc, lse_h[i0 + r], D[r], bc);
-            if (diag) tile_mask_queries_major(S, br, 0.0f), tile_mask_queries_major(dS, br, 0.0f);
-            const Causal k_from = diag ? Causal::k_from_row : Causal::none;
-            tile_gemm(bc, hd, br, k_from, 1.0f, S, 1, bc, dOi, hd, dV, hd, true);
-            tile_gemm(bc, hd, br, k_from, 1.0f, dS, 1, bc, Qi, hd, dK, hd, true);
-            tile_gemm(br, hd, bc, diag ? Causal::k_to_row : Causal::none, scale, dS, bc, 1, Kj, hd, dqh + i0 * ldq,
-                      ldq, true);
-          }
-        }
-        for (int c = 0; c < bc; ++c)
-          for (int d = 0; d < hd; ++d) {
-            dkh[(j0 + c) * ldk + d] = dK[c * hd + d] * scale;
-            dvh[(j0 + c) * ldk + d] = dV[c * hd + d];
-          }
-      }
-    }
+    for (int task = 0; task < n_tasks; ++task) backward_task(a, t, task / Hkv, task % Hkv);
   }
 }
 

@@ -8,10 +8,14 @@
 // Scratch: per thread a few tiles (at most 2·64·64 + 7·64·hd floats, independent of T), one
 // Buffer<float>(…, MemCategory::workspace) per call.
 #pragma once
+#include <cstddef>
 
 namespace agoq {
 
 constexpr int kAttentionTile = 64;
+
+// Bytes of the larger of the two calls' scratch on n_threads threads (what a memory plan reserves for attention).
+size_t attention_scratch_bytes(int hd, int n_threads);
 
 // o, lse OVERWRITE. Parallel over (batch, head, query tile).
 void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,

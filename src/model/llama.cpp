@@ -14,13 +14,38 @@ namespace {
 constexpr int kHeadChunkRows = 256;  // rows of logits alive at once in the fused head
 constexpr int kTileRows = 256;       // target rows per tile (rounded to whole sequences)
 
-// The RMSNorm output rebuilt from its saved input and rstd: out = x * rstd * w (recompute instead of storing).
-void rmsnorm_recompute(float* out, const float* x, const float* rstd, const float* w, int rows, int C) {
-#pragma omp parallel for schedule(static) if (size_t(rows) * C > 65536)
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < C; ++c) out[size_t(r) * C + c] = x[size_t(r) * C + c] * rstd[r] * w[c];
+// Attention runs over the whole batch from fp32: a slot needs an fp32 workspace when some layer of the stage
+// stores it in another format.
+bool attention_workspace_needed(const ActPolicy& policy, const ModelStage& stage, ActSlot s) {
+  for (int l = stage.first_layer; l < stage.end_layer; ++l)
+    if (!(policy.at(l, s).stored && policy.at(l, s).format.kind == QuantKind::fp32)) return true;
+  return false;
 }
 }  // namespace
+
+int llama_tile_rows(int T, int N) { return std::min(N, T * std::max(1, kTileRows / T)); }
+
+// The constructor's and stores_allocate's workspace buffers, buffer by buffer (keep in step with them:
+// tests/plan/test_memory_model.cpp checks this against the memory tracker to the byte).
+size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
+                             const ModelStage& stage) {
+  const size_t N = size_t(max_batch) * max_seq, C = cfg.dim, KV = cfg.kv_dim(), F = cfg.ffn_dim, V = cfg.vocab_size;
+  size_t floats = 2 * (size_t(max_seq) * cfg.head_dim() / 2);  // rope_cos_, rope_sin_
+  floats += 2 * N * C;                                        // resid_, dx_
+  floats += 2 * N * C + 2 * N * KV;                           // dq_, do_, dk_, dv_
+  const std::pair<ActSlot, size_t> attention[] = {
+      {ActSlot::q, C}, {ActSlot::k, KV}, {ActSlot::v, KV}, {ActSlot::attn_out, C}};  // q_, k_, v_, o_
+  for (const auto& [slot, cols] : attention)
+    if (attention_workspace_needed(policy, stage, slot)) floats += N * cols;
+  const size_t R = size_t(llama_tile_rows(max_seq, int(N)));
+  floats += 4 * R * C + 6 * R * F;  // t_x_, t_xn_, t_c_, t_o_; t_gate_, t_up_, t_s_, t_ds_, t_dgate_, t_dup_
+  if (stage.head) {
+    const size_t chunk = std::min<size_t>(N, kHeadChunkRows);
+    floats += 2 * chunk * C + chunk + chunk * V;  // head_norm_, head_dnorm_, head_rstd_, head_logits_
+    floats += N;                                  // losses_
+  }
+  return floats * sizeof(float);
+}
 
 LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
                        const ModelStage& stage, int in_flight, const std::vector<ParamSegment>& grad_storage)
@@ -43,7 +68,7 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
   dx_ = ws(N * C);
   stores_allocate(policy, in_flight);
   dq_ = ws(N * C), dk_ = ws(N * KV), dv_ = ws(N * KV), do_ = ws(N * C);
-  const size_t R = tile_rows(max_seq, int(N));
+  const size_t R = llama_tile_rows(max_seq, int(N));
   t_x_ = ws(R * C), t_xn_ = ws(R * C), t_c_ = ws(R * C), t_o_ = ws(R * C);
   t_gate_ = ws(R * F), t_up_ = ws(R * F), t_s_ = ws(R * F), t_ds_ = ws(R * F), t_dgate_ = ws(R * F), t_dup_ = ws(R * F);
   if (stage.head) {
@@ -59,14 +84,9 @@ void LlamaModel::stores_allocate(const ActPolicy& policy, int count) {
   stores_.clear();
   for (int i = 0; i < count; ++i) stores_.emplace_back(cfg_, max_rows_, policy, stage());
   active_ = 0;
-  auto any_not_fp32 = [&](ActSlot s) {
-    for (int l = stage().first_layer; l < stage().end_layer; ++l)
-      if (!stores_[0].is_fp32(l, s)) return true;
-    return false;
-  };
   const size_t N = max_rows_;
   auto ws_if = [&](Buffer<float>& b, ActSlot s, size_t cols) {
-    if (!any_not_fp32(s)) b.reset();
+    if (!attention_workspace_needed(policy, stage(), s)) b.reset();
     else if (b.empty()) b = Buffer<float>(N * cols, MemCategory::workspace);
   };
   ws_if(q_, ActSlot::q, cfg_.dim), ws_if(k_, ActSlot::k, cfg_.kv_dim()), ws_if(v_, ActSlot::v, cfg_.kv_dim());
@@ -79,8 +99,6 @@ void LlamaModel::select_store(int i) {
 }
 
 void LlamaModel::set_policy(const ActPolicy& policy) { stores_allocate(policy, store_count()); }
-
-int LlamaModel::tile_rows(int T, int N) const { return std::min(N, T * std::max(1, kTileRows / T)); }
 
 void LlamaModel::init_weights(uint64_t seed) {
   for (const ParamTensor& t : params_.named()) {
@@ -103,7 +121,7 @@ float* LlamaModel::attention_buffer(int l, ActSlot s, Buffer<float>& workspace) 
 void LlamaModel::forward_layer(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   const int N = B * T, C = cfg_.dim, KV = cfg_.kv_dim(), F = cfg_.ffn_dim, H = cfg_.n_heads,
-            Hkv = cfg_.n_kv_heads, hd = cfg_.head_dim(), R = tile_rows(T, N);
+            Hkv = cfg_.n_kv_heads, hd = cfg_.head_dim(), R = llama_tile_rows(T, N);
   ActivationStore& S = store();
   // A producer writes straight into an fp32 slot, else into its tile buffer; save_rows then stores the tile.
   auto out_rows = [&](ActSlot s, int r0, Buffer<float>& tile) {
@@ -169,7 +187,7 @@ void LlamaModel::backward_layer(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   LayerParams& G = grads_.layers[l];
   const int N = B * T, C = cfg_.dim, KV = cfg_.kv_dim(), F = cfg_.ffn_dim, H = cfg_.n_heads,
-            Hkv = cfg_.n_kv_heads, hd = cfg_.head_dim(), R = tile_rows(T, N);
+            Hkv = cfg_.n_kv_heads, hd = cfg_.head_dim(), R = llama_tile_rows(T, N);
   ActivationStore& S = store();
   const float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
   const float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
@@ -183,7 +201,7 @@ void LlamaModel::backward_layer(int l, int B, int T) {
     const float* h = S.load_rows(l, ActSlot::mlp_norm_in, r0, rows, t_x_.data());
     const float* hn = S.stored(l, ActSlot::mlp_norm_out) ? S.load_rows(l, ActSlot::mlp_norm_out, r0, rows, t_xn_.data())
                                                           : t_xn_.data();
-    if (!S.stored(l, ActSlot::mlp_norm_out)) rmsnorm_recompute(t_xn_.data(), h, rstd2 + r0, P.mlp_norm, rows, C);
+    if (!S.stored(l, ActSlot::mlp_norm_out)) rmsnorm_apply(t_xn_.data(), h, rstd2 + r0, P.mlp_norm, rows, C);
     const float* gate = S.load_rows(l, ActSlot::gate, r0, rows, t_gate_.data());
     const float* up = S.load_rows(l, ActSlot::up, r0, rows, t_up_.data());
     const float* s = S.stored(l, ActSlot::swiglu_out) ? S.load_rows(l, ActSlot::swiglu_out, r0, rows, t_s_.data())
@@ -222,7 +240,7 @@ void LlamaModel::backward_layer(int l, int B, int T) {
     const float* x = S.load_rows(l, ActSlot::attn_norm_in, r0, rows, t_x_.data());
     const float* xn = S.stored(l, ActSlot::attn_norm_out) ? S.load_rows(l, ActSlot::attn_norm_out, r0, rows, t_xn_.data())
                                                            : t_xn_.data();
-    if (!S.stored(l, ActSlot::attn_norm_out)) rmsnorm_recompute(t_xn_.data(), x, rstd1 + r0, P.attn_norm, rows, C);
+    if (!S.stored(l, ActSlot::attn_norm_out)) rmsnorm_apply(t_xn_.data(), x, rstd1 + r0, P.attn_norm, rows, C);
     float* dxn = t_c_.data();
     matmul_backward(dxn, G.wq, dq, xn, P.wq, rows, C, C);
     matmul_backward(dxn, G.wk, dk, xn, P.wk, rows, C, KV, /*accumulate_din=*/true);

@@ -1,6 +1,7 @@
 // The LLaMA model: parameters, their gradients, the activation store and the forward/backward pass that wires
 // the ops (model/ops.h) together. Read llama.cpp top to bottom: layer forward, layer backward, the fused head.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -26,6 +27,14 @@ struct MicroBatchRun {
   // Called after each layer's forward or backward: lets a pipeline progress its pending transfers.
   std::function<void()> layer_done = {};
 };
+
+// Rows per tile of a layer's row-wise work, for sequences of length T in a batch of N rows: whole sequences (so
+// RoPE positions are row % T inside a tile), about 256 rows.
+int llama_tile_rows(int T, int N);
+// Bytes of the workspace buffers (MemCategory::workspace) of LlamaModel(cfg, max_batch, max_seq, policy, stage, ...)
+// and of its set_policy(policy); attention's per-call scratch is attention_scratch_bytes (model/attention.h).
+size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
+                             const ModelStage& stage);
 
 class LlamaModel {
  public:
@@ -94,8 +103,6 @@ class LlamaModel {
                   bool backward);
   // fp32 view of an attention slot for the whole batch: the stored tensor when fp32, else the workspace buffer.
   float* attention_buffer(int l, ActSlot s, Buffer<float>& workspace);
-  // Rows per tile for sequences of length T: whole sequences, so RoPE positions are row % T inside a tile.
-  int tile_rows(int T, int N) const;
 
   LlamaConfig cfg_;
   int max_rows_, max_seq_;

@@ -1,5 +1,6 @@
 // Element-wise, row-wise and matmul ops (see ops.h); the flash attention is in attention.cpp.
 #include "model/ops.h"
+#include "model/ops_simd.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -22,7 +23,7 @@ constexpr int kColBlock = 64;
 float row_dot(const float* a, const float* b, int n) {
   int i = 0;
   float s = 0.0f;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (; i + 16 <= n; i += 16) {
     acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
@@ -39,7 +40,7 @@ float row_dot(const float* a, const float* b, int n) {
 float row_dot3(const float* a, const float* b, const float* w, int n) {
   int i = 0;
   float s = 0.0f;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   __m256 acc = _mm256_setzero_ps();
   for (; i + 8 <= n; i += 8)
     acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(w + i)), _mm256_loadu_ps(b + i), acc);
@@ -52,7 +53,7 @@ float row_dot3(const float* a, const float* b, const float* w, int n) {
 float row_max(const float* a, int n) {
   int i = 0;
   float m = -INFINITY;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   if (n >= 8) {
     __m256 acc = _mm256_loadu_ps(a);
     for (i = 8; i + 8 <= n; i += 8) acc = _mm256_max_ps(acc, _mm256_loadu_ps(a + i));
@@ -67,7 +68,7 @@ float row_max(const float* a, int n) {
 float row_exp_sum(float* a, float shift, int n) {
   int i = 0;
   float s = 0.0f;
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   const __m256 vs = _mm256_set1_ps(shift);
   __m256 acc = _mm256_setzero_ps();
   for (; i + 8 <= n; i += 8) {
@@ -110,15 +111,25 @@ void matmul_backward(float* din, float* dw, const float* dout, const float* in, 
 // ---------------------------------------------------------------------------------------------------------------
 // rmsnorm
 
+namespace {
+// out_c = x_c · rstd · w_c over one row: the norm's output, in forward and when backward rebuilds it.
+inline void rmsnorm_row_apply(float* out, const float* x, float rstd, const float* w, int C) {
+  for (int c = 0; c < C; ++c) out[c] = x[c] * rstd * w[c];
+}
+}  // namespace
+
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
 #pragma omp parallel for schedule(static) if (size_t(N) * C > kParallelElems)
   for (int n = 0; n < N; ++n) {
     const float* xr = x + size_t(n) * C;
-    float* outr = out + size_t(n) * C;
-    const float r = 1.0f / std::sqrt(row_dot(xr, xr, C) / float(C) + eps);
-    rstd[n] = r;
-    for (int c = 0; c < C; ++c) outr[c] = xr[c] * r * w[c];
+    rstd[n] = 1.0f / std::sqrt(row_dot(xr, xr, C) / float(C) + eps);
+    rmsnorm_row_apply(out + size_t(n) * C, xr, rstd[n], w, C);
   }
+}
+
+void rmsnorm_apply(float* out, const float* x, const float* rstd, const float* w, int N, int C) {
+#pragma omp parallel for schedule(static) if (size_t(N) * C > kParallelElems)
+  for (int n = 0; n < N; ++n) rmsnorm_row_apply(out + size_t(n) * C, x + size_t(n) * C, rstd[n], w, C);
 }
 
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
@@ -197,41 +208,43 @@ void rope_backward(float* dx, const float* cos, const float* sin, int N, int T, 
 // ---------------------------------------------------------------------------------------------------------------
 // swiglu: out = g·σ(g)·u;  dg = dout·u·σ(g)·(1 + g·(1 − σ(g))),  du = dout·g·σ(g).
 
-void swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
+namespace {
+// body(begin, end) over [0, n) in chunks of 4096 elements, the chunks in parallel when n is large.
+template <class Body>
+void for_each_chunk(size_t n, const Body& body) {
   constexpr size_t kChunk = 4096;
   const size_t n_chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n > kParallelElems)
-  for (size_t ch = 0; ch < n_chunks; ++ch) {
-    size_t i = ch * kChunk;
-    const size_t end = std::min(n, i + kChunk);
-#ifdef AGOQ_OPS_AVX2
-    const __m256 one = _mm256_set1_ps(1.0f);
+  for (size_t ch = 0; ch < n_chunks; ++ch) body(ch * kChunk, std::min(n, ch * kChunk + kChunk));
+}
+
+inline float sigmoid1(float g) { return 1.0f / (1.0f + simd::exp1(-g)); }
+#if AGOQ_AVX2
+inline __m256 sigmoid8(__m256 g) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  return _mm256_div_ps(one, _mm256_add_ps(one, simd::exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+}
+#endif
+}  // namespace
+
+void swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
+  for_each_chunk(n, [&](size_t i, size_t end) {
+#if AGOQ_AVX2
     for (; i + 8 <= end; i += 8) {
       const __m256 g = _mm256_loadu_ps(gate + i);
-      const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, simd::exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
-      _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(g, sig), _mm256_loadu_ps(up + i)));
+      _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(g, sigmoid8(g)), _mm256_loadu_ps(up + i)));
     }
 #endif
-    for (; i < end; ++i) {
-      const float sig = 1.0f / (1.0f + simd::exp1(-gate[i]));
-      out[i] = gate[i] * sig * up[i];
-    }
-  }
+    for (; i < end; ++i) out[i] = gate[i] * sigmoid1(gate[i]) * up[i];
+  });
 }
 
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n) {
-  constexpr size_t kChunk = 4096;
-  const size_t n_chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelElems)
-  for (size_t ch = 0; ch < n_chunks; ++ch) {
-    size_t i = ch * kChunk;
-    const size_t end = std::min(n, i + kChunk);
-#ifdef AGOQ_OPS_AVX2
-    const __m256 one = _mm256_set1_ps(1.0f);
+  for_each_chunk(n, [&](size_t i, size_t end) {
+#if AGOQ_AVX2
     for (; i + 8 <= end; i += 8) {
       const __m256 g = _mm256_loadu_ps(gate + i), u = _mm256_loadu_ps(up + i), d = _mm256_loadu_ps(dout + i);
-      const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, simd::exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
-      const __m256 silu = _mm256_mul_ps(g, sig);
+      const __m256 sig = sigmoid8(g), silu = _mm256_mul_ps(g, sig);
       // dsilu = σ + g·σ·(1 − σ) = σ + silu − silu·σ
       const __m256 dsilu = _mm256_fnmadd_ps(silu, sig, _mm256_add_ps(sig, silu));
       _mm256_storeu_ps(dgate + i, _mm256_mul_ps(_mm256_mul_ps(d, u), dsilu));
@@ -239,12 +252,12 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
     }
 #endif
     for (; i < end; ++i) {
-      const float g = gate[i], sig = 1.0f / (1.0f + simd::exp1(-g)), silu = g * sig;
+      const float g = gate[i], sig = sigmoid1(g), silu = g * sig;
       const float dsilu = std::fma(-silu, sig, sig + silu);
       dgate[i] = dout[i] * up[i] * dsilu;
       dup[i] = dout[i] * silu;
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------------------

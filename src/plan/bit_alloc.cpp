@@ -7,7 +7,6 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "plan/memory_model.h"
-#include "quant/stats.h"
 
 namespace agoq {
 
@@ -132,10 +131,6 @@ PlanStageBits walk(const StageProblem& p, size_t budget) {
 }
 
 }  // namespace
-
-double plan_slot_sensitivity(const float* x, size_t rows, size_t cols, int group, bool symmetric) {
-  return quant_range_energy(x, rows, cols, group, symmetric);
-}
 
 std::array<double, kActSlotCount> plan_default_sensitivity(const PlanActShape& shape, int n_layers) {
   const auto cols = plan_slot_cols(shape.cfg, shape.tp);

@@ -1,4 +1,4 @@
-// Bit allocation for saved activations, per pipeline stage (docs/agoq-method.md part 1, docs/plan.md).
+// Bit allocation for saved activations, per pipeline stage (docs/plan.md).
 //
 // Per stage, each allocatable slot s (the ones the base policy stores in a quantizable way: norm inputs, gate, up,
 // and attention's q/k/v/attn_out only when allowed) gets one format for all the stage's layers. The allocator
@@ -38,7 +38,8 @@ struct PlanBitsOptions {
 struct PlanStageBudget {
   int n_layers = 1, in_flight = 1;
   size_t budget = 0;  // bytes for the saved activations of all in-flight micro-batches
-  // C per slot, summed over the stage's layers (plan_slot_sensitivity); a negative entry takes the default.
+  // C per slot, summed over the stage's layers (quant_range_energy of each saved tile, quant/stats.h, as the
+  // activation store's calibration sums it); a negative entry takes the default.
   std::array<double, kActSlotCount> sensitivity = filled(-1.0);
   static std::array<double, kActSlotCount> filled(double v) {
     std::array<double, kActSlotCount> a;
@@ -55,9 +56,6 @@ struct PlanStageBits {
   double error = 0;                       // sum over allocatable slots of C / (2^b - 1)^2
 };
 
-// C of one tensor sample (rows x cols, groups of `group` along a row): sum over groups of R^2 x group size, where
-// R = 2 max|x| (symmetric) or max - min (asymmetric), the range the quantizer spreads its 2^b levels over.
-double plan_slot_sensitivity(const float* x, size_t rows, size_t cols, int group, bool symmetric);
 // Without calibration: every stored value has range 1 (C = element count over the stage's layers), attention
 // slots weighted 16x (range 4x: the paper keeps them in high precision because errors there hurt most).
 std::array<double, kActSlotCount> plan_default_sensitivity(const PlanActShape& shape, int n_layers);

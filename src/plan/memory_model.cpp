@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "model/act_store.h"
 #include "model/attention.h"
+#include "model/llama.h"
 #include "quant/grad_q8.h"
 
 namespace agoq {
@@ -119,7 +120,7 @@ PlanMemory plan_memory_static(const LlamaConfig& cfg, const PlanParallel& par, c
   // bf16 working weights + fp32 master weights (the master copy is sharded with the optimizer under ZeRO-1).
   m[MemCategory::weights] = 2 * n + 4 * shard(n);
   // Baseline: fp32 gradient buffers, reduced in place (Megatron's contiguous buffer). AGoQ: the 8-bit store; under
-  // ZeRO-1 each rank also keeps its reduced fp32 shard (docs/agoq-method.md, part 2).
+  // ZeRO-1 each rank also keeps its reduced fp32 shard (docs/plan.md).
   m[MemCategory::gradients] = agoq ? n + 4 * grad_q8_blocks(n, opt.grad_block) + (par.zero1 && D > 1 ? 4 * ceil_div(n, D) : 0)
                                    : 4 * n;
   m[MemCategory::optimizer] = 8 * shard(n);  // Adam m, v in fp32
@@ -160,8 +161,7 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
   AGOQ_CHECK(int(policy.slots.size()) == cfg.n_layers, "activation policy has ", policy.slots.size(),
              " layers, model has ", cfg.n_layers);
   const ModelStage st = opt.pp > 1 ? opt.stage : model_stage_whole(cfg);
-  const size_t P = model_stage_param_count(cfg, st), N = size_t(opt.batch) * opt.seq, C = cfg.dim,
-               KV = cfg.kv_dim(), F = cfg.ffn_dim, V = cfg.vocab_size, hd = cfg.head_dim(), T = opt.seq;
+  const size_t P = model_stage_param_count(cfg, st), N = size_t(opt.batch) * opt.seq, C = cfg.dim;
   const size_t f = sizeof(float);
   PlanMemory m;
   m[MemCategory::weights] = P * f;
@@ -174,33 +174,10 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
   m[MemCategory::activations] = size_t(opt.pp > 1 ? opt.in_flight : 1) * act;
   if (opt.pp > 1) m[MemCategory::communication] = 2 * N * C * f;  // the pipeline's double-buffered sends
 
-  // LlamaModel's workspace (llama.cpp's constructor), buffer by buffer.
-  size_t ws = 2 * T * (hd / 2);  // rope cos, sin
-  ws += 2 * N * C;               // resid_, dx_
-  auto any_not_fp32 = [&](ActSlot s) {
-    for (int l = st.first_layer; l < st.end_layer; ++l) {
-      const SlotStorage& ss = policy.at(l, s);
-      if (!(ss.stored && ss.format.kind == QuantKind::fp32)) return true;
-    }
-    return false;
-  };
-  ws += (any_not_fp32(ActSlot::q) ? N * C : 0) + (any_not_fp32(ActSlot::k) ? N * KV : 0) +
-        (any_not_fp32(ActSlot::v) ? N * KV : 0) + (any_not_fp32(ActSlot::attn_out) ? N * C : 0);
-  ws += 2 * N * C + 2 * N * KV;  // dq_, do_, dk_, dv_
-  const size_t R = std::min(N, T * std::max<size_t>(1, 256 / T));
-  ws += 4 * R * C + 6 * R * F;  // tile buffers
-  if (st.head) {
-    const size_t chunk = std::min<size_t>(N, 256);
-    ws += 2 * chunk * C + chunk + chunk * V;  // head chunk
-    ws += N;                                  // losses_
-  }
-  // attention.cpp allocates per-thread scratch per call; the backward's is the larger and lives on top.
-  auto ru16 = [](size_t x) { return (x + 15) / 16 * 16; };
-  const size_t tile = kAttentionTile;
-  const size_t fwd = ru16(4 * hd * tile + tile * tile + 4 * tile), bwd = ru16(7 * hd * tile + 2 * tile * tile + tile);
-  const size_t threads = opt.threads > 0 ? size_t(opt.threads) : size_t(omp_get_max_threads());
-  ws += std::max(fwd, bwd) * threads;
-  m[MemCategory::workspace] = ws * f;
+  // The model's buffers and the larger attention call's scratch, which lives on top of them.
+  const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+  m[MemCategory::workspace] = llama_workspace_bytes(cfg, opt.batch, opt.seq, policy, st) +
+                              attention_scratch_bytes(cfg.head_dim(), threads);
   return m;
 }
 

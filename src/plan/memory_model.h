@@ -82,8 +82,8 @@ PlanMemory plan_memory_static(const LlamaConfig& cfg, const PlanParallel& par, c
 // agoq's own CPU trainer, one rank: LlamaModel(cfg, batch, seq, policy, stage, in_flight) + AdamW over its
 // parameters (or a ZeRO-1 shard of 1/dp), fp32 weights and gradients, optional 8-bit gradient store
 // (GradQ8Buffer, the category gradients), the stores' activations (in_flight micro-batches of the stage's layers),
-// the model's workspace buffers (llama.cpp) plus the largest attention scratch (attention.cpp), and a pipeline
-// stage's two send buffers (parallel/pipeline.cpp). Peaks: what the tracker reports as each category's own peak
+// the model's workspace buffers (llama_workspace_bytes) plus the larger attention scratch
+// (attention_scratch_bytes), and a pipeline stage's two send buffers (parallel/pipeline.cpp). Peaks: what the tracker reports as each category's own peak
 // over training steps.
 struct PlanCpuOptions {
   int batch = 1, seq = 64;

@@ -74,7 +74,7 @@ size_t block_scalar(const float* x, size_t n, int8_t* codes, float* scale, Quant
   return 0;
 }
 
-#if AGOQ_QUANT_AVX2
+#if AGOQ_AVX2
 inline __m256 load_codes8(const int8_t* c) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));
 }
@@ -161,7 +161,7 @@ size_t run_blocks(const float* x, size_t n, int8_t* codes, float* scales, const 
 #pragma omp for schedule(static)
     for (long long b = 0; b < static_cast<long long>(nb); ++b) {
       const size_t j = size_t(b) * B, m = std::min(B, n - j);
-#if AGOQ_QUANT_AVX2
+#if AGOQ_AVX2
       if (simd) {
         bad += block_avx2<Acc, Stoch>(x + j, m, codes + j, scales + b, rb, o.index_base + j, limit, o.stream);
         continue;
@@ -169,7 +169,7 @@ size_t run_blocks(const float* x, size_t n, int8_t* codes, float* scales, const 
 #endif
       bad += block_scalar<Acc, Stoch>(x + j, m, codes + j, scales + b, rb, o.index_base + j);
     }
-#if AGOQ_QUANT_AVX2
+#if AGOQ_AVX2
     if (o.stream) _mm_sfence();  // this thread's streaming stores are visible before the region ends
 #endif
   }
@@ -186,7 +186,7 @@ void dequantize(const int8_t* codes, const float* scales, size_t n, float* out, 
     const size_t j0 = size_t(b) * B, end = std::min(j0 + B, n);
     const float s = scales[b];
     size_t j = j0;
-#if AGOQ_QUANT_AVX2
+#if AGOQ_AVX2
     if (simd) {
       const __m256 vs = _mm256_set1_ps(s);
       for (; j + 8 <= end; j += 8) {
@@ -211,7 +211,7 @@ inline void block_sum_scalar(const int8_t* const* codes, const float* const* sca
   }
 }
 
-#if AGOQ_QUANT_AVX2
+#if AGOQ_AVX2
 // block_sum_scalar in AVX2; returns max |y| as bits (as block_avx2 computes it, so >= 0x7F800000 flags NaN/Inf).
 inline uint32_t block_sum_avx2(const int8_t* const* codes, const float* const* scales, int nsrc, size_t b,
                                size_t j0, size_t m, float divisor, float* y) {
@@ -272,7 +272,7 @@ size_t grad_q8_sum_requantize(const int8_t* const* codes, const float* const* sc
     for (long long b = 0; b < static_cast<long long>(nb); ++b) {
       const size_t j = size_t(b) * B, m = std::min(B, n - j);
       float* y = out_f32 ? out_f32 + j : tile.data();
-#if AGOQ_QUANT_AVX2
+#if AGOQ_AVX2
       if (simd) {
         const uint32_t amax_bits = block_sum_avx2(codes, scales, nsrc, size_t(b), j, m, divisor, y);
         if (out_codes) bad += block_encode_avx2(y, m, amax_bits, out_codes + j, out_scales + b, rb);
@@ -287,7 +287,7 @@ size_t grad_q8_sum_requantize(const int8_t* const* codes, const float* const* sc
 }
 
 void grad_q8_dequantize_stream(const int8_t* codes, const float* scales, size_t n, float* out, int block) {
-#if AGOQ_QUANT_AVX2
+#if AGOQ_AVX2
   AGOQ_CHECK(block >= 1 && block <= 65536, "grad_q8: block must be in [1, 65536], got ", block);
   if (!quant_simd_enabled()) return dequantize<false>(codes, scales, n, out, block);
   const size_t B = size_t(block), nb = grad_q8_blocks(n, block);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "quant/half.h"
 #include "quant/simd.h"
 #include "quant/simd_avx2.h"
 
@@ -123,7 +124,7 @@ void decode_group_scalar(const uint8_t* codes, size_t n, float scale, float offs
   for (size_t j = 0; j < n; ++j) out[j] = std::fma(float(q[j]), scale, offset);
 }
 
-#if AGOQ_QUANT_AVX2
+#if AGOQ_AVX2
 // The AVX2 encoder works on batches of up to 8 groups: pass 1 (statistics) for each group, the 8 groups' scales in
 // one vector computation (one chain of divisions and fp16 conversions per batch instead of per group), then pass 2
 // (quantize and pack) for each group, its values still in L1.
@@ -383,7 +384,7 @@ void decode_group_avx2(const uint8_t* codes, size_t n, float scale, float offset
 template <int B, bool Stoch>
 QuantStatus encode_row(const QuantFormat& f, const float* x, size_t cols, const QuantView& row, const QuantSeed& seed,
                        uint64_t first, bool simd) {
-#if AGOQ_QUANT_AVX2
+#if AGOQ_AVX2
   if (simd)
     return f.symmetric ? encode_row_avx2<B, Stoch, true>(f, x, cols, row, seed, first)
                        : encode_row_avx2<B, Stoch, false>(f, x, cols, row, seed, first);
@@ -409,7 +410,7 @@ void decode_row(const QuantFormat& f, const QuantConstView& row, size_t cols, fl
     // The scale is decoded by the same routine on both paths (F16C and portable agree; tested).
     const float scale = f16_to_f32(row.scales[g]);
     const float offset = quant_int_offset(B, f.symmetric, scale, f.symmetric ? 0.f : row.mins[g]);
-#if AGOQ_QUANT_AVX2
+#if AGOQ_AVX2
     if (simd) {
       decode_group_avx2<B>(row.codes + c / 8 * B, n, scale, offset, out + c);
       continue;

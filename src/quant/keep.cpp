@@ -3,13 +3,14 @@
 #include <cmath>
 #include <cstring>
 
+#include "quant/half.h"
 #include "quant/simd.h"
 #include "quant/simd_avx2.h"
 
 namespace agoq {
 
 namespace {
-#if AGOQ_QUANT_AVX2
+#if AGOQ_AVX2
 // bf16 RNE of 8 values as 32-bit lanes (the scalar f32_to_bf16, lane-wise).
 inline __m256i bf16_rne8(__m256 x) {
   const __m256i u = _mm256_castps_si256(x);
@@ -24,7 +25,7 @@ inline int count_nonfinite8(__m256 x) { return __builtin_popcount(unsigned(_mm25
 
 size_t keep_encode_fp32(const float* x, size_t n, float* out, bool simd) {
   size_t bad = 0, j = 0;
-#if AGOQ_QUANT_AVX2
+#if AGOQ_AVX2
   if (simd)
     for (; j + 8 <= n; j += 8) {
       const __m256 v = _mm256_loadu_ps(x + j);
@@ -41,7 +42,7 @@ size_t keep_encode_fp32(const float* x, size_t n, float* out, bool simd) {
 
 size_t keep_encode_bf16(const float* x, size_t n, uint16_t* out, bool simd) {
   size_t bad = 0, j = 0;
-#if AGOQ_QUANT_AVX2
+#if AGOQ_AVX2
   if (simd)
     for (; j + 16 <= n; j += 16) {
       const __m256 a = _mm256_loadu_ps(x + j), b = _mm256_loadu_ps(x + j + 8);
@@ -60,7 +61,7 @@ size_t keep_encode_bf16(const float* x, size_t n, uint16_t* out, bool simd) {
 
 void keep_decode_bf16(const uint16_t* in, size_t n, float* out, bool simd) {
   size_t j = 0;
-#if AGOQ_QUANT_AVX2
+#if AGOQ_AVX2
   if (simd)
     for (; j + 8 <= n; j += 8) {
       const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + j)));

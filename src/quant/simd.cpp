@@ -11,10 +11,10 @@
 namespace agoq {
 
 namespace {
-std::atomic<bool> g_simd{AGOQ_QUANT_AVX2 != 0};
+std::atomic<bool> g_simd{AGOQ_AVX2 != 0};
 }
 
-bool quant_simd_enabled() { return AGOQ_QUANT_AVX2 && g_simd.load(std::memory_order_relaxed); }
+bool quant_simd_enabled() { return AGOQ_AVX2 && g_simd.load(std::memory_order_relaxed); }
 void quant_set_simd(bool on) { g_simd.store(on, std::memory_order_relaxed); }
 
 const uint8_t* quant_random_copy_block(const uint8_t* buf, size_t off, size_t n, uint8_t* tmp) {
@@ -31,19 +31,8 @@ void quant_random_chunks_scalar(const QuantSeed& s, uint64_t chunk, size_t chunk
     }
 }
 
-#if AGOQ_QUANT_AVX2
-void quant_random_chunks_avx2(const QuantSeed& s, uint64_t chunk, size_t chunks, uint8_t* out) {
-  const simd::PhiloxKey8 key(s.seed, s.tensor_id);
-  for (size_t c = 0; c < chunks; ++c, out += kQuantRandomChunk) {
-    simd::Philox4 even, odd;
-    simd::philox_chunk(key, (chunk + c) * 8, even, odd);
-    simd::store_chunk(even, odd, out);
-  }
-}
-#endif
-
-QuantRandomBytes::QuantRandomBytes(const QuantSeed& s, bool simd) : seed_(s), simd_(simd && AGOQ_QUANT_AVX2) {
-#if AGOQ_QUANT_AVX2
+QuantRandomBytes::QuantRandomBytes(const QuantSeed& s, bool simd) : seed_(s), simd_(simd && AGOQ_AVX2) {
+#if AGOQ_AVX2
   static_assert(sizeof(simd::PhiloxKey8) == sizeof(key_) && alignof(simd::PhiloxKey8) <= 32);
   if (simd_) new (key_) simd::PhiloxKey8(s.seed, s.tensor_id);
 #endif
@@ -63,7 +52,7 @@ void QuantRandomBytes::extend(uint64_t keep, uint64_t end) {
   if (c1 <= hi_) return;
   uint8_t* out = buf_ + (hi_ - lo_);
   const size_t chunks = size_t((c1 - hi_) / C);
-#if AGOQ_QUANT_AVX2
+#if AGOQ_AVX2
   if (simd_) {
     const auto& key = *std::launder(reinterpret_cast<const simd::PhiloxKey8*>(key_));
     for (size_t c = 0; c < chunks; ++c, out += C) {

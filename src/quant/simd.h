@@ -1,58 +1,20 @@
-// Small building blocks shared by the quantization kernels: fp16/bf16 conversions, the Philox random bytes
-// for stochastic rounding, and the AVX2 versions of both. Every AVX2 helper has a scalar twin that gives the same bits;
-// quant_set_simd(false) makes all kernels take the scalar path (tests compare the two).
+// Small building blocks shared by the quantization kernels: the Philox random bytes for stochastic rounding (the
+// fp16/bf16 conversions are in quant/half.h). Their AVX2 versions are in quant/simd_avx2.h, which only .cpp files
+// include; each has a scalar twin here that gives the same bits. quant_set_simd(false) makes all kernels take the
+// scalar path (tests compare the two).
 #pragma once
-#include <bit>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
+#include "core/isa.h"
 #include "core/rng.h"
 #include "quant/format.h"
-
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#define AGOQ_QUANT_AVX2 1
-#include <immintrin.h>
-#else
-#define AGOQ_QUANT_AVX2 0
-#endif
 
 namespace agoq {
 
 // True when the AVX2 kernels are compiled in and not switched off. Process-wide; flip only between calls.
 bool quant_simd_enabled();
 void quant_set_simd(bool on);
-
-// ---- scalar conversions (portable) ----
-
-// fp32 -> fp16 rounding toward +inf, for x >= 0 (scales: rounding up keeps every code in range). NaN -> NaN,
-// anything above 65504 -> +inf (the caller reports it as overflow).
-inline uint16_t f32_to_f16_up(float x) {
-  if (std::isnan(x)) return 0x7E00;
-  if (!(x > 0)) return 0;
-  if (x > 65504.f) return 0x7C00;
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  const int e = int(u >> 23) - 127;
-  if (e < -14) return uint16_t(std::ceil(x * 0x1p24f));  // fp16 subnormal: units of 2^-24 (exact scaling)
-  const uint32_t m = u & 0x7FFFFFu;
-  const uint16_t h = uint16_t(((e + 15) << 10) | (m >> 13));
-  return uint16_t(h + ((m & 0x1FFFu) != 0));  // a carry into the exponent is the correct next fp16
-}
-
-inline float f16_to_f32(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-  if (e == 0) return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(float(m) * 0x1p-24f));
-  if (e == 31) return std::bit_cast<float>(sign | 0x7F800000u | ((m ? m | 0x200u : 0u) << 13));  // NaN: quiet, as F16C
-  return std::bit_cast<float>(sign | ((e + 112) << 23) | (m << 13));
-}
-
-// fp32 -> bf16, round to nearest, ties to even; NaN stays a (quiet) NaN, overflow rounds to Inf as RNE does.
-inline uint16_t f32_to_bf16(float x) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  if (std::isnan(x)) return uint16_t((u >> 16) | 0x40u);
-  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
 
 // ---- Philox random bytes for stochastic rounding ----
 // Stochastic rounding draws one random *byte* per element (8-bit uniforms; docs/quant-formats.md derives the
@@ -99,9 +61,6 @@ inline const uint8_t* quant_random_block(const uint8_t* buf, uint64_t base, uint
 // Bytes of chunks [chunk, chunk + chunks) into out[0 .. 128 * chunks), in slot order: element 128 chunk + j's byte
 // at out[quant_random_slot(j)].
 void quant_random_chunks_scalar(const QuantSeed& s, uint64_t chunk, size_t chunks, uint8_t* out);
-#if AGOQ_QUANT_AVX2
-void quant_random_chunks_avx2(const QuantSeed& s, uint64_t chunk, size_t chunks, uint8_t* out);
-#endif
 
 // A sliding window of random bytes over whole chunks, generated as a kernel walks a row (or a thread its blocks)
 // in order. prepare() generates ahead: called for the next group just before quantizing the current one, its
@@ -123,8 +82,6 @@ class QuantRandomBytes {
     prepare(first, first + n);
     return quant_random_block(buf_, lo_, first, n, tmp);
   }
-  // The byte of element i (prepared).
-  uint8_t at(uint64_t i) const { return buf_[quant_random_slot(size_t(i - lo_))]; }
 
  private:
   void extend(uint64_t keep, uint64_t end);

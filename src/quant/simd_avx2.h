@@ -1,9 +1,12 @@
-// AVX2 (+FMA, F16C) helpers for the quantization kernels; include only where AGOQ_QUANT_AVX2 is 1. Each mirrors a
-// scalar helper in simd.h bit for bit.
+// AVX2 (+FMA, F16C) helpers for the quantization kernels (empty unless AGOQ_AVX2). Private: only the kernels'
+// .cpp files include it, so <immintrin.h> stays out of the public headers. Each helper mirrors a scalar one in
+// simd.h or half.h bit for bit.
 #pragma once
 #include "quant/simd.h"
 
-#if AGOQ_QUANT_AVX2
+#if AGOQ_AVX2
+#include <immintrin.h>
+
 #include <cstring>
 
 namespace agoq::simd {
@@ -180,11 +183,6 @@ inline __m256 unpack8(const uint8_t* in) {
     return _mm256_cvtepi32_ps(_mm256_and_si256(s, _mm256_set1_epi32((1 << B) - 1)));
   }
 }
-
-inline uint16_t f32_to_f16_up_f16c(float x) {
-  return uint16_t(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(x), _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC), 0));
-}
-inline float f16_to_f32_f16c(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
 
 }  // namespace agoq::simd
 #endif

@@ -1,6 +1,5 @@
 #include "train/checkpoint.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "model/hf.h"
 #include "train/safetensors.h"
@@ -34,32 +34,6 @@ constexpr const char* kConfigFile = "config.json";
 constexpr const char* kTrainerFile = "trainer.json";
 
 std::string path_join(const std::string& dir, const char* file) { return (fs::path(dir) / file).string(); }
-
-void fsync_path(const std::string& path, int flags) {
-  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  AGOQ_CHECK(fd >= 0, "checkpoint: cannot open ", path, " to sync: ", std::strerror(errno));
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  // Directories on some file systems refuse fsync; file data must reach the disk.
-  AGOQ_CHECK(rc == 0 || (flags & O_DIRECTORY), "checkpoint: fsync ", path, " failed: ", std::strerror(errno));
-}
-
-void text_write_tmp(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    AGOQ_CHECK(out, "checkpoint: cannot create ", tmp);
-    out << text;
-    out.flush();
-    AGOQ_CHECK(out, "checkpoint: write to ", tmp, " failed");
-  }
-  fsync_path(tmp, O_RDONLY);
-}
-
-void tmp_commit(const std::string& path) {
-  AGOQ_CHECK(::rename((path + ".tmp").c_str(), path.c_str()) == 0, "checkpoint: rename ", path,
-             ".tmp into place failed: ", std::strerror(errno));
-}
 
 json json_read_file(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
@@ -191,25 +165,28 @@ void checkpoint_save(const std::string& dir, const LlamaConfig& config, const Na
     } else {
       for (const NamedTensor& t : ts) w.add_f32(t.name, t.shape, t.data);
     }
-    w.write_tmp(path_join(dir, file));
+    return w.write_tmp(path_join(dir, file));
   };
-  write_tensors(weights, kModelFile, true);
-  write_tensors(optimizer, kOptimizerFile, false);
-  text_write_tmp(path_join(dir, kConfigFile), hf.dump(2) + "\n");
-  const json marker = {{"format", kFormat}, {"version", kFormatVersion}, {"step", step},
-                       {"commit", commit},  {"config", hf},             {"trainer", trainer}};
-  text_write_tmp(path_join(dir, kTrainerFile), marker.dump(2) + "\n");
+  auto write_text = [&](const char* file, const json& j) {
+    AtomicFile f(path_join(dir, file));
+    f.write(j.dump(2) + "\n");
+    f.finish();
+    return f;
+  };
+  AtomicFile model = write_tensors(weights, kModelFile, true);
+  AtomicFile moments = write_tensors(optimizer, kOptimizerFile, false);
+  AtomicFile hf_config = write_text(kConfigFile, hf);
+  const json marker_json = {{"format", kFormat}, {"version", kFormatVersion}, {"step", step},
+                            {"commit", commit},  {"config", hf},             {"trainer", trainer}};
+  AtomicFile marker = write_text(kTrainerFile, marker_json);
 
   // Un-commit the old checkpoint first so a crash below leaves "no marker" rather than a marker for mixed files;
-  // the commit ids in the safetensors headers catch the remaining windows anyway.
-  const std::string marker_path = path_join(dir, kTrainerFile);
-  AGOQ_CHECK(::unlink(marker_path.c_str()) == 0 || errno == ENOENT, what, ": cannot remove old trainer.json: ",
+  // the commit ids in the safetensors headers catch the remaining windows anyway. Each commit() fsyncs the
+  // directory, so the data files are in place before the marker is.
+  AGOQ_CHECK(::unlink(marker.path().c_str()) == 0 || errno == ENOENT, what, ": cannot remove old trainer.json: ",
              std::strerror(errno));
-  fsync_path(dir, O_RDONLY | O_DIRECTORY);
-  for (const char* f : {kModelFile, kOptimizerFile, kConfigFile}) tmp_commit(path_join(dir, f));
-  fsync_path(dir, O_RDONLY | O_DIRECTORY);  // the data files must be in place before the marker is
-  tmp_commit(marker_path);
-  fsync_path(dir, O_RDONLY | O_DIRECTORY);
+  dir_fsync(dir);
+  for (AtomicFile* f : {&model, &moments, &hf_config, &marker}) f->commit();  // the marker last
 }
 
 CheckpointMeta checkpoint_inspect(const std::string& dir) { return checkpoint_open(dir).meta; }

@@ -3,8 +3,8 @@
 //   model.safetensors      weights under HF names (model.layers.{i}.self_attn.q_proj.weight, ...), F32
 //   optimizer.safetensors  arbitrary named F32 tensors (e.g. "adam.m.<param name>")
 //   trainer.json           {"format", "step", "commit", "config", "trainer": <the trainer's JSON>}
-// Saving writes every file as *.tmp (fsynced), removes the old trainer.json, renames the others into place and
-// renames trainer.json last: it is the commit marker. Its "commit" id is also stored in both safetensors
+// Saving writes every file as *.tmp (fsynced, core/atomic_file.h), removes the old trainer.json, renames the others
+// into place and renames trainer.json last: it is the commit marker. Its "commit" id is also stored in both safetensors
 // headers and its "config" must equal config.json, so a save interrupted at any point is refused on load
 // instead of mixing two checkpoints. See docs/checkpoint-format.md.
 #pragma once

@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"
+#include "quant/half.h"
 
 namespace agoq {
 
@@ -31,16 +31,6 @@ struct Fd {
   }
 };
 
-void fd_write_all(int fd, const void* p, size_t n, const std::string& path) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, c, std::min<size_t>(n, 1u << 30));
-    if (w < 0 && errno == EINTR) continue;
-    AGOQ_CHECK(w > 0, "safetensors file ", path, ": write failed: ", errno_str());
-    c += w, n -= size_t(w);
-  }
-}
-
 void fd_read_all(int fd, void* p, size_t n, uint64_t offset, const std::string& path) {
   char* c = static_cast<char*>(p);
   while (n > 0) {
@@ -52,37 +42,91 @@ void fd_read_all(int fd, void* p, size_t n, uint64_t offset, const std::string& 
   }
 }
 
-void fsync_parent_dir(const std::string& path) {
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY)};
-  if (d.fd >= 0) ::fsync(d.fd);  // best effort: some file systems refuse fsync on directories
+template <class... Parts>
+[[noreturn]] void bad_file(const std::string& path, const Parts&... parts) {
+  fail("safetensors file ", path, ": ", parts...);
 }
 
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);  // inf / nan
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {  // subnormal half: value = mant * 2^-24, exact in float
-    float v = float(mant) * 0x1p-24f;
-    std::memcpy(&bits, &v, 4);
-    bits |= sign;
+// The 8-byte length and the JSON header after it; data_start is where the byte buffer begins.
+nlohmann::json header_read(int fd, const std::string& path, uint64_t file_size, uint64_t& data_start) {
+  if (file_size < 8) bad_file(path, "too short for a header length (", file_size, " bytes)");
+  uint8_t len_bytes[8];
+  fd_read_all(fd, len_bytes, 8, 0, path);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(len_bytes[i]) << (8 * i);
+  if (n > file_size - 8) bad_file(path, "header length ", n, " exceeds the file size ", file_size, " (truncated?)");
+  if (n > kMaxHeaderBytes) bad_file(path, "header length ", n, " is implausibly large");
+  if (n < 2) bad_file(path, "header length ", n, " is too small for a JSON object");
+  std::string text(n, '\0');
+  fd_read_all(fd, text.data(), n, 8, path);
+  nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded()) bad_file(path, "header is not valid JSON");
+  if (!header.is_object()) bad_file(path, "header is not a JSON object");
+  data_start = 8 + n;
+  return header;
+}
+
+std::map<std::string, std::string> metadata_parse(const nlohmann::json& v, const std::string& path) {
+  if (!v.is_object()) bad_file(path, "__metadata__ is not an object");
+  std::map<std::string, std::string> out;
+  for (const auto& [k, s] : v.items()) {
+    if (!s.is_string()) bad_file(path, "__metadata__ value for '", k, "' is not a string");
+    out[k] = s.get<std::string>();
   }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return out;
 }
 
-float bf16_to_f32(uint16_t h) {
-  const uint32_t bits = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+// One tensor's entry, checked against the data section; offset is relative to the data section.
+SafeTensorInfo tensor_entry_parse(const std::string& name, const nlohmann::json& v, const std::string& path,
+                                  uint64_t data_size) {
+  if (!v.is_object()) bad_file(path, "entry '", name, "' is not an object");
+  if (!v.contains("dtype") || !v["dtype"].is_string()) bad_file(path, "tensor '", name, "' has no dtype string");
+  if (!v.contains("shape") || !v["shape"].is_array()) bad_file(path, "tensor '", name, "' has no shape array");
+  if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2 ||
+      !v["data_offsets"][0].is_number_unsigned() || !v["data_offsets"][1].is_number_unsigned())
+    bad_file(path, "tensor '", name, "' needs data_offsets [begin, end] of non-negative integers");
+  SafeTensorInfo info;
+  info.dtype = v["dtype"].get<std::string>();
+  size_t elem = 0;
+  try {
+    elem = safetensors_dtype_size(info.dtype);
+  } catch (const Error&) {
+    bad_file(path, "tensor '", name, "' has unknown dtype '", info.dtype, "'");
+  }
+  for (const auto& d : v["shape"]) {
+    if (!d.is_number_unsigned())
+      bad_file(path, "tensor '", name, "' has a shape entry that is not a non-negative integer");
+    info.shape.push_back(d.get<int64_t>());
+  }
+  const uint64_t begin = v["data_offsets"][0].get<uint64_t>(), end = v["data_offsets"][1].get<uint64_t>();
+  if (begin > end || end > data_size)
+    bad_file(path, "tensor '", name, "' data_offsets [", begin, ", ", end, "] out of range (data section is ",
+             data_size, " bytes; truncated?)");
+  int64_t numel = 0;
+  try {
+    numel = safetensors_numel(info.shape);
+  } catch (const Error& e) {
+    bad_file(path, "tensor '", name, "': ", e.what());
+  }
+  if (uint64_t(numel) > std::numeric_limits<uint64_t>::max() / elem || uint64_t(numel) * elem != end - begin)
+    bad_file(path, "tensor '", name, "' is ", info.dtype, safetensors_shape_str(info.shape),
+             " but its data_offsets span ", end - begin, " bytes");
+  info.offset = begin;
+  info.bytes = end - begin;
+  return info;
+}
+
+// Like Hugging Face's reader: the tensors must tile the data section exactly (no overlap, no hole, no tail).
+void ranges_check_tiling(std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>>& ranges,
+                         uint64_t data_size, const std::string& path) {
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t pos = 0;
+  for (const auto& [r, name] : ranges) {
+    if (r.first < pos) bad_file(path, "tensor '", name, "' overlaps the previous tensor");
+    if (r.first > pos) bad_file(path, "hole in the data section before tensor '", name, "'");
+    pos = r.second;
+  }
+  if (pos != data_size) bad_file(path, "data section is ", data_size, " bytes but the tensors cover ", pos);
 }
 
 }  // namespace
@@ -133,7 +177,7 @@ void SafetensorsWriter::add_f32(std::string name, std::vector<int64_t> shape, co
 
 void SafetensorsWriter::set_metadata(std::string key, std::string value) { metadata_[std::move(key)] = std::move(value); }
 
-void SafetensorsWriter::write_tmp(const std::string& path) const {
+AtomicFile SafetensorsWriter::write_tmp(const std::string& path) const {
   // ordered_json keeps the header in file order, which makes it readable with `head -c`.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
@@ -147,109 +191,43 @@ void SafetensorsWriter::write_tmp(const std::string& path) const {
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
 
-  const std::string tmp = path + ".tmp";
-  Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-  AGOQ_CHECK(f.fd >= 0, "safetensors file ", tmp, ": cannot create: ", errno_str());
-  fd_write_all(f.fd, len, 8, tmp);
-  fd_write_all(f.fd, text.data(), text.size(), tmp);
-  for (const Entry& e : entries_) fd_write_all(f.fd, e.data, e.bytes, tmp);
-  AGOQ_CHECK(::fsync(f.fd) == 0, "safetensors file ", tmp, ": fsync failed: ", errno_str());
-  const int fd = std::exchange(f.fd, -1);
-  AGOQ_CHECK(::close(fd) == 0, "safetensors file ", tmp, ": close failed: ", errno_str());
+  AtomicFile f(path);
+  f.write(len, 8);
+  f.write(text);
+  for (const Entry& e : entries_) f.write(e.data, e.bytes);
+  f.finish();
+  return f;
 }
 
-void SafetensorsWriter::write(const std::string& path) const {
-  write_tmp(path);
-  AGOQ_CHECK(::rename((path + ".tmp").c_str(), path.c_str()) == 0, "safetensors file ", path,
-             ": rename from .tmp failed: ", errno_str());
-  fsync_parent_dir(path);
-}
+void SafetensorsWriter::write(const std::string& path) const { write_tmp(path).commit(); }
 
 // ---- reader ----
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile st;
   st.path_ = path;
-  auto bad = [&](const auto&... parts) { fail("safetensors file ", path, ": ", parts...); };
-
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) bad("cannot open: ", errno_str());
+  if (f.fd < 0) bad_file(path, "cannot open: ", errno_str());
   struct stat sb {};
-  if (::fstat(f.fd, &sb) != 0) bad("cannot stat: ", errno_str());
-  if (!S_ISREG(sb.st_mode)) bad("not a regular file");
+  if (::fstat(f.fd, &sb) != 0) bad_file(path, "cannot stat: ", errno_str());
+  if (!S_ISREG(sb.st_mode)) bad_file(path, "not a regular file");
   st.file_size_ = uint64_t(sb.st_size);
-  if (st.file_size_ < 8) bad("too short for a header length (", st.file_size_, " bytes)");
+  uint64_t data_start = 0;
+  const nlohmann::json header = header_read(f.fd, path, st.file_size_, data_start);
 
-  uint8_t len_bytes[8];
-  fd_read_all(f.fd, len_bytes, 8, 0, path);
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= uint64_t(len_bytes[i]) << (8 * i);
-  if (n > st.file_size_ - 8) bad("header length ", n, " exceeds the file size ", st.file_size_, " (truncated?)");
-  if (n > kMaxHeaderBytes) bad("header length ", n, " is implausibly large");
-  if (n < 2) bad("header length ", n, " is too small for a JSON object");
-  std::string text(n, '\0');
-  fd_read_all(f.fd, text.data(), n, 8, path);
-
-  const nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (header.is_discarded()) bad("header is not valid JSON");
-  if (!header.is_object()) bad("header is not a JSON object");
-
-  const uint64_t data_start = 8 + n, data_size = st.file_size_ - data_start;
+  const uint64_t data_size = st.file_size_ - data_start;
   std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>> ranges;  // ((begin, end), name)
   for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
-      if (!v.is_object()) bad("__metadata__ is not an object");
-      for (const auto& [k, s] : v.items()) {
-        if (!s.is_string()) bad("__metadata__ value for '", k, "' is not a string");
-        st.metadata_[k] = s.get<std::string>();
-      }
+      st.metadata_ = metadata_parse(v, path);
       continue;
     }
-    if (!v.is_object()) bad("entry '", name, "' is not an object");
-    if (!v.contains("dtype") || !v["dtype"].is_string()) bad("tensor '", name, "' has no dtype string");
-    if (!v.contains("shape") || !v["shape"].is_array()) bad("tensor '", name, "' has no shape array");
-    if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2 ||
-        !v["data_offsets"][0].is_number_unsigned() || !v["data_offsets"][1].is_number_unsigned())
-      bad("tensor '", name, "' needs data_offsets [begin, end] of non-negative integers");
-    SafeTensorInfo info;
-    info.dtype = v["dtype"].get<std::string>();
-    size_t elem = 0;
-    try {
-      elem = safetensors_dtype_size(info.dtype);
-    } catch (const Error&) {
-      bad("tensor '", name, "' has unknown dtype '", info.dtype, "'");
-    }
-    for (const auto& d : v["shape"]) {
-      if (!d.is_number_unsigned()) bad("tensor '", name, "' has a shape entry that is not a non-negative integer");
-      info.shape.push_back(d.get<int64_t>());
-    }
-    const uint64_t begin = v["data_offsets"][0].get<uint64_t>(), end = v["data_offsets"][1].get<uint64_t>();
-    if (begin > end || end > data_size)
-      bad("tensor '", name, "' data_offsets [", begin, ", ", end, "] out of range (data section is ", data_size,
-          " bytes; truncated?)");
-    int64_t numel = 0;
-    try {
-      numel = safetensors_numel(info.shape);
-    } catch (const Error& e) {
-      bad("tensor '", name, "': ", e.what());
-    }
-    if (uint64_t(numel) > std::numeric_limits<uint64_t>::max() / elem || uint64_t(numel) * elem != end - begin)
-      bad("tensor '", name, "' is ", info.dtype, safetensors_shape_str(info.shape), " but its data_offsets span ",
-          end - begin, " bytes");
-    info.offset = data_start + begin;
-    info.bytes = end - begin;
-    ranges.push_back({{begin, end}, name});
+    SafeTensorInfo info = tensor_entry_parse(name, v, path, data_size);
+    ranges.push_back({{info.offset, info.offset + info.bytes}, name});
+    info.offset += data_start;
     st.tensors_.emplace(name, std::move(info));
   }
-  // Like Hugging Face's reader: the tensors must tile the data section exactly (no overlap, no hole, no tail).
-  std::sort(ranges.begin(), ranges.end());
-  uint64_t pos = 0;
-  for (const auto& [r, name] : ranges) {
-    if (r.first < pos) bad("tensor '", name, "' overlaps the previous tensor");
-    if (r.first > pos) bad("hole in the data section before tensor '", name, "'");
-    pos = r.second;
-  }
-  if (pos != data_size) bad("data section is ", data_size, " bytes but the tensors cover ", pos);
+  ranges_check_tiling(ranges, data_size, path);
   return st;
 }
 

@@ -1,8 +1,9 @@
 // The safetensors file format (Hugging Face): an 8-byte little-endian header length N, N bytes of JSON
 //   {name: {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ..., "__metadata__": {str: str}}
 // (padded with spaces to a multiple of 8, so the data starts aligned), then the byte buffer the offsets index.
-// The writer streams tensors from caller memory into `path.tmp`, fsyncs and renames, so a reader never sees half a
-// file. The reader validates the whole header on open and then reads tensors straight into caller memory.
+// The writer streams tensors from caller memory into a file written atomically (core/atomic_file.h), so a reader
+// never sees half a file. The reader validates the whole header on open and then reads tensors straight into
+// caller memory.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +11,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/atomic_file.h"
 
 namespace agoq {
 
@@ -25,10 +28,11 @@ class SafetensorsWriter {
   void add(std::string name, std::string dtype, std::vector<int64_t> shape, const void* data, size_t bytes);
   void add_f32(std::string name, std::vector<int64_t> shape, const float* data);
   void set_metadata(std::string key, std::string value);
-  // Writes `path.tmp`, fsyncs it, renames it over `path` and fsyncs the directory.
+  // Writes `path` atomically.
   void write(const std::string& path) const;
-  // Only the first half of write(): a complete, fsynced `path.tmp` (for callers that commit several files).
-  void write_tmp(const std::string& path) const;
+  // Only the first half of write(): a complete, fsynced temp, put in place by commit() (for callers that commit
+  // several files in an order of their own).
+  AtomicFile write_tmp(const std::string& path) const;
 
  private:
   struct Entry {

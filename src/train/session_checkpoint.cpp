@@ -1,7 +1,10 @@
 // TrainSession::checkpoint: every checkpoint is the whole HF model, whatever the grid. ZeRO gathers the moments to a
 // stage's first replica, a pipeline all stages' tensors to rank 0, and rank 0 writes.
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
 #include "train/session.h"
@@ -54,11 +57,16 @@ void stages_gather_tensors(Communicator& pipe, const LlamaConfig& cfg, const std
 void ckpt_link_switch(const fs::path& out_dir, const std::string& name) {
   const fs::path link = out_dir / "ckpt";
   const fs::path previous = fs::is_symlink(link) ? fs::read_symlink(link) : fs::path();
-  const fs::path tmp_link = out_dir / "ckpt.tmp";
-  fs::remove(tmp_link);
-  fs::create_directory_symlink(name, tmp_link);
-  fs::rename(tmp_link, link);
+  atomic_symlink(name, link.string());
   if (!previous.empty() && previous != name) fs::remove_all(out_dir / previous);
+}
+
+std::string file_read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  AGOQ_CHECK(in && !bytes.bad(), "cannot read ", p.string());
+  return std::move(bytes).str();
 }
 
 }  // namespace
@@ -90,7 +98,7 @@ void TrainSession::checkpoint(long at_step) {
                                     {"zero", opt_.zero}};
     checkpoint_save(dir.string(), cfg_, weights, moments, trainer, at_step);
     const fs::path tok = fs::path(opt_.data_dir) / "tokenizer.model";
-    if (fs::exists(tok)) fs::copy_file(tok, dir / "tokenizer.model", fs::copy_options::overwrite_existing);
+    if (fs::exists(tok)) atomic_file_write((dir / "tokenizer.model").string(), file_read(tok));
     ckpt_link_switch(out, name);
     log_->note("checkpoint: step " + std::to_string(at_step) + " -> " + (out / "ckpt").string());
   }

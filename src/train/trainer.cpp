@@ -6,8 +6,8 @@
 #include <sstream>
 #include <vector>
 
-#include "comm/comm_check.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "train/session.h"
 
 namespace agoq {
@@ -46,9 +46,9 @@ std::string file_digest(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   AGOQ_CHECK(f, "cannot open ", p.string());
   std::vector<char> buf(1 << 20);
-  uint64_t h = comm_hash_fnv1a({}), size = 0;
+  uint64_t h = kHashFnv1a64Basis, size = 0;
   while (f.read(buf.data(), std::streamsize(buf.size())) || f.gcount() > 0) {
-    h = comm_hash_fnv1a(std::string_view(buf.data(), size_t(f.gcount())), h);
+    h = hash_fnv1a64(buf.data(), size_t(f.gcount()), h);
     size += uint64_t(f.gcount());
   }
   std::ostringstream os;

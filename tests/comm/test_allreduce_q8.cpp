@@ -19,6 +19,7 @@
 #include "comm/allreduce_q8.h"
 #include "core/rng.h"
 #include "quant/grad_q8.h"
+#include "quant/half.h"
 #include "quant/simd.h"
 
 namespace agoq {

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/data/data_test_util.h"
+#include "core/hash.h"
 #include "data/token_file.h"
 
 namespace agoq {
@@ -60,11 +61,11 @@ TEST(TokenFile, HeaderLayoutIsDocumented) {
   EXPECT_EQ(u32(24), 3u);   // count (low word)
   EXPECT_EQ(u32(28), 0u);
   uint64_t sum = uint64_t(u32(32)) | uint64_t(u32(36)) << 32;
-  EXPECT_EQ(sum, fnv1a64(b.data() + 40, 6));
+  EXPECT_EQ(sum, hash_fnv1a64(b.data() + 40, 6));
   EXPECT_EQ(b.substr(40), std::string("\x01\x00\x02\x00\x02\x01", 6));
   // FNV-1a 64 reference values.
-  EXPECT_EQ(fnv1a64("", 0), 0xcbf29ce484222325ull);
-  EXPECT_EQ(fnv1a64("a", 1), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(hash_fnv1a64("", 0), 0xcbf29ce484222325ull);
+  EXPECT_EQ(hash_fnv1a64("a", 1), 0xaf63dc4c8601ec8cull);
 }
 
 TEST(TokenFile, WriteRejectsTokensOutsideVocab) {

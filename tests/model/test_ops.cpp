@@ -16,6 +16,7 @@
 #include "core/memory.h"
 #include "core/rng.h"
 #include "model/ops.h"
+#include "model/ops_simd.h"
 #include "op_reference.h"
 
 namespace agoq {
@@ -105,7 +106,7 @@ TEST(OpsExp, MatchesStdExpAndScalarMatchesVector) {
     else EXPECT_EQ(got, 0.0) << v;
   }
   EXPECT_LT(worst, 3e-7);
-#ifdef AGOQ_OPS_AVX2
+#if AGOQ_AVX2
   for (size_t i = 0; i + 8 <= x.size(); i += 8) {
     float out[8];
     _mm256_storeu_ps(out, simd::exp8(_mm256_loadu_ps(x.data() + i)));

@@ -168,11 +168,6 @@ TEST(PlanBits, PolicyBytesAreExact) {
 }
 
 TEST(PlanBits, Sensitivity) {
-  const float x[] = {-1, 3, 0.5f, 0.5f};
-  EXPECT_DOUBLE_EQ(plan_slot_sensitivity(x, 1, 4, 2, true), 36.0 * 2 + 1.0 * 2);
-  EXPECT_DOUBLE_EQ(plan_slot_sensitivity(x, 1, 4, 2, false), 16.0 * 2 + 0.0);
-  EXPECT_DOUBLE_EQ(plan_slot_sensitivity(x, 2, 2, 2, false), 16.0 * 2);
-  EXPECT_DOUBLE_EQ(plan_slot_sensitivity(x, 1, 4, 3, false), 16.0 * 3 + 0.0);  // short last group
   // A high-sensitivity slot keeps more bits than an equally large low-sensitivity one.
   const PlanActShape sh = small_shape(1);
   PlanStageBudget st;

@@ -10,7 +10,9 @@
 
 #include "core/rng.h"
 #include "quant/group_quant.h"
+#include "quant/half.h"
 #include "quant/simd.h"
+#include "quant/stats.h"
 #include "quant/tensor.h"
 
 namespace agoq {
@@ -353,6 +355,15 @@ TEST(QuantGroup, LengthZeroAndOne) {
   quant_encode(bf, &v, {});
   quant_decode(bf, &y);
   EXPECT_EQ(y, 1.f);
+}
+
+// The sensitivity C of plan/bit_alloc.h: sum over groups of R^2 x group size.
+TEST(QuantStats, RangeEnergy) {
+  const float x[] = {-1, 3, 0.5f, 0.5f};
+  EXPECT_DOUBLE_EQ(quant_range_energy(x, 1, 4, 2, true), 36.0 * 2 + 1.0 * 2);
+  EXPECT_DOUBLE_EQ(quant_range_energy(x, 1, 4, 2, false), 16.0 * 2 + 0.0);
+  EXPECT_DOUBLE_EQ(quant_range_energy(x, 2, 2, 2, false), 16.0 * 2);
+  EXPECT_DOUBLE_EQ(quant_range_energy(x, 1, 4, 3, false), 16.0 * 3 + 0.0);  // short last group
 }
 
 }  // namespace agoq

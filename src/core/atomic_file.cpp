@@ -1,0 +1,109 @@
+#include "core/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "core/error.h"
+
+namespace agoq {
+
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+std::string parent_dir(const std::string& path) {
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  return dir.empty() ? "." : dir.string();
+}
+
+void rename_into_place(const std::string& from, const std::string& to) {
+  AGOQ_CHECK(::rename(from.c_str(), to.c_str()) == 0, to, ": cannot rename ", from, " into place: ", errno_text());
+  dir_fsync(parent_dir(to));
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    const std::string reason = errno_text();
+    tmp_.clear();  // not ours to remove
+    fail(path_, ".tmp: cannot create: ", reason);
+  }
+}
+
+AtomicFile::AtomicFile(AtomicFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      tmp_(std::exchange(other.tmp_, {})),
+      fd_(std::exchange(other.fd_, -1)),
+      size_(other.size_) {}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  write_at(size_, data, bytes);
+  size_ += bytes;
+}
+
+void AtomicFile::write_at(uint64_t offset, const void* data, size_t bytes) {
+  AGOQ_CHECK(fd_ >= 0, tmp_, ": write after finish()");
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t w = ::pwrite(fd_, p, std::min<size_t>(bytes, size_t(1) << 30), off_t(offset));
+    if (w < 0 && errno == EINTR) continue;
+    AGOQ_CHECK(w > 0, tmp_, ": write failed: ", w < 0 ? errno_text() : "no progress");
+    p += w, bytes -= size_t(w), offset += uint64_t(w);
+  }
+}
+
+void AtomicFile::finish() {
+  if (fd_ < 0) return;
+  AGOQ_CHECK(::fsync(fd_) == 0, tmp_, ": fsync failed: ", errno_text());
+  // close() can report a delayed write error (NFS): the temp is not complete then.
+  AGOQ_CHECK(::close(std::exchange(fd_, -1)) == 0, tmp_, ": close failed: ", errno_text());
+}
+
+void AtomicFile::commit() {
+  AGOQ_CHECK(!tmp_.empty(), path_, ": committed twice");
+  finish();
+  rename_into_place(tmp_, path_);
+  tmp_.clear();
+}
+
+void atomic_file_write(const std::string& path, std::string_view bytes) {
+  AtomicFile f(path);
+  f.write(bytes);
+  f.commit();
+}
+
+void atomic_symlink(const std::string& target, const std::string& link_path) {
+  const std::string tmp = link_path + ".tmp";
+  AGOQ_CHECK(::unlink(tmp.c_str()) == 0 || errno == ENOENT, tmp, ": cannot remove a stale link: ", errno_text());
+  AGOQ_CHECK(::symlink(target.c_str(), tmp.c_str()) == 0, tmp, ": cannot create a link to ", target, ": ",
+             errno_text());
+  try {
+    rename_into_place(tmp, link_path);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+}
+
+void dir_fsync(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  AGOQ_CHECK(fd >= 0, dir, ": cannot open the folder to sync it: ", errno_text());
+  ::fsync(fd);  // some file systems refuse fsync on folders (EINVAL): the rename is then as durable as they allow
+  ::close(fd);
+}
+
+}  // namespace agoq
