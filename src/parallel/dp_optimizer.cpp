@@ -37,8 +37,10 @@ DpStepResult DpOptimizer::step(long step, float lr, double loss_sum, int n_micro
   res.loss = loss_all / double(n_micro);
   res.grad_norm = std::sqrt(sum_squares);
   if (!std::isfinite(res.loss) || !std::isfinite(res.grad_norm))
-    fail_agreed("training diverged at step ", step, ": loss ", res.loss, ", gradient norm ", res.grad_norm,
-                " (try a lower --lr)");
+    fail_agreed("training diverged at step ", step, ": ",
+                std::isfinite(res.loss) ? "the gradient norm is " : "the loss is ",
+                std::isfinite(res.loss) ? res.grad_norm : res.loss, " (loss ", res.loss, ", gradient norm ",
+                res.grad_norm, ")");
   const float scale = res.grad_norm > opts_.clip ? float(opts_.clip / res.grad_norm) : 1.0f;
   apply(step, lr, scale, reducer);
   return res;
