@@ -84,7 +84,8 @@ void TrainSession::report_stages(const std::vector<double>& stage_peaks) const {
 // and the bf16-store baseline (bf16 activations) of the same run, from the memory model. The token files the run
 // holds in memory are the same for every configuration and count in each column's workspace.
 void TrainSession::report_memory(const TrainResult& r) const {
-  const PlanCpuOptions o = plan_options();
+  PlanCpuOptions o = plan_options();
+  o.grad_q8 = false;  // the baselines keep fp32 gradients
   const PlanMemory fp32 = plan_memory_cpu_trainer(cfg_, ActPolicy::parse("fp32", cfg_.n_layers), o);
   const PlanMemory bf16 = plan_memory_cpu_trainer(cfg_, ActPolicy::parse("baseline-bf16", cfg_.n_layers), o);
   const size_t data = MemoryTracker::global().tag_current("data");

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -181,6 +182,31 @@ TEST_F(CliErrors, OversizeModelsAreRefusedBeforeAllocating) {
   std::ofstream(d("huge.json")) << R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1000000000,
       "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64, "rms_norm_eps": 1e-5})";
   expect_clean_error("plan --model " + d("huge.json") + " --gpus 1", "n_layers 1000000000");
+}
+
+// The end-of-run table puts this run's measured peaks next to the baselines from the memory model: each baseline
+// column must be what that baseline run measures (same shape, same data).
+TEST_F(CliErrors, MemoryTableBaselinesAreWhatTheBaselinesMeasure) {
+  auto table_total = [](const std::string& err, int column) {  // "  total   <this run> <fp32> <bf16>"
+    const size_t at = err.find("\n  total ");
+    EXPECT_NE(at, std::string::npos) << err;
+    std::istringstream row(err.substr(at + 9, err.find('\n', at + 1) - at - 9));
+    std::string v[6];
+    for (std::string& x : v) row >> x;
+    return v[2 * column] + " " + v[2 * column + 1];  // "156.66 MiB"
+  };
+  auto run = [&](const std::string& out, const std::string& flags) {
+    std::string cmd = train({{"--out", d(out)}, {"--steps", "2"}}) + " " + flags;
+    cmd.replace(cmd.find(" --quiet"), 8, "");
+    const RunResult r = run_agoq(cmd);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.err;
+  };
+  const std::string agoq = run("agoq", ""), fp32 = run("fp32", "--baseline"),
+                    bf16 = run("bf16", "--act-store bf16 --grad-store fp32 --allreduce mpi");
+  EXPECT_EQ(table_total(agoq, 1), table_total(fp32, 0));
+  EXPECT_EQ(table_total(agoq, 2), table_total(bf16, 0));
+  EXPECT_EQ(table_total(fp32, 1), table_total(fp32, 0));
 }
 
 // A fresh run never deletes or appends to an earlier run's checkpoints and metrics: it stops before the first step,
