@@ -68,13 +68,11 @@ std::map<std::string, const NamedTensor*> tensors_by_name(const NamedTensors& ts
 void weights_check(const LlamaConfig& c, const NamedTensors& weights, const std::string& what, bool part) {
   auto given = tensors_by_name(weights, what);
   for (const HfTensor& want : hf_tensors(c)) {
-    const std::string& name = want.name;
-    const std::vector<int64_t>& shape = want.shape;
-    auto it = given.find(name);
+    auto it = given.find(want.name);
     if (part && it == given.end()) continue;
-    AGOQ_CHECK(it != given.end(), what, ": weight '", name, "' not given");
-    AGOQ_CHECK(it->second->shape == shape, what, ": weight '", name, "' has shape ",
-               safetensors_shape_str(it->second->shape), ", the config needs ", safetensors_shape_str(shape));
+    AGOQ_CHECK(it != given.end(), what, ": weight '", want.name, "' not given");
+    AGOQ_CHECK(it->second->shape == want.shape, what, ": weight '", want.name, "' has shape ",
+               safetensors_shape_str(it->second->shape), ", the config needs ", safetensors_shape_str(want.shape));
     given.erase(it);
   }
   AGOQ_CHECK(given.empty(), what, ": '", given.empty() ? "" : given.begin()->first, "' is not a weight of this config");

@@ -155,6 +155,7 @@ void TrainSession::model_build() {
   if (grid_.P > 1) pipeline_ = std::make_unique<Pipeline>(*grid_.pipe, *model_, B_, T_);
   inputs_.resize(size_t(B_) * T_ * m_);
   targets_.resize(inputs_.size());
+  skipped_.resize(2 * size_t(B_) * T_);
 }
 
 void TrainSession::resume() {
@@ -221,11 +222,11 @@ TrainResult TrainSession::run() {
 // The loader draws all D * m micro-batches of the step, in the same order on every rank; this replica keeps its m.
 void TrainSession::batches_next() {
   const size_t rows = size_t(B_) * T_;
-  std::vector<int32_t> skip_in(rows), skip_tgt(rows);
+  int32_t *skip_in = skipped_.data(), *skip_tgt = skipped_.data() + rows;
   for (int g = 0; g < grid_.D * m_; ++g) {
     const bool mine = g / m_ == grid_.replica;
     const size_t at = size_t(g % m_) * rows;
-    loader_->next_batch(B_, mine ? inputs_.data() + at : skip_in.data(), mine ? targets_.data() + at : skip_tgt.data());
+    loader_->next_batch(B_, mine ? inputs_.data() + at : skip_in, mine ? targets_.data() + at : skip_tgt);
   }
 }
 

@@ -69,6 +69,7 @@ class TrainSession {
   std::unique_ptr<MetricsLog> log_;
   long step_ = 0;  // the last completed step
   std::vector<int32_t> inputs_, targets_;  // this replica's m micro-batches of the step, back to back
+  std::vector<int32_t> skipped_;           // where the other replicas' micro-batches are drawn to (inputs, targets)
   std::string replan_log_;
   double seconds_total_ = 0, wait_total_ = 0;  // step time and communication not hidden behind it, over the run
 };
