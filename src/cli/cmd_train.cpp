@@ -49,7 +49,10 @@ void cmd_train_body(TrainArgs& a) {
     if (!j.contains("vocab_size")) j["vocab_size"] = 2;
     a.opt.model = config_from_hf_json(j);
   }
-  train_run(a.opt);
+  if (train_run(a.opt).stop_signal != 0) {  // stopped early, with a checkpoint: say so in the exit status
+    std::fflush(stdout);
+    std::exit(kExitStopped);
+  }
 }
 
 const CliCommand kTrain("", 20, [](CLI::App& app) {
@@ -129,7 +132,10 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   // Test hooks (tests/mpi_tests.cmake): that rank ends abruptly (_exit(3)) when the step begins. Hidden.
   c->add_option("--debug-exit-at-step", o.debug_exit_step)->group("");
   c->add_option("--debug-exit-rank", o.debug_exit_rank)->group("");
-  c->callback([args, kv_heads] {
+  c->callback([args, c, kv_heads] {
+    for (const char* f : {"--config", "--dim", "--layers", "--heads", "--kv-heads", "--ffn", "--rope-theta",
+                          "--tie-embeddings"})
+      if (c->count(f) > 0) args->opt.model_flags.push_back(f);
     if (kv_heads->count() == 0) args->opt.model.n_kv_heads = args->opt.model.n_heads;  // plain multi-head attention
     if (args->baseline) args->opt.act_policy = "fp32", args->opt.grad_store = "fp32", args->opt.allreduce = "mpi";
     cmd_train_run(*args);

@@ -305,8 +305,10 @@ void attention_forward(float* o, float* lse, const float* q, const float* k, con
 
 #pragma omp parallel num_threads(n_threads)
   {
-    const auto [Qt, Kj, Vj, St, O, m, m_new, l, corr] =
-        scratch_carve(scratch.data() + per_thread * omp_get_thread_num(), parts);
+    // Named pointers, not a structured binding: clang 14 cannot capture bindings into the `omp for` below.
+    const auto s = scratch_carve(scratch.data() + per_thread * omp_get_thread_num(), parts);
+    float *const Qt = s[0], *const Kj = s[1], *const Vj = s[2], *const St = s[3], *const O = s[4], *const m = s[5],
+                 *const m_new = s[6], *const l = s[7], *const corr = s[8];
     // Consecutive tasks share (b, h), so its k, v stay in cache; the longest query tile of a head comes first.
 #pragma omp for schedule(dynamic, 1)
     for (int task = 0; task < n_tasks; ++task) {

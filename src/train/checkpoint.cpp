@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "model/hf.h"
 #include "train/safetensors.h"
 
@@ -95,6 +97,32 @@ void file_tensors_check(const SafetensorsFile& f, const NamedTensors& want, cons
              in_file.empty() ? "" : *in_file.begin(), "'");
 }
 
+// The size and hash trainer.json records for a carried file.
+json file_record(const std::string& bytes) {
+  return {{"bytes", bytes.size()}, {"fnv1a64", std::to_string(hash_fnv1a64(bytes.data(), bytes.size()))}};
+}
+
+bool file_name_plain(const std::string& name) {
+  return !name.empty() && name.find('/') == std::string::npos && name != "." && name != ".." &&
+         name != kModelFile && name != kOptimizerFile && name != kConfigFile && name != kTrainerFile;
+}
+
+// Every file trainer.json lists must be there with the recorded size and hash.
+void files_check(const std::string& dir, const json& trainer, const std::string& what) {
+  if (!trainer.contains("files")) return;  // written before checkpoints carried files
+  const json& files = trainer["files"];
+  AGOQ_CHECK(files.is_object(), what, ": trainer.json's \"files\" is not an object");
+  for (const auto& [name, rec] : files.items()) {
+    AGOQ_CHECK(file_name_plain(name), what, ": trainer.json lists '", name, "', which is not a plain file name");
+    std::ifstream in(path_join(dir, name.c_str()), std::ios::binary);
+    AGOQ_CHECK(in, what, ": ", name, " missing (the save committed it; deleted since?)");
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    AGOQ_CHECK(file_record(std::move(bytes).str()) == rec, what, ": ", name,
+               " is not the file this checkpoint saved (size or hash differ: damaged or replaced)");
+  }
+}
+
 struct OpenCheckpoint {
   CheckpointMeta meta;
   SafetensorsFile model, optimizer;
@@ -105,15 +133,19 @@ OpenCheckpoint checkpoint_open(const std::string& dir) {
   std::error_code ec;
   AGOQ_CHECK(fs::is_directory(dir, ec), what, ": no such directory");
   const json trainer = json_read_file(path_join(dir, kTrainerFile), what);
-  AGOQ_CHECK(trainer.value("format", "") == kFormat, what, ": trainer.json is not an agoq checkpoint marker");
-  AGOQ_CHECK(trainer.value("version", 0) == kFormatVersion, what, ": unsupported checkpoint version ",
-             trainer.value("version", json()).dump());
-  AGOQ_CHECK(trainer.contains("step") && trainer["step"].is_number_integer() && trainer.contains("commit") &&
-                 trainer["commit"].is_string() && trainer.contains("config") && trainer.contains("trainer"),
+  // Types are checked before any value is read (nlohmann's value() throws its own error on a wrong type).
+  auto has = [&](const char* key, json::value_t type) { return trainer.contains(key) && trainer[key].type() == type; };
+  AGOQ_CHECK(has("format", json::value_t::string) && trainer["format"] == kFormat, what,
+             ": trainer.json is not an agoq checkpoint marker");
+  AGOQ_CHECK(trainer.contains("version") && trainer["version"] == kFormatVersion, what,
+             ": unsupported checkpoint version ", trainer.contains("version") ? trainer["version"].dump() : "(none)");
+  AGOQ_CHECK((has("step", json::value_t::number_integer) || has("step", json::value_t::number_unsigned)) &&
+                 has("commit", json::value_t::string) && trainer.contains("config") && trainer.contains("trainer"),
              what, ": trainer.json lacks step, commit, config or trainer");
 
   CheckpointMeta meta;
   meta.step = trainer["step"].get<int64_t>();
+  AGOQ_CHECK(meta.step >= 0, what, ": trainer.json's step ", trainer["step"].dump(), " is negative");
   meta.commit = trainer["commit"].get<std::string>();
   meta.trainer = trainer["trainer"];
   const json config = json_read_file(path_join(dir, kConfigFile), what);
@@ -133,6 +165,7 @@ OpenCheckpoint checkpoint_open(const std::string& dir) {
     return f;
   };
   SafetensorsFile model = open_part(kModelFile), optimizer = open_part(kOptimizerFile);
+  files_check(dir, trainer, what);
   OpenCheckpoint ck{std::move(meta), std::move(model), std::move(optimizer)};
   ck.meta.optimizer_names = ck.optimizer.names();
   return ck;
@@ -140,18 +173,20 @@ OpenCheckpoint checkpoint_open(const std::string& dir) {
 
 }  // namespace
 
-void checkpoint_save(const std::string& dir, const LlamaConfig& config, const NamedTensors& weights,
-                     const NamedTensors& optimizer, const json& trainer, int64_t step) {
-  const std::string what = "checkpoint save to " + dir;
-  config.validate();
-  weights_check(config, weights, what, false);
-  tensors_by_name(optimizer, what);
-  std::error_code ec, ec_stat;
-  fs::create_directories(dir, ec);
-  AGOQ_CHECK(fs::is_directory(dir, ec_stat), what, ": cannot create the directory", ec ? ": " + ec.message() : "");
+namespace {
 
+void checkpoint_write(const std::string& dir, const LlamaConfig& config, const NamedTensors& weights,
+                      const NamedTensors& optimizer, const json& trainer, int64_t step,
+                      const std::vector<CheckpointFile>& files) {
+  const std::string what = "checkpoint save to " + dir;
   const std::string commit = commit_id_new(step);
   const json hf = config_to_hf_json(config);
+  // The config as a load will read it back must load (a number JSON cannot hold becomes null on the way).
+  try {
+    config_from_hf_json(json::parse(hf.dump(2))).validate();
+  } catch (const Error& e) {
+    fail(what, ": the config would not load back: ", e.what());
+  }
   auto write_tensors = [&](const NamedTensors& ts, const char* file, bool model_order) {
     SafetensorsWriter w;
     w.set_metadata("format", "pt");  // transformers refuses safetensors without it
@@ -174,8 +209,18 @@ void checkpoint_save(const std::string& dir, const LlamaConfig& config, const Na
   AtomicFile model = write_tensors(weights, kModelFile, true);
   AtomicFile moments = write_tensors(optimizer, kOptimizerFile, false);
   AtomicFile hf_config = write_text(kConfigFile, hf);
-  const json marker_json = {{"format", kFormat}, {"version", kFormatVersion}, {"step", step},
-                            {"commit", commit},  {"config", hf},             {"trainer", trainer}};
+  std::vector<AtomicFile> carried;
+  json file_records = json::object();
+  for (const CheckpointFile& f : files) {
+    AGOQ_CHECK(file_name_plain(f.name) && !file_records.contains(f.name), what, ": cannot carry a file named '",
+               f.name, "'");
+    AtomicFile& a = carried.emplace_back(path_join(dir, f.name.c_str()));
+    a.write(f.bytes);
+    a.finish();
+    file_records[f.name] = file_record(f.bytes);
+  }
+  const json marker_json = {{"format", kFormat}, {"version", kFormatVersion}, {"step", step}, {"commit", commit},
+                            {"config", hf},      {"files", file_records},   {"trainer", trainer}};
   AtomicFile marker = write_text(kTrainerFile, marker_json);
 
   // Un-commit the old checkpoint first so a crash below leaves "no marker" rather than a marker for mixed files;
@@ -184,7 +229,40 @@ void checkpoint_save(const std::string& dir, const LlamaConfig& config, const Na
   AGOQ_CHECK(::unlink(marker.path().c_str()) == 0 || errno == ENOENT, what, ": cannot remove old trainer.json: ",
              std::strerror(errno));
   dir_fsync(dir);
-  for (AtomicFile* f : {&model, &moments, &hf_config, &marker}) f->commit();  // the marker last
+  for (AtomicFile* f : {&model, &moments, &hf_config}) f->commit();
+  for (AtomicFile& f : carried) f.commit();
+  marker.commit();  // the marker last
+}
+
+}  // namespace
+
+void checkpoint_save(const std::string& dir, const LlamaConfig& config, const NamedTensors& weights,
+                     const NamedTensors& optimizer, const json& trainer, int64_t step,
+                     const std::vector<CheckpointFile>& files) {
+  const std::string what = "checkpoint save to " + dir;
+  config.validate();
+  weights_check(config, weights, what, false);
+  tensors_by_name(optimizer, what);
+  std::error_code ec, ec_stat;
+  const bool created = fs::create_directories(dir, ec);
+  AGOQ_CHECK(fs::is_directory(dir, ec_stat), what, ": cannot create the directory", ec ? ": " + ec.message() : "");
+  try {
+    checkpoint_write(dir, config, weights, optimizer, trainer, step, files);  // its temporaries are gone on a throw
+  } catch (const Error&) {
+    if (created) fs::remove_all(dir, ec);
+    throw;
+  }
+}
+
+void checkpoint_remove(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return;
+  const std::string marker = path_join(dir, kTrainerFile);
+  AGOQ_CHECK(::unlink(marker.c_str()) == 0 || errno == ENOENT, "checkpoint ", dir, ": cannot remove ", kTrainerFile,
+             ": ", std::strerror(errno));
+  dir_fsync(dir);
+  fs::remove_all(dir, ec);
+  AGOQ_CHECK(!ec, "checkpoint ", dir, ": cannot delete: ", ec.message());
 }
 
 CheckpointMeta checkpoint_inspect(const std::string& dir) { return checkpoint_open(dir).meta; }
@@ -202,6 +280,13 @@ CheckpointMeta checkpoint_load(const std::string& dir, const LlamaConfig& config
   if (!optimizer.empty()) file_tensors_check(ck.optimizer, optimizer, what, part);
   for (const NamedTensor& t : weights) ck.model.read_f32(t.name, t.data, t.shape);
   for (const NamedTensor& t : optimizer) ck.optimizer.read_f32(t.name, t.data, t.shape);
+  // A NaN saved is a NaN everywhere after it (sampling "⁇ ⁇ ⁇", a resumed run diverging at once): refused here.
+  for (const NamedTensors* ts : {&weights, &optimizer})
+    for (const NamedTensor& t : *ts) {
+      const size_t n = size_t(safetensors_numel(t.shape));
+      const size_t bad = size_t(std::count_if(t.data, t.data + n, [](float x) { return !std::isfinite(x); }));
+      AGOQ_CHECK(bad == 0, what, ": tensor '", t.name, "' holds ", bad, " non-finite values (NaN or infinity) of ", n);
+    }
   return std::move(ck.meta);
 }
 

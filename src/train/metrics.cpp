@@ -5,7 +5,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/memory.h"
 
@@ -31,10 +33,25 @@ double StepPace::eta_seconds(long steps_left) const {
   return (ends_.back() - ends_.front()) / double(ends_.size() - 1) * double(steps_left);
 }
 
-MetricsLog::MetricsLog(const std::string& jsonl_path, bool append, long total_steps, int log_every, bool quiet)
+void metrics_log_truncate(const std::string& path, long step) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;  // no log yet
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // no newline: a record torn by a kill
+    const nlohmann::json rec = nlohmann::json::parse(line, nullptr, false);
+    const bool ours = rec.is_object() && rec.contains("step") && rec["step"].is_number_integer();
+    if (ours && rec["step"].get<long>() <= step) kept += line + '\n';
+  }
+  AGOQ_CHECK(!in.bad(), "cannot read metrics file ", path, ": ", std::strerror(errno));
+  atomic_file_write(path, kept);
+}
+
+MetricsLog::MetricsLog(const std::string& jsonl_path, long resumed_step, long total_steps, int log_every, bool quiet)
     : total_(total_steps), every_(log_every > 0 ? log_every : 1), quiet_(quiet), tty_(isatty(STDERR_FILENO)) {
   if (!jsonl_path.empty()) {
-    file_ = std::fopen(jsonl_path.c_str(), append ? "a" : "w");
+    if (resumed_step >= 0) metrics_log_truncate(jsonl_path, resumed_step);
+    file_ = std::fopen(jsonl_path.c_str(), resumed_step >= 0 ? "a" : "w");
     AGOQ_CHECK(file_, "cannot open metrics file ", jsonl_path, ": ", std::strerror(errno));
     path_ = jsonl_path;
   }

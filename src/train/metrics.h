@@ -23,8 +23,9 @@ class StepPace {
 
 class MetricsLog {
  public:
-  // jsonl_path empty: no file. Appends when `append` (a resumed run continues its log).
-  MetricsLog(const std::string& jsonl_path, bool append, long total_steps, int log_every, bool quiet);
+  // jsonl_path empty: no file. resumed_step >= 0: a resumed run continues the log from that step: the records of
+  // later steps (written after the checkpoint by a run that then died) are dropped first, so no step appears twice.
+  MetricsLog(const std::string& jsonl_path, long resumed_step, long total_steps, int log_every, bool quiet);
   ~MetricsLog();
   // One record per step (written to the JSONL file; a failed write throws); the console shows the bar or every
   // log_every-th line.
@@ -42,6 +43,9 @@ class MetricsLog {
   std::chrono::steady_clock::time_point start_;
   StepPace pace_;
 };
+
+// Rewrites the JSONL log at `path` (atomically) without the records of steps after `step`, and a torn last line.
+void metrics_log_truncate(const std::string& path, long step);
 
 // The tracker's current and peak bytes per category, as a JSON object.
 nlohmann::json memory_json();

@@ -10,6 +10,8 @@
 
 #include "comm/comm_check.h"
 #include "core/error.h"
+#include "core/stop_signal.h"
+#include "data/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/dp_flags.h"
 #include "plan/memory_model.h"
@@ -47,7 +49,7 @@ TrainSession::TrainSession(const TrainOptions& opt)
   MemoryTracker::global().reset_peaks();
   if (lead_) fs::create_directories(opt_.out_dir);
   log_ = std::make_unique<MetricsLog>(lead_ ? (fs::path(opt_.out_dir) / "metrics.jsonl").string() : std::string(),
-                                      !opt_.resume.empty(), opt_.steps, opt_.log_every, opt_.quiet || !lead_);
+                                      opt_.resume.empty() ? -1 : step_, opt_.steps, opt_.log_every, opt_.quiet || !lead_);
   // Dynamic bit allocation (train/replan.h): the stores calibrate sensitivities until the re-planning step.
   if (opt_.mem_budget > 0)
     for (int i = model_->store_count() - 1; i >= 0; --i) model_->select_store(i), model_->store().set_calibration(true);
@@ -93,6 +95,14 @@ void TrainSession::data_load() {
   const fs::path data(opt_.data_dir);
   train_set_ = TokenDataset::load((data / "train.bin").string());
   val_set_ = TokenDataset::load((data / "val.bin").string());
+  // The tokenizer the checkpoints will carry must be the one that made the tokens (`agoq sample` decodes with it).
+  const fs::path tok = data / "tokenizer.model";
+  if (fs::exists(tok)) {
+    const int pieces = Tokenizer::load(tok.string()).vocab_size();
+    AGOQ_CHECK(size_t(pieces) == train_set_.vocab_size(), "--data ", data.string(), ": tokenizer.model has ", pieces,
+               " pieces but train.bin's header says vocab ", train_set_.vocab_size(),
+               ": the token files were not made with this tokenizer (run `agoq prepare` again)");
+  }
 }
 
 // The model's shape: the flags' (vocabulary from the data), or the checkpoint's when resuming. Then every rank
@@ -103,7 +113,10 @@ void TrainSession::config_resolve() {
   if (cfg_.max_seq_len < T_) cfg_.max_seq_len = T_;
   if (!opt_.resume.empty()) {
     const CheckpointMeta meta = checkpoint_inspect(opt_.resume);
-    cfg_ = meta.config;  // the checkpoint's shape wins
+    const std::string disagree = model_flags_disagreeing(opt_, meta.config);
+    AGOQ_CHECK(disagree.empty(), "--resume ", opt_.resume, ": ", disagree,
+               "; a resumed run keeps the checkpoint's model: drop the flag (or start a new run)");
+    cfg_ = meta.config;
     resume_commit_ = meta.commit;
   }
   comm_agreed(world_, [&] { cfg_.validate(); });
@@ -165,15 +178,35 @@ void TrainSession::resume() {
         checkpoint_load(opt_.resume, cfg_, weights, dp_->moments_load_views(), /*part=*/grid_.P > 1);
     dp_->moments_scatter();
     step_ = meta.step;
-    loader_->set_state(DataLoader::State::from_string(meta.trainer.at("loader").get<std::string>()));
+    loader_->set_state(resume_loader_state(meta, opt_.resume));
   }
   AGOQ_CHECK(step_ < opt_.steps, "checkpoint is already at step ", step_, " of --steps ", opt_.steps);
 }
 
+// Every rank learns whether any rank was asked to stop (one small all-reduce per step), so all stop at one step.
+int TrainSession::stop_agreed() {
+  int sig = stop_signal_received();
+  if (world_.size() > 1) world_.allreduce(&sig, &sig, 1, CommDtype::i32, CommOp::max);
+  return sig;
+}
+
+void TrainSession::stop_signals_arm() const {
+  char note[256];
+  if (world_.size() == 1)
+    std::snprintf(note, sizeof note, "\nagoq: stop signal received: finishing this step, then a checkpoint "
+                                     "(a second signal stops at once)\n");
+  else
+    std::snprintf(note, sizeof note, "\nagoq: rank %d/%d: stop signal received (from the scheduler, or from mpirun "
+                  "because another rank failed: its report names that rank): finishing this step, then a "
+                  "checkpoint\n", world_.rank(), world_.size());
+  stop_signals_install(note);
+}
+
 TrainResult TrainSession::run() {
   TrainResult result;
+  stop_signals_arm();
   const long first = step_ + 1;
-  const long last = opt_.stop_after > 0 ? std::min(opt_.steps, step_ + opt_.stop_after) : opt_.steps;
+  long last = opt_.stop_after > 0 ? std::min(opt_.steps, step_ + opt_.stop_after) : opt_.steps;
   const double tokens = double(B_) * T_ * m_ * grid_.D;  // per step, over the replicas
   for (long step = first; step <= last; ++step) {
     if (step == opt_.debug_exit_step && grid_.replica == opt_.debug_exit_rank) {
@@ -205,6 +238,7 @@ TrainResult TrainSession::run() {
     rec["memory"] = memory_json();
     log_->step(step, rec);
     step_ = step;
+    if (step < last && (result.stop_signal = stop_agreed()) != 0) last = step;  // the final checkpoint, then out
     if (opt_.ckpt_every > 0 && step % opt_.ckpt_every == 0 && step != last) checkpoint(step);
     if (opt_.mem_budget > 0 && step == first + opt_.replan_after - 1) replan();
   }
@@ -216,6 +250,11 @@ TrainResult TrainSession::run() {
   log_->finish();
   result.tokens_per_s = tokens * double(last - first + 1) / seconds_total_;
   report(result, first);
+  if (result.stop_signal && lead_) {
+    const std::string ckpt = (fs::path(opt_.out_dir) / "ckpt").string();
+    std::fprintf(stderr, "agoq: stopped by %s after step %ld of %ld; checkpoint %s (continue with --resume %s)\n",
+                 stop_signal_name(result.stop_signal), last, opt_.steps, ckpt.c_str(), ckpt.c_str());
+  }
   return result;
 }
 

@@ -16,6 +16,7 @@
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
 #include "plan/memory_model.h"
+#include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
 
@@ -46,6 +47,8 @@ class TrainSession {
   // Checkpoint `at_step` as ckpt-step<N>, then point `ckpt` at it (train/session_checkpoint.cpp). Collective.
   void checkpoint(long at_step);
   void replan();
+  void stop_signals_arm() const;  // from here on a stop signal ends the run after its step (train_run)
+  int stop_agreed();              // the stop signal any rank received, or 0; collective
   // The end-of-run tables (train/session_report.cpp).
   void report(const TrainResult& r, long first) const;
   void report_stages(const std::vector<double>& stage_peaks) const;
@@ -79,8 +82,13 @@ class TrainSession {
 void train_options_validate(const TrainOptions& o);
 // Everything that must agree across ranks for their collectives to match and their replicas to stay equal.
 std::string train_run_description(const TrainOptions& o, const LlamaConfig& cfg, const std::string& resume_commit);
+// The model flags (o.model_flags) whose value differs from the checkpoint's config, as "--dim 64 (checkpoint: 128)";
+// empty when all agree.
+std::string model_flags_disagreeing(const TrainOptions& o, const LlamaConfig& checkpoint);
 // "name size bytes fnv <hash>": ranks compare file contents, not paths (machines may mount data differently).
 std::string file_digest(const std::filesystem::path& p);
 NamedTensors named_tensors_of(ParamSet& p);
+// Where the data loader stood at the checkpoint (its trainer.json); errors name the checkpoint and what is wrong.
+DataLoader::State resume_loader_state(const CheckpointMeta& meta, const std::string& dir);
 
 }  // namespace agoq

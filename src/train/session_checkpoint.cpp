@@ -53,12 +53,13 @@ void stages_gather_tensors(Communicator& pipe, const LlamaConfig& cfg, const std
 }
 
 // Each checkpoint is a new directory; the link `ckpt` is then switched to it with one atomic rename, and only after
-// that is the previous one removed. A crash at any point leaves `ckpt` naming a complete checkpoint.
+// that is the previous one removed, un-committed first. A crash at any point leaves `ckpt` naming a complete
+// checkpoint, and any other folder either complete or without its trainer.json.
 void ckpt_link_switch(const fs::path& out_dir, const std::string& name) {
   const fs::path link = out_dir / "ckpt";
   const fs::path previous = fs::is_symlink(link) ? fs::read_symlink(link) : fs::path();
   atomic_symlink(name, link.string());
-  if (!previous.empty() && previous != name) fs::remove_all(out_dir / previous);
+  if (!previous.empty() && previous != name) checkpoint_remove((out_dir / previous).string());
 }
 
 std::string file_read(const fs::path& p) {
@@ -75,6 +76,19 @@ NamedTensors named_tensors_of(ParamSet& p) {
   NamedTensors out;
   for (const ParamTensor& t : p.named()) out.push_back({t.name, t.shape, t.data});
   return out;
+}
+
+DataLoader::State resume_loader_state(const CheckpointMeta& meta, const std::string& dir) {
+  const nlohmann::json* loader = meta.trainer.is_object() && meta.trainer.contains("loader") ? &meta.trainer["loader"]
+                                                                                              : nullptr;
+  AGOQ_CHECK(loader && loader->is_string(), "checkpoint ", dir,
+             ": trainer.json has no data-loader position (\"trainer\": {\"loader\": ...}); it was not written by "
+             "`agoq train`");
+  try {
+    return DataLoader::State::from_string(loader->get<std::string>());
+  } catch (const Error& e) {
+    fail("checkpoint ", dir, ": trainer.json: ", e.what());
+  }
 }
 
 void TrainSession::checkpoint(long at_step) {
@@ -96,9 +110,10 @@ void TrainSession::checkpoint(long at_step) {
                                     {"grad_store", opt_.grad_store},
                                     {"allreduce", opt_.allreduce},
                                     {"zero", opt_.zero}};
-    checkpoint_save(dir.string(), cfg_, weights, moments, trainer, at_step);
+    std::vector<CheckpointFile> files;  // the tokenizer travels with the model, so `agoq sample` needs nothing else
     const fs::path tok = fs::path(opt_.data_dir) / "tokenizer.model";
-    if (fs::exists(tok)) atomic_file_write((dir / "tokenizer.model").string(), file_read(tok));
+    if (fs::exists(tok)) files.push_back({"tokenizer.model", file_read(tok)});
+    checkpoint_save(dir.string(), cfg_, weights, moments, trainer, at_step, files);
     ckpt_link_switch(out, name);
     log_->note("checkpoint: step " + std::to_string(at_step) + " -> " + (out / "ckpt").string());
   }

@@ -1,6 +1,7 @@
 // train_run and the session's stateless parts: flag validation and what ranks compare at start-up.
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -40,6 +41,29 @@ void train_options_validate(const TrainOptions& o) {
   AGOQ_CHECK(o.replan_after >= 1, "--replan-after must be >= 1 (got ", o.replan_after, ")");
   AGOQ_CHECK(o.grad_rounding == "stochastic" || o.grad_rounding == "nearest",
              "--grad-rounding must be stochastic or nearest (got '", o.grad_rounding, "')");
+}
+
+std::string model_flags_disagreeing(const TrainOptions& o, const LlamaConfig& ck) {
+  const LlamaConfig& m = o.model;
+  std::ostringstream out;
+  auto field = [&](const std::string& flag, const auto& given, const auto& saved) {
+    if (std::find(o.model_flags.begin(), o.model_flags.end(), flag) == o.model_flags.end() || given == saved) return;
+    out << (out.tellp() > 0 ? ", " : "") << flag << ' ' << given << " (checkpoint: " << saved << ')';
+  };
+  field("--dim", m.dim, ck.dim);
+  field("--layers", m.n_layers, ck.n_layers);
+  field("--heads", m.n_heads, ck.n_heads);
+  field("--kv-heads", m.n_kv_heads, ck.n_kv_heads);
+  field("--ffn", m.ffn_dim, ck.ffn_dim);
+  field("--rope-theta", m.rope_theta, ck.rope_theta);
+  field("--tie-embeddings", m.tie_embeddings, ck.tie_embeddings);
+  if (std::find(o.model_flags.begin(), o.model_flags.end(), "--config") != o.model_flags.end()) {
+    LlamaConfig file = m;  // the data and the sequence length decide these two, not the file
+    file.vocab_size = ck.vocab_size, file.max_seq_len = ck.max_seq_len;
+    const std::string diff = config_diff(file, ck);
+    if (!diff.empty()) out << (out.tellp() > 0 ? ", " : "") << "--config (file vs checkpoint: " << diff << ')';
+  }
+  return out.str();
 }
 
 std::string file_digest(const fs::path& p) {

@@ -16,6 +16,9 @@ struct TrainOptions {
   std::string data_dir;              // from `agoq prepare`: train.bin, val.bin, tokenizer.model
   std::string out_dir = "runs/demo"; // metrics.jsonl, ckpt/
   LlamaConfig model;                 // vocab_size is taken from the data
+  // The shape flags given ("--dim", ..., "--config"): a resumed run keeps the checkpoint's shape and refuses any of
+  // these that disagrees with it.
+  std::vector<std::string> model_flags;
   int batch = 8, seq = 256, accum = 1;
   long steps = 300, warmup = 30;
   float lr = 3e-3f, min_lr = 3e-4f, clip = 1.0f;
@@ -58,11 +61,18 @@ struct TrainResult {
   std::vector<float> grad_norms;         // global gradient norm per step, before clipping
   std::string replan_log;                // the re-planning line, when one ran
   MemSnapshot peak;                      // this rank's peak per category over the steps (before the last save)
+  int stop_signal = 0;                   // the signal that stopped the run early (0: it ran to its last step)
   size_t peak_total = 0;
 };
 
 // Collective over the communicator: every rank calls it with the same options (checked at start-up). Only rank 0
 // writes metrics and checkpoints and prints; every rank returns the same losses.
+// Exit status of a run stopped by SIGTERM, SIGINT or SIGUSR1 after it saved a checkpoint (EX_TEMPFAIL: run it
+// again with --resume).
+constexpr int kExitStopped = 75;
+
+// From the first step on, a stop signal on any rank (core/stop_signal.h) ends the run after the step in progress,
+// on every rank at the same step, with a checkpoint; TrainResult::stop_signal then says which signal.
 TrainResult train_run(const TrainOptions& opt);
 
 }  // namespace agoq

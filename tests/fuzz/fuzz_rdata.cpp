@@ -1,7 +1,5 @@
-// libFuzzer entry point for the R reader (src/data/rdata.cpp), the corpus importer that decodes bytes from
-// outside. Every input must end in a result or an agoq::Error: anything else that escapes (another exception, a
-// crash, a sanitizer report, a hang, an allocation over libFuzzer's limit) is a bug. The same function runs under
-// ctest in test_fuzz (tests/fuzz/test_fuzz_rdata.cpp); tests/fuzz/README.md says how to run libFuzzer on it.
+// Fuzz target of the R reader (src/data/rdata.cpp), the corpus importer that decodes bytes from outside
+// (fuzz_target.h). Under ctest it also runs on seeds built the way R writes them (test_fuzz_rdata.cpp).
 //
 // Input: one mode byte, then the payload.
 //   even mode: the payload is one object as R stores it (gzip .rds/.rdx, a .rdb entry, or a bare "X\n" stream),
@@ -15,6 +13,7 @@
 
 #include "core/error.h"
 #include "data/rdata.h"
+#include "tests/fuzz/fuzz_target.h"
 
 namespace {
 
@@ -46,14 +45,18 @@ void decode_db(std::string_view payload) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+namespace agoq::fuzz {
+
+int rdata(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view payload(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
     if (data[0] & 1) decode_db(payload);
     else decode_one(payload);
-  } catch (const agoq::Error&) {
-    // the expected way for bad input to end
+  } catch (const agoq::Error& e) {
+    refused(e);
   }
   return 0;
 }
+
+}  // namespace agoq::fuzz

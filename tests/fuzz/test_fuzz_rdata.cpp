@@ -17,8 +17,8 @@
 
 #include "data/rdata.h"
 #include "tests/data/rdata_test_util.h"
+#include "tests/fuzz/fuzz_target.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace {
 
@@ -150,7 +150,7 @@ void run_one(const std::string& what, const std::string& in, int& failures) {
   if (std::getenv("AGOQ_FUZZ_TRACE")) std::cerr << what << "\n";
   const auto t0 = clock::now();
   try {
-    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(in.data()), in.size());
+    fuzz::rdata(reinterpret_cast<const uint8_t*>(in.data()), in.size());
   } catch (const std::exception& e) {
     ADD_FAILURE() << what << ": escaped as " << typeid(e).name() << ": " << e.what();
     ++failures;

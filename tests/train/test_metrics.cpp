@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <vector>
 
 #include "../common/expect_error.h"
 #include "train/metrics.h"
@@ -22,13 +25,33 @@ TEST(StepPace, EstimatesFromRecentStepsNotTheWholeRun) {
 }
 
 TEST(MetricsLog, FullDiskIsAnError) {
-  MetricsLog log("/dev/full", false, 10, 1, true);
+  MetricsLog log("/dev/full", -1, 10, 1, true);
   expect_error([&] { log.step(1, {{"step", 1}, {"loss", 2.0}}); }, {"cannot write metrics file", "/dev/full"});
 }
 
 TEST(MetricsLog, UnwritableFolderIsAnError) {
-  expect_error([] { MetricsLog log("/nonexistent-agoq-dir/metrics.jsonl", false, 10, 1, true); },
+  expect_error([] { MetricsLog log("/nonexistent-agoq-dir/metrics.jsonl", -1, 10, 1, true); },
                {"cannot open metrics file", "/nonexistent-agoq-dir"});
+}
+
+TEST(MetricsLog, ResumeDropsTheStepsAfterTheCheckpoint) {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / "agoq-metrics-resume.jsonl";
+  {
+    std::ofstream f(path);
+    for (int s = 1; s <= 14; ++s) f << nlohmann::json{{"step", s}, {"loss", 1.0 / s}}.dump() << "\n";
+    f << "{\"step\": 15, \"lo";  // torn by a kill
+  }
+  {
+    MetricsLog log(path.string(), 10, 20, 1, true);
+    log.step(11, {{"step", 11}, {"loss", 0.5}});
+  }
+  std::ifstream in(path);
+  std::vector<long> steps;
+  for (std::string line; std::getline(in, line);) steps.push_back(nlohmann::json::parse(line)["step"].get<long>());
+  std::vector<long> want(11);
+  std::iota(want.begin(), want.end(), 1);
+  EXPECT_EQ(steps, want);
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -1,0 +1,126 @@
+// Fuzz targets of the file formats: safetensors, token files, checkpoints (fuzz_target.h).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <vector>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "data/data_loader.h"
+#include "data/token_file.h"
+#include "model/hf.h"
+#include "tests/fuzz/fuzz_target.h"
+#include "train/checkpoint.h"
+#include "train/safetensors.h"
+#include "train/session.h"
+
+namespace agoq::fuzz {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// This process's temporary folder, removed when it exits.
+struct ScratchDir {
+  fs::path path;
+  ScratchDir() {
+    const char* tmp = std::getenv("TMPDIR");
+    path = fs::path(tmp ? tmp : "/tmp") / ("agoq-fuzz-" + std::to_string(::getpid()));
+    fs::create_directories(path);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+const fs::path& scratch_dir() {
+  static const ScratchDir dir;
+  return dir.path;
+}
+
+struct FuzzCheckpoint {
+  fs::path dir;
+  std::string commit;  // random per save: inputs say "COMMIT" where they mean it
+};
+
+// A checkpoint of a tiny model whose trainer.json each input replaces.
+const FuzzCheckpoint& fuzz_checkpoint() {
+  static const FuzzCheckpoint ck = [] {
+    const fs::path d = scratch_dir() / "ckpt";
+    LlamaConfig c;
+    c.vocab_size = 8, c.dim = 4, c.n_layers = 1, c.n_heads = 1, c.n_kv_heads = 1, c.ffn_dim = 4, c.max_seq_len = 4;
+    std::vector<std::vector<float>> data;
+    NamedTensors weights;
+    for (const HfTensor& t : hf_tensors(c)) {
+      data.emplace_back(size_t(safetensors_numel(t.shape)), 0.5f);
+      weights.push_back({t.name, t.shape, data.back().data()});
+    }
+    checkpoint_save(d.string(), c, weights, {}, {{"loader", DataLoader::State{}.to_string()}}, 1,
+                    {{"tokenizer.model", "not a tokenizer, but carried all the same"}});
+    return FuzzCheckpoint{d, checkpoint_inspect(d.string()).commit};
+  }();
+  return ck;
+}
+
+}  // namespace
+
+void refused(const std::exception& e) {
+  static const bool trace = std::getenv("AGOQ_FUZZ_TRACE") != nullptr;
+  if (trace) std::fprintf(stderr, "refused: %s\n", e.what());
+}
+
+std::string file_of(std::string_view bytes, const char* name) {
+  const std::string path = (scratch_dir() / name).string();
+  atomic_file_write(path, bytes);
+  return path;
+}
+
+int safetensors(const uint8_t* data, size_t size) {
+  try {
+    const SafetensorsFile f = SafetensorsFile::open(file_of(text_of(data, size), "t.safetensors"));
+    for (const std::string& name : f.names()) {  // every read the checks let through must stay inside the file
+      const SafeTensorInfo& t = f.get(name);
+      std::vector<char> raw(t.bytes);
+      f.read_raw(name, raw.data(), raw.size());
+      std::vector<float> values(size_t(safetensors_numel(t.shape)));
+      f.read_f32(name, values.data(), t.shape);
+    }
+    (void)f.metadata_value("agoq.commit");
+  } catch (const Error& e) {
+    refused(e);
+  }
+  return 0;
+}
+
+int token_file(const uint8_t* data, size_t size) {
+  try {
+    const std::string path = file_of(text_of(data, size), "train.bin");
+    const TokenFileHeader h = token_file_read_header(path);
+    std::vector<char> payload(h.count * h.dtype);
+    token_file_read_payload(path, h, payload.data());
+    (void)TokenDataset::load(path);
+  } catch (const Error& e) {
+    refused(e);
+  }
+  return 0;
+}
+
+int checkpoint(const uint8_t* data, size_t size) {
+  try {
+    const FuzzCheckpoint& ck = fuzz_checkpoint();
+    std::string text(text_of(data, size));
+    for (size_t at = text.find("COMMIT"); at != std::string::npos; at = text.find("COMMIT", at + ck.commit.size()))
+      text.replace(at, 6, ck.commit);
+    atomic_file_write((ck.dir / "trainer.json").string(), text);
+    const CheckpointMeta meta = checkpoint_inspect(ck.dir.string());
+    (void)resume_loader_state(meta, ck.dir.string());
+  } catch (const Error& e) {
+    refused(e);
+  }
+  return 0;
+}
+
+}  // namespace agoq::fuzz
