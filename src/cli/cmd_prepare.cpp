@@ -53,7 +53,11 @@ PreparedTokenizer prepare_tokenizer(const PrepareArgs& a, const Corpus& corpus) 
     opt.vocab_size = a.vocab_size;
     opt.max_bytes = a.max_chars > 0 ? utf8_prefix_bytes(corpus.text, uint64_t(a.max_chars)) : 0;
     p.train_bytes = opt.max_bytes ? std::min(opt.max_bytes, corpus.text.size()) : corpus.text.size();
-    p.tok = Tokenizer::train(corpus.text, opt);
+    try {
+      p.tok = Tokenizer::train(corpus.text, opt);
+    } catch (const Error& e) {
+      fail("--input ", a.input, ": ", e.what());
+    }
   } else {
     p.tok = Tokenizer::load(a.tokenizer);
   }

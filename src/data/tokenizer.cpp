@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <unordered_map>
 
 #include "core/atomic_file.h"
@@ -13,6 +14,14 @@
 namespace agoq {
 
 namespace {
+
+// SentencePiece's message without the source location it leads with ("Internal: ./src/x.cc(660) [cond] why").
+std::string sentencepiece_reason(const sentencepiece::util::Status& st) {
+  const std::string text = st.ToString();
+  std::smatch m;
+  if (std::regex_match(text, m, std::regex(R"(\w+: \S+\(\d+\) \[.*?\] (.*))"))) return m[1].str();
+  return text;
+}
 
 // SentencePiece drops training sentences over max_sentence_length (4192 bytes by default); long lines (a whole
 // paragraph per line) are cut at a space below this instead.
@@ -108,8 +117,14 @@ Tokenizer Tokenizer::train(std::string_view text, const TokenizerTrainOptions& o
   LineIterator lines(text);
   std::string proto;
   const auto st = sentencepiece::SentencePieceTrainer::Train(args, &lines, &proto);
-  AGOQ_CHECK(st.ok(), "tokenizer training (vocab size ", opt.vocab_size, ", ", text.size(),
-             " bytes of text) failed: ", st.ToString());
+  if (!st.ok()) {
+    const std::string why = sentencepiece_reason(st);
+    std::smatch at_most;
+    if (std::regex_search(why, at_most, std::regex(R"(Vocabulary size too high.*<= (\d+))")))
+      fail("the text (", text.size(), " bytes) is too small for a ", opt.vocab_size, "-piece vocabulary: give more ",
+           "text, or --vocab-size ", at_most[1].str(), " or less");
+    fail("tokenizer training (vocab size ", opt.vocab_size, ", ", text.size(), " bytes of text) failed: ", why);
+  }
   return from_serialized(std::move(proto), "trained tokenizer");
 }
 
@@ -120,7 +135,7 @@ Tokenizer Tokenizer::from_serialized(std::string serialized, const std::string& 
   t.sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const auto st = t.sp_->LoadFromSerializedProto(serialized);
   AGOQ_CHECK(st.ok() && t.sp_->GetPieceSize() > 0, "tokenizer ", what,
-             ": not a valid SentencePiece model (", st.ok() ? "no pieces" : st.ToString(), ")");
+             ": not a valid SentencePiece model (", st.ok() ? "no pieces" : sentencepiece_reason(st), ")");
   t.proto_ = std::move(serialized);
   t.origin_ = what;
   return t;
@@ -151,7 +166,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
     const auto st = sp.Encode(chunks[i], &parts[i]);
     if (!st.ok()) {
 #pragma omp critical
-      error = st.ToString();
+      error = sentencepiece_reason(st);
     }
   }
   AGOQ_CHECK(error.empty(), "tokenizer ", origin_, ": encode failed: ", error);
@@ -172,7 +187,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
                " is outside the vocabulary (size ", n, ")");
   std::string out;
   const auto st = sp.Decode(v, &out);
-  AGOQ_CHECK(st.ok(), "tokenizer ", origin_, ": decode failed: ", st.ToString());
+  AGOQ_CHECK(st.ok(), "tokenizer ", origin_, ": decode failed: ", sentencepiece_reason(st));
   return out;
 }
 

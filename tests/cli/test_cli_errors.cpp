@@ -78,6 +78,10 @@ TEST_F(CliErrors, MissingOrCorruptTokenizer) {
   std::ofstream(d("bad.model")) << "garbage";
   expect_clean_error("prepare --input " + d("corpus.txt") + " --tokenizer " + d("bad.model") + " --out " + d("prep"),
                      "bad.model");
+  // SentencePiece's own words, without its source location: what is wrong and the way out.
+  const std::string small = "prepare --input " + d("corpus.txt") + " --out " + d("prep");
+  expect_clean_error(small, "corpus.txt: the text (27 bytes) is too small for a 4096-piece vocabulary");
+  EXPECT_EQ(run_agoq(small).err.find(".cc("), std::string::npos);
 }
 
 // Every numeric flag is checked for finiteness and range before anything runs, naming the flag; none trains to an
