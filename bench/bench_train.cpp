@@ -1,14 +1,22 @@
 // `agoq bench train`: training throughput and model FLOPs utilisation on the reference config, and the peak
 // memory breakdown of a larger config. Both measured in one run.
 #include <cblas.h>
+#include <omp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/cpu_share.h"
+#include "core/error.h"
 #include "core/memory.h"
 #include "core/rng.h"
 #include "model/llama.h"
@@ -43,7 +51,9 @@ struct StepStats {
 };
 
 // Builds the model and optimizer, runs warm-up steps, then times `steps` full training steps on random tokens.
-StepStats bench_steps(const LlamaConfig& cfg, int B, int T, int warmup, int steps, const std::string& policy) {
+// With `threads`, the OpenMP team follows the machine's load between steps, as `agoq train` does.
+StepStats bench_steps(const LlamaConfig& cfg, int B, int T, int warmup, int steps, const std::string& policy,
+                      CpuThreads* threads = nullptr) {
   MemoryTracker::global().reset_peaks();
   LlamaModel model(cfg, B, T, ActPolicy::parse(policy, cfg.n_layers));
   model.init_weights(7);
@@ -52,6 +62,7 @@ StepStats bench_steps(const LlamaConfig& cfg, int B, int T, int warmup, int step
   Rng rng(3);
   for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
   auto one_step = [&](long s) {
+    if (threads) threads->adapt();
     model.grads().zero();
     model.forward_backward(in.data(), tgt.data(), B, T);
     adam.step(model.params().data(), model.grads().data(), 1e-4f, s);
@@ -67,14 +78,59 @@ struct Args {
   bool json = false;
   int steps = 10;
   bool skip_memory = false;
+  bool busy_neighbour = false;
 };
 
-void bench_train_run(const Args& a) {
-  const double peak = sgemm_peak_gflops();
+// A CPU-bound process beside the benchmark (a spinning child), for as long as this object lives.
+struct BusyLoop {
+  pid_t pid = fork();
+  BusyLoop() {
+    if (pid == 0) {
+      volatile uint64_t x = 0;
+      for (;;) x = x + 1;
+    }
+    AGOQ_CHECK(pid > 0, "bench train: cannot start the busy loop: ", std::strerror(errno));
+  }
+  ~BusyLoop() {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+};
 
+// Tokens/s on the reference config on a quiet machine, then beside one busy loop: with the team following the
+// load (agoq's default), and with one thread per core as OpenMP would start it.
+void bench_train_busy(const Args& a, const LlamaConfig& ref, int B, int T) {
+  const int cores = omp_get_max_threads();
+  CpuThreads threads(0.5);
+  AGOQ_CHECK(threads.active(), "bench train --busy-neighbour: unset OMP_NUM_THREADS (the team size is then agoq's)");
+  const double quiet = B * T / bench_steps(ref, B, T, 2, a.steps, "fp32", &threads).seconds_per_step;
+  double adaptive = 0, fixed = 0;
+  {
+    BusyLoop busy;
+    adaptive = B * T / bench_steps(ref, B, T, 2, a.steps, "fp32", &threads).seconds_per_step;
+    omp_set_num_threads(cores);
+    fixed = B * T / bench_steps(ref, B, T, 0, 2, "fp32").seconds_per_step;
+  }
+  if (a.json) {
+    nlohmann::json j = {{"cores", cores}, {"quiet_tokens_per_s", quiet}, {"busy_adaptive_tokens_per_s", adaptive},
+                        {"busy_fixed_tokens_per_s", fixed}, {"adaptive_vs_quiet", adaptive / quiet},
+                        {"fixed_vs_quiet", fixed / quiet}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("agoq bench train --busy-neighbour: reference config, %d cores, one busy loop beside the run\n", cores);
+  std::printf("  %-44s %10s %8s\n", "", "tokens/s", "vs quiet");
+  std::printf("  %-44s %10.0f %8.2f\n", "quiet machine", quiet, 1.0);
+  std::printf("  %-44s %10.0f %8.2f\n", "busy loop, threads follow the load (default)", adaptive, adaptive / quiet);
+  std::printf("  %-44s %10.0f %8.2f\n", "busy loop, one thread per core", fixed, fixed / quiet);
+}
+
+void bench_train_run(const Args& a) {
   LlamaConfig ref;  // dim 256, 6 layers, 8 heads (kv 8), ffn 688, vocab 4096
   ref.max_seq_len = 256;
   const int B = 8, T = 256;
+  if (a.busy_neighbour) return bench_train_busy(a, ref, B, T);
+  const double peak = sgemm_peak_gflops();
   const StepStats s = bench_steps(ref, B, T, 2, a.steps, "fp32");
   const double tokens_per_s = B * T / s.seconds_per_step;
   // Model FLOPs per token: 6 x (matmul parameters: all but the input embedding) + causal attention, whose two
@@ -121,6 +177,8 @@ const CliCommand kBenchTrain("bench", 20, [](CLI::App& bench) {
   c->add_flag("--json", args->json, "print one JSON object");
   c->add_option("--steps", args->steps, "timed steps")->capture_default_str();
   c->add_flag("--skip-memory", args->skip_memory, "skip the (slow) large-config memory measurement");
+  c->add_flag("--busy-neighbour", args->busy_neighbour,
+              "tokens/s quiet and beside a busy-loop process: threads following the load vs one per core");
   c->callback([args] { bench_train_run(*args); });
 });
 

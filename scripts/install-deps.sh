@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs what agoq needs to build, test and run, from Debian's packages (see docs/dependencies.md for why each
-# one is here). Usage: scripts/install-deps.sh [--test]   (--test adds PyTorch for the parity test)
+# one is here). Usage: scripts/install-deps.sh [--test | --sanitize]   (--test adds PyTorch for the parity test,
+# --sanitize clang and its sanitizer and libFuzzer runtimes for scripts/sanitize.sh)
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin
       libsentencepiece-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev
       python3 python3-matplotlib)
 [ "${1:-}" = "--test" ] && pkgs+=(python3-torch python3-numpy)
+[ "${1:-}" = "--sanitize" ] && pkgs+=(clang libclang-rt-14-dev libomp-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -215,6 +215,7 @@ TrainResult TrainSession::run() {
       std::fflush(stderr);
       _exit(3);
     }
+    if (const std::string note = cpu_threads_.adapt(); !note.empty()) log_->note(note);
     const auto t0 = std::chrono::steady_clock::now();
     const float lr = lr_schedule(step, opt_.lr, opt_.min_lr, opt_.warmup, opt_.steps);
     const DpStepResult r = train_step(step, lr);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_share.h"
 #include "data/data_loader.h"
 #include "parallel/data_parallel.h"
 #include "parallel/grid.h"
@@ -70,6 +71,7 @@ class TrainSession {
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<Pipeline> pipeline_;  // P > 1
   std::unique_ptr<MetricsLog> log_;
+  CpuThreads cpu_threads_;  // the cores other processes leave free, re-measured between steps
   long step_ = 0;  // the last completed step
   std::vector<int32_t> inputs_, targets_;  // this replica's m micro-batches of the step, back to back
   std::vector<int32_t> skipped_;           // where the other replicas' micro-batches are drawn to (inputs, targets)

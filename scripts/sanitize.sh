@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The second configuration of the suite (scripts/test.sh runs it after the first): everything built by clang++ with
+# AddressSanitizer + UndefinedBehaviorSanitizer and libFuzzer coverage (-DAGOQ_FUZZ=ON), then
+#   1. the single-process unit suites of every module but two (ctest -LE mpi): test_cli, which drives the binary
+#      some hundred times, and test_parallel's whole multi-rank trainings are left to the first configuration;
+#   2. every fuzz target on its committed corpus (test_fuzz) and fuzzing each for a few seconds from it.
+# Any sanitizer report fails the run (-fno-sanitize-recover, halt_on_error). Usage: scripts/sanitize.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fuzz_seconds=${1:-5}
+bash scripts/install-deps.sh --sanitize
+CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGOQ_FUZZ=ON >/dev/null
+targets=(rdata safetensors hf_config checkpoint token_file act_policy flags)
+ninja -C build-san test_core test_quant test_model test_optim test_data test_plan test_comm test_train test_fuzz \
+  "${targets[@]/#/fuzz_}"
+
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=1
+export LSAN_OPTIONS=suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+# Tests of the binaries not built here (test_cli, test_parallel) are registered as <binary>_NOT_BUILT: skipped.
+(cd build-san && ctest --output-on-failure --timeout 900 -j2 -LE mpi -E '_NOT_BUILT$')
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for t in "${targets[@]}"; do
+  mkdir -p "$work/$t"
+  cp tests/fuzz/corpus/$t/* "$work/$t/"
+  build-san/fuzz_$t -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -malloc_limit_mb=512 -timeout=5 \
+    -max_len=4096 -artifact_prefix="$work/" "$work/$t" 2>"$work/$t.log" ||
+    { tail -40 "$work/$t.log"; echo "sanitize: fuzz_$t found a bug (input in $work)"; trap - EXIT; exit 1; }
+  echo "sanitize: fuzz_$t: $(grep -o 'Done [0-9]* runs' "$work/$t.log" || echo 'ran')"
+done
