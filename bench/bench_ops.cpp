@@ -88,7 +88,8 @@ void bench_ops_run(const Args& a) {
 
   // matmuls: forward, and backward (din and dw, twice the forward's FLOPs)
   const std::pair<int, int> shapes[] = {{a.dim, a.dim}, {a.dim, a.ffn}, {a.ffn, a.dim}, {a.dim, a.vocab}};
-  for (auto [in_dim, out_dim] : shapes) {
+  for (const auto& shape : shapes) {
+    const int in_dim = shape.first, out_dim = shape.second;  // not a structured binding: clang 14 cannot capture one
     auto in = random_buffer(size_t(N) * in_dim, 3), w = random_buffer(size_t(out_dim) * in_dim, 4, 0.05f);
     auto dout = random_buffer(size_t(N) * out_dim, 5);
     Buffer<float> out(size_t(N) * out_dim, MemCategory::workspace), din(size_t(N) * in_dim, MemCategory::workspace),

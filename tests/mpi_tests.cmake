@@ -34,7 +34,7 @@ if(TARGET test_parallel)
   set(dp_data ${CMAKE_BINARY_DIR}/parallel_fault_data)
   add_test(NAME parallel_corpus COMMAND ${CMAKE_COMMAND} -E env AGOQ_TEST_WRITE_DATA=${dp_data}
     $<TARGET_FILE:test_parallel>)
-  set_tests_properties(parallel_corpus PROPERTIES FIXTURES_SETUP dp_corpus)
+  set_tests_properties(parallel_corpus PROPERTIES FIXTURES_SETUP dp_corpus LABELS mpi)  # set-up of the MPI faults
   set(dp_mpirun "${MPIEXEC_EXECUTABLE};--allow-run-as-root;--oversubscribe;--bind-to;none;-x;OMP_NUM_THREADS=1;-x;OPENBLAS_NUM_THREADS=1")
   set(dp_train "$<TARGET_FILE:agoq>;train;--data;${dp_data};--dim;32;--layers;2;--heads;4;--kv-heads;2;--ffn;48;--seq;16;--batch;4;--steps;40;--eval-every;0;--eval-batches;1;--quiet")
   # A rank dies at step 3: mpirun names it and ends the job within seconds (no survivor waits forever).

@@ -21,6 +21,7 @@
 #include "quant/grad_q8.h"
 #include "quant/half.h"
 #include "quant/simd.h"
+#include "tests/common/bits_equal.h"
 
 namespace agoq {
 namespace {
@@ -152,13 +153,13 @@ TEST(AllreduceQ8, MatchesExactSumWithinBlockBoundAndSimulation) {
       comm_allreduce_q8_codes(w, ws, mine.data(), n, codes.data(), scales.data(), o);
       grad_q8_dequantize(codes.data(), scales.data(), n, dq.data(), o.block);
       if (N == 1) {  // one rank: nothing to reduce, the values come back unchanged
-        EXPECT_EQ(std::memcmp(out.data(), mine.data(), n * sizeof(float)), 0);
+        EXPECT_TRUE(bits_equal(out.data(), mine.data(), n * sizeof(float)));
         continue;
       }
-      EXPECT_EQ(std::memcmp(out.data(), dq.data(), n * sizeof(float)), 0) << "8-bit output = fp32 output";
+      EXPECT_TRUE(bits_equal(out.data(), dq.data(), n * sizeof(float))) << "8-bit output = fp32 output";
       Vec sim_scales;
       const Vec sim = simulate_allreduce_q8(xs, o.block, average, &sim_scales);
-      EXPECT_EQ(std::memcmp(out.data(), sim.data(), n * sizeof(float)), 0) << "collective = simulated steps";
+      EXPECT_TRUE(bits_equal(out.data(), sim.data(), n * sizeof(float))) << "collective = simulated steps";
       EXPECT_EQ(check_bound(xs, out, scales, o.block, average), 0u);
       if (n > 1000) {
         EXPECT_LT(rel_l2(out, exact_sum(xs, average)), 0.05);
@@ -261,7 +262,7 @@ TEST(AllreduceQ8, ReduceScatterThenAllgatherEqualsAllreduce) {
   }
   Vec gathered(n);
   w.allgatherv(shard.data(), shard.size() * sizeof(float), gathered.data(), bytes.data(), displs.data());
-  EXPECT_EQ(std::memcmp(gathered.data(), full.data(), n * sizeof(float)), 0);
+  EXPECT_TRUE(bits_equal(gathered.data(), full.data(), n * sizeof(float)));
 }
 
 TEST(AllreduceQ8, SmallTensorsFallBackToExactFp32Sum) {
@@ -271,7 +272,7 @@ TEST(AllreduceQ8, SmallTensorsFallBackToExactFp32Sum) {
     Vec mine = grad_data(n, 500 + w.rank()), out(n), ref = mine, ints(n), ints_out(n);
     comm_allreduce_q8(w, ws, mine.data(), out.data(), n);  // default: below 64 KiB
     w.allreduce_sum(ref.data(), n);
-    EXPECT_EQ(std::memcmp(out.data(), ref.data(), n * sizeof(float)), 0);
+    EXPECT_TRUE(bits_equal(out.data(), ref.data(), n * sizeof(float)));
     for (size_t i = 0; i < n; ++i) ints[i] = float(int(i % 1000) - 500 + w.rank());
     comm_allreduce_q8(w, ws, ints.data(), ints_out.data(), n);
     const int N = w.size();
@@ -297,17 +298,17 @@ TEST(AllreduceQ8, DeterministicAcrossCallsAndInPlace) {
   comm_allreduce_q8(w, ws, grad_data(5000, 9).data(), d.data(), 5000, o);  // another shape in between
   comm_allreduce_q8(w, ws, mine.data(), b.data(), n, o);
   comm_allreduce_q8(w, ws, c.data(), c.data(), n, o);
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0);
-  EXPECT_EQ(std::memcmp(a.data(), c.data(), n * sizeof(float)), 0);
+  EXPECT_TRUE(bits_equal(a.data(), b.data(), n * sizeof(float)));
+  EXPECT_TRUE(bits_equal(a.data(), c.data(), n * sizeof(float)));
   // Every rank holds the same bits.
   Vec r0 = a;
   w.broadcast(r0.data(), n * sizeof(float), 0);
-  EXPECT_EQ(std::memcmp(a.data(), r0.data(), n * sizeof(float)), 0);
+  EXPECT_TRUE(bits_equal(a.data(), r0.data(), n * sizeof(float)));
   // The scalar and the AVX2 kernels give the same bits, so ranks on different CPUs agree.
   quant_set_simd(false);
   comm_allreduce_q8(w, ws, mine.data(), b.data(), n, o);
   quant_set_simd(true);
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0);
+  EXPECT_TRUE(bits_equal(a.data(), b.data(), n * sizeof(float)));
 }
 
 TEST(AllreduceQ8, NonFiniteInputPoisonsOnlyItsBlock) {

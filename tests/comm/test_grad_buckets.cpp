@@ -9,6 +9,7 @@
 
 #include "comm/grad_buckets.h"
 #include "core/rng.h"
+#include "tests/common/bits_equal.h"
 
 namespace agoq {
 namespace {
@@ -87,13 +88,13 @@ TEST(GradBuckets, LayerRangesMustTileTheBuffer) {
 TEST(GradBuckets, OverlappedEqualsNonOverlappedQ8) {
   const auto a = run_steps(GradReduce::q8, true, 2), b = run_steps(GradReduce::q8, false, 2);
   ASSERT_EQ(a.size(), b.size());
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  EXPECT_TRUE(bits_equal(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
 TEST(GradBuckets, OverlappedEqualsNonOverlappedFp32) {
   const auto a = run_steps(GradReduce::fp32, true, 2), b = run_steps(GradReduce::fp32, false, 2);
   ASSERT_EQ(a.size(), b.size());
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  EXPECT_TRUE(bits_equal(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
 // Each bucket is one comm_allreduce_q8 call on its range (average over ranks); out-of-order readiness (the comm
@@ -115,7 +116,7 @@ TEST(GradBuckets, EqualsPerBucketAllreduceWhateverTheReadyOrder) {
     const GradRange r = gb.bucket_range(b);
     comm_allreduce_q8(w, ws, ref.data() + r.begin, ref.data() + r.begin, r.size(), o);
   }
-  EXPECT_EQ(std::memcmp(g.data(), ref.data(), n * sizeof(float)), 0);
+  EXPECT_TRUE(bits_equal(g.data(), ref.data(), n * sizeof(float)));
 }
 
 }  // namespace

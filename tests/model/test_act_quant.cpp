@@ -11,6 +11,7 @@
 #include "model/llama.h"
 #include "quant/stats.h"
 #include "model_test_util.h"
+#include "tests/common/bits_equal.h"
 
 namespace agoq {
 namespace {
@@ -166,7 +167,7 @@ TEST(ActQuant, TileFusedEncodesEqualWholeTensorEncodes) {
       QuantizedTensor whole(stored.format(), stored.rows(), stored.cols(), MemCategory::workspace);
       quant_encode(whole, a.store().fp32_data(l, s), q.store().slot_seed(l, s));
       ASSERT_EQ(whole.bytes(), stored.bytes());
-      EXPECT_EQ(std::memcmp(whole.view().codes, stored.view().codes, whole.bytes()), 0)
+      EXPECT_TRUE(bits_equal(whole.view().codes, stored.view().codes, whole.bytes()))
           << "layer " << l << " slot " << act_slot_name(s);
       ++compared;
     }

@@ -18,6 +18,7 @@
 #include "model/ops.h"
 #include "model/ops_simd.h"
 #include "op_reference.h"
+#include "tests/common/bits_equal.h"
 
 namespace agoq {
 namespace {
@@ -80,7 +81,7 @@ double fd_err(const float* got_grad, Vec& x, Loss&& loss, size_t count = 60, uin
 }
 
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && bits_equal(a.data(), b.data(), a.size() * sizeof(float));
 }
 
 // Runs f with the OpenMP thread count set to n, restoring it afterwards.
@@ -174,7 +175,8 @@ TEST(OpsRmsnorm, ForwardMatchesReference) {
 }
 
 TEST(OpsRmsnorm, BackwardAccumulatesAndMatchesFiniteDifferences) {
-  for (auto [N, C] : {std::pair{7, 13}, std::pair{67, 256}}) {
+  for (const auto& nc : {std::pair{7, 13}, std::pair{67, 256}}) {
+    const int N = nc.first, C = nc.second;
     const auto x = randn(size_t(N) * C, 12), w = randn(C, 13), R = randn(x.size(), 14);
     const auto dx0 = randn(x.size(), 15), dw0 = randn(C, 16);  // both grads accumulate onto these
     std::vector<float> out(x.size()), rstd(N);
@@ -449,7 +451,9 @@ TEST(OpsCrossEntropy, LargeVocabularyAndBadTarget) {
 
 // ---------------------------------------------------------------------------------------------------------------
 TEST(OpsEmbedding, ForwardAndAccumulatingBackward) {
-  for (auto [N, C, V] : {std::tuple{7, 13, 5}, std::tuple{300, 200, 11}}) {
+  for (const auto& ncv : {std::tuple{7, 13, 5}, std::tuple{300, 200, 11}}) {
+    const auto [N0, C0, V] = ncv;
+    const int N = N0, C = C0;  // the lambdas below use these: clang 14 cannot capture structured bindings
     std::vector<int> tokens(N);
     Rng rng(90);
     for (int& t : tokens) t = int(rng.below(V));  // repeats guaranteed

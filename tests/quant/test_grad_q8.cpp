@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "quant/grad_q8.h"
 #include "quant/simd.h"
+#include "tests/common/bits_equal.h"
 
 namespace agoq {
 namespace {
@@ -215,17 +216,17 @@ TEST(GradQ8, SumRequantizeEqualsDequantizeAddDivideQuantize) {
             EXPECT_EQ(grad_q8_sum_requantize(qp.data(), sp.data(), nsrc, n, divisor, got.data(), got_q.data(),
                                              got_s.data(), block),
                       ref_bad);
-            EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), n * 4));
+            EXPECT_TRUE(bits_equal(ref.data(), got.data(), n * 4));
             EXPECT_EQ(ref_q, got_q);
-            EXPECT_EQ(0, std::memcmp(ref_s.data(), got_s.data(), nb * 4));
+            EXPECT_TRUE(bits_equal(ref_s.data(), got_s.data(), nb * 4));
             // Without the fp32 output (the sum stays in a tile), and the fp32 output alone.
             std::fill(got_q.begin(), got_q.end(), int8_t(0));
             grad_q8_sum_requantize(qp.data(), sp.data(), nsrc, n, divisor, nullptr, got_q.data(), got_s.data(), block);
             EXPECT_EQ(ref_q, got_q);
-            EXPECT_EQ(0, std::memcmp(ref_s.data(), got_s.data(), nb * 4));
+            EXPECT_TRUE(bits_equal(ref_s.data(), got_s.data(), nb * 4));
             std::fill(got.begin(), got.end(), 0.f);
             grad_q8_sum_requantize(qp.data(), sp.data(), nsrc, n, divisor, got.data(), nullptr, nullptr, block);
-            EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), n * 4));
+            EXPECT_TRUE(bits_equal(ref.data(), got.data(), n * 4));
           }
   }
   quant_set_simd(true);
@@ -244,13 +245,13 @@ TEST(GradQ8, StreamingStoresGiveTheSameOutput) {
     const size_t aligned = (32 - reinterpret_cast<uintptr_t>(qs.data()) % 32) % 32;  // streaming needs 32 bytes
     for (size_t off : {aligned, aligned + 1, aligned + 8}) {
       grad_q8_quantize(x.data(), n, qs.data() + off, ss.data(), o);
-      EXPECT_EQ(0, std::memcmp(q.data(), qs.data() + off, n)) << "block " << block << " offset " << off;
-      EXPECT_EQ(0, std::memcmp(s.data(), ss.data(), s.size() * 4));
+      EXPECT_TRUE(bits_equal(q.data(), qs.data() + off, n)) << "block " << block << " offset " << off;
+      EXPECT_TRUE(bits_equal(s.data(), ss.data(), s.size() * 4));
     }
     grad_q8_dequantize(q.data(), s.data(), n, ref.data(), block);
     for (size_t off : {0, 1, 3, 7}) {
       grad_q8_dequantize_stream(q.data(), s.data(), n, got.data() + off, block);
-      EXPECT_EQ(0, std::memcmp(ref.data(), got.data() + off, n * 4)) << "block " << block << " offset " << off;
+      EXPECT_TRUE(bits_equal(ref.data(), got.data() + off, n * 4)) << "block " << block << " offset " << off;
     }
   }
 }
@@ -274,8 +275,8 @@ TEST(GradQ8, ShardsWithIndexBase) {
     first_scale += grad_q8_blocks(len, block);
   }
   EXPECT_EQ(first_scale, 5u + 1 + 11);
-  EXPECT_EQ(0, std::memcmp(whole.data(), parts.data(), 320));       // shard 0 = blocks 0..4 of the whole
-  EXPECT_EQ(0, std::memcmp(sw.data(), sp.data(), 5 * sizeof(float)));
+  EXPECT_TRUE(bits_equal(whole.data(), parts.data(), 320));       // shard 0 = blocks 0..4 of the whole
+  EXPECT_TRUE(bits_equal(sw.data(), sp.data(), 5 * sizeof(float)));
 }
 
 TEST(GradQ8, NonFiniteIsCountedAndPoisonsOnlyItsBlock) {
@@ -347,8 +348,8 @@ TEST(GradQ8, ReproducibleAcrossThreadsAndSimdMatchesScalar) {
   quant_set_simd(true);
   for (int cfg = 1; cfg < 3; ++cfg) {
     EXPECT_EQ(q[0], q[cfg]) << cfg;
-    EXPECT_EQ(0, std::memcmp(s[0].data(), s[cfg].data(), s[0].size() * 4)) << cfg;
-    EXPECT_EQ(0, std::memcmp(y[0].data(), y[cfg].data(), y[0].size() * 4)) << cfg;
+    EXPECT_TRUE(bits_equal(s[0].data(), s[cfg].data(), s[0].size() * 4)) << cfg;
+    EXPECT_TRUE(bits_equal(y[0].data(), y[cfg].data(), y[0].size() * 4)) << cfg;
   }
 }
 

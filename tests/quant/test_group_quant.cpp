@@ -14,6 +14,7 @@
 #include "quant/simd.h"
 #include "quant/stats.h"
 #include "quant/tensor.h"
+#include "tests/common/bits_equal.h"
 
 namespace agoq {
 namespace {
@@ -170,19 +171,19 @@ TEST(QuantGroup, StochasticIsReproducibleAcrossThreadsAndFusedRows) {
     omp_set_num_threads(2);
     quant_encode(b, x.data(), {77, 9});
     omp_set_num_threads(saved);
-    EXPECT_EQ(0, std::memcmp(a.view().codes, b.view().codes, a.bytes()));
+    EXPECT_TRUE(bits_equal(a.view().codes, b.view().codes, a.bytes()));
     // A producer writing row by row, in any order, with the same (seed, tensor id).
     for (size_t r = rows; r-- > 0;) quant_encode_row(f, x.data() + r * cols, cols, c.row(r), {77, 9}, r);
-    EXPECT_EQ(0, std::memcmp(a.view().codes, c.view().codes, a.bytes()));
+    EXPECT_TRUE(bits_equal(a.view().codes, c.view().codes, a.bytes()));
     // Row ranges: the same bytes as the whole tensor.
     quant_encode_rows(f, x.data(), 0, 100, cols, d.view(), {77, 9});
     quant_encode_rows(f, x.data() + 100 * cols, 100, rows - 100, cols, d.view(), {77, 9});
-    EXPECT_EQ(0, std::memcmp(a.view().codes, d.view().codes, a.bytes()));
+    EXPECT_TRUE(bits_equal(a.view().codes, d.view().codes, a.bytes()));
     // Decoding a tile of rows gives the whole-tensor decode's rows.
     std::vector<float> all(rows * cols), tile(7 * cols);
     quant_decode(a, all.data());
     quant_decode_rows(a, 50, 7, tile.data());
-    EXPECT_EQ(0, std::memcmp(all.data() + 50 * cols, tile.data(), tile.size() * 4));
+    EXPECT_TRUE(bits_equal(all.data() + 50 * cols, tile.data(), tile.size() * 4));
     if (f.rounding == QuantRounding::stochastic) {  // another seed or tensor id gives other codes
       quant_encode(b, x.data(), {78, 9});
       EXPECT_NE(0, std::memcmp(a.view().codes, b.view().codes, quant_layout(f, rows, cols).scales_offset));
@@ -212,8 +213,8 @@ TEST(QuantGroup, SimdMatchesScalarBitForBit) {
     ASSERT_TRUE(quant_encode(b, x.data(), {5, 6}).ok());
     quant_decode(a, yb.data());
     quant_set_simd(true);
-    EXPECT_EQ(0, std::memcmp(a.view().codes, b.view().codes, a.bytes()));
-    EXPECT_EQ(0, std::memcmp(ya.data(), yb.data(), ya.size() * 4));
+    EXPECT_TRUE(bits_equal(a.view().codes, b.view().codes, a.bytes()));
+    EXPECT_TRUE(bits_equal(ya.data(), yb.data(), ya.size() * 4));
   }
 }
 
@@ -321,7 +322,7 @@ TEST(QuantGroup, AsymmetricGroupsOfAnySignMatchScalar) {
     quant_set_simd(true);
     EXPECT_EQ(sa.nonfinite, 5u);
     EXPECT_EQ(sb.nonfinite, 5u);
-    EXPECT_EQ(0, std::memcmp(a.view().codes, b.view().codes, a.bytes()));
+    EXPECT_TRUE(bits_equal(a.view().codes, b.view().codes, a.bytes()));
     std::vector<float> y(cols);
     quant_decode(a, y.data());
     for (size_t c = 0; c < cols; ++c) {

@@ -16,6 +16,7 @@
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
 #include "tests/train/checkpoint_test_util.h"
+#include "tests/common/bits_equal.h"
 
 namespace agoq {
 namespace {
@@ -69,7 +70,7 @@ TEST(Safetensors, RoundTripIsBitExact) {
   EXPECT_EQ(st.metadata_value("absent"), "");
   std::vector<float> f2(f.size());
   st.read_f32("f", f2.data(), {2, 4});
-  EXPECT_EQ(std::memcmp(f.data(), f2.data(), f.size() * 4), 0);
+  EXPECT_TRUE(bits_equal(f.data(), f2.data(), f.size() * 4));
   EXPECT_EQ(st.get("ints").dtype, "I32");
   EXPECT_EQ(st.get("ints").shape, (std::vector<int64_t>{2, 3}));
   std::vector<int32_t> i2(6);
@@ -354,8 +355,8 @@ TEST(Checkpoint, RoundTripIsBitExact) {
     EXPECT_EQ(meta.step, 42);
     EXPECT_EQ(meta.trainer["lr"], 0.001);
     for (size_t i = 0; i < m.params.size(); ++i) {
-      EXPECT_EQ(std::memcmp(m.params[i].data(), back.params[i].data(), m.params[i].size() * 4), 0) << i;
-      EXPECT_EQ(std::memcmp(m.moments[i].data(), back.moments[i].data(), m.moments[i].size() * 4), 0) << i;
+      EXPECT_TRUE(bits_equal(m.params[i].data(), back.params[i].data(), m.params[i].size() * 4)) << i;
+      EXPECT_TRUE(bits_equal(m.moments[i].data(), back.moments[i].data(), m.moments[i].size() * 4)) << i;
     }
     // Weights only (e.g. evaluation or fine-tuning) skips the optimizer state.
     FakeModel w(info.config, 5);
