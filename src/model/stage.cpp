@@ -37,7 +37,7 @@ std::vector<ModelStage> model_stages_split(const LlamaConfig& cfg, int P, const 
       counts.push_back(n);
     }
     AGOQ_CHECK(int(counts.size()) == P, "--stage-layers gives ", counts.size(), " stages but --pp is ", P);
-    int sum = 0;
+    int64_t sum = 0;  // each count is an int, their sum need not be (found by fuzz_flags)
     for (int n : counts) sum += n;
     AGOQ_CHECK(sum == L, "--stage-layers '", layers_per_stage, "' sums to ", sum, " layers, the model has ", L);
   }

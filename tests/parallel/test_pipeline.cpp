@@ -98,6 +98,8 @@ TEST(PipelineStages, SplitAndErrors) {
   };
   EXPECT_NE(error_of(8, "").find("more stages than"), std::string::npos);
   EXPECT_NE(error_of(2, "3,3").find("sums to 6"), std::string::npos);
+  // Counts that each fit an int but whose sum does not (found by fuzz_flags): an error, not an overflow.
+  EXPECT_NE(error_of(3, "2000000000,2000000000,1").find("sums to 4000000001"), std::string::npos);
   EXPECT_NE(error_of(2, "7").find("gives 1 stages"), std::string::npos);
   EXPECT_NE(error_of(2, "x,2").find("'x' is not a positive layer count"), std::string::npos);
   EXPECT_NE(error_of(2, "7,0").find("'0' is not a positive"), std::string::npos);
