@@ -1,5 +1,6 @@
 // The training loop end to end: exact resume, determinism, and learning on the prepared corpus.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -86,7 +87,8 @@ TEST(Trainer, LearnsThePreparedCorpus) {
   ASSERT_TRUE(fs::exists(data / "train.bin")) << data << " is missing: scripts/test.sh fetches and prepares it";
   TrainOptions o;
   o.data_dir = data.string();
-  o.out_dir = (fs::temp_directory_path() / "agoq_trainer_austen").string();
+  o.out_dir = (fs::temp_directory_path() / ("agoq_trainer_austen_" + std::to_string(::getpid()))).string();
+  fs::remove_all(o.out_dir);  // a run killed earlier must not make this one a refused "fresh run into a run"
   o.model.dim = 128, o.model.n_layers = 2, o.model.n_heads = 4, o.model.n_kv_heads = 4, o.model.ffn_dim = 344;
   o.batch = 8, o.seq = 128, o.steps = 150, o.warmup = 15, o.lr = 3e-3f, o.min_lr = 3e-4f;
   o.eval_every = 0, o.eval_batches = 4, o.quiet = true;
