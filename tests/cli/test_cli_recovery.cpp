@@ -89,7 +89,9 @@ TEST_F(CliRecovery, KilledRunResumesWithoutRepeatingSteps) {
   const long at = ckpt_step(d("run/ckpt"));
   EXPECT_GE(at, 5);
   EXPECT_EQ(at % 5, 0);
-  EXPECT_GT(logged_steps(d("run/metrics.jsonl")).size(), size_t(at)) << "the log ran past the checkpoint";
+  // Usually the log ran past the checkpoint (steps the resumed run must not log twice); a kill right after a save
+  // leaves them equal, which the resume must handle too.
+  EXPECT_GE(logged_steps(d("run/metrics.jsonl")).size(), size_t(at));
   ASSERT_EQ(run_agoq(train({{"--steps", std::to_string(at + 3)}, {"--resume", d("run/ckpt")}})).exit_code, 0);
   EXPECT_EQ(logged_steps(d("run/metrics.jsonl")), one_to(at + 3)) << "no step may appear twice";
 }
