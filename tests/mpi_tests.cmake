@@ -14,9 +14,12 @@ if(TARGET test_comm)
   set(fault_exit_regex "rank 1 exits with code 3" "Process name: \\[\\[[0-9]+,1\\],1\\].*Exit code: +3")
   set(fault_config_regex "agoq: error: rank 1 runs a different config than rank 0")
   set(fault_error_regex "agoq: error: rank 1/2: cannot read shard 3")
-  foreach(fault exit config error)
+  # hang: rank 1 stops calling MPI; rank 0's watchdog (AGOQ_COMM_TIMEOUT 2 s) ends it with status 4.
+  set(fault_hang_regex "agoq: error: rank 0/2 on [^:]+: MPI barrier has not completed in 2 s"
+      "Process name: \\[\\[[0-9]+,1\\],0\\].*Exit code: +4")
+  foreach(fault exit config error hang)
     add_test(NAME comm_fault_${fault} COMMAND ${CMAKE_COMMAND}
-      "-DCMD=${MPIEXEC_EXECUTABLE};--allow-run-as-root;--oversubscribe;--bind-to;none;-x;OMP_NUM_THREADS=1;-x;AGOQ_TEST_COMM_FAULT=${fault};-np;2;$<TARGET_FILE:test_comm>"
+      "-DCMD=${MPIEXEC_EXECUTABLE};--allow-run-as-root;--oversubscribe;--bind-to;none;-x;OMP_NUM_THREADS=1;-x;AGOQ_TEST_COMM_FAULT=${fault};-x;AGOQ_COMM_TIMEOUT=2;-np;2;$<TARGET_FILE:test_comm>"
       "-DEXPECT=${fault_${fault}_regex}" -DMAX_SECONDS=20
       -P ${CMAKE_SOURCE_DIR}/tests/comm/expect_failure.cmake)
     set_tests_properties(comm_fault_${fault} PROPERTIES TIMEOUT 60 LABELS mpi PROCESSORS 2)
