@@ -10,6 +10,8 @@
 #   scripts/hosts.sh link HOST up|down      take one host's link up or down (at the switch side)
 #   scripts/hosts.sh exec HOST CMD...       run CMD on HOST (its network namespace, its own host name)
 #   scripts/hosts.sh list                   the hosts of the set, one a line
+#   scripts/hosts.sh mpirun ARGS...         mpirun on host 0 across the set, TCP only: the command docs/parallel.md
+#                                           spells out, with ARGS (-np N, -x VAR, the program) appended
 #
 # Environment: AGOQ_NET_PREFIX (default "agoq"; names the set, so CI and a benchmark can each have their own) and
 # AGOQ_NET_SUBNET (default 10.213.0, the /24's first three octets, 10.x.y; host i is .(i+1)). Root is required.
@@ -18,6 +20,8 @@ set -euo pipefail
 prefix=${AGOQ_NET_PREFIX:-agoq}
 subnet=${AGOQ_NET_SUBNET:-10.213.0}
 switch="$prefix-sw"
+hostfile="${TMPDIR:-/tmp}/$prefix-hostfile"  # one line per host, written by up, removed by down
+here=$(cd "$(dirname "$0")" && pwd)
 die() { echo "hosts.sh: $*" >&2; exit 1; }
 [[ $prefix =~ ^[a-z][a-z0-9]{0,7}$ ]] || die "AGOQ_NET_PREFIX must be 1-8 lower-case letters/digits, got '$prefix'"
 [[ $subnet =~ ^10\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || die "AGOQ_NET_SUBNET must be a 10.x.y (a private /24), got '$subnet'"
@@ -80,11 +84,12 @@ up() {
     shape "$switch" "p$i" "$rate"        # switch -> host
   done
   trap - ERR
+  hosts | sed 's/$/ slots=1/' >"$hostfile"
   echo "hosts.sh: $n hosts ($prefix-h0 .. $prefix-h$((n - 1))) on $subnet.0/24 inside namespaces, links shaped to $rate"
 }
 
 cmd=${1:-}
-[ -n "$cmd" ] || die "usage: hosts.sh up N [--rate R] | down | rate HOST R | link HOST up|down | exec HOST CMD... | list"
+[ -n "$cmd" ] || die "usage: hosts.sh up N [--rate R] | down | rate HOST R | link HOST up|down | exec HOST CMD... | list | mpirun ARGS..."
 shift
 case $cmd in
   up)
@@ -98,6 +103,7 @@ case $cmd in
   down)
     need_root
     down
+    rm -f "$hostfile"
     echo "hosts.sh: removed the hosts of '$prefix'" ;;
   rate)
     need_root
@@ -108,7 +114,16 @@ case $cmd in
     need_root
     i=$(host_index "${1:?link: which host?}")
     [[ ${2:-} == up || ${2:-} == down ]] || die "link: say up or down"
-    ip -n "$switch" link set "p$i" "$2" ;;
+    ip -n "$switch" link set "p$i" "$2"
+    if [ "$2" = up ]; then
+      # Back to a usable link before returning: carrier on both ends, and no neighbour entry left FAILED by the
+      # outage on any host (a new connection would otherwise wait on it).
+      for _ in $(seq 50); do
+        [ "$(ip netns exec "$1" cat /sys/class/net/eth0/operstate)" = up ] && break
+        sleep 0.1
+      done
+      for h in $(hosts); do ip -n "$h" neigh flush all; done
+    fi ;;
   exec)
     need_root
     h=${1:?exec: which host?}; shift
@@ -118,5 +133,15 @@ case $cmd in
     exec ip netns exec "$h" unshare --uts -- sh -c 'hostname "$0" && exec "$@"' "$h" "$@" ;;
   list)
     hosts ;;
+  mpirun)
+    need_root
+    [ -f "$hostfile" ] && host_index "$prefix-h0" >/dev/null || die "mpirun: no hosts; run hosts.sh up N first"
+    # The TCP transport only (no shared memory between "hosts"), on the test network only, for both MPI's messages
+    # and Open MPI's own daemons; TCP keepalive on the daemons' connections so that mpirun notices a host whose
+    # link is gone within ~5 s instead of the kernel's ~15 min.
+    exec "$0" exec "$prefix-h0" mpirun --allow-run-as-root --hostfile "$hostfile" --map-by node --bind-to none \
+      --mca plm_rsh_agent "$here/netns-agent.sh" \
+      --mca btl tcp,self --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \
+      --mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3 "$@" ;;
   *) die "unknown command '$cmd'" ;;
 esac
