@@ -15,7 +15,7 @@
 #
 # Environment: AGOQ_NET_PREFIX (default "agoq"; names the set, so CI and a benchmark can each have their own) and
 # AGOQ_NET_SUBNET (default 10.213.0, the /24's first three octets, 10.x.y; host i is .(i+1)). Root is required.
-set -euo pipefail
+set -Eeuo pipefail  # -E: the ERR trap of up also fires inside the functions it calls
 
 prefix=${AGOQ_NET_PREFIX:-agoq}
 subnet=${AGOQ_NET_SUBNET:-10.213.0}
@@ -43,7 +43,7 @@ shape() {  # NS DEV RATE
 
 rate_bits() {  # 10gbit -> 10000000000
   local r=${1,,} n unit
-  [[ $r =~ ^([0-9]+)(bit|kbit|mbit|gbit)$ ]] || die "rate must look like 100mbit, 1gbit or 10gbit, got '$1'"
+  [[ $r =~ ^([1-9][0-9]*)(bit|kbit|mbit|gbit)$ ]] || die "rate must look like 100mbit, 1gbit or 10gbit, got '$1'"
   n=${BASH_REMATCH[1]} unit=${BASH_REMATCH[2]}
   case $unit in bit) echo "$n" ;; kbit) echo $((n * 1000)) ;; mbit) echo $((n * 1000000)) ;; gbit) echo $((n * 1000000000)) ;; esac
 }

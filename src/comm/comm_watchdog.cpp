@@ -60,7 +60,7 @@ void CommWatchdog::watch() {
     if (stalled < timeout_ns_) continue;
     // The main thread is blocked inside MPI: no MPI call from here (MPI_Abort could block on the same dead link).
     std::fprintf(stderr,
-                 "agoq: error: %s: MPI %s has not completed in %.0f s (AGOQ_COMM_TIMEOUT): a peer rank, its host or "
+                 "agoq: error: %s: MPI %s has not completed in %g s (AGOQ_COMM_TIMEOUT): a peer rank, its host or "
                  "the network to it is gone; this rank exits with status %d\n",
                  who_.c_str(), what_.load(), double(timeout_ns_) / 1e9, kCommTimeoutExit);
     std::fflush(stderr);
