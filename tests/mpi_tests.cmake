@@ -18,8 +18,12 @@ if(TARGET test_comm)
   set(fault_hang_regex "agoq: error: rank 0/2 on [^:]+: MPI barrier has not completed in 2 s"
       "Process name: \\[\\[[0-9]+,1\\],0\\].*Exit code: +4")
   foreach(fault exit config error hang)
+    set(timeout 120)  # the watchdog's default, far above these tests' 20 s; hang: 2 s
+    if(fault STREQUAL hang)
+      set(timeout 2)
+    endif()
     add_test(NAME comm_fault_${fault} COMMAND ${CMAKE_COMMAND}
-      "-DCMD=${MPIEXEC_EXECUTABLE};--allow-run-as-root;--oversubscribe;--bind-to;none;-x;OMP_NUM_THREADS=1;-x;AGOQ_TEST_COMM_FAULT=${fault};-x;AGOQ_COMM_TIMEOUT=2;-np;2;$<TARGET_FILE:test_comm>"
+      "-DCMD=${MPIEXEC_EXECUTABLE};--allow-run-as-root;--oversubscribe;--bind-to;none;-x;OMP_NUM_THREADS=1;-x;AGOQ_TEST_COMM_FAULT=${fault};-x;AGOQ_COMM_TIMEOUT=${timeout};-np;2;$<TARGET_FILE:test_comm>"
       "-DEXPECT=${fault_${fault}_regex}" -DMAX_SECONDS=20
       -P ${CMAKE_SOURCE_DIR}/tests/comm/expect_failure.cmake)
     set_tests_properties(comm_fault_${fault} PROPERTIES TIMEOUT 60 LABELS mpi PROCESSORS 2)
