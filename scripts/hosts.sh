@@ -138,8 +138,10 @@ case $cmd in
     [ -f "$hostfile" ] && host_index "$prefix-h0" >/dev/null || die "mpirun: no hosts; run hosts.sh up N first"
     # The TCP transport only (no shared memory between "hosts"), on the test network only, for both MPI's messages
     # and Open MPI's own daemons; TCP keepalive on the daemons' connections so that mpirun notices a host whose
-    # link is gone within ~5 s instead of the kernel's ~15 min.
+    # link is gone within ~5 s instead of the kernel's ~15 min. The hosts share this machine's cores, which Open MPI
+    # cannot see (one slot each): ranks waiting in MPI yield the core instead of spinning on it.
     exec "$0" exec "$prefix-h0" mpirun --allow-run-as-root --hostfile "$hostfile" --map-by node --bind-to none \
+      --mca mpi_yield_when_idle 1 \
       --mca plm_rsh_agent "$here/netns-agent.sh" \
       --mca btl tcp,self --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \
       --mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3 "$@" ;;
