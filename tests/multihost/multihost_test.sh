@@ -39,7 +39,10 @@ cleanup() {
   "$hosts_sh" down >/dev/null || true
 }
 trap cleanup EXIT
+root_links() { ip -o link show | awk -F': ' '{print $2}' | sort | tr '\n' ' '; }
+root_before=$(root_links)
 "$hosts_sh" up 2 --rate 1gbit
+[ "$(root_links)" = "$root_before" ] || { echo "FAIL: hosts.sh up added links to the root namespace" >&2; exit 1; }
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 ranks_alive() { echo $(ip netns pids $h0) $(ip netns pids $h1); }
@@ -158,4 +161,9 @@ for c in "$@"; do
     *) fail "unknown case '$c'" ;;
   esac
 done
+cleanup
+trap - EXIT
+# down leaves nothing: no namespace of the set, and the root namespace's links as they were before up
+! ip netns list | grep -q '^agoqci-' || fail "hosts.sh down left namespaces: $(ip netns list | grep '^agoqci-')"
+[ "$(root_links)" = "$root_before" ] || fail "the root namespace's links changed: $(root_links)"
 echo "PASS: $*"
