@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A test cluster on this one machine (docs/parallel.md, "Several hosts on one machine"): N "hosts", each a network
+# A test cluster on this one machine (docs/parallel.md, "Across hosts"): N "hosts", each a network
 # namespace, joined by veth pairs to a bridge that lives in a namespace of its own (the "switch"), addresses from one
 # private /24 that exists only inside those namespaces, and each host's link shaped with tc tbf in both directions.
 # Nothing is added to the root namespace, so no packet of the test network can leave the machine.

@@ -66,7 +66,7 @@ case_identical() {
     [ $path = fp32 ] && args+=(--grad-store fp32 --allreduce mpi)
     shm_train "${args[@]}" --out "$work/shm-$path"
     net_train "${args[@]}" --out "$work/net-$path"
-    [ "$(losses "$work/shm-$path" | wc -l)" -eq 8 ] || fail "$path: the shared-memory run logged no 8 losses"
+    [ "$(losses "$work/shm-$path" | wc -l)" -eq 8 ] || fail "$path path: the shared-memory run did not log 8 losses"
     diff <(losses "$work/shm-$path") <(losses "$work/net-$path") ||
       fail "$path path: the 2-host losses differ from the shared-memory run's"
     echo "identical: $path path, 8 losses equal bit for bit (2 hosts over TCP vs 2 ranks over shared memory)"
