@@ -1,13 +1,19 @@
 // `agoq bench comm`: fp32 MPI_Allreduce against allreduce_q8 on 1, 16, 64 and 256 MiB of fp32 gradients, with
-// allreduce_q8's time split into its phases. Run it under mpirun (mpirun -np 2 agoq bench comm); only rank 0
-// prints. Times are medians over --reps runs, each started and ended by a barrier.
-// Then the end-to-end part: data-parallel training steps of a small LLaMA (parallel/data_parallel.h) with the fp32
-// grad store + MPI all-reduce against the q8 grad store + allreduce_q8: step time and peak memory per rank by
-// category, both configurations measured in the same run (alternating rounds, so both see the same load).
+// allreduce_q8's time split into its phases. Run it under mpirun (mpirun -np 2 agoq bench comm, or across hosts:
+// scripts/multihost-bench.sh); only rank 0 prints. Times are medians over --reps runs, each started and ended by a
+// barrier.
+// Then the end-to-end part: data-parallel training steps of a small LLaMA (parallel/data_parallel.h) in three
+// configurations: fp32 grad store + MPI all-reduce and fp32 store + allreduce_q8 (both reduced in buckets while
+// backward runs), and the q8 grad store + allreduce_q8 (reduced after backward): step time, the communication that
+// backward did not hide, and peak memory per rank by category, all measured in the same run (alternating rounds, so
+// all see the same load).
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
-#include <memory>
 #include <cstdio>
+#include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -33,7 +39,26 @@ struct Args {
   bool json = false;
   int e2e_steps = 3;  // timed steps per configuration and round; 0 skips the end-to-end part
   int e2e_dim = 256, e2e_layers = 4, e2e_vocab = 4096, e2e_batch = 4, e2e_seq = 64, e2e_accum = 2;
+  bool e2e_only = false;
 };
+
+LlamaConfig e2e_config(const Args& a) {
+  LlamaConfig cfg;
+  cfg.dim = a.e2e_dim, cfg.n_layers = a.e2e_layers, cfg.n_heads = 8, cfg.n_kv_heads = 4;
+  cfg.ffn_dim = (a.e2e_dim * 8 / 3 + 63) / 64 * 64, cfg.vocab_size = a.e2e_vocab, cfg.max_seq_len = a.e2e_seq;
+  return cfg;
+}
+
+// The number of distinct host names among the ranks (collective).
+int bench_host_count(Communicator& comm) {
+  char name[64] = {};
+  gethostname(name, sizeof name - 1);
+  std::vector<char> all(sizeof name * size_t(comm.size()));
+  comm.allgather(name, all.data(), sizeof name);
+  std::set<std::string> hosts;
+  for (int r = 0; r < comm.size(); ++r) hosts.insert(std::string(all.data() + r * sizeof name));
+  return int(hosts.size());
+}
 
 // ---- end to end: data-parallel training steps ----
 
@@ -46,9 +71,7 @@ struct E2eResult {
 // Builds the model and engine of one configuration, runs `steps` timed steps (after one warm-up step), and on the
 // first round records every rank's peak memory by category.
 void bench_e2e_round(Communicator& comm, const Args& a, const DpOptions& o, E2eResult& res, bool record_memory) {
-  LlamaConfig cfg;
-  cfg.dim = a.e2e_dim, cfg.n_layers = a.e2e_layers, cfg.n_heads = 8, cfg.n_kv_heads = 4;
-  cfg.ffn_dim = (a.e2e_dim * 8 / 3 + 63) / 64 * 64, cfg.vocab_size = a.e2e_vocab, cfg.max_seq_len = a.e2e_seq;
+  const LlamaConfig cfg = e2e_config(a);
   const int B = a.e2e_batch, T = a.e2e_seq, m = a.e2e_accum;
   GradStore grads(cfg, model_stage_whole(cfg), o.store);
   LlamaModel model(cfg, B, T, ActPolicy::parse("fp32", cfg.n_layers), model_stage_whole(cfg), 1, grads.model_storage());
@@ -79,12 +102,22 @@ void bench_e2e_round(Communicator& comm, const Args& a, const DpOptions& o, E2eR
 }
 
 std::vector<E2eResult> bench_e2e(Communicator& comm, const Args& a) {
-  std::vector<E2eResult> res(2);
-  std::vector<DpOptions> opts(2);
-  res[0].name = "fp32 grads + MPI all-reduce", opts[0].store.kind = GradStoreKind::fp32, opts[0].reduce = GradReduce::fp32;
-  res[1].name = "q8 grads + allreduce_q8", opts[1].store.kind = GradStoreKind::q8, opts[1].reduce = GradReduce::q8;
+  const struct {
+    const char* name;
+    GradStoreKind store;
+    GradReduce reduce;
+  } configs[] = {{"fp32 grads + MPI all-reduce", GradStoreKind::fp32, GradReduce::fp32},
+                 {"fp32 grads + allreduce_q8", GradStoreKind::fp32, GradReduce::q8},
+                 {"q8 grads + allreduce_q8", GradStoreKind::q8, GradReduce::q8}};
+  std::vector<E2eResult> res;
+  std::vector<DpOptions> opts;
+  for (const auto& c : configs) {
+    res.push_back({c.name, {}, {}, {}});
+    opts.emplace_back();
+    opts.back().store.kind = c.store, opts.back().reduce = c.reduce;
+  }
   for (int round = 0; round < 2; ++round)
-    for (int c = 0; c < 2; ++c) bench_e2e_round(comm, a, opts[c], res[c], round == 0);
+    for (size_t c = 0; c < res.size(); ++c) bench_e2e_round(comm, a, opts[c], res[c], round == 0);
   return res;
 }
 
@@ -129,10 +162,13 @@ Row bench_comm_size(Communicator& comm, CommQ8Workspace& ws, int mib, const Args
 
 nlohmann::json e2e_json(const Args& a, const std::vector<E2eResult>& e2e) {
   nlohmann::json j;
+  const LlamaConfig cfg = e2e_config(a);
   j["model"] = {{"dim", a.e2e_dim}, {"layers", a.e2e_layers}, {"vocab", a.e2e_vocab}, {"batch", a.e2e_batch},
-                {"seq", a.e2e_seq}, {"accum", a.e2e_accum}, {"steps", 2 * a.e2e_steps}};
+                {"seq", a.e2e_seq}, {"accum", a.e2e_accum}, {"steps", 2 * a.e2e_steps},
+                {"params", cfg.param_count()}, {"grad_mib", double(cfg.param_count()) * 4 / (1 << 20)}};
   for (const E2eResult& r : e2e) {
-    nlohmann::json c = {{"name", r.name}, {"step_ms", bench_median(r.step_ms)}, {"comm_wait_ms", bench_median(r.wait_ms)}};
+    nlohmann::json c = {{"name", r.name}, {"step_ms", bench_median(r.step_ms)},
+                        {"exposed_comm_ms", bench_median(r.wait_ms)}};
     for (size_t k = 0; k < r.peak.size(); ++k) {
       nlohmann::json p = {{"rank", k}};
       for (int i = 0; i < kMemCategoryCount; ++i) p[mem_category_name(MemCategory(i))] = r.peak[k].bytes[i];
@@ -141,17 +177,21 @@ nlohmann::json e2e_json(const Args& a, const std::vector<E2eResult>& e2e) {
     }
     j["configs"].push_back(c);
   }
-  j["step_time_ratio_fp32_over_q8"] = bench_median(e2e[0].step_ms) / bench_median(e2e[1].step_ms);
+  for (size_t c = 1; c < e2e.size(); ++c)
+    j["configs"][c]["speedup_vs_fp32"] = bench_median(e2e[0].step_ms) / bench_median(e2e[c].step_ms);
   return j;
 }
 
 void e2e_print(const Args& a, int N, const std::vector<E2eResult>& e2e) {
-  std::printf("\nend to end: data-parallel training step on %d ranks, LLaMA dim %d x %d layers, vocab %d, "
-              "%d micro-batches of %dx%d per rank; median of %d steps\n",
-              N, a.e2e_dim, a.e2e_layers, a.e2e_vocab, a.e2e_accum, a.e2e_batch, a.e2e_seq, 2 * a.e2e_steps);
-  std::printf("%-30s %10s %12s\n", "configuration", "step ms", "comm wait ms");
-  for (const E2eResult& r : e2e) std::printf("%-30s %10.1f %12.1f\n", r.name.c_str(), bench_median(r.step_ms), bench_median(r.wait_ms));
-  std::printf("step time ratio fp32 / q8: %.2fx\n", bench_median(e2e[0].step_ms) / bench_median(e2e[1].step_ms));
+  const LlamaConfig cfg = e2e_config(a);
+  std::printf("\nend to end: data-parallel training step on %d ranks, LLaMA dim %d x %d layers, vocab %d (%.1f MiB of "
+              "fp32 gradients), %d micro-batches of %dx%d per rank; median of %d steps\n",
+              N, a.e2e_dim, a.e2e_layers, a.e2e_vocab, double(cfg.param_count()) * 4 / (1 << 20), a.e2e_accum,
+              a.e2e_batch, a.e2e_seq, 2 * a.e2e_steps);
+  std::printf("%-30s %10s %17s %8s\n", "configuration", "step ms", "exposed comm ms", "speedup");
+  for (const E2eResult& r : e2e)
+    std::printf("%-30s %10.1f %17.1f %7.2fx\n", r.name.c_str(), bench_median(r.step_ms), bench_median(r.wait_ms),
+                bench_median(e2e[0].step_ms) / bench_median(r.step_ms));
   std::printf("peak memory per rank by category (each category's own peak during the steps):\n%-30s %5s", "", "rank");
   for (int i = 0; i < kMemCategoryCount; ++i) std::printf(" %13s", mem_category_name(MemCategory(i)));
   std::printf(" %13s\n", "sum");
@@ -168,8 +208,10 @@ void bench_comm_run(const Args& a) {
   comm_run_guarded(comm, [&] {
     AGOQ_CHECK(a.reps >= 1, "bench comm: --reps must be at least 1");
     for (int s : a.sizes_mib) AGOQ_CHECK(s >= 1 && s <= 4096, "bench comm: sizes are MiB in [1, 4096], got ", s);
+    AGOQ_CHECK(!a.e2e_only || a.e2e_steps > 0, "bench comm: --e2e-only needs --e2e-steps of at least 1");
+    const int hosts = bench_host_count(comm);
     std::vector<Row> rows;
-    {
+    if (!a.e2e_only) {
       CommQ8Workspace ws;  // freed before the end-to-end part measures memory
       for (int mib : a.sizes_mib) rows.push_back(bench_comm_size(comm, ws, mib, a));
     }
@@ -178,9 +220,10 @@ void bench_comm_run(const Args& a) {
     const int N = comm.size();
     if (a.json) {
       nlohmann::json j;
-      j["ranks"] = N, j["block"] = a.block, j["reps"] = a.reps;
+      j["ranks"] = N, j["hosts"] = hosts, j["block"] = a.block, j["reps"] = a.reps;
+      j["results"] = nlohmann::json::array();
       for (const Row& r : rows)
-        j["results"].push_back({{"mib", r.mib}, {"ranks", N}, {"mpi_ms", r.mpi}, {"q8_ms", r.q8},
+        j["results"].push_back({{"size_mib", r.mib}, {"ranks", N}, {"hosts", hosts}, {"mpi_ms", r.mpi}, {"q8_ms", r.q8},
                                 {"quantize_ms", r.quantize}, {"alltoall_ms", r.alltoall}, {"reduce_ms", r.reduce},
                                 {"allgather_ms", r.allgather}, {"dequantize_ms", r.dequantize},
                                 {"speedup", r.q8 > 0 ? r.mpi / r.q8 : 0.0}});
@@ -188,8 +231,9 @@ void bench_comm_run(const Args& a) {
       std::printf("%s\n", j.dump(2).c_str());
       return;
     }
-    std::printf("all-reduce of fp32 gradients, N = %d ranks, q8 block %d, median of %d (phases: rank 0)\n", N,
-                a.block, a.reps);
+    if (a.e2e_only) return e2e_print(a, N, e2e);
+    std::printf("all-reduce of fp32 gradients, N = %d ranks on %d hosts, q8 block %d, median of %d (phases: rank 0)\n",
+                N, hosts, a.block, a.reps);
     std::printf("%8s %10s %10s %9s %9s %9s %9s %9s %8s\n", "size", "MPI ms", "q8 ms", "quant", "a2a", "reduce",
                 "allgath", "dequant", "speedup");
     for (const Row& r : rows)
@@ -210,7 +254,9 @@ const CliCommand kComm("bench", 40, [](CLI::App& bench) {
   c->add_option("--e2e-steps", args->e2e_steps, "end-to-end DP training: timed steps per config and round (0: skip)");
   c->add_option("--e2e-dim", args->e2e_dim, "end-to-end model: hidden size");
   c->add_option("--e2e-layers", args->e2e_layers, "end-to-end model: layers");
+  c->add_option("--e2e-vocab", args->e2e_vocab, "end-to-end model: vocabulary size");
   c->add_option("--e2e-accum", args->e2e_accum, "end-to-end: micro-batches per rank and step");
+  c->add_flag("--e2e-only", args->e2e_only, "only the end-to-end part (no all-reduce sizes)");
   c->callback([args] { bench_comm_run(*args); });
 });
 

@@ -5,7 +5,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin
       libsentencepiece-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev
-      python3 python3-matplotlib)
+      python3 python3-matplotlib iproute2)
 [ "${1:-}" = "--test" ] && pkgs+=(python3-torch python3-numpy)
 [ "${1:-}" = "--sanitize" ] && pkgs+=(clang libclang-rt-14-dev libomp-14-dev)
 missing=()

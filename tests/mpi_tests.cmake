@@ -14,9 +14,16 @@ if(TARGET test_comm)
   set(fault_exit_regex "rank 1 exits with code 3" "Process name: \\[\\[[0-9]+,1\\],1\\].*Exit code: +3")
   set(fault_config_regex "agoq: error: rank 1 runs a different config than rank 0")
   set(fault_error_regex "agoq: error: rank 1/2: cannot read shard 3")
-  foreach(fault exit config error)
+  # hang: rank 1 stops calling MPI; rank 0's watchdog (AGOQ_COMM_TIMEOUT 2 s) ends it with status 4.
+  set(fault_hang_regex "agoq: error: rank 0/2 on [^:]+: MPI barrier has not completed in 2 s"
+      "Process name: \\[\\[[0-9]+,1\\],0\\].*Exit code: +4")
+  foreach(fault exit config error hang)
+    set(timeout 120)  # the watchdog's default, far above these tests' 20 s; hang: 2 s
+    if(fault STREQUAL hang)
+      set(timeout 2)
+    endif()
     add_test(NAME comm_fault_${fault} COMMAND ${CMAKE_COMMAND}
-      "-DCMD=${MPIEXEC_EXECUTABLE};--allow-run-as-root;--oversubscribe;--bind-to;none;-x;OMP_NUM_THREADS=1;-x;AGOQ_TEST_COMM_FAULT=${fault};-np;2;$<TARGET_FILE:test_comm>"
+      "-DCMD=${MPIEXEC_EXECUTABLE};--allow-run-as-root;--oversubscribe;--bind-to;none;-x;OMP_NUM_THREADS=1;-x;AGOQ_TEST_COMM_FAULT=${fault};-x;AGOQ_COMM_TIMEOUT=${timeout};-np;2;$<TARGET_FILE:test_comm>"
       "-DEXPECT=${fault_${fault}_regex}" -DMAX_SECONDS=20
       -P ${CMAKE_SOURCE_DIR}/tests/comm/expect_failure.cmake)
     set_tests_properties(comm_fault_${fault} PROPERTIES TIMEOUT 60 LABELS mpi PROCESSORS 2)
@@ -49,4 +56,15 @@ if(TARGET test_parallel)
     -DMAX_SECONDS=20 -P ${CMAKE_SOURCE_DIR}/tests/comm/expect_failure.cmake)
   set_tests_properties(parallel_fault_exit parallel_fault_config PROPERTIES TIMEOUT 60 LABELS mpi PROCESSORS 2
     FIXTURES_REQUIRED dp_corpus)
+
+  # Across hosts (network namespaces, scripts/hosts.sh; root only, else skipped): 2 hosts at 1 Gbit/s over TCP.
+  # identical: 2-host losses equal 2-rank shared-memory losses bit for bit (fp32 and q8 paths); link: a host's
+  # link goes down mid-run, every rank is gone within 30 s with mpirun naming the host, the checkpoint resumes.
+  # The other fault cases (kill, slow) run by hand: tests/multihost/multihost_test.sh ... kill slow.
+  foreach(case identical link)
+    add_test(NAME multihost_${case} COMMAND ${CMAKE_SOURCE_DIR}/tests/multihost/multihost_test.sh
+      $<TARGET_FILE:agoq> ${dp_data} ${CMAKE_BINARY_DIR}/multihost_work/${case} ${case})
+    set_tests_properties(multihost_${case} PROPERTIES TIMEOUT 120 LABELS mpi PROCESSORS 2 SKIP_RETURN_CODE 77
+      RESOURCE_LOCK agoq_hosts FIXTURES_REQUIRED dp_corpus)
+  endforeach()
 endif()

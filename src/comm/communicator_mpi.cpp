@@ -1,6 +1,7 @@
 // The MPI implementation of Communicator, and the process-wide MPI owner (init on first use, finalize at exit).
 // Every communicator uses MPI_ERRORS_RETURN, so an MPI failure becomes an agoq::Error naming the operation instead
-// of MPI's default abort. Messages above MPI's int counts are split into pieces.
+// of MPI's default abort. Messages above MPI's int counts are split into pieces. Every blocking call is marked for
+// the watchdog (comm_watchdog.h), which bounds how long a rank waits on peers that are gone.
 #include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "comm/comm_watchdog.h"
 #include "comm/communicator.h"
 #include "core/error.h"
 
@@ -57,11 +59,14 @@ void on_sigterm(int sig) {
   raise(sig);
 }
 
+CommWatchdog* g_watchdog = nullptr;  // the world's, when it has several ranks and a timeout
+
 class MpiRequest final : public CommRequest::Impl {
  public:
   std::vector<MPI_Request> reqs;
   const char* what;
   void wait() override {
+    const CommWatchdog::Pending pending(g_watchdog, what);
     const int rc = MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) fail("MPI ", what, " (wait) failed: ", mpi_error_text(rc));
   }
@@ -89,6 +94,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
+    const CommWatchdog::Pending pending(g_watchdog, "split");
     MPI_Comm out = MPI_COMM_NULL;
     check("split", MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &out));
     if (out == MPI_COMM_NULL) return nullptr;
@@ -96,6 +102,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void allreduce(const void* send, void* recv, size_t count, CommDtype t, CommOp op) override {
+    const CommWatchdog::Pending pending(g_watchdog, "all-reduce");
     const size_t es = comm_dtype_size(t), piece = kMaxPiece / es;
     for (size_t i = 0; i < count; i += piece) {  // count 0: no call, nothing to do on any rank
       const int m = int(std::min(piece, count - i));
@@ -106,6 +113,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void alltoall(const void* send, void* recv, size_t bytes) override {
+    const CommWatchdog::Pending pending(g_watchdog, "all-to-all");
     if (bytes <= size_t(INT_MAX) && bytes * size_t(size_) <= size_t(INT_MAX)) {
       check("all-to-all", MPI_Alltoall(send, int(bytes), MPI_BYTE, recv, int(bytes), MPI_BYTE, comm_));
       return;
@@ -117,6 +125,7 @@ class MpiCommunicator final : public Communicator {
 
   void alltoallv(const void* send, const size_t* sb, const size_t* sd, void* recv, const size_t* rb,
                  const size_t* rd) override {
+    const CommWatchdog::Pending pending(g_watchdog, "all-to-allv");
     if (fits_int(sb, size_) && fits_int(sd, size_) && fits_int(rb, size_) && fits_int(rd, size_)) {
       const auto isb = to_int(sb, size_), isd = to_int(sd, size_), irb = to_int(rb, size_), ird = to_int(rd, size_);
       check("all-to-allv", MPI_Alltoallv(send, isb.data(), isd.data(), MPI_BYTE, recv, irb.data(), ird.data(),
@@ -133,6 +142,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void allgather(const void* send, void* recv, size_t bytes) override {
+    const CommWatchdog::Pending pending(g_watchdog, "all-gather");
     std::vector<size_t> counts(size_, bytes), displs(size_);
     for (int i = 0; i < size_; ++i) displs[i] = size_t(i) * bytes;
     if (send == static_cast<char*>(recv) + displs[rank_]) send = recv;  // in place
@@ -146,6 +156,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void allgatherv(const void* send, size_t send_bytes, void* recv, const size_t* rb, const size_t* rd) override {
+    const CommWatchdog::Pending pending(g_watchdog, "all-gatherv");
     AGOQ_CHECK(send_bytes == rb[rank_], "all-gatherv: rank ", rank_, " sends ", send_bytes, " bytes but ",
                rb[rank_], " are expected from it");
     char* own = static_cast<char*>(recv) + rd[rank_];
@@ -167,12 +178,14 @@ class MpiCommunicator final : public Communicator {
   }
 
   void reduce_scatter(const void* send, void* recv, const size_t* recv_counts, CommDtype t, CommOp op) override {
+    const CommWatchdog::Pending pending(g_watchdog, "reduce-scatter");
     AGOQ_CHECK(fits_int(recv_counts, size_), "reduce-scatter: a rank's count exceeds ", INT_MAX, " elements");
     const auto counts = to_int(recv_counts, size_);
     check("reduce-scatter", MPI_Reduce_scatter(send, recv, counts.data(), mpi_type(t), mpi_op(op), comm_));
   }
 
   void broadcast(void* buf, size_t bytes, int root) override {
+    const CommWatchdog::Pending pending(g_watchdog, "broadcast");
     for (size_t i = 0; i < bytes; i += kMaxPiece)
       check("broadcast", MPI_Bcast(static_cast<char*>(buf) + i, int(std::min(kMaxPiece, bytes - i)), MPI_BYTE,
                                    root, comm_));
@@ -187,7 +200,10 @@ class MpiCommunicator final : public Communicator {
     return post_request(buf, bytes, src, tag, false);
   }
 
-  void barrier() override { check("barrier", MPI_Barrier(comm_)); }
+  void barrier() override {
+    const CommWatchdog::Pending pending(g_watchdog, "barrier");
+    check("barrier", MPI_Barrier(comm_));
+  }
 
   [[noreturn]] void abort(const std::string& message, int code) override {
     std::fprintf(stderr, "agoq: error: rank %d/%d: %s\n", rank_, size_, message.c_str());
@@ -241,6 +257,7 @@ class MpiCommunicator final : public Communicator {
 struct MpiWorld {
   CommThreads provided = CommThreads::single;
   std::unique_ptr<MpiCommunicator> world;
+  std::unique_ptr<CommWatchdog> watchdog;
   explicit MpiWorld(CommThreads level) {
     int inited = 0;
     MPI_Initialized(&inited);
@@ -263,9 +280,18 @@ struct MpiWorld {
                                              "(mpirun's report names it)\n",
                                              world->rank(), world->size()));
       signal(SIGTERM, on_sigterm);
+      if (const double timeout_s = comm_timeout_from_env(); timeout_s > 0) {
+        char host[256] = "?";
+        gethostname(host, sizeof host - 1);
+        watchdog = std::make_unique<CommWatchdog>(
+            "rank " + std::to_string(world->rank()) + "/" + std::to_string(world->size()) + " on " + host, timeout_s);
+        g_watchdog = watchdog.get();
+      }
     }
   }
   ~MpiWorld() {
+    g_watchdog = nullptr;
+    watchdog.reset();
     world.reset();
     int fin = 0;
     MPI_Finalized(&fin);

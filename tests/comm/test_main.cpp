@@ -6,6 +6,7 @@
 //   exit    the last rank _exit(3)s in the middle of a loop of all-reduces (the others must not hang)
 //   config  the last rank hashes a different config (one clear message from rank 0, every rank exits non-zero)
 //   error   the last rank throws an ordinary error (the job is aborted with the rank's message)
+//   hang    the last rank stops calling MPI while alive (the others' watchdog must end the job, comm_watchdog.h)
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -55,8 +56,17 @@ int fault_rank_exit(Communicator& w) {
   return 0;
 }
 
+int fault_rank_hang(Communicator& w) {
+  w.barrier();
+  if (w.rank() == w.size() - 1) std::this_thread::sleep_for(std::chrono::seconds(60));
+  w.barrier();
+  std::fprintf(stderr, "fault test: rank %d passed the barrier: the stalled peer was not noticed\n", w.rank());
+  return 0;
+}
+
 int fault_scenario(Communicator& w, const std::string& mode) {
   if (mode == "exit") return fault_rank_exit(w);
+  if (mode == "hang") return fault_rank_hang(w);
   try {
     comm_run_guarded(w, [&] {
       const bool odd = w.rank() == w.size() - 1 && w.size() > 1;
