@@ -3,6 +3,7 @@
 #pragma once
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -30,7 +31,8 @@ struct RunResult {
 inline std::string test_name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
 
 inline RunResult run_agoq(const std::string& args) {
-  const fs::path err_file = fs::temp_directory_path() / ("agoq_cli_stderr_" + test_name() + ".txt");
+  const fs::path err_file =
+      fs::temp_directory_path() / ("agoq_cli_stderr_" + test_name() + "_" + std::to_string(::getpid()) + ".txt");
   const std::string cmd = "timeout 60 " AGOQ_BIN_PATH " " + args + " >/dev/null 2>" + err_file.string();
   const int st = std::system(cmd.c_str());
   std::ifstream f(err_file);
@@ -49,7 +51,8 @@ inline void expect_clean_error(const std::string& args, const std::string& needl
 class CliErrors : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("agoq_cli_errors_" + test_name());
+    // Per process too: another checkout's suite may run the same test at the same time.
+    dir_ = fs::temp_directory_path() / ("agoq_cli_" + test_name() + "_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "data");
     std::vector<int32_t> tok(3000);
