@@ -34,13 +34,19 @@ enum class ModelTensor : uint8_t {
   embed, attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down, final_norm, lm_head
 };
 
+// Which dimension of an (out, in) weight the tensor-parallel shards split (model/stage.h): 0, rows (column-parallel
+// q/k/v and gate/up; the vocabulary of the embedding and lm_head), 1, columns (row-parallel o and down), or -1:
+// replicated (the norms).
+int model_tensor_split_dim(ModelTensor role);
+
 struct HfTensor {
   std::string name;            // e.g. "model.layers.0.self_attn.q_proj.weight"
-  std::vector<int64_t> shape;  // row-major, [out, in] for projections
+  std::vector<int64_t> shape;  // row-major, [out, in] for projections; a tensor-parallel shard's own shape
   ModelTensor role;
   int layer = -1;              // decoder layer, -1 for the embedding, final norm and lm_head
 };
-// A stage's tensors in HF order (the whole model's by default); lm_head.weight only when untied.
+// A stage's tensors in HF order (the whole model's by default); lm_head.weight only when untied. A shard's tensors
+// keep their HF names with the shard's shapes.
 std::vector<HfTensor> hf_tensors(const LlamaConfig& c, const ModelStage& stage);
 std::vector<HfTensor> hf_tensors(const LlamaConfig& c);
 
