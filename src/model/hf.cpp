@@ -135,6 +135,13 @@ int model_tensor_split_dim(ModelTensor role) {
   }
 }
 
+TensorSlice model_tensor_slice(const std::vector<int64_t>& shard_shape, int split_dim, int T, int r) {
+  TensorSlice s{size_t(shard_shape[0]), shard_shape.size() > 1 ? size_t(shard_shape[1]) : 1, 0, 0, 0, 0};
+  s.whole_rows = split_dim == 0 ? s.rows * T : s.rows, s.whole_cols = split_dim == 1 ? s.cols * T : s.cols;
+  s.row0 = split_dim == 0 ? s.rows * r : 0, s.col0 = split_dim == 1 ? s.cols * r : 0;
+  return s;
+}
+
 std::vector<HfTensor> hf_tensors(const LlamaConfig& c, const ModelStage& stage) {
   const ShardDims s = model_shard_dims(c, stage);
   const int64_t d = s.C, q = s.Q, kv = s.KV, f = s.F, v = s.V;

@@ -38,6 +38,12 @@ enum class ModelTensor : uint8_t {
 // q/k/v and gate/up; the vocabulary of the embedding and lm_head), 1, columns (row-parallel o and down), or -1:
 // replicated (the norms).
 int model_tensor_split_dim(ModelTensor role);
+// Where shard r of T, a (rows, cols) tensor (1-D: cols = 1) split along split_dim, lies in the whole tensor of
+// (whole_rows, whole_cols): its element (i, j) is the whole's (row0 + i, col0 + j).
+struct TensorSlice {
+  size_t rows, cols, whole_rows, whole_cols, row0, col0;
+};
+TensorSlice model_tensor_slice(const std::vector<int64_t>& shard_shape, int split_dim, int T, int r);
 
 struct HfTensor {
   std::string name;            // e.g. "model.layers.0.self_attn.q_proj.weight"

@@ -117,14 +117,12 @@ void LlamaModel::init_weights(uint64_t seed) {
       std::fill(t.data, t.data + n, 1.0f);
       continue;
     }
-    // A shard walks the whole tensor's stream and keeps its rows [r0, r0 + rows) and columns [c0, c0 + cols).
-    const size_t rows = size_t(t.shape[0]), cols = size_t(t.shape[1]);
-    const size_t whole_rows = t.split_dim == 0 ? rows * T : rows, whole_cols = t.split_dim == 1 ? cols * T : cols;
-    const size_t r0 = t.split_dim == 0 ? rows * r : 0, c0 = t.split_dim == 1 ? cols * r : 0;
-    for (size_t i = 0; i < whole_rows; ++i)
-      for (size_t j = 0; j < whole_cols; ++j) {
+    // A shard walks the whole tensor's stream and keeps its slice (unsigned: indices before it wrap around).
+    const TensorSlice s = model_tensor_slice(t.shape, t.split_dim, T, r);
+    for (size_t i = 0; i < s.whole_rows; ++i)
+      for (size_t j = 0; j < s.whole_cols; ++j) {
         const float x = 0.02f * rng.normal();
-        if (i >= r0 && i < r0 + rows && j >= c0 && j < c0 + cols) t.data[(i - r0) * cols + (j - c0)] = x;
+        if (i - s.row0 < s.rows && j - s.col0 < s.cols) t.data[(i - s.row0) * s.cols + (j - s.col0)] = x;
       }
   }
 }

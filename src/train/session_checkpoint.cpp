@@ -58,17 +58,16 @@ void stages_gather_tensors(Communicator& pipe, const LlamaConfig& cfg, const std
   }
 }
 
-// Element (i, j) of a shard's (rows, cols) tensor is element (i + r0, j + c0) of the whole one, split along
-// `split` (model_tensor_split_dim; -1: the same tensor). into_whole: shard -> whole, else whole -> shard.
+// Shard r of T of a tensor split along `split` (model_tensor_slice; -1: the same tensor) to its place in the whole
+// tensor (into_whole), or back.
 void shard_copy(float* shard, float* whole, const std::vector<int64_t>& shape, int split, int T, int r,
                 bool into_whole) {
-  const size_t rows = size_t(shape[0]), cols = shape.size() > 1 ? size_t(shape[1]) : 1;
-  const size_t wcols = split == 1 ? cols * T : cols, r0 = split == 0 ? rows * r : 0, c0 = split == 1 ? cols * r : 0;
-  for (size_t i = 0; i < rows; ++i) {
-    float* w = whole + (i + r0) * wcols + c0;
-    float* s = shard + i * cols;
-    if (into_whole) std::copy(s, s + cols, w);
-    else std::copy(w, w + cols, s);
+  const TensorSlice t = model_tensor_slice(shape, split, T, r);
+  for (size_t i = 0; i < t.rows; ++i) {
+    float* w = whole + (t.row0 + i) * t.whole_cols + t.col0;
+    float* s = shard + i * t.cols;
+    if (into_whole) std::copy(s, s + t.cols, w);
+    else std::copy(w, w + t.cols, s);
   }
 }
 

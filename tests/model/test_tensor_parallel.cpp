@@ -59,14 +59,12 @@ LlamaConfig tp_config(bool tied) {
 
 // Largest |shard - slice of whole| over a tensor, relative to the largest |whole| of that tensor.
 double slice_rel_diff(const float* shard, const float* whole, const ParamTensor& t, int T, int r) {
-  const size_t rows = t.shape[0], cols = t.shape.size() > 1 ? t.shape[1] : 1;
-  const size_t wcols = t.split_dim == 1 ? cols * T : cols, r0 = t.split_dim == 0 ? rows * r : 0,
-               c0 = t.split_dim == 1 ? cols * r : 0;
+  const TensorSlice s = model_tensor_slice(t.shape, t.split_dim, T, r);
   double diff = 0, scale = 0;
-  for (size_t i = 0; i < rows; ++i)
-    for (size_t j = 0; j < cols; ++j) {
-      const double w = whole[(i + r0) * wcols + j + c0];
-      diff = std::max(diff, std::abs(double(shard[i * cols + j]) - w)), scale = std::max(scale, std::abs(w));
+  for (size_t i = 0; i < s.rows; ++i)
+    for (size_t j = 0; j < s.cols; ++j) {
+      const double w = whole[(s.row0 + i) * s.whole_cols + s.col0 + j];
+      diff = std::max(diff, std::abs(double(shard[i * s.cols + j]) - w)), scale = std::max(scale, std::abs(w));
     }
   return diff / scale;
 }
@@ -121,13 +119,11 @@ GradDiff shards_vs_whole(const ShardRun& run, LlamaModel& whole) {
       const ParamTensor& w = whole.grads().named()[i];
       EXPECT_EQ(t.name, w.name);
       out.worst = std::max(out.worst, slice_rel_diff(t.data, w.data, t, T, r));
-      const size_t rows = t.shape[0], cols = t.shape.size() > 1 ? t.shape[1] : 1;
-      const size_t wcols = t.split_dim == 1 ? cols * T : cols, r0 = t.split_dim == 0 ? rows * r : 0,
-                   c0 = t.split_dim == 1 ? cols * r : 0;
       if (t.split_dim < 0 && r > 0) continue;  // a replicated tensor counts once
-      for (size_t a = 0; a < rows; ++a)
-        for (size_t b = 0; b < cols; ++b) {
-          const double x = t.data[a * cols + b], y = w.data[(a + r0) * wcols + b + c0];
+      const TensorSlice s = model_tensor_slice(t.shape, t.split_dim, T, r);
+      for (size_t a = 0; a < s.rows; ++a)
+        for (size_t b = 0; b < s.cols; ++b) {
+          const double x = t.data[a * s.cols + b], y = w.data[(s.row0 + a) * s.whole_cols + s.col0 + b];
           num += (x - y) * (x - y), den += y * y;
         }
     }
