@@ -124,15 +124,10 @@ void bench_pipe_run(const Args& a) {
       const double ms = bench_median(c.step_ms);
       std::printf("%-34s %9.1f %10.0f %8.2fx\n", c.name.c_str(), ms, tokens / ms * 1e3, base / ms);
     }
-    std::printf("\npeak memory per rank (each category's own peak over the steps)\n%-34s %4s", "configuration", "rank");
-    for (int k = 0; k < kMemCategoryCount; ++k) std::printf(" %13s", mem_category_name(MemCategory(k)));
-    std::printf(" %13s\n", "sum");
-    for (const Config& c : cfgs)
-      for (int r = 0; r < N; ++r) {
-        std::printf("%-34s %4d", r == 0 ? c.name.c_str() : "", r);
-        for (int k = 0; k < kMemCategoryCount; ++k) std::printf(" %13s", format_bytes(c.peak[r].bytes[k]).c_str());
-        std::printf(" %13s\n", format_bytes(c.peak[r].total()).c_str());
-      }
+    std::vector<std::string> names;
+    std::vector<std::vector<MemSnapshot>> peaks;
+    for (const Config& c : cfgs) names.push_back(c.name), peaks.push_back(c.peak);
+    bench_print_rank_memory(names, peaks);
   });
 }
 

@@ -1,7 +1,11 @@
 // Small helpers shared by the benchmarks.
 #pragma once
 #include <algorithm>
+#include <cstdio>
+#include <string>
 #include <vector>
+
+#include "core/memory.h"
 
 namespace agoq {
 
@@ -9,6 +13,20 @@ namespace agoq {
 inline double bench_median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// The table of every rank's peak memory by category (each category's own peak), one block of rows per
+// configuration: names[i] and peaks[i] (per world rank).
+inline void bench_print_rank_memory(const std::vector<std::string>& names, const std::vector<std::vector<MemSnapshot>>& peaks) {
+  std::printf("\npeak memory per rank (each category's own peak over the steps)\n%-34s %4s", "configuration", "rank");
+  for (int k = 0; k < kMemCategoryCount; ++k) std::printf(" %13s", mem_category_name(MemCategory(k)));
+  std::printf(" %13s\n", "sum");
+  for (size_t i = 0; i < names.size(); ++i)
+    for (size_t r = 0; r < peaks[i].size(); ++r) {
+      std::printf("%-34s %4zu", r == 0 ? names[i].c_str() : "", r);
+      for (int k = 0; k < kMemCategoryCount; ++k) std::printf(" %13s", format_bytes(peaks[i][r].bytes[k]).c_str());
+      std::printf(" %13s\n", format_bytes(peaks[i][r].total()).c_str());
+    }
 }
 
 }  // namespace agoq

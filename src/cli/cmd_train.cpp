@@ -123,6 +123,10 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
                 "pipeline stages (1F1B); ranks form a pp x (ranks / pp) grid, --accum is the micro-batches per step")
       ->capture_default_str();
   c->add_option("--stage-layers", o.stage_layers, "decoder layers per pipeline stage, e.g. 3,5 (default: even)");
+  c->add_option("--tp", o.tp,
+                "tensor-parallel ranks (Megatron: heads, MLP and vocabulary split; innermost: adjacent ranks); the "
+                "grid is tp x pp x (ranks / (tp * pp))")
+      ->capture_default_str();
   c->add_option_function<std::string>(
       "--mem-budget", [&o](const std::string& v) { o.mem_budget = plan_parse_bytes(v); },
       "memory per rank (e.g. 2GiB): after --replan-after steps, activation bits are re-planned per stage from "

@@ -7,13 +7,15 @@
 
 namespace agoq {
 
-std::array<int, kActSlotCount> act_slot_cols(const LlamaConfig& cfg) {
-  const int C = cfg.dim, KV = cfg.kv_dim(), F = cfg.ffn_dim;
-  return {C, 1, C, C, KV, KV, C, cfg.n_heads, C, 1, C, F, F, F};
+std::array<int, kActSlotCount> act_slot_cols(const LlamaConfig& cfg, int tp) {
+  ModelStage shard = model_stage_whole(cfg);
+  shard.tp = tp;
+  const ShardDims d = model_shard_dims(cfg, shard);
+  return {d.C, 1, d.C, d.Q, d.KV, d.KV, d.Q, d.H, d.C, 1, d.C, d.F, d.F, d.F};
 }
 
-size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t rows, bool attention) {
-  const auto cols = act_slot_cols(cfg);
+size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t rows, bool attention, int tp) {
+  const auto cols = act_slot_cols(cfg, tp);
   size_t total = 0;
   for (const auto& layer : policy.slots)
     for (int s = 0; s < kActSlotCount; ++s)
@@ -27,7 +29,7 @@ ActivationStore::ActivationStore(const LlamaConfig& cfg, int max_rows, const Act
     : policy_(policy) {
   AGOQ_CHECK(int(policy_.slots.size()) == cfg.n_layers, "activation policy has ", policy_.slots.size(),
              " layers, model has ", cfg.n_layers);
-  cols_ = act_slot_cols(cfg);
+  cols_ = act_slot_cols(cfg, stage.tp);
   tensors_.resize(cfg.n_layers);
   for (int l = stage.first_layer; l < stage.end_layer; ++l)
     for (int s = 0; s < kActSlotCount; ++s) {

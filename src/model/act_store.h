@@ -19,15 +19,18 @@
 
 namespace agoq {
 
-// Values per token of each slot for a model (the cols of its (rows, cols) view).
-std::array<int, kActSlotCount> act_slot_cols(const LlamaConfig& cfg);
+// Values per token of each slot for a model on one of tp tensor-parallel ranks (the cols of its (rows, cols) view):
+// q, k, v, attn_out, the log-sum-exp and the MLP's slots are the rank's heads and units; the residual stream and
+// the norm slots are whole.
+std::array<int, kActSlotCount> act_slot_cols(const LlamaConfig& cfg, int tp = 1);
 // Exact bytes the store allocates for `rows` tokens under a policy, for one slot class (attention or not), summed
-// over layers. Memory planning and reports use it; the store allocates exactly this.
-size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t rows, bool attention);
+// over layers, on one of tp ranks. Memory planning and reports use it; the store allocates exactly this.
+size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t rows, bool attention, int tp = 1);
 
 class ActivationStore {
  public:
-  // Capacity: up to max_rows tokens (B*T) per forward, for the layers of `stage` (the policy covers all layers).
+  // Capacity: up to max_rows tokens (B*T) per forward, for the layers of `stage` and its tensor-parallel shard (the
+  // policy covers all layers).
   ActivationStore(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy, const ModelStage& stage);
 
   const ActPolicy& policy() const { return policy_; }

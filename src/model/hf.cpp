@@ -124,8 +124,27 @@ std::string config_diff(const LlamaConfig& a, const LlamaConfig& b) {
   return os.str();
 }
 
+int model_tensor_split_dim(ModelTensor role) {
+  switch (role) {
+    case ModelTensor::attn_norm:
+    case ModelTensor::mlp_norm:
+    case ModelTensor::final_norm: return -1;
+    case ModelTensor::wo:
+    case ModelTensor::w_down: return 1;
+    default: return 0;
+  }
+}
+
+TensorSlice model_tensor_slice(const std::vector<int64_t>& shard_shape, int split_dim, int T, int r) {
+  TensorSlice s{size_t(shard_shape[0]), shard_shape.size() > 1 ? size_t(shard_shape[1]) : 1, 0, 0, 0, 0};
+  s.whole_rows = split_dim == 0 ? s.rows * T : s.rows, s.whole_cols = split_dim == 1 ? s.cols * T : s.cols;
+  s.row0 = split_dim == 0 ? s.rows * r : 0, s.col0 = split_dim == 1 ? s.cols * r : 0;
+  return s;
+}
+
 std::vector<HfTensor> hf_tensors(const LlamaConfig& c, const ModelStage& stage) {
-  const int64_t d = c.dim, kv = c.kv_dim(), f = c.ffn_dim, v = c.vocab_size;
+  const ShardDims s = model_shard_dims(c, stage);
+  const int64_t d = s.C, q = s.Q, kv = s.KV, f = s.F, v = s.V;
   std::vector<HfTensor> out;
   if (stage.embed) out.push_back({"model.embed_tokens.weight", {v, d}, ModelTensor::embed});
   for (int l = stage.first_layer; l < stage.end_layer; ++l) {
@@ -134,10 +153,10 @@ std::vector<HfTensor> hf_tensors(const LlamaConfig& c, const ModelStage& stage) 
       out.push_back({p + name, std::move(shape), role, l});
     };
     add("input_layernorm.weight", {d}, ModelTensor::attn_norm);
-    add("self_attn.q_proj.weight", {d, d}, ModelTensor::wq);
+    add("self_attn.q_proj.weight", {q, d}, ModelTensor::wq);
     add("self_attn.k_proj.weight", {kv, d}, ModelTensor::wk);
     add("self_attn.v_proj.weight", {kv, d}, ModelTensor::wv);
-    add("self_attn.o_proj.weight", {d, d}, ModelTensor::wo);
+    add("self_attn.o_proj.weight", {d, q}, ModelTensor::wo);
     add("post_attention_layernorm.weight", {d}, ModelTensor::mlp_norm);
     add("mlp.gate_proj.weight", {f, d}, ModelTensor::w_gate);
     add("mlp.up_proj.weight", {f, d}, ModelTensor::w_up);

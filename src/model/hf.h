@@ -34,13 +34,25 @@ enum class ModelTensor : uint8_t {
   embed, attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down, final_norm, lm_head
 };
 
+// Which dimension of an (out, in) weight the tensor-parallel shards split (model/stage.h): 0, rows (column-parallel
+// q/k/v and gate/up; the vocabulary of the embedding and lm_head), 1, columns (row-parallel o and down), or -1:
+// replicated (the norms).
+int model_tensor_split_dim(ModelTensor role);
+// Where shard r of T, a (rows, cols) tensor (1-D: cols = 1) split along split_dim, lies in the whole tensor of
+// (whole_rows, whole_cols): its element (i, j) is the whole's (row0 + i, col0 + j).
+struct TensorSlice {
+  size_t rows, cols, whole_rows, whole_cols, row0, col0;
+};
+TensorSlice model_tensor_slice(const std::vector<int64_t>& shard_shape, int split_dim, int T, int r);
+
 struct HfTensor {
   std::string name;            // e.g. "model.layers.0.self_attn.q_proj.weight"
-  std::vector<int64_t> shape;  // row-major, [out, in] for projections
+  std::vector<int64_t> shape;  // row-major, [out, in] for projections; a tensor-parallel shard's own shape
   ModelTensor role;
   int layer = -1;              // decoder layer, -1 for the embedding, final norm and lm_head
 };
-// A stage's tensors in HF order (the whole model's by default); lm_head.weight only when untied.
+// A stage's tensors in HF order (the whole model's by default); lm_head.weight only when untied. A shard's tensors
+// keep their HF names with the shard's shapes.
 std::vector<HfTensor> hf_tensors(const LlamaConfig& c, const ModelStage& stage);
 std::vector<HfTensor> hf_tensors(const LlamaConfig& c);
 

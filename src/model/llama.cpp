@@ -29,27 +29,31 @@ int llama_tile_rows(int T, int N) { return std::min(N, T * std::max(1, kTileRows
 // tests/plan/test_memory_model.cpp checks this against the memory tracker to the byte).
 size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
                              const ModelStage& stage) {
-  const size_t N = size_t(max_batch) * max_seq, C = cfg.dim, KV = cfg.kv_dim(), F = cfg.ffn_dim, V = cfg.vocab_size;
+  const ShardDims d = model_shard_dims(cfg, stage);
+  const size_t N = size_t(max_batch) * max_seq, C = d.C, Q = d.Q, KV = d.KV, F = d.F, V = d.V;
   size_t floats = 2 * (size_t(max_seq) * cfg.head_dim() / 2);  // rope_cos_, rope_sin_
   floats += 2 * N * C;                                        // resid_, dx_
-  floats += 2 * N * C + 2 * N * KV;                           // dq_, do_, dk_, dv_
+  floats += 2 * N * Q + 2 * N * KV;                           // dq_, do_, dk_, dv_
   const std::pair<ActSlot, size_t> attention[] = {
-      {ActSlot::q, C}, {ActSlot::k, KV}, {ActSlot::v, KV}, {ActSlot::attn_out, C}};  // q_, k_, v_, o_
+      {ActSlot::q, Q}, {ActSlot::k, KV}, {ActSlot::v, KV}, {ActSlot::attn_out, Q}};  // q_, k_, v_, o_
   for (const auto& [slot, cols] : attention)
     if (attention_workspace_needed(policy, stage, slot)) floats += N * cols;
   const size_t R = size_t(llama_tile_rows(max_seq, int(N)));
-  floats += 4 * R * C + 6 * R * F;  // t_x_, t_xn_, t_c_, t_o_; t_gate_, t_up_, t_s_, t_ds_, t_dgate_, t_dup_
+  floats += 3 * R * C + R * Q + 6 * R * F;  // t_x_, t_xn_, t_c_; t_o_; t_gate_, t_up_, t_s_, t_ds_, t_dgate_, t_dup_
   if (stage.head) {
     const size_t chunk = std::min<size_t>(N, kHeadChunkRows);
     floats += 2 * chunk * C + chunk + chunk * V;  // head_norm_, head_dnorm_, head_rstd_, head_logits_
-    floats += N;                                  // losses_
+    floats += 3 * chunk + N;                      // head_stats_, losses_
   }
   return floats * sizeof(float);
 }
 
 LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
-                       const ModelStage& stage, int in_flight, const std::vector<ParamSegment>& grad_storage)
+                       const ModelStage& stage, int in_flight, const std::vector<ParamSegment>& grad_storage,
+                       TensorGroup* tensor)
     : cfg_(cfg),
+      d_(model_shard_dims(cfg, stage)),
+      tensor_(stage.tp > 1 ? tensor : nullptr),
       max_rows_(max_batch * max_seq),
       max_seq_(max_seq),
       params_((cfg.validate(), cfg), stage, MemCategory::weights),
@@ -58,7 +62,10 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
   AGOQ_CHECK(max_seq >= 1 && max_seq <= cfg.max_seq_len, "sequence length ", max_seq,
              " must be between 1 and the model's max_seq_len ", cfg.max_seq_len);
   AGOQ_CHECK(in_flight >= 1, "micro-batches in flight must be >= 1 (got ", in_flight, ")");
-  const size_t N = max_rows_, C = cfg.dim, KV = cfg.kv_dim(), F = cfg.ffn_dim, V = cfg.vocab_size;
+  AGOQ_CHECK(stage.tp == 1 || (tensor && tensor->size() == stage.tp && tensor->rank() == stage.tp_rank),
+             "tensor-parallel shard ", stage.tp_rank, " of ", stage.tp, " needs its group of ", stage.tp,
+             " ranks (internal)");
+  const size_t N = max_rows_, C = d_.C, Q = d_.Q, KV = d_.KV, F = d_.F, V = d_.V;
   const int hd = cfg.head_dim();
   auto ws = [](size_t n) { return Buffer<float>(n, MemCategory::workspace); };
   rope_cos_ = ws(size_t(max_seq) * hd / 2);
@@ -67,14 +74,14 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
   resid_ = ws(N * C);
   dx_ = ws(N * C);
   stores_allocate(policy, in_flight);
-  dq_ = ws(N * C), dk_ = ws(N * KV), dv_ = ws(N * KV), do_ = ws(N * C);
+  dq_ = ws(N * Q), dk_ = ws(N * KV), dv_ = ws(N * KV), do_ = ws(N * Q);
   const size_t R = llama_tile_rows(max_seq, int(N));
-  t_x_ = ws(R * C), t_xn_ = ws(R * C), t_c_ = ws(R * C), t_o_ = ws(R * C);
+  t_x_ = ws(R * C), t_xn_ = ws(R * C), t_c_ = ws(R * C), t_o_ = ws(R * Q);
   t_gate_ = ws(R * F), t_up_ = ws(R * F), t_s_ = ws(R * F), t_ds_ = ws(R * F), t_dgate_ = ws(R * F), t_dup_ = ws(R * F);
   if (stage.head) {
     const size_t chunk = std::min<size_t>(N, kHeadChunkRows);
     head_norm_ = ws(chunk * C), head_rstd_ = ws(chunk), head_dnorm_ = ws(chunk * C), head_logits_ = ws(chunk * V);
-    losses_ = ws(N);
+    head_stats_ = ws(3 * chunk), losses_ = ws(N);
   }
 }
 
@@ -89,8 +96,8 @@ void LlamaModel::stores_allocate(const ActPolicy& policy, int count) {
     if (!attention_workspace_needed(policy, stage(), s)) b.reset();
     else if (b.empty()) b = Buffer<float>(N * cols, MemCategory::workspace);
   };
-  ws_if(q_, ActSlot::q, cfg_.dim), ws_if(k_, ActSlot::k, cfg_.kv_dim()), ws_if(v_, ActSlot::v, cfg_.kv_dim());
-  ws_if(o_, ActSlot::attn_out, cfg_.dim);
+  ws_if(q_, ActSlot::q, d_.Q), ws_if(k_, ActSlot::k, d_.KV), ws_if(v_, ActSlot::v, d_.KV);
+  ws_if(o_, ActSlot::attn_out, d_.Q);
 }
 
 void LlamaModel::select_store(int i) {
@@ -101,12 +108,22 @@ void LlamaModel::select_store(int i) {
 void LlamaModel::set_policy(const ActPolicy& policy) { stores_allocate(policy, store_count()); }
 
 void LlamaModel::init_weights(uint64_t seed) {
+  const int T = stage().tp, r = stage().tp_rank;
   for (const ParamTensor& t : params_.named()) {
     // Each tensor draws from its own stream, so a tensor's values do not depend on the others' sizes.
     Rng rng(seed, std::hash<std::string>{}(t.name));
     const size_t n = t.numel();
-    if (t.shape.size() == 1) std::fill(t.data, t.data + n, 1.0f);
-    else for (size_t i = 0; i < n; ++i) t.data[i] = 0.02f * rng.normal();
+    if (t.shape.size() == 1) {
+      std::fill(t.data, t.data + n, 1.0f);
+      continue;
+    }
+    // A shard walks the whole tensor's stream and keeps its slice (unsigned: indices before it wrap around).
+    const TensorSlice s = model_tensor_slice(t.shape, t.split_dim, T, r);
+    for (size_t i = 0; i < s.whole_rows; ++i)
+      for (size_t j = 0; j < s.whole_cols; ++j) {
+        const float x = 0.02f * rng.normal();
+        if (i - s.row0 < s.rows && j - s.col0 < s.cols) t.data[(i - s.row0) * s.cols + (j - s.col0)] = x;
+      }
   }
 }
 
@@ -118,10 +135,12 @@ float* LlamaModel::attention_buffer(int l, ActSlot s, Buffer<float>& workspace) 
 // One decoder layer, forward, on the residual stream resid_ (N, C), in place:
 //   x -> RMSNorm -> q,k,v -> RoPE -> attention -> o_proj -> + x = h -> RMSNorm -> gate, up -> SwiGLU -> down -> + h
 // Row-wise work runs tile by tile; each saved tensor is stored (quantized) while its tile is still in cache.
+// A tensor-parallel shard has its heads and MLP units (q/k/v, gate/up column-parallel); the row-parallel o_proj
+// and down_proj give partial sums, added over the group before the residual add.
 void LlamaModel::forward_layer(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
-  const int N = B * T, C = cfg_.dim, KV = cfg_.kv_dim(), F = cfg_.ffn_dim, H = cfg_.n_heads,
-            Hkv = cfg_.n_kv_heads, hd = cfg_.head_dim(), R = llama_tile_rows(T, N);
+  const int N = B * T, C = d_.C, Q = d_.Q, KV = d_.KV, F = d_.F, H = d_.H, Hkv = d_.Hkv, hd = d_.hd,
+            R = llama_tile_rows(T, N);
   ActivationStore& S = store();
   // A producer writes straight into an fp32 slot, else into its tile buffer; save_rows then stores the tile.
   auto out_rows = [&](ActSlot s, int r0, Buffer<float>& tile) {
@@ -142,8 +161,8 @@ void LlamaModel::forward_layer(int l, int B, int T) {
     rmsnorm_forward(xn, rstd1 + r0, x, P.attn_norm, rows, C, cfg_.norm_eps);
     S.save_rows(l, ActSlot::attn_norm_in, r0, rows, x);
     S.save_rows(l, ActSlot::attn_norm_out, r0, rows, xn);
-    float *qr = q + size_t(r0) * C, *kr = k + size_t(r0) * KV, *vr = v + size_t(r0) * KV;
-    matmul_forward(qr, xn, P.wq, rows, C, C);
+    float *qr = q + size_t(r0) * Q, *kr = k + size_t(r0) * KV, *vr = v + size_t(r0) * KV;
+    matmul_forward(qr, xn, P.wq, rows, C, Q);
     matmul_forward(kr, xn, P.wk, rows, C, KV);
     matmul_forward(vr, xn, P.wv, rows, C, KV);
     rope_forward(qr, rope_cos_.data(), rope_sin_.data(), rows, T, H, hd);  // tiles hold whole sequences
@@ -158,10 +177,11 @@ void LlamaModel::forward_layer(int l, int B, int T) {
   // o -> h = x + o_proj(o) -> hn = RMSNorm(h) -> gate, up -> s = SwiGLU -> x_next = h + down(s), tile by tile
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);
-    const float* orow = o + size_t(r0) * C;
+    const float* orow = o + size_t(r0) * Q;
     S.save_rows(l, ActSlot::attn_out, r0, rows, orow);
     float* h = resid_.data() + size_t(r0) * C;  // x becomes h, then x_next, in place
-    matmul_forward(t_c_.data(), orow, P.wo, rows, C, C);
+    matmul_forward(t_c_.data(), orow, P.wo, rows, Q, C);
+    tp_sum(t_c_.data(), size_t(rows) * C);
     residual_add(h, h, t_c_.data(), size_t(rows) * C);
     S.save_rows(l, ActSlot::mlp_norm_in, r0, rows, h);
     float* hn = out_rows(ActSlot::mlp_norm_out, r0, t_xn_);
@@ -177,17 +197,20 @@ void LlamaModel::forward_layer(int l, int B, int T) {
     swiglu_forward(s, gate, up, size_t(rows) * F);
     S.save_rows(l, ActSlot::swiglu_out, r0, rows, s);
     matmul_forward(t_c_.data(), s, P.w_down, rows, F, C);
+    tp_sum(t_c_.data(), size_t(rows) * C);
     residual_add(h, h, t_c_.data(), size_t(rows) * C);
   }
 }
 
 // One decoder layer, backward. dx_ holds dloss/dx_next on entry and dloss/dx on exit (the residual stream's
-// gradient flows through both residual connections in place). Saved tensors are read a tile at a time.
+// gradient flows through both residual connections in place). Saved tensors are read a tile at a time. On a
+// tensor-parallel shard the gradients of the column-parallel projections' input (the norm outputs) are partial
+// sums, added over the group before the norm's backward; dx_ stays the same on every rank of the group.
 void LlamaModel::backward_layer(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   LayerParams& G = grads_.layers[l];
-  const int N = B * T, C = cfg_.dim, KV = cfg_.kv_dim(), F = cfg_.ffn_dim, H = cfg_.n_heads,
-            Hkv = cfg_.n_kv_heads, hd = cfg_.head_dim(), R = llama_tile_rows(T, N);
+  const int N = B * T, C = d_.C, Q = d_.Q, KV = d_.KV, F = d_.F, H = d_.H, Hkv = d_.Hkv, hd = d_.hd,
+            R = llama_tile_rows(T, N);
   ActivationStore& S = store();
   const float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
   const float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
@@ -213,10 +236,11 @@ void LlamaModel::backward_layer(int l, int B, int T) {
     float* dhn = t_c_.data();
     matmul_backward(dhn, G.w_gate, t_dgate_.data(), hn, P.w_gate, rows, C, F);
     matmul_backward(dhn, G.w_up, t_dup_.data(), hn, P.w_up, rows, C, F, /*accumulate_din=*/true);
+    tp_sum(dhn, size_t(rows) * C);
     rmsnorm_backward(dx, G.mlp_norm, dhn, h, P.mlp_norm, rstd2 + r0, rows, C);  // dx += : now dloss/dh
 
     const float* o = S.load_rows(l, ActSlot::attn_out, r0, rows, t_o_.data());
-    matmul_backward(do_.data() + size_t(r0) * C, G.wo, dx, o, P.wo, rows, C, C);
+    matmul_backward(do_.data() + size_t(r0) * Q, G.wo, dx, o, P.wo, rows, Q, C);
   }
 
   // Attention over the whole batch, from its high-precision saved tensors.
@@ -234,7 +258,7 @@ void LlamaModel::backward_layer(int l, int B, int T) {
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);
     float* dx = dx_.data() + size_t(r0) * C;
-    float *dq = dq_.data() + size_t(r0) * C, *dk = dk_.data() + size_t(r0) * KV, *dv = dv_.data() + size_t(r0) * KV;
+    float *dq = dq_.data() + size_t(r0) * Q, *dk = dk_.data() + size_t(r0) * KV, *dv = dv_.data() + size_t(r0) * KV;
     rope_backward(dq, rope_cos_.data(), rope_sin_.data(), rows, T, H, hd);
     rope_backward(dk, rope_cos_.data(), rope_sin_.data(), rows, T, Hkv, hd);
     const float* x = S.load_rows(l, ActSlot::attn_norm_in, r0, rows, t_x_.data());
@@ -242,17 +266,20 @@ void LlamaModel::backward_layer(int l, int B, int T) {
                                                            : t_xn_.data();
     if (!S.stored(l, ActSlot::attn_norm_out)) rmsnorm_apply(t_xn_.data(), x, rstd1 + r0, P.attn_norm, rows, C);
     float* dxn = t_c_.data();
-    matmul_backward(dxn, G.wq, dq, xn, P.wq, rows, C, C);
+    matmul_backward(dxn, G.wq, dq, xn, P.wq, rows, C, Q);
     matmul_backward(dxn, G.wk, dk, xn, P.wk, rows, C, KV, /*accumulate_din=*/true);
     matmul_backward(dxn, G.wv, dv, xn, P.wv, rows, C, KV, /*accumulate_din=*/true);
+    tp_sum(dxn, size_t(rows) * C);
     rmsnorm_backward(dx, G.attn_norm, dxn, x, P.attn_norm, rstd1 + r0, rows, C);  // dx += : now dloss/dx
   }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// The head: x -> RMSNorm -> lm_head -> cross-entropy, chunk by chunk, forward and backward fused.
+// The head: x -> RMSNorm -> lm_head -> cross-entropy, chunk by chunk, forward and backward fused. A shard's
+// lm_head holds its vocabulary rows: the cross-entropy reduces each row's max, sum of exponentials and target logit
+// over the group (the logits are never gathered), and the lm_head's input gradient is a partial sum.
 float LlamaModel::head_forward_backward(const float* x, const int32_t* targets, int N, float grad_scale, float* dx) {
-  const int C = cfg_.dim, V = cfg_.vocab_size;
+  const int C = d_.C, V = d_.V;
   long counted = 0;
   for (int i = 0; i < N; ++i) counted += targets[i] >= 0;
   AGOQ_CHECK(counted > 0, "batch has no targets to compute a loss on");
@@ -262,10 +289,17 @@ float LlamaModel::head_forward_backward(const float* x, const int32_t* targets, 
     const float* xc = x + size_t(r0) * C;
     rmsnorm_forward(head_norm_.data(), head_rstd_.data(), xc, params_.final_norm, rows, C, cfg_.norm_eps);
     matmul_forward(head_logits_.data(), head_norm_.data(), params_.lm_head, rows, C, V);
-    crossentropy_forward_backward(head_logits_.data(), losses_.data() + r0, targets + r0, rows, V, dloss_scale);
+    float *row_max = head_stats_.data(), *sums = row_max + rows;
+    crossentropy_shard_max(head_logits_.data(), rows, V, row_max);
+    tp_max(row_max, size_t(rows));
+    crossentropy_shard_exp(head_logits_.data(), targets + r0, rows, V, d_.v_begin, row_max, sums);
+    tp_sum(sums, 2 * size_t(rows));
+    crossentropy_shard_finish(head_logits_.data(), losses_.data() + r0, targets + r0, rows, V, d_.v_begin, row_max,
+                              sums, dloss_scale);
     if (dx) {
       matmul_backward(head_dnorm_.data(), grads_.lm_head, head_logits_.data(), head_norm_.data(), params_.lm_head,
                       rows, C, V);
+      tp_sum(head_dnorm_.data(), size_t(rows) * C);
       float* dxc = dx + size_t(r0) * C;
       std::fill(dxc, dxc + size_t(rows) * C, 0.0f);
       rmsnorm_backward(dxc, grads_.final_norm, head_dnorm_.data(), xc, params_.final_norm, head_rstd_.data(), rows, C);
@@ -288,7 +322,8 @@ void LlamaModel::stage_forward(const int32_t* inputs, int B, int T, const MicroB
   if (stage().embed) {
     for (int i = 0; i < N; ++i)
       AGOQ_CHECK(inputs[i] >= 0 && inputs[i] < V, "token id ", inputs[i], " out of range for vocab size ", V);
-    embedding_forward(resid_.data(), inputs, params_.embed, N, cfg_.dim);
+    embedding_forward(resid_.data(), inputs, params_.embed, N, d_.C, d_.v_begin, d_.V);
+    tp_sum(resid_.data(), size_t(N) * d_.C);  // each token's row is on one shard, zeros on the others
   }
   for (int l = stage().first_layer; l < stage().end_layer; ++l) {
     forward_layer(l, B, T);
@@ -315,7 +350,7 @@ void LlamaModel::stage_backward(const int32_t* inputs, int B, int T, const Micro
     if (run.layer_done) run.layer_done();
   }
   if (stage().embed) {
-    embedding_backward(grads_.embed, dx_.data(), inputs, B * T, cfg_.dim);
+    embedding_backward(grads_.embed, dx_.data(), inputs, B * T, d_.C, d_.v_begin, d_.V);
     if (run.grads_ready) run.grads_ready(-1);
   }
 }
@@ -348,7 +383,7 @@ float LlamaModel::forward_loss(const int32_t* inputs, const int32_t* targets, in
 }
 
 void LlamaModel::forward_last_logits(const int32_t* tokens, int T, float* logits) {
-  AGOQ_CHECK(stage().whole(cfg_), "sampling needs the whole model");
+  AGOQ_CHECK(stage().whole(cfg_) && stage().tp == 1, "sampling needs the whole model");
   stage_forward(tokens, 1, T, {});
   const int C = cfg_.dim, V = cfg_.vocab_size;
   const float* x_last = resid_.data() + size_t(T - 1) * C;

@@ -11,6 +11,7 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "model/stage.h"
+#include "model/tensor_group.h"
 
 namespace agoq {
 
@@ -32,7 +33,8 @@ struct MicroBatchRun {
 // RoPE positions are row % T inside a tile), about 256 rows.
 int llama_tile_rows(int T, int N);
 // Bytes of the workspace buffers (MemCategory::workspace) of LlamaModel(cfg, max_batch, max_seq, policy, stage, ...)
-// and of its set_policy(policy); attention's per-call scratch is attention_scratch_bytes (model/attention.h).
+// and of its set_policy(policy), for the stage's tensor-parallel shard; attention's per-call scratch is
+// attention_scratch_bytes (model/attention.h).
 size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
                              const ModelStage& stage);
 
@@ -43,9 +45,10 @@ class LlamaModel {
       : LlamaModel(cfg, max_batch, max_seq, policy, model_stage_whole(cfg), 1) {}
   // A pipeline stage's part of the model, with activation stores for `in_flight` micro-batches. Backward writes
   // its gradients into `grad_storage` (a gradient store's segments, parallel/grad_store.h); empty: into one full
-  // fp32 buffer the model owns.
+  // fp32 buffer the model owns. A tensor-parallel shard (stage.tp > 1) joins the other shards through `tensor`,
+  // the group of stage.tp ranks in which it is rank stage.tp_rank (docs/parallel.md: the collectives per layer).
   LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy, const ModelStage& stage,
-             int in_flight, const std::vector<ParamSegment>& grad_storage = {});
+             int in_flight, const std::vector<ParamSegment>& grad_storage = {}, TensorGroup* tensor = nullptr);
 
   const LlamaConfig& config() const { return cfg_; }
   const ModelStage& stage() const { return params_.stage(); }
@@ -58,7 +61,8 @@ class LlamaModel {
   // Replaces the activation policy (re-planned bits): the stores are reallocated, their contents are lost.
   void set_policy(const ActPolicy& policy);
 
-  // Hugging Face's initialisation: every matrix ~ N(0, 0.02), norm weights 1.
+  // Hugging Face's initialisation: every matrix ~ N(0, 0.02), norm weights 1. A shard holds its part of the
+  // whole model's values (so any grid starts from the same weights).
   void init_weights(uint64_t seed);
 
   // One micro-batch: forward, loss, backward. Adds run.grad_scale * d(mean loss)/d(param) into grads().
@@ -103,23 +107,33 @@ class LlamaModel {
                   bool backward);
   // fp32 view of an attention slot for the whole batch: the stored tensor when fp32, else the workspace buffer.
   float* attention_buffer(int l, ActSlot s, Buffer<float>& workspace);
+  // The tensor-parallel reductions (no-ops on an unsharded model).
+  void tp_sum(float* x, size_t n) {
+    if (tensor_) tensor_->sum(x, n);
+  }
+  void tp_max(float* x, size_t n) {
+    if (tensor_) tensor_->max(x, n);
+  }
 
   LlamaConfig cfg_;
+  ShardDims d_;  // the widths of this rank's shard
+  TensorGroup* tensor_;
   int max_rows_, max_seq_;
   ParamSet params_, grads_;
   std::vector<ActivationStore> stores_;
   int active_ = 0;
   Buffer<float> rope_cos_, rope_sin_;  // (max_seq, hd/2)
-  // Whole-batch workspace, shapes for N = B*T rows.
+  // Whole-batch workspace, shapes for N = B*T rows (widths of the shard: d_).
   Buffer<float> resid_;                // (N, C)  the residual stream, updated in place layer by layer
   Buffer<float> dx_;                   // (N, C)  its gradient
   Buffer<float> q_, k_, v_, o_;        // attention inputs/output in fp32 when their slots are not fp32
-  Buffer<float> dq_, dk_, dv_, do_;    // (N, C), (N, KV), (N, KV), (N, C)
-  // Tile workspace: a few rows at a time. c: (R, C), f: (R, F).
+  Buffer<float> dq_, dk_, dv_, do_;    // (N, Q), (N, KV), (N, KV), (N, Q)
+  // Tile workspace: a few rows at a time. (R, C): x, xn, c; (R, Q): o; (R, F): the MLP's.
   Buffer<float> t_x_, t_xn_, t_c_, t_o_;
   Buffer<float> t_gate_, t_up_, t_s_, t_ds_, t_dgate_, t_dup_;
   Buffer<float> head_norm_, head_rstd_, head_dnorm_;  // (chunk, C), (chunk), (chunk, C)
   Buffer<float> head_logits_;                         // (chunk, V)
+  Buffer<float> head_stats_;                          // (chunk, 3): the cross-entropy's row max, sum, target logit
   Buffer<float> losses_;                              // (N)
 };
 

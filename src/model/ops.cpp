@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 
@@ -50,7 +51,7 @@ float row_dot3(const float* a, const float* b, const float* w, int n) {
   return s;
 }
 
-float row_max(const float* a, int n) {
+float row_max_of(const float* a, int n) {
   int i = 0;
   float m = -INFINITY;
 #if AGOQ_AVX2
@@ -267,41 +268,70 @@ void crossentropy_forward_backward(float* logits_to_dlogits, float* losses, cons
                                    float dloss_scale) {
   for (int n = 0; n < N; ++n)
     AGOQ_CHECK(targets[n] < V, "crossentropy: target ", targets[n], " of row ", n, " is not below vocab ", V);
+  std::vector<float> stats(3 * size_t(N));  // row_max, then (sum, target logit) per row
+  crossentropy_shard_max(logits_to_dlogits, N, V, stats.data());
+  crossentropy_shard_exp(logits_to_dlogits, targets, N, V, 0, stats.data(), stats.data() + N);
+  crossentropy_shard_finish(logits_to_dlogits, losses, targets, N, V, 0, stats.data(), stats.data() + N, dloss_scale);
+}
+
+void crossentropy_shard_max(const float* logits, int N, int V, float* row_max) {
+#pragma omp parallel for schedule(static) if (size_t(N) * V > kParallelElems)
+  for (int n = 0; n < N; ++n) row_max[n] = row_max_of(logits + size_t(n) * V, V);
+}
+
+void crossentropy_shard_exp(float* logits, const int* targets, int N, int V, int v_begin, const float* row_max,
+                            float* sums) {
+#pragma omp parallel for schedule(static) if (size_t(N) * V > kParallelElems)
+  for (int n = 0; n < N; ++n) {
+    float* z = logits + size_t(n) * V;
+    const int t = targets[n] - v_begin;
+    sums[2 * n + 1] = targets[n] >= 0 && t >= 0 && t < V ? z[t] : 0.0f;
+    sums[2 * n] = targets[n] < 0 ? 0.0f : row_exp_sum(z, row_max[n], V);  // z = exp(z − max)
+  }
+}
+
+void crossentropy_shard_finish(float* logits_to_dlogits, float* losses, const int* targets, int N, int V,
+                               int v_begin, const float* row_max, const float* sums, float dloss_scale) {
 #pragma omp parallel for schedule(static) if (size_t(N) * V > kParallelElems)
   for (int n = 0; n < N; ++n) {
     float* z = logits_to_dlogits + size_t(n) * V;
-    const int t = targets[n];
-    if (t < 0) {
+    if (targets[n] < 0) {
       losses[n] = 0.0f;
       std::fill(z, z + V, 0.0f);
       continue;
     }
-    const float zt = z[t], zmax = row_max(z, V);
-    const float sum = row_exp_sum(z, zmax, V);  // z = exp(z − max)
-    losses[n] = zmax + std::log(sum) - zt;
+    const float sum = sums[2 * n];
+    losses[n] = row_max[n] + std::log(sum) - sums[2 * n + 1];
     const float k = dloss_scale / sum;
     for (int v = 0; v < V; ++v) z[v] *= k;
-    z[t] -= dloss_scale;
+    const int t = targets[n] - v_begin;
+    if (t >= 0 && t < V) z[t] -= dloss_scale;
   }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // embedding
 
-void embedding_forward(float* out, const int* tokens, const float* table, int N, int C) {
+void embedding_forward(float* out, const int* tokens, const float* table, int N, int C, int v_begin, int V) {
 #pragma omp parallel for schedule(static) if (size_t(N) * C > kParallelElems)
-  for (int n = 0; n < N; ++n)
-    std::copy(table + size_t(tokens[n]) * C, table + size_t(tokens[n]) * C + C, out + size_t(n) * C);
+  for (int n = 0; n < N; ++n) {
+    const int t = tokens[n] - v_begin;
+    float* o = out + size_t(n) * C;
+    if (t >= 0 && t < V) std::copy(table + size_t(t) * C, table + size_t(t) * C + C, o);
+    else std::fill(o, o + C, 0.0f);
+  }
 }
 
-void embedding_backward(float* dtable, const float* dout, const int* tokens, int N, int C) {
+void embedding_backward(float* dtable, const float* dout, const int* tokens, int N, int C, int v_begin, int V) {
   // Parallel over column blocks: each thread owns whole columns of dtable and adds the rows in order.
   const int n_blocks = (C + kColBlock - 1) / kColBlock;
 #pragma omp parallel for schedule(static) if (size_t(N) * C > kParallelElems)
   for (int blk = 0; blk < n_blocks; ++blk) {
     const int c0 = blk * kColBlock, nc = std::min(kColBlock, C - c0);
     for (int n = 0; n < N; ++n) {
-      float* dst = dtable + size_t(tokens[n]) * C + c0;
+      const int t = tokens[n] - v_begin;
+      if (t < 0 || t >= V) continue;
+      float* dst = dtable + size_t(t) * C + c0;
       const float* src = dout + size_t(n) * C + c0;
       for (int c = 0; c < nc; ++c) dst[c] += src[c];
     }

@@ -11,6 +11,7 @@
 // matmul (OpenBLAS) also give the same bits for any thread count.
 // The flash attention lives in model/attention.h (included here).
 #pragma once
+#include <climits>
 #include <cstddef>
 
 #include "model/attention.h"
@@ -61,13 +62,27 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
 // gradient row 0. Targets must be < V.
 void crossentropy_forward_backward(float* logits_to_dlogits, float* losses, const int* targets, int N, int V,
                                    float dloss_scale);
+// The same on a vocabulary shard (Megatron's vocab-parallel cross-entropy, docs/parallel.md): logits (N, V) are
+// columns [v_begin, v_begin + V) of the whole vocabulary, targets are whole-vocabulary ids. Three phases, with a
+// reduction over the shards between them (with one shard none: the three in a row are the function above):
+//   1. row_max (N) := each row's maximum                                      then the max over the shards
+//   2. logits := exp(logits - row_max); sums (2N) := (sum, target logit or 0)  then the sum over the shards
+//   3. losses := row_max + log(sum) - target logit; logits := dloss_scale · (softmax − onehot)
+void crossentropy_shard_max(const float* logits, int N, int V, float* row_max);
+void crossentropy_shard_exp(float* logits, const int* targets, int N, int V, int v_begin, const float* row_max,
+                            float* sums);
+void crossentropy_shard_finish(float* logits_to_dlogits, float* losses, const int* targets, int N, int V,
+                               int v_begin, const float* row_max, const float* sums, float dloss_scale);
 
 // ---------------------------------------------------------------------------------------------------------------
-// Token embedding: out (N, C) = table[tokens_n] (table (V, C)).
-void embedding_forward(float* out, const int* tokens, const float* table, int N, int C);
-// dtable (V, C) ACCUMULATES dout rows at their tokens; summed per column in row order (deterministic, no races,
-// the same for any thread count).
-void embedding_backward(float* dtable, const float* dout, const int* tokens, int N, int C);
+// Token embedding: out (N, C) = table[tokens_n] (table (V, C)). A vocabulary shard's table holds rows
+// [v_begin, v_begin + V) of the whole one: rows of tokens outside it are 0 (the shards' outputs sum to the whole).
+void embedding_forward(float* out, const int* tokens, const float* table, int N, int C, int v_begin = 0,
+                       int V = INT_MAX);
+// dtable (V, C) ACCUMULATES dout rows at their tokens (those of the shard); summed per column in row order
+// (deterministic, no races, the same for any thread count).
+void embedding_backward(float* dtable, const float* dout, const int* tokens, int N, int C, int v_begin = 0,
+                        int V = INT_MAX);
 
 // ---------------------------------------------------------------------------------------------------------------
 // Residual stream helpers (n elements): out = a + b (out may alias a or b); acc += x.

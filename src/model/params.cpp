@@ -45,7 +45,7 @@ void ParamSet::carve(const LlamaConfig& cfg, At at) {
   size_t offset = 0;
   layers.assign(cfg.n_layers, LayerParams{});
   for (HfTensor& h : hf_tensors(cfg, stage_)) {
-    ParamTensor t{std::move(h.name), std::move(h.shape), nullptr, false};
+    ParamTensor t{std::move(h.name), std::move(h.shape), nullptr, false, model_tensor_split_dim(h.role)};
     t.decay = t.shape.size() == 2;
     t.data = at(offset, t.numel());
     offset += t.numel();

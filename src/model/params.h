@@ -30,6 +30,7 @@ struct ParamTensor {
   std::vector<int64_t> shape;  // row-major
   float* data;
   bool decay;                  // AdamW weight decay applies (matrices, not norms)
+  int split_dim;               // of a tensor-parallel shard: model_tensor_split_dim (-1: replicated)
   size_t numel() const;
 };
 

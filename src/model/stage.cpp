@@ -6,9 +6,34 @@
 
 namespace agoq {
 
+void model_tp_check(const LlamaConfig& cfg, int T) {
+  AGOQ_CHECK(T >= 1, "--tp must be >= 1 (got ", T, ")");
+  AGOQ_CHECK(cfg.n_heads % T == 0, "--tp ", T, " does not divide the model's ", cfg.n_heads, " attention heads");
+  AGOQ_CHECK(cfg.n_kv_heads % T == 0, "--tp ", T, " does not divide the model's ", cfg.n_kv_heads,
+             " kv heads (agoq does not replicate kv heads over tensor-parallel ranks)");
+  AGOQ_CHECK(cfg.ffn_dim % T == 0, "--tp ", T, " does not divide the MLP width (--ffn) ", cfg.ffn_dim);
+  AGOQ_CHECK(cfg.vocab_size % T == 0, "--tp ", T, " does not divide the vocabulary of ", cfg.vocab_size,
+             " tokens (agoq does not pad it: prepare the data with a vocabulary that is a multiple of ", T, ")");
+}
+
+ModelStage model_stage_shard(const LlamaConfig& cfg, ModelStage stage, int T, int tp_rank) {
+  model_tp_check(cfg, T);
+  AGOQ_CHECK(tp_rank >= 0 && tp_rank < T, "tensor-parallel rank ", tp_rank, " of ", T, " (internal)");
+  stage.tp = T, stage.tp_rank = tp_rank;
+  return stage;
+}
+
+ShardDims model_shard_dims(const LlamaConfig& cfg, const ModelStage& stage) {
+  const int T = stage.tp, hd = cfg.head_dim();
+  ShardDims d{cfg.dim, hd, cfg.n_heads / T, cfg.n_kv_heads / T, 0, 0, cfg.ffn_dim / T, cfg.vocab_size / T, 0};
+  d.Q = d.H * hd, d.KV = d.Hkv * hd, d.v_begin = stage.tp_rank * d.V;
+  return d;
+}
+
 size_t model_stage_param_count(const LlamaConfig& cfg, const ModelStage& stage) {
-  const size_t C = cfg.dim, V = cfg.vocab_size;
-  return (stage.embed ? V * C : 0) + size_t(stage.layer_count()) * cfg.layer_param_count() +
+  const ShardDims d = model_shard_dims(cfg, stage);
+  const size_t C = d.C, V = d.V, layer = 2 * C + 2 * size_t(d.Q) * C + 2 * size_t(d.KV) * C + 3 * size_t(d.F) * C;
+  return (stage.embed ? V * C : 0) + size_t(stage.layer_count()) * layer +
          (stage.head ? C + (cfg.tie_embeddings ? 0 : V * C) : 0);
 }
 

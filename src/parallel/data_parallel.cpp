@@ -8,8 +8,9 @@ namespace {
 GradReduceOptions reduce_options(const DpOptions& o) {
   GradReduceOptions r;
   r.reduce = o.reduce, r.zero = o.zero, r.bucket_bytes = o.bucket_bytes;
-  // Under a pipeline the main thread sends activations while the bucket thread reduces: MPI must allow both.
-  r.overlap = o.overlap && (!o.stages || comm_thread_level() == CommThreads::multiple);
+  // Under a pipeline (tensor parallelism) the main thread sends activations (all-reduces a layer's partial sums)
+  // while the bucket thread reduces: MPI must allow both.
+  r.overlap = o.overlap && ((!o.stages && !o.tensor) || comm_thread_level() == CommThreads::multiple);
   return r;
 }
 }  // namespace
@@ -21,7 +22,7 @@ DataParallel::DataParallel(Communicator& comm, ParamSet& params, GradStore& grad
       store_(grads),
       units_(grad_units_sharded(grads.units(), D_, rank_, opts.zero, grads.block())),
       reducer_(comm, grads, units_, reduce_options(opts)),
-      optimizer_(comm, params, units_, {opts.adam, opts.clip, opts.zero, opts.stages}),
+      optimizer_(comm, params, units_, {opts.adam, opts.clip, opts.zero, opts.stages, opts.tensor}),
       moments_(comm, params, units_, optimizer_, opts.zero) {}
 
 std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m) {

@@ -34,6 +34,9 @@ struct DpOptions {
   float clip = 1.0f;
   // Pipeline parallelism: the ranks holding the other stages of this replica (null: the model is whole).
   Communicator* stages = nullptr;
+  // Tensor parallelism: the shards of this rank's layers (null: unsharded); `comm` then holds the replicas of this
+  // (stage, TP rank).
+  Communicator* tensor = nullptr;
   uint64_t seed = 1337;    // stochastic rounding streams (activations, q8 gradients)
 };
 

@@ -1,5 +1,6 @@
 #include "parallel/dp_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -29,11 +30,13 @@ DpStepResult DpOptimizer::step(long step, float lr, double loss_sum, int n_micro
   DpStepResult res;
   double loss_all = D_ > 1 ? comm_.allreduce_value(loss_sum) : loss_sum;
   double sum_squares = reducer.sum_squares();
+  if (opts_.tensor && opts_.tensor->rank() != 0) sum_squares -= replicated_sum_squares(reducer);
   if (opts_.stages) {  // the last stage holds the loss; every stage its own parameters' gradients
     double v[2] = {loss_all, sum_squares};
     opts_.stages->allreduce_sum(v, 2);
     loss_all = v[0], sum_squares = v[1];
   }
+  if (opts_.tensor) opts_.tensor->allreduce_sum(&sum_squares, 1);  // the loss is the same on every shard
   res.loss = loss_all / double(n_micro);
   res.grad_norm = std::sqrt(sum_squares);
   if (!std::isfinite(res.loss) || !std::isfinite(res.grad_norm))
@@ -44,6 +47,24 @@ DpStepResult DpOptimizer::step(long step, float lr, double loss_sum, int n_micro
   const float scale = res.grad_norm > opts_.clip ? float(opts_.clip / res.grad_norm) : 1.0f;
   apply(step, lr, scale, reducer);
   return res;
+}
+
+double DpOptimizer::replicated_sum_squares(GradReducer& reducer) {
+  double sum = 0;
+  size_t ui = 0;
+  const float* g = nullptr;
+  for (const ParamTensor& t : params_.named()) {
+    const size_t off = size_t(t.data - params_.data());
+    while (off >= units_[ui].range.end) ++ui, g = nullptr;  // named() walks the layout in order
+    if (t.split_dim >= 0) continue;
+    const GradUnit& u = units_[ui];
+    const size_t own = u.range.begin + u.own.begin;
+    const size_t a = std::max(off, own), b = std::min(off + t.numel(), own + u.own.size());
+    if (a >= b) continue;
+    if (!g) g = reducer.reduced(int(ui));  // q8: dequantized once per unit
+    for (size_t i = a; i < b; ++i) sum += double(g[i]) * g[i];
+  }
+  return opts_.zero && D_ > 1 ? comm_.allreduce_value(sum) : sum;
 }
 
 void DpOptimizer::apply(long step, float lr, float scale, GradReducer& reducer) {

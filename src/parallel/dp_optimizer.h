@@ -24,6 +24,9 @@ struct DpOptimizerOptions {
   // The ranks holding this replica's other pipeline stages (null: the model is whole): the loss and the gradient
   // norm are summed over them too, so every rank of the grid sees the same values.
   Communicator* stages = nullptr;
+  // The T tensor-parallel shards of this rank's layers (null: unsharded): the gradient norm sums their shards'
+  // squares, counting the replicated tensors (the norms, alike on every shard) once.
+  Communicator* tensor = nullptr;
 };
 
 class DpOptimizer {
@@ -38,6 +41,8 @@ class DpOptimizer {
 
  private:
   void apply(long step, float lr, float scale, GradReducer& reducer);
+  // Sum of squares of the reduced gradient's replicated tensors (this rank's part; ZeRO: summed over the ranks).
+  double replicated_sum_squares(GradReducer& reducer);
 
   Communicator& comm_;
   ParamSet& params_;

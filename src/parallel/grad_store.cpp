@@ -9,14 +9,17 @@
 namespace agoq {
 
 std::vector<GradRange> grad_units_of(const LlamaConfig& cfg, const ModelStage& stage) {
-  const size_t C = cfg.dim, V = cfg.vocab_size;
-  std::vector<size_t> sizes;  // of each unit, in forward order (ParamSet's layout: model/hf.h)
-  if (stage.embed) sizes.push_back(V * C);
-  for (int l = stage.first_layer; l < stage.end_layer; ++l) sizes.push_back(cfg.layer_param_count());
-  if (stage.head) sizes.push_back(C + (cfg.tie_embeddings ? 0 : V * C));
+  // The layout's tensors (model/hf.h) grouped by the part they belong to: the embedding, a layer, the head.
   std::vector<GradRange> units;
   size_t at = 0;
-  for (size_t n : sizes) units.push_back({at, at + n}), at += n;
+  int part = -2;
+  for (const HfTensor& t : hf_tensors(cfg, stage)) {
+    const int of = t.role == ModelTensor::final_norm || t.role == ModelTensor::lm_head ? cfg.n_layers : t.layer;
+    if (of != part) units.push_back({at, at}), part = of;
+    size_t n = 1;
+    for (int64_t d : t.shape) n *= size_t(d);
+    at += n, units.back().end = at;
+  }
   AGOQ_CHECK(at == model_stage_param_count(cfg, stage), "gradient units and parameter count disagree (internal)");
   return units;
 }

@@ -160,7 +160,8 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
   cfg.validate();
   AGOQ_CHECK(int(policy.slots.size()) == cfg.n_layers, "activation policy has ", policy.slots.size(),
              " layers, model has ", cfg.n_layers);
-  const ModelStage st = opt.pp > 1 ? opt.stage : model_stage_whole(cfg);
+  ModelStage st = opt.pp > 1 ? opt.stage : model_stage_whole(cfg);
+  st.tp = opt.stage.tp, st.tp_rank = opt.stage.tp_rank;  // a tensor-parallel shard of it
   const size_t P = model_stage_param_count(cfg, st), N = size_t(opt.batch) * opt.seq, C = cfg.dim;
   const size_t f = sizeof(float);
   PlanMemory m;
@@ -170,7 +171,7 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
   size_t act = 0;  // one micro-batch of the stage's layers
   for (int l = st.first_layer; l < st.end_layer; ++l)
     for (int s = 0; s < kActSlotCount; ++s)
-      if (policy.at(l, ActSlot(s)).stored) act += plan_slot_bytes(policy.at(l, ActSlot(s)).format, cfg, 1, N, ActSlot(s));
+      if (policy.at(l, ActSlot(s)).stored) act += plan_slot_bytes(policy.at(l, ActSlot(s)).format, cfg, st.tp, N, ActSlot(s));
   m[MemCategory::activations] = size_t(opt.pp > 1 ? opt.in_flight : 1) * act;
   if (opt.pp > 1) m[MemCategory::communication] = 2 * N * C * f;  // the pipeline's double-buffered sends
 

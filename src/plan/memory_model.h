@@ -92,7 +92,7 @@ struct PlanCpuOptions {
   int dp = 1;        // optimizer shard 1/dp of the flat layout
   int threads = 0;   // OpenMP threads of the attention scratch; 0: omp_get_max_threads()
   int pp = 1;        // pipeline stages; with pp > 1, `stage` and `in_flight` describe this rank's
-  ModelStage stage;  // ignored when pp == 1 (the whole model)
+  ModelStage stage;  // its layers are ignored when pp == 1 (the whole model); its tensor-parallel shard counts
   int in_flight = 1;
 };
 PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& policy, const PlanCpuOptions& opt);

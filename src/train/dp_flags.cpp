@@ -16,14 +16,14 @@ GradReduce grad_reduce_parse(const std::string& s) {
 }
 }  // namespace
 
-DpOptions dp_options_of(const TrainOptions& opt, Communicator* stages) {
+DpOptions dp_options_of(const TrainOptions& opt, Communicator* stages, Communicator* tensor) {
   DpOptions o;
   o.store.kind = grad_store_parse(opt.grad_store);
   o.store.rounding = opt.grad_rounding == "nearest" ? QuantRounding::nearest : QuantRounding::stochastic;
   o.reduce = grad_reduce_parse(opt.allreduce);
   o.zero = opt.zero == 1;
   o.adam = opt.adam, o.clip = opt.clip, o.seed = opt.seed;
-  o.stages = stages;
+  o.stages = stages, o.tensor = tensor;
   return o;
 }
 

@@ -7,7 +7,8 @@
 namespace agoq {
 
 // Throws agoq::Error naming the flag when --grad-store or --allreduce has an unknown value (--grad-rounding and
-// --zero are checked with the other training options). stages: the grid's pipeline group (null without --pp).
-DpOptions dp_options_of(const TrainOptions& opt, Communicator* stages);
+// --zero are checked with the other training options). stages, tensor: the grid's pipeline and tensor-parallel
+// groups (null without --pp, --tp).
+DpOptions dp_options_of(const TrainOptions& opt, Communicator* stages, Communicator* tensor);
 
 }  // namespace agoq

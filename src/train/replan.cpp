@@ -18,7 +18,7 @@ ActPolicy stage_part(const ActPolicy& all, const ModelStage& st) {
 ReplanResult replan_activation_bits(LlamaModel& model, const ParallelGrid& grid, const std::vector<ModelStage>& stages,
                                     int m, size_t rows, size_t capacity) {
   const int P = grid.P;
-  const PlanActShape shape{model.config(), 1, rows};
+  const PlanActShape shape{model.config(), grid.T, rows};
   const ActPolicy& policy = model.store().policy();  // the same whole-model policy on every rank
   std::vector<PlanStageBudget> budgets(P);
   std::vector<PlanStageBits> current;
@@ -36,6 +36,8 @@ ReplanResult replan_activation_bits(LlamaModel& model, const ParallelGrid& grid,
   model.select_store(0);
   if (grid.D > 1) grid.dp->allreduce_sum(sens.data(), sens.size());
   if (grid.pipe) grid.pipe->allreduce_sum(sens.data(), sens.size());
+  // A stage's T shards get one plan (their slots have the same widths): their sensitivities add up.
+  if (grid.tp) grid.tp->allreduce_sum(sens.data(), sens.size());
   for (int r = 0; r < P; ++r)
     for (int s = 0; s < kActSlotCount; ++s) {
       const double c = sens[size_t(r) * kActSlotCount + s];
@@ -45,6 +47,7 @@ ReplanResult replan_activation_bits(LlamaModel& model, const ParallelGrid& grid,
   // 2. Measured peaks: the largest over a stage's replicas, gathered per stage.
   double peak = double(MemoryTracker::global().peak_total());
   if (grid.D > 1) peak = grid.dp->allreduce_value(peak, CommOp::max);
+  if (grid.tp) peak = grid.tp->allreduce_value(peak, CommOp::max);
   std::vector<double> peaks(P, 0.0);
   peaks[grid.stage] = peak;
   if (grid.pipe) grid.pipe->allreduce_sum(peaks.data(), peaks.size());

@@ -26,7 +26,7 @@ namespace {
 // Flag errors are the same on every rank: one message. Then the grid, also agreed.
 ParallelGrid grid_of_validated(Communicator& world, const TrainOptions& o) {
   comm_agreed(world, [&] { train_options_validate(o); });
-  return comm_agreed(world, [&] { return parallel_grid_make(world, o.pp); });
+  return comm_agreed(world, [&] { return parallel_grid_make(world, o.pp, o.tp); });
 }
 
 }  // namespace
@@ -36,7 +36,7 @@ TrainSession::TrainSession(const TrainOptions& opt)
       world_(opt.comm ? *opt.comm : comm_world()),
       lead_(world_.rank() == 0),
       grid_(grid_of_validated(world_, opt)),
-      dp_options_(dp_options_of(opt, grid_.pipe)),
+      dp_options_(dp_options_of(opt, grid_.pipe, grid_.tp)),
       B_(opt.batch),
       T_(opt.seq),
       m_(opt.accum) {
@@ -127,7 +127,11 @@ void TrainSession::config_resolve() {
   }
   train_set_.check_vocab(cfg_.vocab_size);
   val_set_.check_vocab(cfg_.vocab_size);
-  stages_ = comm_agreed(world_, [&] { return model_stages_split(cfg_, grid_.P, opt_.stage_layers); });
+  stages_ = comm_agreed(world_, [&] {
+    std::vector<ModelStage> stages = model_stages_split(cfg_, grid_.P, opt_.stage_layers);
+    for (ModelStage& s : stages) s = model_stage_shard(cfg_, s, grid_.T, grid_.tp_rank);  // this rank's shard
+    return stages;
+  });
 }
 
 PlanCpuOptions TrainSession::plan_options() const {
@@ -161,8 +165,9 @@ void TrainSession::model_build() {
   val_loader_ = std::make_unique<DataLoader>(val_set_, T_, opt_.seed);
   const int in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
   grads_ = std::make_unique<GradStore>(cfg_, stages_[grid_.stage], dp_options_.store);  // the model writes into it
+  if (grid_.tp) tensor_group_ = std::make_unique<CommTensorGroup>(*grid_.tp);
   model_ = std::make_unique<LlamaModel>(cfg_, B_, T_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers),
-                                        stages_[grid_.stage], in_flight, grads_->model_storage());
+                                        stages_[grid_.stage], in_flight, grads_->model_storage(), tensor_group_.get());
   model_->init_weights(opt_.seed);
   dp_ = std::make_unique<DataParallel>(*grid_.dp, model_->params(), *grads_, dp_options_);
   if (grid_.P > 1) pipeline_ = std::make_unique<Pipeline>(*grid_.pipe, *model_, B_, T_);
@@ -173,9 +178,14 @@ void TrainSession::model_build() {
 
 void TrainSession::resume() {
   if (!opt_.resume.empty()) {
-    NamedTensors weights = named_tensors_of(model_->params());
-    const CheckpointMeta meta =
-        checkpoint_load(opt_.resume, cfg_, weights, dp_->moments_load_views(), /*part=*/grid_.P > 1);
+    NamedTensors weights = named_tensors_of(model_->params()), moments = dp_->moments_load_views();
+    // A shard reads the whole tensors of its stage and keeps its slices (train/session_checkpoint.cpp).
+    WholeTensors whole_weights = whole_tensors_of(weights, model_->params(), grid_.T),
+                 whole_moments = whole_tensors_of(moments, model_->params(), grid_.T);
+    const CheckpointMeta meta = checkpoint_load(opt_.resume, cfg_, whole_weights.views, whole_moments.views,
+                                                /*part=*/grid_.P > 1);
+    whole_tensors_slice(whole_weights, weights, grid_.tp_rank);
+    whole_tensors_slice(whole_moments, moments, grid_.tp_rank);
     dp_->moments_scatter();
     step_ = meta.step;
     loader_->set_state(resume_loader_state(meta, opt_.resume));
@@ -218,7 +228,9 @@ TrainResult TrainSession::run() {
     if (const std::string note = cpu_threads_.adapt(); !note.empty()) log_->note(note);
     const auto t0 = std::chrono::steady_clock::now();
     const float lr = lr_schedule(step, opt_.lr, opt_.min_lr, opt_.warmup, opt_.steps);
+    if (tensor_group_) tensor_group_->seconds_take();  // from here: this step's
     const DpStepResult r = train_step(step, lr);
+    const double tp_seconds = tensor_group_ ? tensor_group_->seconds_take() : 0.0;
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     seconds_total_ += dt;
     wait_total_ += r.wait_s;
@@ -228,6 +240,7 @@ TrainResult TrainSession::run() {
     nlohmann::json rec = {{"step", step}, {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm},
                           {"tokens_per_s", tokens / dt}};
     if (grid_.D > 1) rec["comm_wait_s"] = r.wait_s;
+    if (tensor_group_) rec["tp_comm_s"] = tp_seconds;
     if ((opt_.eval_every > 0 && step % opt_.eval_every == 0) || step == opt_.steps) {
       const float val = evaluate();
       rec["val_loss"] = val;

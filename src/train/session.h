@@ -1,7 +1,7 @@
 // One training run (`agoq train`, train_run): set-up, then step / evaluate / checkpoint until the last step, then
 // the report. Each part is a member function short enough to read at once; the state they share is the members.
 //
-// Set-up, in order: flags, the P x D grid, the data, the model shape (the checkpoint's when resuming), the check
+// Set-up, in order: flags, the T x P x D grid, the data, the model shape (the checkpoint's when resuming), the check
 // that every rank runs the same config on the same data, the stage split, model, data parallelism and pipeline,
 // the resumed state. Collective: every rank of the communicator constructs and runs a session with the same
 // options.
@@ -16,6 +16,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
+#include "parallel/tensor_parallel.h"
 #include "plan/memory_model.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
@@ -67,6 +68,7 @@ class TrainSession {
   int B_, T_, m_;
   std::unique_ptr<DataLoader> loader_, val_loader_;
   std::unique_ptr<GradStore> grads_;  // built before model_, which writes its gradients into it
+  std::unique_ptr<CommTensorGroup> tensor_group_;  // T > 1: the collectives joining this rank's shard to the others
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<Pipeline> pipeline_;  // P > 1
@@ -90,6 +92,22 @@ std::string model_flags_disagreeing(const TrainOptions& o, const LlamaConfig& ch
 // "name size bytes fnv <hash>": ranks compare file contents, not paths (machines may mount data differently).
 std::string file_digest(const std::filesystem::path& p);
 NamedTensors named_tensors_of(ParamSet& p);
+// A tensor-parallel shard's tensors (weights, or moments named adam.m./adam.v. + a weight's name) at the whole
+// model's shapes, in buffers of their own (workspace, tag ckpt.gather) that exist while a checkpoint is saved or
+// loaded (allocate: false, only the split dimensions, for a rank that sends); with T = 1 the views are the shard's
+// own tensors and nothing is allocated.
+struct WholeTensors {
+  std::vector<Buffer<float>> buffers;
+  std::vector<int> split_dims;  // of each tensor (model_tensor_split_dim)
+  NamedTensors views;
+  int T = 1;
+};
+WholeTensors whole_tensors_of(const NamedTensors& shard, const ParamSet& params, int T, bool allocate = true);
+// Copies shard tp_rank's slices of the whole tensors into `shard` (the tensors whole_tensors_of was given).
+void whole_tensors_slice(const WholeTensors& whole, const NamedTensors& shard, int tp_rank);
+// TP rank 0 receives the other shards' tensors into `whole` (which holds its own slices first); the others send
+// theirs. Collective over tp.
+void whole_tensors_gather(WholeTensors& whole, const NamedTensors& shard, Communicator& tp);
 // Where the data loader stood at the checkpoint (its trainer.json); errors name the checkpoint and what is wrong.
 DataLoader::State resume_loader_state(const CheckpointMeta& meta, const std::string& dir);
 

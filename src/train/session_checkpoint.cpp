@@ -1,8 +1,12 @@
 // TrainSession::checkpoint: every checkpoint is the whole HF model, whatever the grid. ZeRO gathers the moments to a
-// stage's first replica, a pipeline all stages' tensors to rank 0, and rank 0 writes.
+// stage's first replica, tensor parallelism a layer's shards to TP rank 0, a pipeline all stages' tensors to rank 0,
+// and rank 0 writes. On resume every rank reads its stage's whole tensors and keeps its shard's slices.
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unordered_map>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -34,10 +38,12 @@ void stages_gather_tensors(Communicator& pipe, const LlamaConfig& cfg, const std
   }
   held.reserve(held.size() + 3 * stages.size());  // the references below must survive the next emplace_back
   for (int s = 1; s < int(stages.size()); ++s) {
+    ModelStage whole = stages[s];  // the stage's tensors, their shards already gathered
+    whole.tp = 1, whole.tp_rank = 0;
     // Checkpoint-time only, tagged apart from training's buffers.
-    ParamSet& w = held.emplace_back(cfg, stages[s], MemCategory::workspace, "ckpt.gather");
-    ParamSet& m = held.emplace_back(cfg, stages[s], MemCategory::workspace, "ckpt.gather");
-    ParamSet& v = held.emplace_back(cfg, stages[s], MemCategory::workspace, "ckpt.gather");
+    ParamSet& w = held.emplace_back(cfg, whole, MemCategory::workspace, "ckpt.gather");
+    ParamSet& m = held.emplace_back(cfg, whole, MemCategory::workspace, "ckpt.gather");
+    ParamSet& v = held.emplace_back(cfg, whole, MemCategory::workspace, "ckpt.gather");
     const size_t first_weight = weights.size(), first_moment = moments.size();
     for (size_t i = 0; i < w.named().size(); ++i) {
       const ParamTensor& t = w.named()[i];
@@ -49,6 +55,19 @@ void stages_gather_tensors(Communicator& pipe, const LlamaConfig& cfg, const std
       pipe.recv(weights[i].data, tensor_bytes(weights[i]), s, kTag);
     for (size_t i = first_moment; i < moments.size(); ++i)
       pipe.recv(moments[i].data, tensor_bytes(moments[i]), s, kTag);
+  }
+}
+
+// Shard r of T of a tensor split along `split` (model_tensor_slice; -1: the same tensor) to its place in the whole
+// tensor (into_whole), or back.
+void shard_copy(float* shard, float* whole, const std::vector<int64_t>& shape, int split, int T, int r,
+                bool into_whole) {
+  const TensorSlice t = model_tensor_slice(shape, split, T, r);
+  for (size_t i = 0; i < t.rows; ++i) {
+    float* w = whole + (t.row0 + i) * t.whole_cols + t.col0;
+    float* s = shard + i * t.cols;
+    if (into_whole) std::copy(s, s + t.cols, w);
+    else std::copy(w, w + t.cols, s);
   }
 }
 
@@ -78,6 +97,60 @@ NamedTensors named_tensors_of(ParamSet& p) {
   return out;
 }
 
+WholeTensors whole_tensors_of(const NamedTensors& shard, const ParamSet& params, int T, bool allocate) {
+  WholeTensors out;
+  out.T = T;
+  if (T == 1) {
+    out.views = shard;
+    out.split_dims.assign(shard.size(), -1);
+    return out;
+  }
+  std::unordered_map<std::string, int> split;
+  for (const ParamTensor& t : params.named()) split[t.name] = t.split_dim;
+  for (const NamedTensor& t : shard) {
+    std::string weight = t.name;
+    for (const char* prefix : {"adam.m.", "adam.v."})
+      if (weight.rfind(prefix, 0) == 0) weight = weight.substr(std::strlen(prefix));
+    const auto it = split.find(weight);
+    AGOQ_CHECK(it != split.end(), "tensor ", t.name, " is not one of the model's (internal)");
+    std::vector<int64_t> shape = t.shape;
+    if (it->second >= 0) shape[it->second] *= T;
+    out.split_dims.push_back(it->second);
+    if (!allocate) continue;
+    const NamedTensor w{t.name, shape, nullptr};
+    out.buffers.emplace_back(tensor_bytes(w) / sizeof(float), MemCategory::workspace, "ckpt.gather");
+    out.views.push_back({t.name, shape, out.buffers.back().data()});
+  }
+  return out;
+}
+
+void whole_tensors_slice(const WholeTensors& whole, const NamedTensors& shard, int tp_rank) {
+  if (whole.T == 1) return;
+  for (size_t i = 0; i < shard.size(); ++i)
+    shard_copy(shard[i].data, whole.views[i].data, shard[i].shape, whole.split_dims[i], whole.T, tp_rank, false);
+}
+
+void whole_tensors_gather(WholeTensors& whole, const NamedTensors& shard, Communicator& tp) {
+  constexpr int kTag = 22;
+  if (tp.rank() != 0) {
+    for (size_t i = 0; i < shard.size(); ++i)
+      if (whole.split_dims[i] >= 0) tp.send(shard[i].data, tensor_bytes(shard[i]), 0, kTag);
+    return;
+  }
+  size_t largest = 0;
+  for (size_t i = 0; i < shard.size(); ++i) {
+    shard_copy(shard[i].data, whole.views[i].data, shard[i].shape, whole.split_dims[i], whole.T, 0, true);
+    largest = std::max(largest, tensor_bytes(shard[i]) / sizeof(float));
+  }
+  Buffer<float> received(largest, MemCategory::workspace, "ckpt.gather");
+  for (int r = 1; r < tp.size(); ++r)
+    for (size_t i = 0; i < shard.size(); ++i) {
+      if (whole.split_dims[i] < 0) continue;  // replicated: TP rank 0's copy
+      tp.recv(received.data(), tensor_bytes(shard[i]), r, kTag);
+      shard_copy(received.data(), whole.views[i].data, shard[i].shape, whole.split_dims[i], whole.T, r, true);
+    }
+}
+
 DataLoader::State resume_loader_state(const CheckpointMeta& meta, const std::string& dir) {
   const nlohmann::json* loader = meta.trainer.is_object() && meta.trainer.contains("loader") ? &meta.trainer["loader"]
                                                                                               : nullptr;
@@ -95,9 +168,18 @@ void TrainSession::checkpoint(long at_step) {
   dp_->moments_gather();
   NamedTensors weights, moments;
   std::vector<ParamSet> held;
+  WholeTensors whole_weights, whole_moments;
   if (grid_.replica == 0) {
     weights = named_tensors_of(model_->params()), moments = dp_->moments_views();
-    if (grid_.P > 1) stages_gather_tensors(*grid_.pipe, cfg_, stages_, weights, moments, held);
+    if (grid_.T > 1) {  // the shards' tensors, whole on TP rank 0
+      const bool root = grid_.tp_rank == 0;
+      whole_weights = whole_tensors_of(weights, model_->params(), grid_.T, root);
+      whole_moments = whole_tensors_of(moments, model_->params(), grid_.T, root);
+      whole_tensors_gather(whole_weights, weights, *grid_.tp);
+      whole_tensors_gather(whole_moments, moments, *grid_.tp);
+      weights = whole_weights.views, moments = whole_moments.views;
+    }
+    if (grid_.P > 1 && grid_.tp_rank == 0) stages_gather_tensors(*grid_.pipe, cfg_, stages_, weights, moments, held);
   }
   if (lead_) {
     const std::string name = "ckpt-step" + std::to_string(at_step);
@@ -106,6 +188,7 @@ void TrainSession::checkpoint(long at_step) {
                                     {"seed", opt_.seed},
                                     {"world_size", world_.size()},
                                     {"pp", grid_.P},
+                                    {"tp", grid_.T},
                                     {"accum", m_},
                                     {"grad_store", opt_.grad_store},
                                     {"allreduce", opt_.allreduce},
@@ -118,6 +201,7 @@ void TrainSession::checkpoint(long at_step) {
     log_->note("checkpoint: step " + std::to_string(at_step) + " -> " + (out / "ckpt").string());
   }
   held.clear();
+  whole_weights = {}, whole_moments = {};
   dp_->moments_release();
   if (world_.size() > 1) world_.barrier();  // the checkpoint is complete when any rank returns
 }

@@ -42,6 +42,8 @@ struct TrainOptions {
   // Pipeline parallelism (1F1B): ranks form a pp x (ranks / pp) grid; `accum` is the micro-batches per step.
   int pp = 1;
   std::string stage_layers;         // e.g. "3,5": layers per stage (empty: even split)
+  // Tensor parallelism (Megatron): each layer split over tp adjacent ranks; the grid is tp x pp x (ranks / tp / pp).
+  int tp = 1;
   // Dynamic bit allocation: with a per-rank memory budget, after `replan_after` steps every stage's activation
   // bits are re-planned from the measured peaks (plan/bit_alloc.h) and the change is logged.
   size_t mem_budget = 0;

@@ -58,6 +58,11 @@ TEST_F(CliErrors, BadPipelineFlags) {
   expect_clean_error(train({{"--mem-budget", "lots"}}), "bad memory size 'lots'");
 }
 
+TEST_F(CliErrors, BadTensorParallelFlags) {
+  expect_clean_error(train({{"--tp", "0"}}), "--tp must be >= 1");
+  expect_clean_error(train({{"--tp", "2"}}), "--tp 2 x --pp 1 needs a multiple of 2 ranks");
+}
+
 TEST_F(CliErrors, DivergenceIsReported) {
   expect_clean_error(train({{"--lr", "1e30"}, {"--min-lr", "0"}, {"--warmup", "0"}, {"--clip", "1e30"}, {"--steps", "20"}}),
                      "diverged");

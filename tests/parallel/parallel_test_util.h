@@ -33,12 +33,12 @@ inline void dp_test_write_corpus(const std::filesystem::path& dir, int vocab = 5
 inline Communicator& world() { return comm_world(); }
 
 // A per-job folder (rank 0's pid) with the corpus, written by rank 0 and seen by all.
-inline std::filesystem::path shared_data(const std::string& name) {
+inline std::filesystem::path shared_data(const std::string& name, int vocab = 50) {
   Communicator& w = world();
   int64_t pid = int64_t(getpid());
   w.broadcast(&pid, sizeof pid, 0);
   const auto dir = std::filesystem::temp_directory_path() / ("agoq_dp_" + std::to_string(pid) + "_" + name);
-  if (w.rank() == 0) dp_test_write_corpus(dir);
+  if (w.rank() == 0) dp_test_write_corpus(dir, vocab);
   w.barrier();
   return dir;
 }
@@ -66,7 +66,7 @@ inline TrainResult single_reference(TrainOptions o, int D) {
   if (w.rank() == 0) {
     o.comm = self.get();
     o.accum *= D;
-    o.pp = 1, o.stage_layers.clear();
+    o.pp = 1, o.tp = 1, o.stage_layers.clear();
     o.out_dir += "_single";
     r = train_run(o);
   }

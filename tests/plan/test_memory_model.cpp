@@ -2,6 +2,9 @@
 // GPU model's bookkeeping (stages, in-flight micro-batches, TP split, ZeRO-1, categories).
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "comm/allreduce_q8.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -96,6 +99,30 @@ TEST(PlanGpuModel, ActivationBytesEqualTheStore) {
   // TP 2 halves exactly the split slots.
   const ActPolicy bf = ActPolicy::parse("baseline-bf16", 3);
   EXPECT_LT(plan_act_bytes(bf, cfg, 2, 100), plan_act_bytes(bf, cfg, 1, 100));
+}
+
+// The planner's TP modelling against the trainer's real shards (model/stage.h): the per-rank slot widths, saved
+// activation bytes and parameters of every TP rank of every pipeline stage (vocab 1024 needs no padding, kv heads
+// divide T).
+TEST(PlanGpuModel, TensorParallelShapesAreTheTrainersShards) {
+  const LlamaConfig cfg = small_cfg(1024, 128, 4, 8, 4, 344, 128);
+  for (int T : {1, 2, 4}) {
+    SCOPED_TRACE("T = " + std::to_string(T));
+    EXPECT_EQ(plan_slot_cols(cfg, T), act_slot_cols(cfg, T));
+    for (const char* policy : {"fp32", "baseline-bf16", "agoq"}) {
+      const ActPolicy p = ActPolicy::parse(policy, cfg.n_layers);
+      ActivationStore store(cfg, 100, p, model_stage_shard(cfg, model_stage_whole(cfg), T, T - 1));
+      EXPECT_EQ(plan_act_bytes(p, cfg, T, 100), store.stored_bytes(true) + store.stored_bytes(false)) << policy;
+    }
+    for (int P : {1, 2}) {
+      const std::vector<PlanStage> planned = plan_stages(cfg, {T * P, T, P, false}, {64, 1, 8});
+      const std::vector<ModelStage> stages = model_stages_split(cfg, P);
+      for (int r = 0; r < P; ++r)
+        for (int t = 0; t < T; ++t)
+          EXPECT_EQ(planned[r].params, model_stage_param_count(cfg, model_stage_shard(cfg, stages[r], T, t)))
+              << "stage " << r << " of " << P << ", TP rank " << t;
+    }
+  }
 }
 
 TEST(PlanGpuModel, StagesAndInFlight) {

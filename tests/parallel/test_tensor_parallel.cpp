@@ -1,0 +1,170 @@
+// Tensor parallelism under MPI (the layers' collectives over a communicator; the shards against the whole model
+// gradient by gradient: tests/model/test_tensor_parallel.cpp): T = the job's ranks and the 4-rank grids TP 2 x PP 2
+// and TP 2 x DP 2 against one process, resume, checkpoints that resume on one process, the memory model against
+// every rank's peaks, bad grids. Tests that need more ranks skip.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "core/error.h"
+#include "parallel/grid.h"
+#include "parallel/pipeline.h"
+#include "parallel_test_util.h"
+#include "plan/memory_model.h"
+#include "train/trainer.h"
+
+namespace agoq {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kVocab = 48;  // divisible by T = 2 and 4 (agoq does not pad the vocabulary)
+
+// tiny() with kv heads that T divides.
+TrainOptions tp_tiny(const fs::path& data, const std::string& out, int T, int accum) {
+  TrainOptions o = tiny(data, out, accum);
+  o.tp = T, o.model.n_kv_heads = T > 2 ? 4 : 2;
+  o.eval_every = 4;  // a validation loss at steps 4 and 8
+  return o;
+}
+
+void expect_matches(const TrainResult& got, const TrainResult& ref, const std::string& what, double tol) {
+  if (world().rank() != 0) return;
+  const double dl = max_rel_diff(got.losses, ref.losses), dn = max_rel_diff(got.grad_norms, ref.grad_norms),
+               dv = std::abs(double(got.final_val_loss) - ref.final_val_loss) / ref.final_val_loss;
+  std::printf("[ measured ] %s vs one process: losses %.2e, gradient norms %.2e, validation loss %.2e\n",
+              what.c_str(), dl, dn, dv);
+  EXPECT_LE(dl, tol) << what;
+  EXPECT_LE(dn, tol) << what;
+  EXPECT_LE(dv, tol) << what;
+  EXPECT_LT(got.losses.back(), got.losses.front()) << what;
+}
+
+// T = every rank of the job, fp32: the training curve, norms and validation loss of one process.
+TEST(TensorParallel, MatchesOneProcess) {
+  const int W = world().size();
+  if (W < 2) GTEST_SKIP() << "tensor parallelism needs mpirun -np >= 2";
+  const fs::path data = shared_data("tp", kVocab);
+  const TrainOptions o = tp_tiny(data, "tp", W, 2);
+  expect_matches(train_run(o), single_reference(o, 1), "TP=" + std::to_string(W), 1e-5);
+  shared_cleanup(data);
+}
+
+// TP 2 x PP 2 and TP 2 x DP 2 (ZeRO-1 on fp32; the q8 store with the q8 all-reduce) on 4 ranks.
+TEST(TensorParallel, GridsOfFourMatchOneProcess) {
+  if (world().size() != 4) GTEST_SKIP() << "the grids need mpirun -np 4";
+  const fs::path data = shared_data("tpgrid", kVocab);
+  TrainOptions pp = tp_tiny(data, "tp2pp2", 2, 2);
+  pp.pp = 2;
+  expect_matches(train_run(pp), single_reference(pp, 1), "TP2xPP2", 1e-5);
+  TrainOptions dp = tp_tiny(data, "tp2dp2", 2, 2);
+  dp.zero = 1;
+  const TrainResult ref = single_reference(dp, 2);
+  expect_matches(train_run(dp), ref, "TP2xDP2 ZeRO-1", 1e-5);
+  // The q8 paths' tolerance is the data-parallel one (test_data_parallel.cpp, Q8PathsFollowTheFp32Curve).
+  dp.grad_store = "q8", dp.allreduce = "q8", dp.zero = 0, dp.out_dir = (data / "tp2dp2q8").string();
+  const TrainResult q = train_run(dp);
+  if (world().rank() == 0) {
+    const double d = max_rel_diff(q.losses, ref.losses);
+    std::printf("[ measured ] TP2xDP2 q8 store + q8 all-reduce vs one process fp32: losses %.2e\n", d);
+    EXPECT_LE(d, 0.01);
+  }
+  shared_cleanup(data);
+}
+
+TEST(TensorParallel, ResumeIsBitIdentical) {
+  const int W = world().size();
+  if (W < 2) GTEST_SKIP() << "tensor parallelism needs mpirun -np >= 2";
+  const fs::path data = shared_data("tpresume", kVocab);
+  TrainOptions o = tp_tiny(data, "straight", 2, 2);
+  o.pp = W / 2;  // np 4: TP 2 x PP 2
+  o.eval_every = 0;
+  expect_resume_bit_identical(o, data);
+  shared_cleanup(data);
+}
+
+// A checkpoint holds the whole HF model whatever the grid: 4 steps on TP = W, then 4 more on one process, follow
+// the TP run's own last 4 steps.
+TEST(TensorParallel, CheckpointResumesOnOneProcess) {
+  const int W = world().size();
+  if (W < 2) GTEST_SKIP() << "tensor parallelism needs mpirun -np >= 2";
+  const fs::path data = shared_data("tpckpt", kVocab);
+  TrainOptions o = tp_tiny(data, "straight", W, 2);
+  o.eval_every = 0;
+  const TrainResult straight = train_run(o);
+  o.out_dir = (data / "first").string(), o.stop_after = 4;
+  train_run(o);
+  o.stop_after = 0, o.resume = (data / "first" / "ckpt").string(), o.out_dir = (data / "rest").string();
+  const TrainResult rest = single_reference(o, 1);
+  if (world().rank() == 0) {
+    ASSERT_EQ(rest.losses.size(), 4u);
+    const std::vector<float> want(straight.losses.begin() + 4, straight.losses.end());
+    const double d = max_rel_diff(rest.losses, want);
+    std::printf("[ measured ] TP=%d checkpoint resumed on one process: losses %.2e\n", W, d);
+    EXPECT_LE(d, 1e-5);
+  }
+  shared_cleanup(data);
+}
+
+// plan_memory_cpu_trainer with this rank's shard against the tracker's peaks, every category, on every rank of
+// TP = W and (np 4) TP 2 x PP 2, fp32 and agoq.
+TEST(TensorParallel, MemoryModelMatchesEveryRank) {
+  const int W = world().size();
+  if (W < 2) GTEST_SKIP() << "tensor parallelism needs mpirun -np >= 2";
+  const fs::path data = shared_data("tpmem", kVocab);
+  for (int P : {1, 2}) {
+    if (W % (2 * P) != 0 || (P == 1 && W > 4)) continue;
+    const int T = W / P;
+    for (const char* policy : {"fp32", "agoq"}) {
+      TrainOptions o = tp_tiny(data, "mem" + std::to_string(P) + policy, T, 4);
+      o.pp = P, o.act_policy = policy, o.steps = 2, o.eval_every = 0;
+      const TrainResult r = train_run(o);
+      LlamaConfig cfg = o.model;
+      cfg.vocab_size = kVocab, cfg.max_seq_len = o.seq;
+      const ParallelGrid g = parallel_grid_make(world(), P, T);
+      PlanCpuOptions c;
+      c.batch = o.batch, c.seq = o.seq, c.pp = P, c.in_flight = pipeline_in_flight(P, g.stage, o.accum);
+      c.stage = model_stage_shard(cfg, model_stages_split(cfg, P)[g.stage], T, g.tp_rank);
+      PlanMemory want = plan_memory_cpu_trainer(cfg, ActPolicy::parse(policy, cfg.n_layers), c);
+      // The token files, loaded in workspace, are the data's (what the model leaves out: plan/memory_model.h).
+      want[MemCategory::workspace] += MemoryTracker::global().tag_peak("data");
+      for (int k = 0; k < kMemCategoryCount; ++k)
+        EXPECT_EQ(want.bytes[k], r.peak.bytes[k])
+            << policy << ", TP " << T << " x PP " << P << ", rank " << world().rank() << ", "
+            << mem_category_name(MemCategory(k));
+    }
+  }
+  shared_cleanup(data);
+}
+
+// Grids the job or the model cannot form: one line, the same on every rank.
+TEST(TensorParallel, BadGridsAreOneLineErrors) {
+  const fs::path data = shared_data("tpbad", kVocab);
+  auto error_of = [&](TrainOptions o) {
+    try {
+      train_run(o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const int W = world().size();
+  TrainOptions o = tp_tiny(data, "bad", 2, 1);
+  o.tp = 3 * W;
+  EXPECT_NE(error_of(o).find("needs a multiple of " + std::to_string(3 * W) + " ranks"), std::string::npos);
+  if (W % 2 == 0) {
+    o = tp_tiny(data, "bad", 2, 1);
+    o.model.n_kv_heads = 1;
+    EXPECT_NE(error_of(o).find("--tp 2 does not divide the model's 1 kv heads"), std::string::npos);
+    o = tp_tiny(data, "bad", 2, 1);
+    o.model.ffn_dim = 45;
+    EXPECT_NE(error_of(o).find("--tp 2 does not divide the MLP width (--ffn) 45"), std::string::npos);
+  }
+  shared_cleanup(data);
+}
+
+}  // namespace
+}  // namespace agoq
