@@ -21,9 +21,9 @@ namespace agoq {
 // The state's format. The defaults are the measured choice (docs/optimizer.md); the alternatives are kept for the
 // error study (`agoq bench optim`) and run the scalar path.
 struct AdamQ8Format {
-  int block = 256;   // values per scale; one of 32, 64, 128, 256 (divides the ZeRO shard alignment)
-  int m_root = 1;    // m stored linearly (1) or as sqrt|m| (2)
-  int v_root = 2;    // v stored as v (1), sqrt(v) (2) or v^(1/4) (4)
+  int block = 128;   // values per scale; one of 32, 64, 128, 256 (divides the ZeRO shard alignment)
+  int m_root = 2;    // m stored linearly (1) or as sign(m) sqrt|m| (2)
+  int v_root = 4;    // v stored as v (1), sqrt(v) (2) or v^(1/4) (4)
   QuantRounding rounding = QuantRounding::nearest;
   uint64_t seed = 0;  // stochastic rounding: element i of step t uses Philox byte (seed, t, index_base + i)
   bool operator==(const AdamQ8Format&) const = default;

@@ -126,6 +126,7 @@ TEST(AdamQ8, ShardMatchesReferenceAndLeavesTheRestAlone) {
     if (i < 64 || i >= 301) ASSERT_EQ(params.data()[i], 1.0f + float(i)) << i;
     else ASSERT_NE(params.data()[i], 1.0f + float(i)) << i;
   expect_q8_matches_reference({.block = 64}, 64, 301);
+  expect_q8_matches_reference({}, 128, 301);  // the default format
 }
 
 // The AVX2 kernel and the portable one give the same bits (weights, codes, scales), tails and decay runs included.
@@ -206,8 +207,8 @@ TEST(AdamQ8, StateBytesAndNoFullSizeCopy) {
   ac.state = OptimState::q8;
   AdamW adam(params, ac);
   const size_t n = params.size();
-  EXPECT_EQ(tr.current().bytes[int(MemCategory::optimizer)] - before, adam_q8_bytes(n, 256));
-  EXPECT_EQ(adam_q8_bytes(n, 256), 2 * n + 8 * ((n + 255) / 256));
+  EXPECT_EQ(tr.current().bytes[int(MemCategory::optimizer)] - before, adam_q8_bytes(n, 128));
+  EXPECT_EQ(adam_q8_bytes(n, 128), 2 * n + 8 * ((n + 127) / 128));
   tr.reset_peaks();
   const size_t total = tr.current().total();
   adam.step(params.data(), grads.data(), 1e-3f, 1);
