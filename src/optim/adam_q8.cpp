@@ -211,12 +211,17 @@ void AdamQ8State::load_fp32(const float* m, const float* v) {
 }
 
 void AdamQ8State::store_fp32(float* m, float* v) const {
-  const size_t n = size(), B = size_t(fmt_.block);
-#pragma omp parallel for schedule(static) if (blocks() >= 128)
-  for (size_t b = 0; b < blocks(); ++b) {
-    const float dm = q8_step(m_scale_[b], kQm), dv = q8_step(v_scale_[b], kQv);
+  adam_q8_decode(fmt_, m_.data(), v_.data(), m_scale_.data(), v_scale_.data(), size(), m, v);
+}
+
+void adam_q8_decode(const AdamQ8Format& f, const int8_t* mc, const uint8_t* vc, const float* m_scales,
+                    const float* v_scales, size_t n, float* m, float* v) {
+  const size_t B = size_t(f.block), nb = adam_q8_blocks(n, f.block);
+#pragma omp parallel for schedule(static) if (nb >= 128)
+  for (size_t b = 0; b < nb; ++b) {
+    const float dm = q8_step(m_scales[b], kQm), dv = q8_step(v_scales[b], kQv);
     for (size_t j = b * B; j < std::min(n, b * B + B); ++j)
-      m[j] = q8_power(float(m_[j]) * dm, fmt_.m_root), v[j] = q8_power(float(v_[j]) * dv, fmt_.v_root);
+      m[j] = q8_power(float(mc[j]) * dm, f.m_root), v[j] = q8_power(float(vc[j]) * dv, f.v_root);
   }
 }
 

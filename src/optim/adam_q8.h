@@ -74,6 +74,9 @@ class AdamQ8State {
 };
 
 size_t adam_q8_blocks(size_t n, int block);
+// n values of a state in this format (codes from a block start, scales of those blocks) decoded into fp32 m and v.
+void adam_q8_decode(const AdamQ8Format& f, const int8_t* mc, const uint8_t* vc, const float* m_scales,
+                    const float* v_scales, size_t n, float* m, float* v);
 // Bytes of a state of n values: 2 codes per value and 2 fp32 scales per block.
 size_t adam_q8_bytes(size_t n, int block);
 

@@ -59,7 +59,7 @@ std::map<std::string, const NamedTensor*> tensors_by_name(const NamedTensors& ts
   std::map<std::string, const NamedTensor*> out;
   for (const NamedTensor& t : ts) {
     AGOQ_CHECK(out.emplace(t.name, &t).second, what, ": tensor '", t.name, "' given twice");
-    AGOQ_CHECK(t.data || safetensors_numel(t.shape) == 0, what, ": tensor '", t.name, "' has no data");
+    AGOQ_CHECK(t.data || t.raw || safetensors_numel(t.shape) == 0, what, ": tensor '", t.name, "' has no data");
   }
   return out;
 }
@@ -88,8 +88,12 @@ void file_tensors_check(const SafetensorsFile& f, const NamedTensors& want, cons
     const SafeTensorInfo& info = f.get(t.name);
     AGOQ_CHECK(info.shape == t.shape, what, ": tensor '", t.name, "' has shape ", safetensors_shape_str(info.shape),
                " in ", f.path(), ", expected ", safetensors_shape_str(t.shape));
-    AGOQ_CHECK(info.dtype == "F32" || info.dtype == "F16" || info.dtype == "BF16", what, ": tensor '", t.name,
-               "' is ", info.dtype, ", not a float type");
+    if (t.raw) {
+      AGOQ_CHECK(info.dtype == t.dtype, what, ": tensor '", t.name, "' is ", info.dtype, ", expected ", t.dtype);
+    } else {
+      AGOQ_CHECK(info.dtype == "F32" || info.dtype == "F16" || info.dtype == "BF16", what, ": tensor '", t.name,
+                 "' is ", info.dtype, ", not a float type");
+    }
   }
   AGOQ_CHECK(part || in_file.empty(), what, ": ", f.path(), " has unexpected tensor '",
              in_file.empty() ? "" : *in_file.begin(), "'");
@@ -161,7 +165,9 @@ void checkpoint_save(const std::string& dir, const LlamaConfig& config, const Na
       auto by_name = tensors_by_name(ts, what);
       for (const HfTensor& t : hf_tensors(config)) w.add_f32(t.name, t.shape, by_name.at(t.name)->data);
     } else {
-      for (const NamedTensor& t : ts) w.add_f32(t.name, t.shape, t.data);
+      for (const NamedTensor& t : ts)
+        if (t.raw) w.add(t.name, t.dtype, t.shape, t.raw, size_t(safetensors_numel(t.shape)) * safetensors_dtype_size(t.dtype));
+        else w.add_f32(t.name, t.shape, t.data);
     }
     return w.write_tmp(path_join(dir, file));
   };
@@ -201,7 +207,9 @@ CheckpointMeta checkpoint_load(const std::string& dir, const LlamaConfig& config
   file_tensors_check(ck.model, weights, what, part);
   if (!optimizer.empty()) file_tensors_check(ck.optimizer, optimizer, what, part);
   for (const NamedTensor& t : weights) ck.model.read_f32(t.name, t.data, t.shape);
-  for (const NamedTensor& t : optimizer) ck.optimizer.read_f32(t.name, t.data, t.shape);
+  for (const NamedTensor& t : optimizer)
+    if (t.raw) ck.optimizer.read_raw(t.name, t.raw, size_t(safetensors_numel(t.shape)) * safetensors_dtype_size(t.dtype));
+    else ck.optimizer.read_f32(t.name, t.data, t.shape);
   return std::move(ck.meta);
 }
 

@@ -121,6 +121,7 @@ PlanCpuOptions TrainSession::plan_options() const {
   PlanCpuOptions o;
   o.batch = B_, o.seq = T_, o.dp = dp_options_.zero ? grid_.D : 1;
   o.grad_q8 = dp_options_.store.kind == GradStoreKind::q8;
+  o.optim_q8 = opt_.adam.state == OptimState::q8, o.optim_block = opt_.adam.q8.block;
   o.pp = grid_.P, o.stage = stages_[grid_.stage], o.in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
   return o;
 }
@@ -161,8 +162,10 @@ void TrainSession::model_build() {
 void TrainSession::resume() {
   if (!opt_.resume.empty()) {
     NamedTensors weights = named_tensors_of(model_->params());
+    // The checkpoint's moments may be in the other form (fp32 / 8-bit): read as written, converted by the scatter.
+    const MomentsForm file = moments_form_of(checkpoint_inspect(opt_.resume).trainer);
     const CheckpointMeta meta =
-        checkpoint_load(opt_.resume, cfg_, weights, dp_->moments_load_views(), /*part=*/grid_.P > 1);
+        checkpoint_load(opt_.resume, cfg_, weights, dp_->moments_load_views(file), /*part=*/grid_.P > 1);
     dp_->moments_scatter();
     step_ = meta.step;
     loader_->set_state(DataLoader::State::from_string(meta.trainer.at("loader").get<std::string>()));

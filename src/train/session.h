@@ -82,5 +82,7 @@ std::string train_run_description(const TrainOptions& o, const LlamaConfig& cfg,
 // "name size bytes fnv <hash>": ranks compare file contents, not paths (machines may mount data differently).
 std::string file_digest(const std::filesystem::path& p);
 NamedTensors named_tensors_of(ParamSet& p);
+// The moments' form a checkpoint was written with (trainer.json "optim_state", "optim_q8"; absent: fp32).
+MomentsForm moments_form_of(const nlohmann::json& trainer);
 
 }  // namespace agoq

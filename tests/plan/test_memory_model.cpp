@@ -10,6 +10,9 @@
 #include "plan/presets.h"
 #include "quant/grad_q8.h"
 #include "optim/adamw.h"
+#include "parallel/grad_reduce.h"
+
+#include <memory>
 
 namespace agoq {
 namespace {
@@ -21,11 +24,13 @@ LlamaConfig small_cfg(int vocab, int dim, int layers, int heads, int kv, int ffn
   return c;
 }
 
-// Builds the real model + AdamW (+ an 8-bit gradient store), runs one forward_backward and one optimizer step,
-// and compares each category's own peak with the model; within 10% (the model aims at exact).
-void expect_cpu_model_matches(const LlamaConfig& cfg, int B, int T, const std::string& policy, bool q8, int dp = 1) {
-  SCOPED_TRACE(policy + (q8 ? " q8" : "") + " layers " + std::to_string(cfg.n_layers) + " B " + std::to_string(B) +
-               " T " + std::to_string(T) + " dp " + std::to_string(dp));
+// Builds the real model + one AdamW per gradient unit as DpOptimizer does (rank 0's ZeRO shards with dp > 1;
+// fp32 or 8-bit moments) (+ an 8-bit gradient store), runs one forward_backward and one optimizer step, and compares
+// each category's own peak with the model: the optimizer exactly, the others within 10% (the model aims at exact).
+void expect_cpu_model_matches(const LlamaConfig& cfg, int B, int T, const std::string& policy, bool q8, int dp = 1,
+                              bool optim_q8 = false) {
+  SCOPED_TRACE(policy + (q8 ? " q8" : "") + (optim_q8 ? " optim q8" : "") + " layers " + std::to_string(cfg.n_layers) +
+               " B " + std::to_string(B) + " T " + std::to_string(T) + " dp " + std::to_string(dp));
   MemoryTracker& tr = MemoryTracker::global();
   const MemSnapshot before = tr.current();
   tr.reset_peaks();
@@ -33,8 +38,13 @@ void expect_cpu_model_matches(const LlamaConfig& cfg, int B, int T, const std::s
   {
     LlamaModel model(cfg, B, T, pol);
     const size_t P = model.params().size();
-    const CommShard shard = comm_shard_range(P, dp, 0, 256);
-    AdamW adam(model.params(), AdamWConfig{}, shard.begin, shard.end);
+    AdamWConfig ac;
+    ac.state = optim_q8 ? OptimState::q8 : OptimState::fp32;
+    std::vector<std::unique_ptr<AdamW>> adam;
+    for (const GradUnit& u : grad_units_sharded(grad_units_of(cfg, model_stage_whole(cfg)), dp, 0, dp > 1, 256)) {
+      const size_t own = u.range.begin + u.own.begin;
+      adam.push_back(std::make_unique<AdamW>(model.params(), ac, own, own + u.own.size()));
+    }
     GradQ8Buffer store;
     if (q8) store = GradQ8Buffer(P, 256, MemCategory::gradients, "grad.q8");
     model.init_weights(5);
@@ -43,10 +53,10 @@ void expect_cpu_model_matches(const LlamaConfig& cfg, int B, int T, const std::s
     for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
     model.forward_backward(in.data(), tgt.data(), B, T, {.act_seed = 1});
     if (q8) grad_q8_accumulate(store.codes.data(), store.scales.data(), model.grads().data(), P);
-    adam.step(model.params().data(), model.grads().data(), 1e-3f, 1);
+    for (auto& a : adam) a->step(model.params().data(), model.grads().data(), 1e-3f, 1);
 
     PlanCpuOptions opt;
-    opt.batch = B, opt.seq = T, opt.grad_q8 = q8, opt.dp = dp;
+    opt.batch = B, opt.seq = T, opt.grad_q8 = q8, opt.dp = dp, opt.optim_q8 = optim_q8;
     const PlanMemory want = plan_memory_cpu_trainer(cfg, pol, opt);
     const MemSnapshot peak = tr.peak_per_category();
     size_t measured_total = 0;
@@ -56,6 +66,9 @@ void expect_cpu_model_matches(const LlamaConfig& cfg, int B, int T, const std::s
       const double tol = 0.10 * double(measured);
       EXPECT_LE(std::abs(double(want.bytes[c]) - double(measured)), tol)
           << mem_category_name(MemCategory(c)) << ": model " << want.bytes[c] << ", tracker " << measured;
+      if (MemCategory(c) == MemCategory::optimizer) {
+        EXPECT_EQ(want.bytes[c], measured) << "optimizer, to the byte";
+      }
     }
     EXPECT_LE(std::abs(double(want.total()) - double(measured_total)), 0.10 * double(measured_total));
   }
@@ -73,6 +86,9 @@ TEST(PlanCpuModel, MatchesTrackerSingleStage) {
   expect_cpu_model_matches(a, 2, 32, "agoq", true);
   expect_cpu_model_matches(b, 2, 64, "agoq", true, 2);  // ZeRO-1 shard of the optimizer
   expect_cpu_model_matches(a, 2, 32, "uniform4", false);
+  // 8-bit moments, whole and rank 0's ZeRO-1 shards over 2 and 3 ranks.
+  for (int dp : {1, 2, 3}) expect_cpu_model_matches(b, 2, 32, "agoq", true, dp, true);
+  expect_cpu_model_matches(a, 2, 32, "fp32", false, 1, true);
 }
 
 // Pipeline stages (P = 2, 4) are checked against real pipeline runs under mpirun:
@@ -137,6 +153,16 @@ TEST(PlanGpuModel, CategoriesAndZero) {
       EXPECT_LT(ag[MemCategory::activations], base[MemCategory::activations] / 3);
       EXPECT_EQ(ag[MemCategory::optimizer], base[MemCategory::optimizer]);
       EXPECT_EQ(base[MemCategory::optimizer], zero ? 8 * ((st.params + 3) / 4) : 8 * st.params);
+      // 8-bit moments: AGoQ only, 2 bytes per value and two fp32 scales per 128 (ZeRO-1: of the shard).
+      PlanGpuOptions q8;
+      q8.optim_q8 = true;
+      const size_t n = zero ? (st.params + 3) / 4 : st.params;
+      const PlanMemory ag8 = plan_memory_per_rank(cfg, par, w, st, PlanSystem::agoq, ActPolicy::parse("agoq", st.n_layers), q8);
+      const PlanMemory base8 = plan_memory_per_rank(cfg, par, w, st, PlanSystem::baseline,
+                                                    ActPolicy::parse("baseline-bf16", st.n_layers), q8);
+      EXPECT_EQ(ag8[MemCategory::optimizer], 2 * n + 8 * ((n + 127) / 128));
+      EXPECT_EQ(base8.total(), base.total());
+      EXPECT_EQ(ag.total() - ag8.total(), ag[MemCategory::optimizer] - ag8[MemCategory::optimizer]);
       if (!zero) {
         EXPECT_NEAR(double(ag[MemCategory::gradients]) / double(st.params), 1.0 + 4.0 / 256, 1e-3);
       }
