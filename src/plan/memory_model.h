@@ -85,17 +85,18 @@ PlanMemory plan_memory_static(const LlamaConfig& cfg, const PlanParallel& par, c
                               const PlanStage& st, PlanSystem sys, const PlanGpuOptions& opt = {});
 
 // agoq's own CPU trainer, one rank: LlamaModel(cfg, batch, seq, policy, stage, in_flight) + one AdamW per gradient
-// unit over its parameters (or rank 0's ZeRO-1 shard of each unit), with fp32 or 8-bit moments (exact to the byte),
-// fp32 weights and gradients, optional 8-bit gradient store
-// (GradQ8Buffer, the category gradients), the stores' activations (in_flight micro-batches of the stage's layers),
-// the model's workspace buffers (llama_workspace_bytes) plus the larger attention scratch
-// (attention_scratch_bytes), and a pipeline stage's two send buffers (parallel/pipeline.cpp). Peaks: what the tracker reports as each category's own peak
-// over training steps.
+// unit over its parameters (or rank 0's ZeRO-1 shard of each unit) with fp32 or 8-bit moments, fp32 weights, the
+// gradient store (fp32, or 8-bit: codes, scales and one unit's fp32 scratch) plus ZeRO-1's reduced shard (weights,
+// gradients and optimizer exact to the byte), the stores' activations (in_flight micro-batches of the stage's
+// layers), the model's workspace buffers (llama_workspace_bytes) plus the larger attention scratch
+// (attention_scratch_bytes), and a pipeline stage's two send buffers (parallel/pipeline.cpp). Peaks: what the
+// tracker reports as each category's own peak over training steps.
 struct PlanCpuOptions {
   int batch = 1, seq = 64;
   bool grad_q8 = false;
   int grad_block = 256;
-  int dp = 1;        // ZeRO-1 over dp ranks: rank 0's shard of every gradient unit (parallel/grad_reduce.h)
+  bool zero = false;  // ZeRO-1: rank 0's shard of every gradient unit over dp ranks (parallel/grad_reduce.h)
+  int dp = 1;
   bool optim_q8 = false;                  // 8-bit AdamW moments
   int optim_block = AdamQ8Format{}.block;
   int threads = 0;   // OpenMP threads of the attention scratch; 0: omp_get_max_threads()

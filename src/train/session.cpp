@@ -119,7 +119,7 @@ void TrainSession::config_resolve() {
 
 PlanCpuOptions TrainSession::plan_options() const {
   PlanCpuOptions o;
-  o.batch = B_, o.seq = T_, o.dp = dp_options_.zero ? grid_.D : 1;
+  o.batch = B_, o.seq = T_, o.zero = dp_options_.zero, o.dp = dp_options_.zero ? grid_.D : 1;
   o.grad_q8 = dp_options_.store.kind == GradStoreKind::q8;
   o.optim_q8 = opt_.adam.state == OptimState::q8, o.optim_block = opt_.adam.q8.block;
   o.pp = grid_.P, o.stage = stages_[grid_.stage], o.in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);

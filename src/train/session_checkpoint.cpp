@@ -149,17 +149,17 @@ void TrainSession::checkpoint(long at_step) {
     const std::string name = "ckpt-step" + std::to_string(at_step);
     const fs::path out(opt_.out_dir), dir = out / name;
     nlohmann::json trainer = {{"loader", loader_->state().to_string()},
-                                    {"seed", opt_.seed},
-                                    {"world_size", world_.size()},
-                                    {"pp", grid_.P},
-                                    {"accum", m_},
-                                    {"grad_store", opt_.grad_store},
-                                    {"allreduce", opt_.allreduce},
-                                    {"zero", opt_.zero},
-                                    {"optim_state", optim_state_name(opt_.adam.state)}};
-    if (opt_.adam.state == OptimState::q8)
+                              {"seed", opt_.seed},
+                              {"world_size", world_.size()},
+                              {"pp", grid_.P},
+                              {"accum", m_},
+                              {"grad_store", opt_.grad_store},
+                              {"allreduce", opt_.allreduce},
+                              {"zero", opt_.zero},
+                              {"optim_state", optim_state_name(opt_.adam.state)}};
+    if (opt_.adam.state == OptimState::q8)  // the 8-bit format, which moments_form_of reads back
       trainer["optim_q8"] = {{"block", opt_.adam.q8.block}, {"m_root", opt_.adam.q8.m_root},
-                                   {"v_root", opt_.adam.q8.v_root}};
+                             {"v_root", opt_.adam.q8.v_root}};
     checkpoint_save(dir.string(), cfg_, weights, moments, trainer, at_step);
     const fs::path tok = fs::path(opt_.data_dir) / "tokenizer.model";
     if (fs::exists(tok)) atomic_file_write((dir / "tokenizer.model").string(), file_read(tok));

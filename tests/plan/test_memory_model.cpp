@@ -11,6 +11,7 @@
 #include "quant/grad_q8.h"
 #include "optim/adamw.h"
 #include "parallel/grad_reduce.h"
+#include "parallel/grad_store.h"
 
 #include <memory>
 
@@ -36,27 +37,33 @@ void expect_cpu_model_matches(const LlamaConfig& cfg, int B, int T, const std::s
   tr.reset_peaks();
   const ActPolicy pol = ActPolicy::parse(policy, cfg.n_layers);
   {
-    LlamaModel model(cfg, B, T, pol);
-    const size_t P = model.params().size();
+    const ModelStage whole = model_stage_whole(cfg);
+    GradStore store(cfg, whole, {q8 ? GradStoreKind::q8 : GradStoreKind::fp32});
+    LlamaModel model(cfg, B, T, pol, whole, 1, store.model_storage());
     AdamWConfig ac;
     ac.state = optim_q8 ? OptimState::q8 : OptimState::fp32;
+    const std::vector<GradUnit> units = grad_units_sharded(store.units(), dp, 0, dp > 1, 256);
     std::vector<std::unique_ptr<AdamW>> adam;
-    for (const GradUnit& u : grad_units_sharded(grad_units_of(cfg, model_stage_whole(cfg)), dp, 0, dp > 1, 256)) {
+    size_t shard = 0;
+    for (const GradUnit& u : units) {
       const size_t own = u.range.begin + u.own.begin;
       adam.push_back(std::make_unique<AdamW>(model.params(), ac, own, own + u.own.size()));
+      shard += u.own.size();
     }
-    GradQ8Buffer store;
-    if (q8) store = GradQ8Buffer(P, 256, MemCategory::gradients, "grad.q8");
+    Buffer<float> reduced_shard(dp > 1 ? shard : 0, MemCategory::gradients, "grad.shard");  // GradReducer's, ZeRO-1
     model.init_weights(5);
     Rng rng(9);
     std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
     for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
-    model.forward_backward(in.data(), tgt.data(), B, T, {.act_seed = 1});
-    if (q8) grad_q8_accumulate(store.codes.data(), store.scales.data(), model.grads().data(), P);
-    for (auto& a : adam) a->step(model.params().data(), model.grads().data(), 1e-3f, 1);
+    store.step_begin();
+    MicroBatchRun run{.act_seed = 1};
+    run.grads_ready = [&](int layer) { store.unit_ready(grad_unit_of_layer(whole, layer), true, 3); };
+    model.forward_backward(in.data(), tgt.data(), B, T, run);
+    for (size_t u = 0; u < units.size(); ++u)  // AdamW reads each unit's gradient indexed in the flat layout
+      adam[u]->step(model.params().data(), store.unit_fp32(int(u)) - units[u].range.begin, 1e-3f, 1);
 
     PlanCpuOptions opt;
-    opt.batch = B, opt.seq = T, opt.grad_q8 = q8, opt.dp = dp, opt.optim_q8 = optim_q8;
+    opt.batch = B, opt.seq = T, opt.grad_q8 = q8, opt.zero = dp > 1, opt.dp = dp, opt.optim_q8 = optim_q8;
     const PlanMemory want = plan_memory_cpu_trainer(cfg, pol, opt);
     const MemSnapshot peak = tr.peak_per_category();
     size_t measured_total = 0;
@@ -66,8 +73,9 @@ void expect_cpu_model_matches(const LlamaConfig& cfg, int B, int T, const std::s
       const double tol = 0.10 * double(measured);
       EXPECT_LE(std::abs(double(want.bytes[c]) - double(measured)), tol)
           << mem_category_name(MemCategory(c)) << ": model " << want.bytes[c] << ", tracker " << measured;
-      if (MemCategory(c) == MemCategory::optimizer) {
-        EXPECT_EQ(want.bytes[c], measured) << "optimizer, to the byte";
+      const MemCategory cat = MemCategory(c);
+      if (cat == MemCategory::weights || cat == MemCategory::gradients || cat == MemCategory::optimizer) {
+        EXPECT_EQ(want.bytes[c], measured) << mem_category_name(cat) << ", to the byte";
       }
     }
     EXPECT_LE(std::abs(double(want.total()) - double(measured_total)), 0.10 * double(measured_total));
