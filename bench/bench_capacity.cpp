@@ -115,12 +115,16 @@ Measured train_measured(const Options& o, const LlamaConfig& cfg, const System& 
   return m;
 }
 
-int data_vocab(const std::string& dir) { return int(TokenDataset::load((fs::path(dir) / "train.bin").string()).vocab_size()); }
+// The corpus' vocabulary, and the longest window it holds (a sequence needs seq + 1 tokens).
+std::pair<int, int> data_shape(const std::string& dir) {
+  const TokenDataset d = TokenDataset::load((fs::path(dir) / "train.bin").string());
+  return {int(d.vocab_size()), int(std::min<size_t>(d.size() - 1, size_t(1) << 20))};
+}
 
 void run(const Options& o) {
   const size_t budget = plan_parse_bytes(o.budget);
   AGOQ_CHECK(o.fill > 0 && o.fill <= 1, "--fill must be in (0, 1]");
-  const int vocab = data_vocab(o.data);
+  const auto [vocab, longest] = data_shape(o.data);
   // The untracked overhead, from a small run of each system (the larger of the two).
   size_t overhead = 0;
   for (const System& s : kSystems) {
@@ -137,11 +141,13 @@ void run(const Options& o) {
         const LlamaConfig c = config_of(o, by_layers, by_layers ? x : o.seq_layers, by_layers ? o.seq : x, vocab);
         return double(predicted(c, s, by_layers ? o.batch : 1, by_layers ? o.seq : x) + overhead) <= target;
       };
-      const int best = largest_fitting(1, by_layers ? 4096 : (1 << 20), fits);
+      const int best = largest_fitting(1, by_layers ? 4096 : longest, fits);
       AGOQ_CHECK(best >= 1, "bench capacity: nothing fits ", o.budget, " (", s.name, ", ", search, ")");
       const int layers = by_layers ? best : o.seq_layers, seq = by_layers ? o.seq : best, batch = by_layers ? o.batch : 1;
       const LlamaConfig cfg = config_of(o, by_layers, layers, seq, vocab);
-      nlohmann::json r = {{"search", search}, {"system", s.name}, {"layers", layers}, {"seq", seq},
+      // What stopped the search: the budget, or the end of its range (the corpus' length for sequences).
+      const char* limit = best == (by_layers ? 4096 : longest) ? (by_layers ? "layer range" : "corpus") : "memory";
+      nlohmann::json r = {{"search", search}, {"system", s.name}, {"limited_by", limit}, {"layers", layers}, {"seq", seq},
                           {"batch", batch}, {"dim", cfg.dim}, {"params", cfg.param_count()},
                           {"predicted_bytes", predicted(cfg, s, batch, seq) + overhead}};
       if (o.confirm) {
@@ -169,16 +175,16 @@ void run(const Options& o) {
   }
   std::printf("what fits %s (vocab %d; one thread; untracked overhead measured %s; the searches fill %.0f%%)\n",
               format_bytes(budget).c_str(), vocab, format_bytes(overhead).c_str(), 100 * o.fill);
-  std::printf("%-7s %-9s %5s %7s %7s %6s %12s %12s %12s %6s %8s\n", "search", "system", "dim", "layers", "seq", "batch",
-              "params", "predicted", "peak RSS", "fits", "run s");
+  std::printf("%-7s %-9s %5s %7s %7s %6s %12s %12s %12s %6s %8s %s\n", "search", "system", "dim", "layers", "seq",
+              "batch", "params", "predicted", "peak RSS", "fits", "run s", "limited by");
   for (const auto& r : rows)
-    std::printf("%-7s %-9s %5d %7d %7d %6d %11.1fM %12s %12s %6s %8.0f\n", r["search"].get<std::string>().c_str(),
+    std::printf("%-7s %-9s %5d %7d %7d %6d %11.1fM %12s %12s %6s %8.0f %s\n", r["search"].get<std::string>().c_str(),
                 r["system"].get<std::string>().c_str(), r["dim"].get<int>(), r["layers"].get<int>(), r["seq"].get<int>(),
                 r["batch"].get<int>(), r["params"].get<double>() / 1e6,
                 format_bytes(r["predicted_bytes"].get<size_t>()).c_str(),
                 r.contains("max_rss_bytes") ? format_bytes(r["max_rss_bytes"].get<size_t>()).c_str() : "-",
                 r.contains("under_budget") ? (r["under_budget"].get<bool>() ? "yes" : "NO") : "-",
-                r.value("seconds", 0.0));
+                r.value("seconds", 0.0), r["limited_by"].get<std::string>().c_str());
   std::printf("AGoQ + q8 states: %.2fx the parameters (dim %d, seq %d, batch %d), %.2fx the sequence (dim %d, %d "
               "layers, batch 1)\n",
               j["params_ratio"].get<double>(), o.dim, o.seq, o.batch, j["seq_ratio"].get<double>(), o.seq_dim,

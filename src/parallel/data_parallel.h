@@ -56,7 +56,6 @@ class DataParallel {
   NamedTensors moments_views() { return moments_.views(); }
   void moments_gather() { moments_.gather(); }
   void moments_release() { moments_.release(); }
-  const MomentsForm& moments_form() const { return moments_.form(); }
   NamedTensors moments_load_views(const MomentsForm& file) { return moments_.load_views(file); }
   void moments_scatter() { moments_.scatter(); }
 

@@ -29,7 +29,6 @@ class DpMoments {
   DpMoments(Communicator& comm, const ParamSet& params, const std::vector<GradUnit>& units, DpOptimizer& optimizer,
             bool zero, const MomentsForm& form);
 
-  const MomentsForm& form() const { return form_; }
   // The moments under their checkpoint names. With ZeRO: after gather() on rank 0, empty elsewhere and before it.
   NamedTensors views();
   void gather();  // collective
