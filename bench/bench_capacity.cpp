@@ -5,8 +5,9 @@
 // peak resident memory (the child's ru_maxrss, from wait4) must stay under the budget.
 //
 // The model predicts tracked memory; a process also holds what the tracker does not see (code, libraries, thread
-// stacks, OpenBLAS buffers, allocator slack). A small calibration run measures that overhead, and the searches keep
-// prediction + overhead within --fill of the budget.
+// stacks, OpenBLAS buffers, allocator rounding and bookkeeping per buffer). Small calibration runs measure that
+// overhead (a fixed part and a part per layer), and the searches keep prediction + overhead within --fill of the
+// budget.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -111,27 +112,38 @@ Measured train_measured(const Options& o, const LlamaConfig& cfg, const System& 
   Measured m;
   m.max_rss = size_t(ru.ru_maxrss) * 1024;
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  m.cpu_seconds = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  m.cpu_seconds = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                  1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
   return m;
 }
 
-// The corpus' vocabulary, and the longest window it holds (a sequence needs seq + 1 tokens).
+// The corpus' vocabulary, and the longest window both its splits hold (a sequence needs seq + 1 tokens).
 std::pair<int, int> data_shape(const std::string& dir) {
-  const TokenDataset d = TokenDataset::load((fs::path(dir) / "train.bin").string());
-  return {int(d.vocab_size()), int(std::min<size_t>(d.size() - 1, size_t(1) << 20))};
+  const TokenDataset train = TokenDataset::load((fs::path(dir) / "train.bin").string());
+  const TokenDataset val = TokenDataset::load((fs::path(dir) / "val.bin").string());
+  const size_t tokens = std::min<size_t>(train.size(), val.size());
+  AGOQ_CHECK(tokens >= 2, "bench capacity: ", dir, " holds fewer than 2 tokens");
+  return {int(train.vocab_size()), int(std::min<size_t>(tokens - 1, size_t(1) << 20))};
 }
 
 void run(const Options& o) {
   const size_t budget = plan_parse_bytes(o.budget);
   AGOQ_CHECK(o.fill > 0 && o.fill <= 1, "--fill must be in (0, 1]");
   const auto [vocab, longest] = data_shape(o.data);
-  // The untracked overhead, from a small run of each system (the larger of the two).
-  size_t overhead = 0;
+  // The untracked overhead, a fixed part and a part per layer (allocator rounding and bookkeeping of each layer's
+  // buffers), from two small runs of each system (the larger of the two systems' parts).
+  constexpr int kCalibrationLayers = 17;
+  double fixed = 0, per_layer = 0;
   for (const System& s : kSystems) {
-    const LlamaConfig small = config_of(o, true, 1, o.seq, vocab);
-    const size_t rss = train_measured(o, small, s, 1, o.seq).max_rss, model = predicted(small, s, 1, o.seq);
-    overhead = std::max(overhead, rss > model ? rss - model : 0);
+    double untracked[2];
+    for (int k = 0; k < 2; ++k) {
+      const LlamaConfig small = config_of(o, true, k ? kCalibrationLayers : 1, o.seq, vocab);
+      untracked[k] = double(train_measured(o, small, s, 1, o.seq).max_rss) - double(predicted(small, s, 1, o.seq));
+    }
+    const double slope = std::max(0.0, (untracked[1] - untracked[0]) / (kCalibrationLayers - 1));
+    per_layer = std::max(per_layer, slope), fixed = std::max(fixed, untracked[0] - slope);
   }
+  auto overhead = [&](int layers) { return size_t(std::max(0.0, fixed + per_layer * layers)); };
   const double target = double(budget) * o.fill;
   nlohmann::json rows = nlohmann::json::array();
   for (const char* search : {"layers", "seq"})
@@ -139,17 +151,18 @@ void run(const Options& o) {
       const bool by_layers = std::string(search) == "layers";
       auto fits = [&](int x) {
         const LlamaConfig c = config_of(o, by_layers, by_layers ? x : o.seq_layers, by_layers ? o.seq : x, vocab);
-        return double(predicted(c, s, by_layers ? o.batch : 1, by_layers ? o.seq : x) + overhead) <= target;
+        return double(predicted(c, s, by_layers ? o.batch : 1, by_layers ? o.seq : x) + overhead(c.n_layers)) <= target;
       };
       const int best = largest_fitting(1, by_layers ? 4096 : longest, fits);
       AGOQ_CHECK(best >= 1, "bench capacity: nothing fits ", o.budget, " (", s.name, ", ", search, ")");
-      const int layers = by_layers ? best : o.seq_layers, seq = by_layers ? o.seq : best, batch = by_layers ? o.batch : 1;
+      const int layers = by_layers ? best : o.seq_layers, seq = by_layers ? o.seq : best;
+      const int batch = by_layers ? o.batch : 1;
       const LlamaConfig cfg = config_of(o, by_layers, layers, seq, vocab);
       // What stopped the search: the budget, or the end of its range (the corpus' length for sequences).
       const char* limit = best == (by_layers ? 4096 : longest) ? (by_layers ? "layer range" : "corpus") : "memory";
-      nlohmann::json r = {{"search", search}, {"system", s.name}, {"limited_by", limit}, {"layers", layers}, {"seq", seq},
-                          {"batch", batch}, {"dim", cfg.dim}, {"params", cfg.param_count()},
-                          {"predicted_bytes", predicted(cfg, s, batch, seq) + overhead}};
+      nlohmann::json r = {{"search", search}, {"system", s.name}, {"limited_by", limit}, {"layers", layers},
+                          {"seq", seq}, {"batch", batch}, {"dim", cfg.dim}, {"params", cfg.param_count()},
+                          {"predicted_bytes", predicted(cfg, s, batch, seq) + overhead(layers)}};
       if (o.confirm) {
         const Measured m = train_measured(o, cfg, s, batch, seq);
         r["max_rss_bytes"] = m.max_rss, r["under_budget"] = m.max_rss <= budget;
@@ -157,29 +170,35 @@ void run(const Options& o) {
       }
       rows.push_back(r);
     }
-  const nlohmann::json j = {{"budget_bytes", budget}, {"overhead_bytes", overhead}, {"fill", o.fill},
+  const nlohmann::json j = {{"budget_bytes", budget}, {"overhead_fixed_bytes", fixed},
+                            {"overhead_per_layer_bytes", per_layer}, {"fill", o.fill},
                             {"vocab", vocab}, {"rows", rows},
                             {"params_ratio", rows[1]["params"].get<double>() / rows[0]["params"].get<double>()},
                             {"seq_ratio", rows[3]["seq"].get<double>() / rows[2]["seq"].get<double>()}};
   if (!o.json_path.empty()) atomic_file_write(o.json_path, j.dump(2) + "\n");
   if (!o.png.empty()) {
-    const fs::path script = fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "scripts" / "capacity_chart.py";
+    const fs::path script =
+        fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "scripts" / "capacity_chart.py";
     const fs::path tmp = fs::path(o.png).replace_extension(".json");
     atomic_file_write(tmp.string(), j.dump(2) + "\n");
     const std::string cmd = "/usr/bin/python3 '" + script.string() + "' '" + tmp.string() + "' '" + o.png + "'";
-    AGOQ_CHECK(std::system(cmd.c_str()) == 0, "bench capacity: ", script.string(), " failed (JSON kept at ", tmp.string(), ")");
+    AGOQ_CHECK(std::system(cmd.c_str()) == 0, "bench capacity: ", script.string(), " failed (JSON kept at ",
+               tmp.string(), ")");
   }
   if (o.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("what fits %s (vocab %d; one thread; untracked overhead measured %s; the searches fill %.0f%%)\n",
-              format_bytes(budget).c_str(), vocab, format_bytes(overhead).c_str(), 100 * o.fill);
+  std::printf("what fits %s (vocab %d; one thread; untracked memory measured %s + %s per layer; the searches fill "
+              "%.0f%%)\n",
+              format_bytes(budget).c_str(), vocab, format_bytes(size_t(fixed)).c_str(),
+              format_bytes(size_t(per_layer)).c_str(), 100 * o.fill);
   std::printf("%-7s %-9s %5s %7s %7s %6s %12s %12s %12s %6s %8s %s\n", "search", "system", "dim", "layers", "seq",
               "batch", "params", "predicted", "peak RSS", "fits", "run s", "limited by");
   for (const auto& r : rows)
     std::printf("%-7s %-9s %5d %7d %7d %6d %11.1fM %12s %12s %6s %8.0f %s\n", r["search"].get<std::string>().c_str(),
-                r["system"].get<std::string>().c_str(), r["dim"].get<int>(), r["layers"].get<int>(), r["seq"].get<int>(),
+                r["system"].get<std::string>().c_str(), r["dim"].get<int>(), r["layers"].get<int>(),
+                r["seq"].get<int>(),
                 r["batch"].get<int>(), r["params"].get<double>() / 1e6,
                 format_bytes(r["predicted_bytes"].get<size_t>()).c_str(),
                 r.contains("max_rss_bytes") ? format_bytes(r["max_rss_bytes"].get<size_t>()).c_str() : "-",

@@ -79,8 +79,8 @@ void run(const Options& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("AdamW step over %.1fM parameters (dim %d, %d layers, vocab %d), %d threads, median of %d reps\n", n / 1e6,
-              o.dim, o.layers, o.vocab, omp_get_max_threads(), o.reps);
+  std::printf("AdamW step over %.1fM parameters (dim %d, %d layers, vocab %d), %d threads, median of %d reps\n",
+              n / 1e6, o.dim, o.layers, o.vocab, omp_get_max_threads(), o.reps);
   std::printf("%-18s %12s %12s %14s %10s\n", "moments", "step ms", "vs fp32", "state MiB", "GB/s");
   for (const Row& r : rows)
     std::printf("%-18s %12.2f %11.3fx %14.1f %10.1f\n", r.name.c_str(), r.seconds * 1e3, r.seconds / base,

@@ -121,7 +121,8 @@ void run(const Options& o) {
                      {"v_root", vs[k].fmt.v_root},
                      {"rounding", vs[k].fmt.rounding == QuantRounding::nearest ? "nearest" : "stochastic"},
                      {"step", step}, {"m_rel_err", e.m}, {"v_rel_err", e.v}, {"update_rel_err", e.update},
-                     {"v_zero_share", e.v_zero}, {"state_bytes_per_value", double(adam_q8_bytes(1 << 20, vs[k].fmt.block)) / (1 << 20)}});
+                     {"v_zero_share", e.v_zero},
+                     {"state_bytes_per_value", double(adam_q8_bytes(1 << 20, vs[k].fmt.block)) / (1 << 20)}});
     }
   }
   if (o.json) {

@@ -186,8 +186,10 @@ void AdamQ8State::step(float* params, const float* grads, const AdamStepCoeffs& 
       }
       if (stochastic) {  // m's bytes, then v's (another tensor id), by global index: any thread split alike
         const QuantSeed sm{fmt_.seed, 2 * uint64_t(step)}, sv{fmt_.seed, 2 * uint64_t(step) + 1};
-        for (size_t j = 0; j < e - s; ++j)
-          random[j] = quant_random_byte_at(sm, index_base_ + s + j), random[256 + j] = quant_random_byte_at(sv, index_base_ + s + j);
+        for (size_t j = 0; j < e - s; ++j) {
+          random[j] = quant_random_byte_at(sm, index_base_ + s + j);
+          random[256 + j] = quant_random_byte_at(sv, index_base_ + s + j);
+        }
       }
       adam_q8_encode(fmt_, tile, e - s, mc + s, vc + s, &m_scale_[b], &v_scale_[b], stochastic ? random : nullptr,
                      scalar);

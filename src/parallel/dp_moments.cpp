@@ -105,9 +105,10 @@ void DpMoments::gather() {
         comm_.send(p.mine, count(p, u.own.size()) * p.elem, 0, tag);
         continue;
       }
-      std::memcpy(static_cast<char*>(p.full) + offset(p, u.own.begin) * p.elem, p.mine, count(p, u.own.size()) * p.elem);
+      char* full = static_cast<char*>(p.full);
+      std::memcpy(full + offset(p, u.own.begin) * p.elem, p.mine, count(p, u.own.size()) * p.elem);
       for (int k = 1; k < comm_.size(); ++k)
-        comm_.recv(static_cast<char*>(p.full) + offset(p, u.displs[k]) * p.elem, count(p, u.counts[k]) * p.elem, k, tag);
+        comm_.recv(full + offset(p, u.displs[k]) * p.elem, count(p, u.counts[k]) * p.elem, k, tag);
     }
   }
 }

@@ -54,6 +54,9 @@ std::string commit_id_new(int64_t step) {
   return "step" + std::to_string(step) + "-" + hex;
 }
 
+// Bytes of a non-float tensor (NamedTensor::raw).
+size_t raw_bytes(const NamedTensor& t) { return size_t(safetensors_numel(t.shape)) * safetensors_dtype_size(t.dtype); }
+
 // name -> tensor, refusing duplicates and null data.
 std::map<std::string, const NamedTensor*> tensors_by_name(const NamedTensors& ts, const std::string& what) {
   std::map<std::string, const NamedTensor*> out;
@@ -166,7 +169,7 @@ void checkpoint_save(const std::string& dir, const LlamaConfig& config, const Na
       for (const HfTensor& t : hf_tensors(config)) w.add_f32(t.name, t.shape, by_name.at(t.name)->data);
     } else {
       for (const NamedTensor& t : ts)
-        if (t.raw) w.add(t.name, t.dtype, t.shape, t.raw, size_t(safetensors_numel(t.shape)) * safetensors_dtype_size(t.dtype));
+        if (t.raw) w.add(t.name, t.dtype, t.shape, t.raw, raw_bytes(t));
         else w.add_f32(t.name, t.shape, t.data);
     }
     return w.write_tmp(path_join(dir, file));
@@ -208,7 +211,7 @@ CheckpointMeta checkpoint_load(const std::string& dir, const LlamaConfig& config
   if (!optimizer.empty()) file_tensors_check(ck.optimizer, optimizer, what, part);
   for (const NamedTensor& t : weights) ck.model.read_f32(t.name, t.data, t.shape);
   for (const NamedTensor& t : optimizer)
-    if (t.raw) ck.optimizer.read_raw(t.name, t.raw, size_t(safetensors_numel(t.shape)) * safetensors_dtype_size(t.dtype));
+    if (t.raw) ck.optimizer.read_raw(t.name, t.raw, raw_bytes(t));
     else ck.optimizer.read_f32(t.name, t.data, t.shape);
   return std::move(ck.meta);
 }

@@ -21,11 +21,11 @@ TEST(BenchCapacity, ConfirmedRunsStayUnderTheBudget) {
   const fs::path dir = fs::temp_directory_path() / "agoq_bench_capacity";
   fs::remove_all(dir);
   fs::create_directories(dir);
-  std::vector<int32_t> tok(4000);
+  std::vector<int32_t> tok(6000);
   Rng rng(2);
   for (auto& t : tok) t = int32_t(rng.below(64));
   token_file_write((dir / "train.bin").string(), tok, 64);
-  token_file_write((dir / "val.bin").string(), std::span(tok).subspan(0, 500), 64);
+  token_file_write((dir / "val.bin").string(), std::span(tok).subspan(0, 3000), 64);
   const fs::path json = dir / "capacity.json";
   const std::string cmd = "timeout 120 " AGOQ_BIN_PATH " bench capacity --data " + dir.string() +
                           " --mem-budget 96MiB --dim 32 --heads 2 --ffn 48 --seq 16 --batch 2 --seq-dim 16 "

@@ -29,8 +29,8 @@ struct RefBlock {
   double m_scale = 0, v_scale = 0;
 };
 RefBlock ref_block(const AdamQ8Format& f, const AdamWConfig& c, double lr, long t, const int8_t* mc,
-                   const uint8_t* vc, float ms, float vs, const float* g, const float* p, const std::vector<bool>& decay,
-                   size_t n) {
+                   const uint8_t* vc, float ms, float vs, const float* g, const float* p,
+                   const std::vector<bool>& decay, size_t n) {
   RefBlock r;
   std::vector<double> rm(n), rv(n);
   const double bc1 = 1 - std::pow(double(c.beta1), double(t)), bc2 = 1 - std::pow(double(c.beta2), double(t));
@@ -85,7 +85,8 @@ void expect_q8_matches_reference(const AdamQ8Format& f, size_t begin, size_t end
     const std::vector<float> p0(params.data(), params.data() + params.size());
     const std::vector<int8_t> mc(st.m_codes(), st.m_codes() + st.size());
     const std::vector<uint8_t> vc(st.v_codes(), st.v_codes() + st.size());
-    const std::vector<float> ms(st.m_scales(), st.m_scales() + st.blocks()), vs(st.v_scales(), st.v_scales() + st.blocks());
+    const std::vector<float> ms(st.m_scales(), st.m_scales() + st.blocks());
+    const std::vector<float> vs(st.v_scales(), st.v_scales() + st.blocks());
     const float lr = 1e-2f * float(t);
     adam.step(params.data(), grads.data(), lr, t);
     for (size_t b = 0; b < st.blocks(); ++b) {
@@ -96,7 +97,8 @@ void expect_q8_matches_reference(const AdamQ8Format& f, size_t begin, size_t end
       ASSERT_NEAR(st.m_scales()[b], r.m_scale, 1e-5 * r.m_scale) << "block " << b;
       ASSERT_NEAR(st.v_scales()[b], r.v_scale, 1e-5 * r.v_scale) << "block " << b;
       for (size_t j = 0; j < n; ++j) {
-        ASSERT_NEAR(params.data()[at + j], r.p[j], 1e-6 * (1 + std::fabs(r.p[j]))) << "step " << t << " value " << at + j;
+        ASSERT_NEAR(params.data()[at + j], r.p[j], 1e-6 * (1 + std::fabs(r.p[j])))
+            << "step " << t << " value " << at + j;
         ASSERT_TRUE(code_matches(r.m_x[j], st.m_codes()[s + j], -127, 127)) << "m, step " << t << " value " << at + j;
         ASSERT_TRUE(code_matches(r.v_x[j], st.v_codes()[s + j], 0, 255)) << "v, step " << t << " value " << at + j;
       }
@@ -164,7 +166,8 @@ TEST(AdamQ8, Fp32RoundTripWithinHalfAStep) {
   const size_t n = 1000;
   std::vector<float> m(n), v(n), m2(n), v2(n);
   Rng rng(2);
-  for (size_t i = 0; i < n; ++i) m[i] = rng.normal() * 1e-3f, v[i] = m[i] * m[i] * (1 + rng.uniform()) * float(i % 7 + 1);
+  for (size_t i = 0; i < n; ++i)
+    m[i] = rng.normal() * 1e-3f, v[i] = m[i] * m[i] * (1 + rng.uniform()) * float(i % 7 + 1);
   for (int vr : {1, 2, 4}) {
     AdamQ8State s(n, {.block = 64, .m_root = 1, .v_root = vr});
     s.load_fp32(m.data(), v.data());

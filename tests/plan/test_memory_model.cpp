@@ -165,7 +165,8 @@ TEST(PlanGpuModel, CategoriesAndZero) {
       PlanGpuOptions q8;
       q8.optim_q8 = true;
       const size_t n = zero ? (st.params + 3) / 4 : st.params;
-      const PlanMemory ag8 = plan_memory_per_rank(cfg, par, w, st, PlanSystem::agoq, ActPolicy::parse("agoq", st.n_layers), q8);
+      const PlanMemory ag8 =
+          plan_memory_per_rank(cfg, par, w, st, PlanSystem::agoq, ActPolicy::parse("agoq", st.n_layers), q8);
       const PlanMemory base8 = plan_memory_per_rank(cfg, par, w, st, PlanSystem::baseline,
                                                     ActPolicy::parse("baseline-bf16", st.n_layers), q8);
       EXPECT_EQ(ag8[MemCategory::optimizer], 2 * n + 8 * ((n + 127) / 128));
