@@ -11,6 +11,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "plan/plan_report.h"
+#include "optim/adamw.h"
 #include "plan/presets.h"
 
 namespace agoq {
@@ -19,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct PlanArgs {
-  std::string model, gpu_mem = "80GiB", reserve = "1GiB", bits = "2,3,4,8", png;
+  std::string model, gpu_mem = "80GiB", reserve = "1GiB", bits = "2,3,4,8", png, optim_state = "fp32";
   int gpus = 8, tp = 1, pp = 1, seq = 4096, micro_batch = 1, micro_batches = 8, zero = 0;
   double bucket_mb = 25;
   bool json = false, quantize_attention = false;
@@ -85,6 +86,7 @@ void cmd_plan_run(const PlanArgs& a) {
   AGOQ_CHECK(a.bucket_mb > 0 && a.bucket_mb < 1e6, "--bucket-mb must be positive");
   req.gpu.bucket_bytes = size_t(a.bucket_mb * double(1 << 20));
   req.bits.bits = parse_bits(a.bits);
+  req.gpu.optim_q8 = optim_state_parse(a.optim_state) == OptimState::q8;
   req.bits.quantize_attention = a.quantize_attention;
   const PlanReport rep = plan_run(req);
   const nlohmann::json j = plan_report_json(rep);
@@ -108,6 +110,8 @@ const CliCommand kPlan("", 40, [](CLI::App& app) {
   c->add_option("--num-micro-batches", a->micro_batches, "micro-batches per step (1F1B)")->capture_default_str();
   c->add_option("--gpu-mem", a->gpu_mem, "memory per GPU, e.g. 80GiB")->capture_default_str();
   c->add_option("--zero", a->zero, "1: ZeRO-1 (optimizer and master weights sharded over DP)")->capture_default_str();
+  c->add_option("--optim-state", a->optim_state, "AGoQ's AdamW moments: fp32 | q8 (8 bits, docs/optimizer.md)")
+      ->capture_default_str();
   c->add_option("--bits", a->bits, "activation bit-widths the allocator may use")->capture_default_str();
   c->add_flag("--quantize-attention", a->quantize_attention, "let the allocator quantize attention slots too");
   c->add_option("--bucket-mb", a->bucket_mb, "gradient bucket (fp32 MiB) of AGoQ's q8 all-reduce")->capture_default_str();

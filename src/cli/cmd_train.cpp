@@ -111,10 +111,16 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   c->add_option("--allreduce", o.allreduce,
                 "gradient all-reduce across data-parallel ranks: mpi (fp32) | q8 (AGoQ's 8-bit all-to-all)")
       ->capture_default_str();
+  c->add_option_function<std::string>(
+       "--optim-state", [&o](const std::string& v) { o.adam.state = optim_state_parse(v); },
+       "AdamW moments: fp32 | q8 (8 bits per value, a scale per 128 values; docs/optimizer.md)")
+      ->default_str("fp32");
   CLI::Option* baseline = c->add_flag(
       "--baseline", args->baseline,
-      "the unquantized run: fp32 activations, fp32 gradients, MPI's fp32 all-reduce (AGoQ's defaults switched off)");
-  for (const char* f : {"--act-policy", "--act-store", "--grad-store", "--allreduce"}) baseline->excludes(f);
+      "the unquantized run: fp32 activations, fp32 gradients, MPI's fp32 all-reduce, fp32 AdamW moments (AGoQ's "
+      "defaults switched off)");
+  for (const char* f : {"--act-policy", "--act-store", "--grad-store", "--allreduce", "--optim-state"})
+    baseline->excludes(f);
   c->add_option("--grad-rounding", o.grad_rounding, "rounding of the q8 grad store: stochastic | nearest")
       ->capture_default_str();
   c->add_option("--zero", o.zero, "1: ZeRO-1, optimizer state sharded across data-parallel ranks")

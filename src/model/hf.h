@@ -12,11 +12,14 @@
 
 namespace agoq {
 
-// A named float32 tensor in caller memory (read on save, filled on load).
+// A named float32 tensor in caller memory (read on save, filled on load). Optimizer state may also be integer
+// codes (8-bit Adam moments): then dtype names their type ("I8", "U8"), raw points at them and data is null.
 struct NamedTensor {
   std::string name;
   std::vector<int64_t> shape;
   float* data;
+  std::string dtype = "F32";
+  void* raw = nullptr;
 };
 using NamedTensors = std::vector<NamedTensor>;
 

@@ -7,34 +7,65 @@
 
 namespace agoq {
 
+const char* optim_state_name(OptimState s) { return s == OptimState::q8 ? "q8" : "fp32"; }
+
+OptimState optim_state_parse(const std::string& s) {
+  AGOQ_CHECK(s == "fp32" || s == "q8", "--optim-state must be fp32 or q8 (got '", s, "')");
+  return s == "q8" ? OptimState::q8 : OptimState::fp32;
+}
+
 AdamW::AdamW(const ParamSet& layout, const AdamWConfig& cfg, size_t begin, size_t end)
     : cfg_(cfg), begin_(begin), end_(std::min(end, layout.size())) {
   AGOQ_CHECK(begin_ <= end_, "optimizer shard [", begin, ", ", end, ") is empty or inverted");
   for (const ParamTensor& t : layout.named()) {
     const size_t b = size_t(t.data - layout.data()), e = b + t.numel();
     const size_t cb = std::max(b, begin_), ce = std::min(e, end_);
-    if (cb < ce) segments_.push_back({cb, ce, t.decay});
+    if (cb < ce) runs_.push_back({cb - begin_, ce - begin_, t.decay});
   }
-  m_ = Buffer<float>(end_ - begin_, MemCategory::optimizer, "adam.m");
-  v_ = Buffer<float>(end_ - begin_, MemCategory::optimizer, "adam.v");
+  if (q8()) {
+    q8_ = AdamQ8State(end_ - begin_, cfg.q8, begin_);
+  } else {
+    m_ = Buffer<float>(end_ - begin_, MemCategory::optimizer, "adam.m");
+    v_ = Buffer<float>(end_ - begin_, MemCategory::optimizer, "adam.v");
+  }
 }
 
 void AdamW::step(float* params, const float* grads, float lr, long step) {
   const float b1 = cfg_.beta1, b2 = cfg_.beta2, eps = cfg_.eps;
   const float bc1 = 1.0f - std::pow(b1, float(step)), bc2 = 1.0f - std::pow(b2, float(step));
   const float step_size = lr / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
-  for (const Segment& s : segments_) {
-    const float decay = s.decay ? 1.0f - lr * cfg_.weight_decay : 1.0f;
-    float* m = m_.data() - begin_;
-    float* v = v_.data() - begin_;
+  const float decay_factor = 1.0f - lr * cfg_.weight_decay;
+  if (q8()) {
+    const AdamStepCoeffs k{b1, 1.0f - b1, b2, 1.0f - b2, step_size, inv_sqrt_bc2, eps};
+    q8_.step(params + begin_, grads + begin_, k, decay_factor, runs_, step);
+    return;
+  }
+  for (const AdamDecayRun& s : runs_) {
+    const float decay = s.decay ? decay_factor : 1.0f;
+    float* m = m_.data();
+    float* v = v_.data();
+    float* p = params + begin_;
+    const float* gr = grads + begin_;
 #pragma omp parallel for simd schedule(static) if (s.end - s.begin > 32768)
     for (size_t i = s.begin; i < s.end; ++i) {
-      const float g = grads[i];
+      const float g = gr[i];
       m[i] = b1 * m[i] + (1.0f - b1) * g;
       v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-      params[i] = params[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+      p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
     }
   }
+}
+
+void AdamW::moments_load_fp32(const float* m, const float* v) {
+  if (q8()) return q8_.load_fp32(m, v);
+  std::copy(m, m + m_.size(), m_.data());
+  std::copy(v, v + v_.size(), v_.data());
+}
+
+void AdamW::moments_store_fp32(float* m, float* v) const {
+  if (q8()) return q8_.store_fp32(m, v);
+  std::copy(m_.begin(), m_.end(), m);
+  std::copy(v_.begin(), v_.end(), v);
 }
 
 double grad_sum_squares(const float* g, size_t n) {

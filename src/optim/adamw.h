@@ -1,16 +1,25 @@
-// AdamW with fp32 moments, global-norm clipping and the learning-rate schedule.
+// AdamW with fp32 or 8-bit moments (optim/adam_q8.h), global-norm clipping and the learning-rate schedule.
 #pragma once
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "core/memory.h"
 #include "model/params.h"
+#include "optim/adam_q8.h"
 
 namespace agoq {
+
+// How the moments are kept (`--optim-state`): fp32, or 8 bits per value with a scale per block.
+enum class OptimState : uint8_t { fp32, q8 };
+const char* optim_state_name(OptimState s);
+OptimState optim_state_parse(const std::string& s);  // "fp32" | "q8"; throws naming the flag
 
 struct AdamWConfig {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   float weight_decay = 0.1f;  // decoupled; applied to matrices only (not norm weights)
+  OptimState state = OptimState::fp32;
+  AdamQ8Format q8;  // with state q8
 };
 
 class AdamW {
@@ -21,20 +30,24 @@ class AdamW {
   // One update of params[begin, end) from grads[begin, end) (both indexed in the flat layout); `step` is 1-based.
   void step(float* params, const float* grads, float lr, long step);
 
+  bool q8() const { return cfg_.state == OptimState::q8; }
+  // The moments as kept: fp32 buffers (fp32), or codes and scales (q8).
   Buffer<float>& m() { return m_; }
   Buffer<float>& v() { return v_; }
+  AdamQ8State& q8_state() { return q8_; }
+  // The moments of [begin, end) as fp32 values in or out, whatever the state (q8: quantized / decoded), for
+  // checkpoints written or read with the other state.
+  void moments_load_fp32(const float* m, const float* v);
+  void moments_store_fp32(float* m, float* v) const;
   size_t begin() const { return begin_; }
   size_t end() const { return end_; }
 
  private:
-  struct Segment {
-    size_t begin, end;  // flat range, clipped to [begin_, end_)
-    bool decay;
-  };
   AdamWConfig cfg_;
   size_t begin_, end_;
-  std::vector<Segment> segments_;
-  Buffer<float> m_, v_;
+  std::vector<AdamDecayRun> runs_;  // tile [0, end_ - begin_): where weight decay applies
+  Buffer<float> m_, v_;             // fp32
+  AdamQ8State q8_;                  // q8
 };
 
 // sqrt(sum g^2), accumulated in double over fixed chunks in a fixed order (deterministic for any thread count).

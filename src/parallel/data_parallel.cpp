@@ -23,7 +23,7 @@ DataParallel::DataParallel(Communicator& comm, ParamSet& params, GradStore& grad
       units_(grad_units_sharded(grads.units(), D_, rank_, opts.zero, grads.block())),
       reducer_(comm, grads, units_, reduce_options(opts)),
       optimizer_(comm, params, units_, {opts.adam, opts.clip, opts.zero, opts.stages, opts.tensor}),
-      moments_(comm, params, units_, optimizer_, opts.zero) {}
+      moments_(comm, params, units_, optimizer_, opts.zero, {opts.adam.state, opts.adam.q8}) {}
 
 std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m) {
   step_ = step, m_ = m;

@@ -30,7 +30,7 @@ struct DpOptions {
   bool zero = false;       // ZeRO-1
   size_t bucket_bytes = 4 << 20;
   bool overlap = true;     // fp32 store without ZeRO: reduce buckets while backward runs
-  AdamWConfig adam;
+  AdamWConfig adam;  // its state: fp32 or 8-bit moments (optim/adam_q8.h)
   float clip = 1.0f;
   // Pipeline parallelism: the ranks holding the other stages of this replica (null: the model is whole).
   Communicator* stages = nullptr;
@@ -59,7 +59,7 @@ class DataParallel {
   NamedTensors moments_views() { return moments_.views(); }
   void moments_gather() { moments_.gather(); }
   void moments_release() { moments_.release(); }
-  NamedTensors moments_load_views() { return moments_.load_views(); }
+  NamedTensors moments_load_views(const MomentsForm& file) { return moments_.load_views(file); }
   void moments_scatter() { moments_.scatter(); }
 
  private:

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/error.h"
+
 namespace agoq {
 
 namespace {
@@ -22,6 +24,9 @@ DpOptimizer::DpOptimizer(Communicator& comm, ParamSet& params, const std::vector
     : comm_(comm), params_(params), units_(units), opts_(o), D_(comm.size()), rank_(comm.rank()) {
   for (const GradUnit& u : units) {
     const size_t own = u.range.begin + u.own.begin;
+    // 8-bit moments: blocks start on the shard, so shards must start on blocks for every grid to see one layout.
+    AGOQ_CHECK(o.adam.state != OptimState::q8 || u.own.begin % size_t(o.adam.q8.block) == 0,
+               "8-bit optimizer blocks of ", o.adam.q8.block, " values do not divide the ZeRO shards");
     adam_.push_back(std::make_unique<AdamW>(params, o.adam, own, own + u.own.size()));
   }
 }

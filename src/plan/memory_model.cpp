@@ -11,6 +11,8 @@
 #include "model/act_store.h"
 #include "model/attention.h"
 #include "model/llama.h"
+#include "parallel/grad_reduce.h"
+#include "parallel/grad_store.h"
 #include "quant/grad_q8.h"
 
 namespace agoq {
@@ -123,7 +125,8 @@ PlanMemory plan_memory_static(const LlamaConfig& cfg, const PlanParallel& par, c
   // ZeRO-1 each rank also keeps its reduced fp32 shard (docs/plan.md).
   m[MemCategory::gradients] = agoq ? n + 4 * grad_q8_blocks(n, opt.grad_block) + (par.zero1 && D > 1 ? 4 * ceil_div(n, D) : 0)
                                    : 4 * n;
-  m[MemCategory::optimizer] = 8 * shard(n);  // Adam m, v in fp32
+  // Adam m, v: fp32, or (AGoQ with --optim-state q8) 8-bit codes with two fp32 scales per block.
+  m[MemCategory::optimizer] = agoq && opt.optim_q8 ? adam_q8_bytes(shard(n), opt.optim_block) : 8 * shard(n);
 
   size_t comm = par.pp > 1 ? 2 * rows * s.d * 2 : 0;  // bf16 receive buffers: activation (fwd), gradient (bwd)
   if (agoq && D > 1) {
@@ -166,8 +169,26 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
   const size_t f = sizeof(float);
   PlanMemory m;
   m[MemCategory::weights] = P * f;
-  m[MemCategory::gradients] = P * f + (opt.grad_q8 ? P + f * grad_q8_blocks(P, opt.grad_block) : 0);
-  m[MemCategory::optimizer] = 2 * f * comm_shard_range(P, std::max(1, opt.dp), 0, opt.grad_block).size();
+  // The gradient store (parallel/grad_store.h): fp32, one full buffer; q8, each unit's codes and scales plus the fp32
+  // scratch of the largest unit (and the embedding's own when tied). ZeRO-1 adds rank 0's reduced fp32 shards.
+  const std::vector<GradRange> ranges = grad_units_of(cfg, st);
+  const std::vector<GradUnit> units = grad_units_sharded(ranges, std::max(1, opt.dp), 0, opt.zero, opt.grad_block);
+  size_t& grads = m[MemCategory::gradients];
+  if (!opt.grad_q8) grads = P * f;
+  else {
+    size_t biggest = 0;
+    for (size_t u = 0; u < ranges.size(); ++u) {
+      const size_t n = ranges[u].size();
+      grads += n + f * grad_q8_blocks(n, opt.grad_block);
+      if (!(u == 0 && cfg.tie_embeddings)) biggest = std::max(biggest, n);
+    }
+    grads += f * biggest + (cfg.tie_embeddings ? f * ranges[0].size() : 0);
+  }
+  // One AdamW per gradient unit, each over rank 0's part of it (DpOptimizer).
+  for (const GradUnit& u : units) {
+    if (opt.zero) grads += f * u.own.size();
+    m[MemCategory::optimizer] += opt.optim_q8 ? adam_q8_bytes(u.own.size(), opt.optim_block) : 2 * f * u.own.size();
+  }
   size_t act = 0;  // one micro-batch of the stage's layers
   for (int l = st.first_layer; l < st.end_layer; ++l)
     for (int s = 0; s < kActSlotCount; ++s)

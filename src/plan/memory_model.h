@@ -17,6 +17,7 @@
 #include "model/act_policy.h"
 #include "model/config.h"
 #include "model/stage.h"
+#include "optim/adam_q8.h"
 
 namespace agoq {
 
@@ -39,6 +40,10 @@ struct PlanGpuOptions {
   size_t reserve_bytes = 1ull << 30;  // CUDA context, cuBLAS/NCCL workspaces, allocator slack (both systems)
   int grad_block = 256;               // values per fp32 scale of the 8-bit gradients
   int vocab_align = 128;              // Megatron pads the vocabulary to a multiple of vocab_align * T
+  // AGoQ with 8-bit AdamW moments (`--optim-state q8`): 2 bytes per value plus two fp32 scales per block, instead of
+  // 8 bytes; the baseline keeps fp32 moments.
+  bool optim_q8 = false;
+  int optim_block = AdamQ8Format{}.block;
 };
 
 // Bytes per MemCategory.
@@ -79,17 +84,21 @@ PlanMemory plan_memory_per_rank(const LlamaConfig& cfg, const PlanParallel& par,
 PlanMemory plan_memory_static(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w,
                               const PlanStage& st, PlanSystem sys, const PlanGpuOptions& opt = {});
 
-// agoq's own CPU trainer, one rank: LlamaModel(cfg, batch, seq, policy, stage, in_flight) + AdamW over its
-// parameters (or a ZeRO-1 shard of 1/dp), fp32 weights and gradients, optional 8-bit gradient store
-// (GradQ8Buffer, the category gradients), the stores' activations (in_flight micro-batches of the stage's layers),
-// the model's workspace buffers (llama_workspace_bytes) plus the larger attention scratch
-// (attention_scratch_bytes), and a pipeline stage's two send buffers (parallel/pipeline.cpp). Peaks: what the tracker reports as each category's own peak
-// over training steps.
+// agoq's own CPU trainer, one rank: LlamaModel(cfg, batch, seq, policy, stage, in_flight) + one AdamW per gradient
+// unit over its parameters (or rank 0's ZeRO-1 shard of each unit) with fp32 or 8-bit moments, fp32 weights, the
+// gradient store (fp32, or 8-bit: codes, scales and one unit's fp32 scratch) plus ZeRO-1's reduced shard (weights,
+// gradients and optimizer exact to the byte), the stores' activations (in_flight micro-batches of the stage's
+// layers), the model's workspace buffers (llama_workspace_bytes) plus the larger attention scratch
+// (attention_scratch_bytes), and a pipeline stage's two send buffers (parallel/pipeline.cpp). Peaks: what the
+// tracker reports as each category's own peak over training steps.
 struct PlanCpuOptions {
   int batch = 1, seq = 64;
   bool grad_q8 = false;
   int grad_block = 256;
-  int dp = 1;        // optimizer shard 1/dp of the flat layout
+  bool zero = false;  // ZeRO-1: rank 0's shard of every gradient unit over dp ranks (parallel/grad_reduce.h)
+  int dp = 1;
+  bool optim_q8 = false;                  // 8-bit AdamW moments
+  int optim_block = AdamQ8Format{}.block;
   int threads = 0;   // OpenMP threads of the attention scratch; 0: omp_get_max_threads()
   int pp = 1;        // pipeline stages; with pp > 1, `stage` and `in_flight` describe this rank's
   ModelStage stage;  // its layers are ignored when pp == 1 (the whole model); its tensor-parallel shard counts

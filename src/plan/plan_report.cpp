@@ -69,6 +69,7 @@ nlohmann::json plan_report_json(const PlanReport& rep) {
   j["gpu_mem"] = q.gpu_mem;
   j["options"] = {{"bucket_bytes", q.gpu.bucket_bytes}, {"reserve_bytes", q.gpu.reserve_bytes},
                   {"grad_block", q.gpu.grad_block},     {"quantize_attention", q.bits.quantize_attention},
+                  {"optim_state", q.gpu.optim_q8 ? "q8" : "fp32"}, {"optim_block", q.gpu.optim_block},
                   {"bits", q.bits.bits}};
   j["stages"] = nlohmann::json::array();
   for (int s = 0; s < int(rep.stages.size()); ++s) {
@@ -110,8 +111,8 @@ std::string plan_report_text(const PlanReport& rep) {
   put("  %d GPUs = TP %d x PP %d x DP %d, ZeRO-1 %s; seq %d, micro-batch %d, %d micro-batches (1F1B); %.2f GiB per GPU\n",
       q.par.gpus, q.par.tp, q.par.pp, q.par.dp(), q.par.zero1 ? "on" : "off", q.work.seq, q.work.micro_batch,
       q.work.num_micro_batches, gib(q.gpu_mem));
-  put("  agoq = 4-bit non-attention activations (attention bf16), 8-bit gradients; planned = bits allocated to fill "
-      "the GPU\n\nper-GPU memory, GiB\n");
+  put("  agoq = 4-bit non-attention activations (attention bf16), 8-bit gradients%s; planned = bits allocated to fill "
+      "the GPU\n\nper-GPU memory, GiB\n", q.gpu.optim_q8 ? ", 8-bit AdamW moments" : "");
   put("%-5s %-7s %-9s %-9s %8s %8s %8s %8s %8s %8s %8s %-5s %8s\n", "stage", "layers", "in-flight", "system",
       "weights", "grads", "optim", "activ", "comm", "work", "total", "fits", "vs base");
   for (int s = 0; s < int(rep.stages.size()); ++s) {

@@ -56,12 +56,15 @@ std::string commit_id_new(int64_t step) {
   return "step" + std::to_string(step) + "-" + hex;
 }
 
+// Bytes of a non-float tensor (NamedTensor::raw).
+size_t raw_bytes(const NamedTensor& t) { return size_t(safetensors_numel(t.shape)) * safetensors_dtype_size(t.dtype); }
+
 // name -> tensor, refusing duplicates and null data.
 std::map<std::string, const NamedTensor*> tensors_by_name(const NamedTensors& ts, const std::string& what) {
   std::map<std::string, const NamedTensor*> out;
   for (const NamedTensor& t : ts) {
     AGOQ_CHECK(out.emplace(t.name, &t).second, what, ": tensor '", t.name, "' given twice");
-    AGOQ_CHECK(t.data || safetensors_numel(t.shape) == 0, what, ": tensor '", t.name, "' has no data");
+    AGOQ_CHECK(t.data || t.raw || safetensors_numel(t.shape) == 0, what, ": tensor '", t.name, "' has no data");
   }
   return out;
 }
@@ -90,8 +93,12 @@ void file_tensors_check(const SafetensorsFile& f, const NamedTensors& want, cons
     const SafeTensorInfo& info = f.get(t.name);
     AGOQ_CHECK(info.shape == t.shape, what, ": tensor '", t.name, "' has shape ", safetensors_shape_str(info.shape),
                " in ", f.path(), ", expected ", safetensors_shape_str(t.shape));
-    AGOQ_CHECK(info.dtype == "F32" || info.dtype == "F16" || info.dtype == "BF16", what, ": tensor '", t.name,
-               "' is ", info.dtype, ", not a float type");
+    if (t.raw) {
+      AGOQ_CHECK(info.dtype == t.dtype, what, ": tensor '", t.name, "' is ", info.dtype, ", expected ", t.dtype);
+    } else {
+      AGOQ_CHECK(info.dtype == "F32" || info.dtype == "F16" || info.dtype == "BF16", what, ": tensor '", t.name,
+                 "' is ", info.dtype, ", not a float type");
+    }
   }
   AGOQ_CHECK(part || in_file.empty(), what, ": ", f.path(), " has unexpected tensor '",
              in_file.empty() ? "" : *in_file.begin(), "'");
@@ -196,7 +203,9 @@ void checkpoint_write(const std::string& dir, const LlamaConfig& config, const N
       auto by_name = tensors_by_name(ts, what);
       for (const HfTensor& t : hf_tensors(config)) w.add_f32(t.name, t.shape, by_name.at(t.name)->data);
     } else {
-      for (const NamedTensor& t : ts) w.add_f32(t.name, t.shape, t.data);
+      for (const NamedTensor& t : ts)
+        if (t.raw) w.add(t.name, t.dtype, t.shape, t.raw, raw_bytes(t));
+        else w.add_f32(t.name, t.shape, t.data);
     }
     return w.write_tmp(path_join(dir, file));
   };
@@ -279,10 +288,14 @@ CheckpointMeta checkpoint_load(const std::string& dir, const LlamaConfig& config
   file_tensors_check(ck.model, weights, what, part);
   if (!optimizer.empty()) file_tensors_check(ck.optimizer, optimizer, what, part);
   for (const NamedTensor& t : weights) ck.model.read_f32(t.name, t.data, t.shape);
-  for (const NamedTensor& t : optimizer) ck.optimizer.read_f32(t.name, t.data, t.shape);
+  for (const NamedTensor& t : optimizer)
+    if (t.raw) ck.optimizer.read_raw(t.name, t.raw, raw_bytes(t));
+    else ck.optimizer.read_f32(t.name, t.data, t.shape);
   // A NaN saved is a NaN everywhere after it (sampling "⁇ ⁇ ⁇", a resumed run diverging at once): refused here.
+  // (8-bit codes cannot hold one; their scales can.)
   for (const NamedTensors* ts : {&weights, &optimizer})
     for (const NamedTensor& t : *ts) {
+      if (t.raw) continue;
       const size_t n = size_t(safetensors_numel(t.shape));
       const size_t bad = size_t(std::count_if(t.data, t.data + n, [](float x) { return !std::isfinite(x); }));
       AGOQ_CHECK(bad == 0, what, ": tensor '", t.name, "' holds ", bad, " non-finite values (NaN or infinity) of ", n);

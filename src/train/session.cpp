@@ -136,8 +136,9 @@ void TrainSession::config_resolve() {
 
 PlanCpuOptions TrainSession::plan_options() const {
   PlanCpuOptions o;
-  o.batch = B_, o.seq = T_, o.dp = dp_options_.zero ? grid_.D : 1;
+  o.batch = B_, o.seq = T_, o.zero = dp_options_.zero, o.dp = dp_options_.zero ? grid_.D : 1;
   o.grad_q8 = dp_options_.store.kind == GradStoreKind::q8;
+  o.optim_q8 = opt_.adam.state == OptimState::q8, o.optim_block = opt_.adam.q8.block;
   o.pp = grid_.P, o.stage = stages_[grid_.stage], o.in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
   return o;
 }
@@ -178,7 +179,12 @@ void TrainSession::model_build() {
 
 void TrainSession::resume() {
   if (!opt_.resume.empty()) {
-    NamedTensors weights = named_tensors_of(model_->params()), moments = dp_->moments_load_views();
+    NamedTensors weights = named_tensors_of(model_->params());
+    // The checkpoint's moments may be in the other form (fp32 / 8-bit): read as written, converted by the scatter.
+    const MomentsForm file = moments_form_of(checkpoint_inspect(opt_.resume).trainer);
+    AGOQ_CHECK(grid_.T == 1 || file.state == OptimState::fp32, "--resume ", opt_.resume,
+               ": its optimizer states are 8-bit, which tensor parallelism cannot resume yet (resume with --tp 1)");
+    NamedTensors moments = dp_->moments_load_views(file);
     // A shard reads the whole tensors of its stage and keeps its slices (train/session_checkpoint.cpp).
     WholeTensors whole_weights = whole_tensors_of(weights, model_->params(), grid_.T),
                  whole_moments = whole_tensors_of(moments, model_->params(), grid_.T);

@@ -110,5 +110,7 @@ void whole_tensors_slice(const WholeTensors& whole, const NamedTensors& shard, i
 void whole_tensors_gather(WholeTensors& whole, const NamedTensors& shard, Communicator& tp);
 // Where the data loader stood at the checkpoint (its trainer.json); errors name the checkpoint and what is wrong.
 DataLoader::State resume_loader_state(const CheckpointMeta& meta, const std::string& dir);
+// The moments' form a checkpoint was written with (trainer.json "optim_state", "optim_q8"; absent: fp32).
+MomentsForm moments_form_of(const nlohmann::json& trainer);
 
 }  // namespace agoq

@@ -11,6 +11,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
+#include "train/safetensors.h"
 #include "train/session.h"
 
 namespace agoq {
@@ -20,41 +21,83 @@ namespace fs = std::filesystem;
 namespace {
 
 size_t tensor_bytes(const NamedTensor& t) {
-  size_t n = sizeof(float);
+  size_t n = t.raw ? safetensors_dtype_size(t.dtype) : sizeof(float);
   for (int64_t d : t.shape) n *= size_t(d);
   return n;
 }
+void* tensor_ptr(const NamedTensor& t) { return t.raw ? t.raw : static_cast<void*>(t.data); }
 
-// Checkpoints of a pipeline: every stage's first replica sends its weights and moments (tensor by tensor, in its
-// named order) to stage 0, which then holds the whole model's views for checkpoint_save. `held` keeps the
-// received tensors alive until the save.
+// "name dtype d0 d1 ..\n" per tensor: what a stage's moments are (their form is the run's, the same on every stage,
+// but their scale tensors depend on the stage's units).
+std::string tensors_describe(const NamedTensors& ts) {
+  std::ostringstream os;
+  for (const NamedTensor& t : ts) {
+    os << t.name << ' ' << t.dtype;
+    for (int64_t d : t.shape) os << ' ' << d;
+    os << '\n';
+  }
+  return os.str();
+}
+
+// The tensors a description names, laid out in `bytes` (allocated here, 64-byte aligned each).
+NamedTensors tensors_of_description(const std::string& text, Buffer<uint8_t>& bytes) {
+  NamedTensors out;
+  std::istringstream in(text);
+  std::vector<size_t> at;
+  size_t total = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream ls(line);
+    NamedTensor t{"", {}, nullptr};
+    ls >> t.name >> t.dtype;
+    for (int64_t d; ls >> d;) t.shape.push_back(d);
+    at.push_back(total);
+    total += (safetensors_dtype_size(t.dtype) * size_t(safetensors_numel(t.shape)) + 63) / 64 * 64;
+    out.push_back(std::move(t));
+  }
+  bytes = Buffer<uint8_t>(total, MemCategory::workspace, "ckpt.gather");  // checkpoint-time only
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].dtype == "F32") out[i].data = reinterpret_cast<float*>(bytes.data() + at[i]);
+    else out[i].raw = bytes.data() + at[i];
+  }
+  return out;
+}
+
+// Checkpoints of a pipeline: every stage's first replica sends its weights (tensor by tensor, in its named order)
+// and its moments (their description, then tensor by tensor) to stage 0, which then holds the whole model's views
+// for checkpoint_save. `held` keeps the received tensors alive until the save.
+struct GatheredTensors {
+  std::vector<ParamSet> weights;
+  std::vector<Buffer<uint8_t>> moments;
+};
 void stages_gather_tensors(Communicator& pipe, const LlamaConfig& cfg, const std::vector<ModelStage>& stages,
-                           NamedTensors& weights, NamedTensors& moments, std::vector<ParamSet>& held) {
+                           NamedTensors& weights, NamedTensors& moments, GatheredTensors& held) {
   constexpr int kTag = 21;
   if (pipe.rank() != 0) {
     for (const NamedTensor& t : weights) pipe.send(t.data, tensor_bytes(t), 0, kTag);
-    for (const NamedTensor& t : moments) pipe.send(t.data, tensor_bytes(t), 0, kTag);
+    const std::string what = tensors_describe(moments);
+    const uint64_t len = what.size();
+    pipe.send(&len, sizeof len, 0, kTag);
+    pipe.send(what.data(), len, 0, kTag);
+    for (const NamedTensor& t : moments) pipe.send(tensor_ptr(t), tensor_bytes(t), 0, kTag);
     return;
   }
-  held.reserve(held.size() + 3 * stages.size());  // the references below must survive the next emplace_back
+  held.weights.reserve(stages.size());  // the references below must survive the next emplace_back
   for (int s = 1; s < int(stages.size()); ++s) {
     ModelStage whole = stages[s];  // the stage's tensors, their shards already gathered
     whole.tp = 1, whole.tp_rank = 0;
-    // Checkpoint-time only, tagged apart from training's buffers.
-    ParamSet& w = held.emplace_back(cfg, whole, MemCategory::workspace, "ckpt.gather");
-    ParamSet& m = held.emplace_back(cfg, whole, MemCategory::workspace, "ckpt.gather");
-    ParamSet& v = held.emplace_back(cfg, whole, MemCategory::workspace, "ckpt.gather");
-    const size_t first_weight = weights.size(), first_moment = moments.size();
-    for (size_t i = 0; i < w.named().size(); ++i) {
-      const ParamTensor& t = w.named()[i];
-      weights.push_back({t.name, t.shape, t.data});
-      moments.push_back({"adam.m." + t.name, t.shape, m.named()[i].data});
-      moments.push_back({"adam.v." + t.name, t.shape, v.named()[i].data});
-    }
+    ParamSet& w = held.weights.emplace_back(cfg, whole, MemCategory::workspace, "ckpt.gather");
+    const size_t first_weight = weights.size();
+    for (const ParamTensor& t : w.named()) weights.push_back({t.name, t.shape, t.data});
     for (size_t i = first_weight; i < weights.size(); ++i)
       pipe.recv(weights[i].data, tensor_bytes(weights[i]), s, kTag);
-    for (size_t i = first_moment; i < moments.size(); ++i)
-      pipe.recv(moments[i].data, tensor_bytes(moments[i]), s, kTag);
+    uint64_t len = 0;
+    pipe.recv(&len, sizeof len, s, kTag);
+    std::string what(len, '\0');
+    pipe.recv(what.data(), len, s, kTag);
+    for (NamedTensor& t : tensors_of_description(what, held.moments.emplace_back())) {
+      pipe.recv(tensor_ptr(t), tensor_bytes(t), s, kTag);
+      moments.push_back(std::move(t));
+    }
   }
 }
 
@@ -90,6 +133,23 @@ std::string file_read(const fs::path& p) {
 }
 
 }  // namespace
+
+MomentsForm moments_form_of(const nlohmann::json& trainer) {
+  MomentsForm f;  // checkpoints from before 8-bit states: fp32
+  if (!trainer.contains("optim_state")) return f;
+  try {
+    f.state = optim_state_parse(trainer.at("optim_state").get<std::string>());
+    if (f.state == OptimState::q8) {
+      const nlohmann::json& q = trainer.at("optim_q8");
+      f.q8.block = q.at("block").get<int>(), f.q8.m_root = q.at("m_root").get<int>();
+      f.q8.v_root = q.at("v_root").get<int>();
+      adam_q8_format_check(f.q8);
+    }
+  } catch (const std::exception& e) {
+    fail("checkpoint's trainer.json: optimizer state: ", e.what());
+  }
+  return f;
+}
 
 NamedTensors named_tensors_of(ParamSet& p) {
   NamedTensors out;
@@ -167,7 +227,7 @@ DataLoader::State resume_loader_state(const CheckpointMeta& meta, const std::str
 void TrainSession::checkpoint(long at_step) {
   dp_->moments_gather();
   NamedTensors weights, moments;
-  std::vector<ParamSet> held;
+  GatheredTensors held;
   WholeTensors whole_weights, whole_moments;
   if (grid_.replica == 0) {
     weights = named_tensors_of(model_->params()), moments = dp_->moments_views();
@@ -184,15 +244,19 @@ void TrainSession::checkpoint(long at_step) {
   if (lead_) {
     const std::string name = "ckpt-step" + std::to_string(at_step);
     const fs::path out(opt_.out_dir), dir = out / name;
-    const nlohmann::json trainer = {{"loader", loader_->state().to_string()},
-                                    {"seed", opt_.seed},
-                                    {"world_size", world_.size()},
-                                    {"pp", grid_.P},
-                                    {"tp", grid_.T},
-                                    {"accum", m_},
-                                    {"grad_store", opt_.grad_store},
-                                    {"allreduce", opt_.allreduce},
-                                    {"zero", opt_.zero}};
+    nlohmann::json trainer = {{"loader", loader_->state().to_string()},
+                              {"seed", opt_.seed},
+                              {"world_size", world_.size()},
+                              {"pp", grid_.P},
+                              {"tp", grid_.T},
+                              {"accum", m_},
+                              {"grad_store", opt_.grad_store},
+                              {"allreduce", opt_.allreduce},
+                              {"zero", opt_.zero},
+                              {"optim_state", optim_state_name(opt_.adam.state)}};
+    if (opt_.adam.state == OptimState::q8)  // the 8-bit format, which moments_form_of reads back
+      trainer["optim_q8"] = {{"block", opt_.adam.q8.block}, {"m_root", opt_.adam.q8.m_root},
+                             {"v_root", opt_.adam.q8.v_root}};
     std::vector<CheckpointFile> files;  // the tokenizer travels with the model, so `agoq sample` needs nothing else
     const fs::path tok = fs::path(opt_.data_dir) / "tokenizer.model";
     if (fs::exists(tok)) files.push_back({"tokenizer.model", file_read(tok)});
@@ -200,7 +264,7 @@ void TrainSession::checkpoint(long at_step) {
     ckpt_link_switch(out, name);
     log_->note("checkpoint: step " + std::to_string(at_step) + " -> " + (out / "ckpt").string());
   }
-  held.clear();
+  held = {};
   whole_weights = {}, whole_moments = {};
   dp_->moments_release();
   if (world_.size() > 1) world_.barrier();  // the checkpoint is complete when any rank returns

@@ -82,12 +82,12 @@ void TrainSession::report_stages(const std::vector<double>& stage_peaks) const {
   }
 }
 
-// This rank's measured peak per category next to the fp32 baseline (fp32 activations, gradients and all-reduce)
+// This rank's measured peak per category next to the fp32 baseline (fp32 activations, gradients, all-reduce, moments)
 // and the bf16-store baseline (bf16 activations) of the same run, from the memory model. The token files the run
 // holds in memory are the same for every configuration and count in each column's workspace.
 void TrainSession::report_memory(const TrainResult& r) const {
   PlanCpuOptions o = plan_options();
-  o.grad_q8 = false;  // the baselines keep fp32 gradients
+  o.grad_q8 = o.optim_q8 = false;  // the baselines keep fp32 gradients and fp32 AdamW moments
   const PlanMemory fp32 = plan_memory_cpu_trainer(cfg_, ActPolicy::parse("fp32", cfg_.n_layers), o);
   const PlanMemory bf16 = plan_memory_cpu_trainer(cfg_, ActPolicy::parse("baseline-bf16", cfg_.n_layers), o);
   const size_t data = MemoryTracker::global().tag_current("data");

@@ -18,6 +18,8 @@ namespace fs = std::filesystem;
 void train_options_validate(const TrainOptions& o) {
   AGOQ_CHECK(o.batch >= 1, "--batch must be >= 1 (got ", o.batch, ")");
   AGOQ_CHECK(o.seq >= 1, "--seq must be >= 1 (got ", o.seq, ")");
+  AGOQ_CHECK(o.tp == 1 || o.adam.state == OptimState::fp32,
+             "--optim-state q8 with --tp > 1 is not supported yet (8-bit moments are not gathered across shards)");
   AGOQ_CHECK(o.accum >= 1, "--accum must be >= 1 (got ", o.accum, ")");
   AGOQ_CHECK(o.steps >= 1, "--steps must be >= 1 (got ", o.steps, ")");
   AGOQ_CHECK(o.warmup >= 0, "--warmup must be >= 0 (got ", o.warmup, ")");
@@ -87,8 +89,9 @@ std::string train_run_description(const TrainOptions& o, const LlamaConfig& cfg,
      << o.clip << " adam " << o.adam.beta1 << ' ' << o.adam.beta2 << ' ' << o.adam.eps << ' ' << o.adam.weight_decay
      << " seed " << o.seed << " eval " << o.eval_every << ' ' << o.eval_batches << " ckpt " << o.ckpt_every
      << " stop_after " << o.stop_after << " act " << o.act_policy << " grad_store " << o.grad_store << " allreduce "
-     << o.allreduce << " rounding " << o.grad_rounding << " zero " << o.zero << " pp " << o.pp << ' '
-     << o.stage_layers << " tp " << o.tp << " mem_budget " << o.mem_budget << ' ' << o.replan_after << " resume " << resume_commit;
+     << o.allreduce << " rounding " << o.grad_rounding << " optim_state " << optim_state_name(o.adam.state)
+     << " zero " << o.zero << " pp " << o.pp << ' ' << o.stage_layers << " tp " << o.tp << " mem_budget "
+     << o.mem_budget << ' ' << o.replan_after << " resume " << resume_commit;
   return os.str();
 }
 

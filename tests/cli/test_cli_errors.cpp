@@ -49,6 +49,8 @@ TEST_F(CliErrors, BadFlagValues) {
   expect_clean_error(train({{"--act-store", "fp8"}}), "fp8");
   expect_clean_error(train({{"--act-policy", "attn=4,mlp=fp7"}}), "mlp=fp7");
   expect_clean_error(train({{"--stepz", "3"}}), "--stepz");
+  expect_clean_error(train({{"--optim-state", "int4"}}), "--optim-state must be fp32 or q8");
+  expect_clean_error(train({{"--optim-state", "q8"}, {"--baseline", " "}}), "--optim-state");
 }
 
 TEST_F(CliErrors, BadPipelineFlags) {
@@ -154,10 +156,24 @@ TEST_F(CliErrors, MemoryTableBaselinesAreWhatTheBaselinesMeasure) {
     return r.err;
   };
   const std::string agoq = run("agoq", ""), fp32 = run("fp32", "--baseline"),
-                    bf16 = run("bf16", "--act-store bf16 --grad-store fp32 --allreduce mpi");
+                    bf16 = run("bf16", "--act-store bf16 --grad-store fp32 --allreduce mpi"),
+                    q8 = run("q8", "--optim-state q8");
   EXPECT_EQ(table_total(agoq, 1), table_total(fp32, 0));
   EXPECT_EQ(table_total(agoq, 2), table_total(bf16, 0));
   EXPECT_EQ(table_total(fp32, 1), table_total(fp32, 0));
+  EXPECT_EQ(table_total(q8, 1), table_total(fp32, 0));  // 8-bit states: the baselines keep fp32 AdamW
+  // The optimizer row shows the saving: 2 bytes per value plus 8 per 128 against 8 bytes.
+  auto optimizer_row = [](const std::string& err) {
+    const size_t at = err.find("\n  optimizer ");
+    EXPECT_NE(at, std::string::npos) << err;
+    std::istringstream row(err.substr(at + 13, err.find('\n', at + 1) - at - 13));
+    std::string v[4];
+    for (std::string& x : v) row >> x;
+    return std::make_pair(std::stod(v[0]) * (v[1] == "KiB" ? 1 : v[1] == "MiB" ? 1024 : 1.0 / 1024),
+                          std::stod(v[2]) * (v[3] == "KiB" ? 1 : v[3] == "MiB" ? 1024 : 1.0 / 1024));
+  };
+  const auto [mine, baseline] = optimizer_row(q8);
+  EXPECT_NEAR(mine / baseline, (2 + 8.0 / 128) / 8, 0.02) << q8;
 }
 
 // A fresh run never deletes or appends to an earlier run's checkpoints and metrics: it stops before the first step,

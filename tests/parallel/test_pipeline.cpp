@@ -226,6 +226,13 @@ TEST(Pipeline, ResumeIsBitIdentical) {
   TrainOptions o = pipe_tiny(data, "straight", 2);
   o.pp = P;
   expect_resume_bit_identical(o, data);
+  // 8-bit moments: every stage's codes and unit scales gathered into the one checkpoint, and back; and the
+  // conversion from fp32 moments.
+  o.adam.state = OptimState::q8;
+  o.out_dir = (data / "q8" / "straight").string();
+  expect_resume_bit_identical(o, data / "q8");
+  o.out_dir = (data / "fp32_to_q8").string();
+  expect_resume_converts(o, data / "convert", OptimState::fp32, OptimState::q8);
   shared_cleanup(data);
 }
 
@@ -235,9 +242,11 @@ TEST(Pipeline, MemoryModelMatchesEachStage) {
   const int P = world().size();
   if (P < 2) GTEST_SKIP() << "a pipeline needs mpirun -np >= 2";
   const fs::path data = shared_data("ppmem");
-  for (const char* policy : {"fp32", "agoq"}) {
-    TrainOptions o = pipe_tiny(data, std::string("mem_") + policy, 4);
-    o.pp = P, o.act_policy = policy, o.steps = 2, o.eval_every = 0;
+  for (const char* policy : {"fp32", "agoq", "agoq+q8 states"}) {
+    const bool optim_q8 = std::string(policy) == "agoq+q8 states";
+    TrainOptions o = pipe_tiny(data, std::string("mem_") + (optim_q8 ? "q8" : policy), 4);
+    o.pp = P, o.act_policy = optim_q8 ? "agoq" : policy, o.steps = 2, o.eval_every = 0;
+    o.adam.state = optim_q8 ? OptimState::q8 : OptimState::fp32;
     const TrainResult r = train_run(o);
     LlamaConfig cfg = o.model;
     cfg.vocab_size = 50, cfg.max_seq_len = o.seq;
@@ -245,7 +254,9 @@ TEST(Pipeline, MemoryModelMatchesEachStage) {
     PlanCpuOptions c;
     c.batch = o.batch, c.seq = o.seq, c.pp = P, c.stage = model_stages_split(cfg, P)[stage];
     c.in_flight = pipeline_in_flight(P, stage, o.accum);
-    const PlanMemory want = plan_memory_cpu_trainer(cfg, ActPolicy::parse(policy, cfg.n_layers), c);
+    c.optim_q8 = optim_q8;
+    const PlanMemory want = plan_memory_cpu_trainer(cfg, ActPolicy::parse(o.act_policy, cfg.n_layers), c);
+    EXPECT_EQ(r.peak.bytes[int(MemCategory::optimizer)], want[MemCategory::optimizer]) << policy << ", stage " << stage;
     for (int k = 0; k < kMemCategoryCount; ++k) {
       const double got = double(r.peak.bytes[k]);
       EXPECT_LE(std::abs(double(want.bytes[k]) - got), 0.10 * got)

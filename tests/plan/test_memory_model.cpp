@@ -13,6 +13,10 @@
 #include "plan/presets.h"
 #include "quant/grad_q8.h"
 #include "optim/adamw.h"
+#include "parallel/grad_reduce.h"
+#include "parallel/grad_store.h"
+
+#include <memory>
 
 namespace agoq {
 namespace {
@@ -24,32 +28,45 @@ LlamaConfig small_cfg(int vocab, int dim, int layers, int heads, int kv, int ffn
   return c;
 }
 
-// Builds the real model + AdamW (+ an 8-bit gradient store), runs one forward_backward and one optimizer step,
-// and compares each category's own peak with the model; within 10% (the model aims at exact).
-void expect_cpu_model_matches(const LlamaConfig& cfg, int B, int T, const std::string& policy, bool q8, int dp = 1) {
-  SCOPED_TRACE(policy + (q8 ? " q8" : "") + " layers " + std::to_string(cfg.n_layers) + " B " + std::to_string(B) +
-               " T " + std::to_string(T) + " dp " + std::to_string(dp));
+// Builds the real model + one AdamW per gradient unit as DpOptimizer does (rank 0's ZeRO shards with dp > 1;
+// fp32 or 8-bit moments) (+ an 8-bit gradient store), runs one forward_backward and one optimizer step, and compares
+// each category's own peak with the model: the optimizer exactly, the others within 10% (the model aims at exact).
+void expect_cpu_model_matches(const LlamaConfig& cfg, int B, int T, const std::string& policy, bool q8, int dp = 1,
+                              bool optim_q8 = false) {
+  SCOPED_TRACE(policy + (q8 ? " q8" : "") + (optim_q8 ? " optim q8" : "") + " layers " + std::to_string(cfg.n_layers) +
+               " B " + std::to_string(B) + " T " + std::to_string(T) + " dp " + std::to_string(dp));
   MemoryTracker& tr = MemoryTracker::global();
   const MemSnapshot before = tr.current();
   tr.reset_peaks();
   const ActPolicy pol = ActPolicy::parse(policy, cfg.n_layers);
   {
-    LlamaModel model(cfg, B, T, pol);
-    const size_t P = model.params().size();
-    const CommShard shard = comm_shard_range(P, dp, 0, 256);
-    AdamW adam(model.params(), AdamWConfig{}, shard.begin, shard.end);
-    GradQ8Buffer store;
-    if (q8) store = GradQ8Buffer(P, 256, MemCategory::gradients, "grad.q8");
+    const ModelStage whole = model_stage_whole(cfg);
+    GradStore store(cfg, whole, {q8 ? GradStoreKind::q8 : GradStoreKind::fp32});
+    LlamaModel model(cfg, B, T, pol, whole, 1, store.model_storage());
+    AdamWConfig ac;
+    ac.state = optim_q8 ? OptimState::q8 : OptimState::fp32;
+    const std::vector<GradUnit> units = grad_units_sharded(store.units(), dp, 0, dp > 1, 256);
+    std::vector<std::unique_ptr<AdamW>> adam;
+    size_t shard = 0;
+    for (const GradUnit& u : units) {
+      const size_t own = u.range.begin + u.own.begin;
+      adam.push_back(std::make_unique<AdamW>(model.params(), ac, own, own + u.own.size()));
+      shard += u.own.size();
+    }
+    Buffer<float> reduced_shard(dp > 1 ? shard : 0, MemCategory::gradients, "grad.shard");  // GradReducer's, ZeRO-1
     model.init_weights(5);
     Rng rng(9);
     std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
     for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
-    model.forward_backward(in.data(), tgt.data(), B, T, {.act_seed = 1});
-    if (q8) grad_q8_accumulate(store.codes.data(), store.scales.data(), model.grads().data(), P);
-    adam.step(model.params().data(), model.grads().data(), 1e-3f, 1);
+    store.step_begin();
+    MicroBatchRun run{.act_seed = 1};
+    run.grads_ready = [&](int layer) { store.unit_ready(grad_unit_of_layer(whole, layer), true, 3); };
+    model.forward_backward(in.data(), tgt.data(), B, T, run);
+    for (size_t u = 0; u < units.size(); ++u)  // AdamW reads each unit's gradient indexed in the flat layout
+      adam[u]->step(model.params().data(), store.unit_fp32(int(u)) - units[u].range.begin, 1e-3f, 1);
 
     PlanCpuOptions opt;
-    opt.batch = B, opt.seq = T, opt.grad_q8 = q8, opt.dp = dp;
+    opt.batch = B, opt.seq = T, opt.grad_q8 = q8, opt.zero = dp > 1, opt.dp = dp, opt.optim_q8 = optim_q8;
     const PlanMemory want = plan_memory_cpu_trainer(cfg, pol, opt);
     const MemSnapshot peak = tr.peak_per_category();
     size_t measured_total = 0;
@@ -59,6 +76,10 @@ void expect_cpu_model_matches(const LlamaConfig& cfg, int B, int T, const std::s
       const double tol = 0.10 * double(measured);
       EXPECT_LE(std::abs(double(want.bytes[c]) - double(measured)), tol)
           << mem_category_name(MemCategory(c)) << ": model " << want.bytes[c] << ", tracker " << measured;
+      const MemCategory cat = MemCategory(c);
+      if (cat == MemCategory::weights || cat == MemCategory::gradients || cat == MemCategory::optimizer) {
+        EXPECT_EQ(want.bytes[c], measured) << mem_category_name(cat) << ", to the byte";
+      }
     }
     EXPECT_LE(std::abs(double(want.total()) - double(measured_total)), 0.10 * double(measured_total));
   }
@@ -76,6 +97,9 @@ TEST(PlanCpuModel, MatchesTrackerSingleStage) {
   expect_cpu_model_matches(a, 2, 32, "agoq", true);
   expect_cpu_model_matches(b, 2, 64, "agoq", true, 2);  // ZeRO-1 shard of the optimizer
   expect_cpu_model_matches(a, 2, 32, "uniform4", false);
+  // 8-bit moments, whole and rank 0's ZeRO-1 shards over 2 and 3 ranks.
+  for (int dp : {1, 2, 3}) expect_cpu_model_matches(b, 2, 32, "agoq", true, dp, true);
+  expect_cpu_model_matches(a, 2, 32, "fp32", false, 1, true);
 }
 
 // Pipeline stages (P = 2, 4) are checked against real pipeline runs under mpirun:
@@ -164,6 +188,17 @@ TEST(PlanGpuModel, CategoriesAndZero) {
       EXPECT_LT(ag[MemCategory::activations], base[MemCategory::activations] / 3);
       EXPECT_EQ(ag[MemCategory::optimizer], base[MemCategory::optimizer]);
       EXPECT_EQ(base[MemCategory::optimizer], zero ? 8 * ((st.params + 3) / 4) : 8 * st.params);
+      // 8-bit moments: AGoQ only, 2 bytes per value and two fp32 scales per 128 (ZeRO-1: of the shard).
+      PlanGpuOptions q8;
+      q8.optim_q8 = true;
+      const size_t n = zero ? (st.params + 3) / 4 : st.params;
+      const PlanMemory ag8 =
+          plan_memory_per_rank(cfg, par, w, st, PlanSystem::agoq, ActPolicy::parse("agoq", st.n_layers), q8);
+      const PlanMemory base8 = plan_memory_per_rank(cfg, par, w, st, PlanSystem::baseline,
+                                                    ActPolicy::parse("baseline-bf16", st.n_layers), q8);
+      EXPECT_EQ(ag8[MemCategory::optimizer], 2 * n + 8 * ((n + 127) / 128));
+      EXPECT_EQ(base8.total(), base.total());
+      EXPECT_EQ(ag.total() - ag8.total(), ag[MemCategory::optimizer] - ag8[MemCategory::optimizer]);
       if (!zero) {
         EXPECT_NEAR(double(ag[MemCategory::gradients]) / double(st.params), 1.0 + 4.0 / 256, 1e-3);
       }

@@ -66,6 +66,28 @@ TEST(PlanCli, TextAndZeroAndTightMemory) {
   EXPECT_TRUE(gate == "2" || gate == "3" || gate == "4") << gate;
 }
 
+// 8-bit AdamW states shrink AGoQ's optimizer rows only, with and without ZeRO-1, and take the 8B config past 50%.
+TEST(PlanCli, OptimStateQ8) {
+  for (const char* zero : {"0", "1"}) {
+    const std::string base = std::string("--model llama-8b --gpus 64 --tp 4 --pp 4 --seq 4096 --micro-batch 1 "
+                                         "--num-micro-batches 16 --gpu-mem 80GiB --json --zero ") + zero;
+    const RunOut a = run_plan(base), b = run_plan(base + " --optim-state q8");
+    ASSERT_EQ(a.code, 0) << a.err;
+    ASSERT_EQ(b.code, 0) << b.err;
+    const auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+    EXPECT_EQ(jb["options"]["optim_state"], "q8");
+    for (int s = 0; s < 4; ++s) {
+      const auto &sa = ja["stages"][s], &sb = jb["stages"][s];
+      EXPECT_EQ(sa["baseline"]["total"], sb["baseline"]["total"]);
+      const double o32 = sa["agoq"]["optimizer"].get<double>(), o8 = sb["agoq"]["optimizer"].get<double>();
+      EXPECT_NEAR(o8 / o32, (2 + 8.0 / 128) / 8, 1e-3) << "stage " << s;
+      EXPECT_EQ(sa["agoq"]["total"].get<double>() - sb["agoq"]["total"].get<double>(), o32 - o8);
+    }
+    EXPECT_GT(jb["tightest_reduction"].get<double>(), 0.5) << "zero " << zero;
+    EXPECT_GT(jb["tightest_reduction"].get<double>(), ja["tightest_reduction"].get<double>() + 0.05);
+  }
+}
+
 TEST(PlanCli, ConfigJsonPath) {
   const fs::path cfg = fs::temp_directory_path() / "agoq_plan_config.json";
   std::ofstream(cfg) << R"({"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
@@ -86,6 +108,7 @@ TEST(PlanCli, BadFlagsAreOneLineErrors) {
       {"--model /nonexistent/config.json", "does not exist"},
       {"--model llama-8b --zero 2", "--zero"},
       {"--model llama-8b --bits 2,5", "--bits"},
+      {"--model llama-8b --optim-state q4", "--optim-state must be fp32 or q8"},
       {"--model llama-8b --tp 3 --gpus 3", "does not divide"},
   };
   for (const auto& [args, needle] : cases) {

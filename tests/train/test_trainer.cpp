@@ -41,19 +41,22 @@ TrainOptions tiny_options(const fs::path& data, const std::string& out) {
 
 // N steps straight vs N/2 + resume + N/2: identical losses, bit for bit (stochastic rounding included: its
 // seeds derive from the step).
-void check_resume(const std::string& policy) {
-  const fs::path data = make_synthetic_data("resume_" + policy);
+void check_resume(const std::string& policy, OptimState state = OptimState::fp32) {
+  const fs::path data = make_synthetic_data("resume_" + policy + optim_state_name(state));
   TrainOptions straight_opt = tiny_options(data, "straight");
   straight_opt.act_policy = policy;
+  straight_opt.adam.state = state;
   const TrainResult straight = train_run(straight_opt);
   ASSERT_EQ(straight.losses.size(), 12u);
 
   TrainOptions first = tiny_options(data, "split");
   first.act_policy = policy;
+  first.adam.state = state;
   first.stop_after = 5;
   const TrainResult a = train_run(first);
   TrainOptions second = tiny_options(data, "split");
   second.act_policy = policy;
+  second.adam.state = state;
   second.resume = (data / "split" / "ckpt").string();
   const TrainResult b = train_run(second);
   ASSERT_EQ(a.losses.size(), 5u);
@@ -66,6 +69,7 @@ void check_resume(const std::string& policy) {
 
 TEST(Trainer, ResumeIsBitIdentical) { check_resume("fp32"); }
 TEST(Trainer, ResumeIsBitIdenticalUnderAgoq) { check_resume("agoq"); }
+TEST(Trainer, ResumeIsBitIdenticalQ8States) { check_resume("agoq", OptimState::q8); }
 
 TEST(Trainer, SameSeedSameLossesBf16Store) {
   const fs::path data = make_synthetic_data("bf16");

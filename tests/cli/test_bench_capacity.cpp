@@ -1,0 +1,49 @@
+// `agoq bench capacity` through the real binary, on a tiny corpus and budget (seconds): every confirmation run's
+// peak resident memory stays under the budget, and AGoQ with 8-bit states fits more than the baseline.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "core/rng.h"
+#include "data/token_file.h"
+
+namespace agoq {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(BenchCapacity, ConfirmedRunsStayUnderTheBudget) {
+  const fs::path dir = fs::temp_directory_path() / "agoq_bench_capacity";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<int32_t> tok(6000);
+  Rng rng(2);
+  for (auto& t : tok) t = int32_t(rng.below(64));
+  token_file_write((dir / "train.bin").string(), tok, 64);
+  token_file_write((dir / "val.bin").string(), std::span(tok).subspan(0, 3000), 64);
+  const fs::path json = dir / "capacity.json";
+  const std::string cmd = "timeout 120 " AGOQ_BIN_PATH " bench capacity --data " + dir.string() +
+                          " --mem-budget 96MiB --dim 32 --heads 2 --ffn 48 --seq 16 --batch 2 --seq-dim 16 "
+                          "--seq-heads 2 --seq-ffn 24 --seq-layers 256 --save-json " + json.string() +
+                          " >/dev/null 2>" + (dir / "err.txt").string();
+  const int st = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << std::ifstream(dir / "err.txt").rdbuf();
+  const auto j = nlohmann::json::parse(std::ifstream(json));
+  ASSERT_EQ(j["rows"].size(), 4u);
+  for (const auto& r : j["rows"]) {
+    EXPECT_TRUE(r["under_budget"].get<bool>()) << r.dump();
+    EXPECT_LE(r["max_rss_bytes"].get<size_t>(), j["budget_bytes"].get<size_t>()) << r.dump();
+    EXPECT_EQ(r["limited_by"], "memory") << r.dump();
+  }
+  EXPECT_GT(j["params_ratio"].get<double>(), 1.5);
+  EXPECT_GT(j["seq_ratio"].get<double>(), 2.0);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace agoq
