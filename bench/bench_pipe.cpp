@@ -41,16 +41,9 @@ struct Config {
   std::vector<MemSnapshot> peak;  // per world rank, each category's own peak over the steps
 };
 
-LlamaConfig bench_model(const Args& a) {
-  LlamaConfig c;
-  c.dim = a.dim, c.n_layers = a.layers, c.n_heads = 8, c.n_kv_heads = 4, c.vocab_size = a.vocab;
-  c.ffn_dim = (a.dim * 8 / 3 + 63) / 64 * 64, c.max_seq_len = a.seq;
-  return c;
-}
-
 // One configuration: set-up, one warm-up step, `steps` timed steps; the memory of the first round is recorded.
 void bench_pipe_round(Communicator& world, const Args& a, Config& c, bool record_memory) {
-  const LlamaConfig cfg = bench_model(a);
+  const LlamaConfig cfg = bench_grid_model(a.dim, a.layers, a.vocab, a.seq);
   const ParallelGrid grid = parallel_grid_make(world, c.pp);
   const int m = a.micro / grid.D, B = a.batch, T = a.seq;
   const std::vector<ModelStage> stages = model_stages_split(cfg, grid.P);

@@ -41,17 +41,10 @@ struct Config {
   std::vector<MemSnapshot> peak;  // per world rank, each category's own peak over the steps
 };
 
-LlamaConfig bench_model(const Args& a) {
-  LlamaConfig c;
-  c.dim = a.dim, c.n_layers = a.layers, c.n_heads = 8, c.n_kv_heads = 4, c.vocab_size = a.vocab;
-  c.ffn_dim = (a.dim * 8 / 3 + 63) / 64 * 64, c.max_seq_len = a.seq;
-  return c;
-}
-
 // One configuration: set-up, one warm-up step, `steps` timed steps (rank 0's TP and DP waits); the memory of the
 // first round is recorded.
 void bench_tp_round(Communicator& world, const Args& a, Config& c, bool record_memory) {
-  const LlamaConfig cfg = bench_model(a);
+  const LlamaConfig cfg = bench_grid_model(a.dim, a.layers, a.vocab, a.seq);
   const ParallelGrid grid = parallel_grid_make(world, c.pp, c.tp);
   const int m = a.micro / grid.D, B = a.batch, T = a.seq;
   const ModelStage stage = model_stage_shard(cfg, model_stages_split(cfg, grid.P)[grid.stage], grid.T, grid.tp_rank);

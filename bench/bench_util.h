@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/memory.h"
+#include "model/config.h"
 
 namespace agoq {
 
@@ -13,6 +14,14 @@ namespace agoq {
 inline double bench_median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// The model of the grid benchmarks (bench pipe, bench tp): 8 heads (kv 4), a SwiGLU width of about 8/3 dim.
+inline LlamaConfig bench_grid_model(int dim, int layers, int vocab, int seq) {
+  LlamaConfig c;
+  c.dim = dim, c.n_layers = layers, c.n_heads = 8, c.n_kv_heads = 4, c.vocab_size = vocab;
+  c.ffn_dim = (dim * 8 / 3 + 63) / 64 * 64, c.max_seq_len = seq;
+  return c;
 }
 
 // The table of every rank's peak memory by category (each category's own peak), one block of rows per
