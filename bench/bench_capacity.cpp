@@ -129,7 +129,8 @@ std::pair<int, int> data_shape(const std::string& dir) {
 void run(const Options& o) {
   const size_t budget = plan_parse_bytes(o.budget);
   AGOQ_CHECK(o.fill > 0 && o.fill <= 1, "--fill must be in (0, 1]");
-  const auto [vocab, longest] = data_shape(o.data);
+  const std::pair<int, int> shape = data_shape(o.data);
+  const int vocab = shape.first, longest = shape.second;  // named, not bound: the lambdas below use them (clang 14)
   // The untracked overhead, a fixed part and a part per layer (allocator rounding and bookkeeping of each layer's
   // buffers), from two small runs of each system (the larger of the two systems' parts).
   constexpr int kCalibrationLayers = 17;
