@@ -27,11 +27,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Args {
-  int dim = 256, layers = 8, vocab = 4096, batch = 4, seq = 128, micro = 8;
-  int steps = 3, rounds = 2;
-  bool json = false;
-};
+using Args = BenchGridArgs;
 
 struct Config {
   std::string name;
@@ -43,7 +39,7 @@ struct Config {
 
 // One configuration: set-up, one warm-up step, `steps` timed steps; the memory of the first round is recorded.
 void bench_pipe_round(Communicator& world, const Args& a, Config& c, bool record_memory) {
-  const LlamaConfig cfg = bench_grid_model(a.dim, a.layers, a.vocab, a.seq);
+  const LlamaConfig cfg = bench_grid_model(a);
   const ParallelGrid grid = parallel_grid_make(world, c.pp);
   const int m = a.micro / grid.D, B = a.batch, T = a.seq;
   const std::vector<ModelStage> stages = model_stages_split(cfg, grid.P);
@@ -128,14 +124,7 @@ const CliCommand kPipe("bench", 45, [](CLI::App& bench) {
   auto args = std::make_shared<Args>();
   CLI::App* c = bench.add_subcommand(
       "pipe", "data parallelism vs a 1F1B pipeline on the same ranks: step time and memory per rank (mpirun -np N)");
-  c->add_option("--dim", args->dim, "hidden size")->capture_default_str();
-  c->add_option("--layers", args->layers, "decoder layers")->capture_default_str();
-  c->add_option("--seq", args->seq, "sequence length")->capture_default_str();
-  c->add_option("--batch", args->batch, "sequences per micro-batch")->capture_default_str();
-  c->add_option("--micro", args->micro, "micro-batches per step (global)")->capture_default_str();
-  c->add_option("--steps", args->steps, "timed steps per configuration and round")->capture_default_str();
-  c->add_option("--rounds", args->rounds, "rounds over the configurations")->capture_default_str();
-  c->add_flag("--json", args->json, "print JSON");
+  bench_grid_args_add(*c, *args);
   c->callback([args] { bench_pipe_run(*args); });
 });
 

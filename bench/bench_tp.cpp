@@ -27,11 +27,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Args {
-  int dim = 256, layers = 8, vocab = 4096, batch = 4, seq = 128, micro = 8;
-  int steps = 3, rounds = 2;
-  bool json = false;
-};
+using Args = BenchGridArgs;
 
 struct Config {
   std::string name;
@@ -44,7 +40,7 @@ struct Config {
 // One configuration: set-up, one warm-up step, `steps` timed steps (rank 0's TP and DP waits); the memory of the
 // first round is recorded.
 void bench_tp_round(Communicator& world, const Args& a, Config& c, bool record_memory) {
-  const LlamaConfig cfg = bench_grid_model(a.dim, a.layers, a.vocab, a.seq);
+  const LlamaConfig cfg = bench_grid_model(a);
   const ParallelGrid grid = parallel_grid_make(world, c.pp, c.tp);
   const int m = a.micro / grid.D, B = a.batch, T = a.seq;
   const ModelStage stage = model_stage_shard(cfg, model_stages_split(cfg, grid.P)[grid.stage], grid.T, grid.tp_rank);
@@ -145,14 +141,7 @@ const CliCommand kTp("bench", 46, [](CLI::App& bench) {
   CLI::App* c = bench.add_subcommand(
       "tp", "tensor x data vs pipeline x data vs data parallelism on the same ranks: step time, communication and "
             "memory per rank (mpirun -np 4)");
-  c->add_option("--dim", args->dim, "hidden size")->capture_default_str();
-  c->add_option("--layers", args->layers, "decoder layers")->capture_default_str();
-  c->add_option("--seq", args->seq, "sequence length")->capture_default_str();
-  c->add_option("--batch", args->batch, "sequences per micro-batch")->capture_default_str();
-  c->add_option("--micro", args->micro, "micro-batches per step (global)")->capture_default_str();
-  c->add_option("--steps", args->steps, "timed steps per configuration and round")->capture_default_str();
-  c->add_option("--rounds", args->rounds, "rounds over the configurations")->capture_default_str();
-  c->add_flag("--json", args->json, "print JSON");
+  bench_grid_args_add(*c, *args);
   c->callback([args] { bench_tp_run(*args); });
 });
 

@@ -1,5 +1,7 @@
 // Small helpers shared by the benchmarks.
 #pragma once
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -16,11 +18,26 @@ inline double bench_median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// The model of the grid benchmarks (bench pipe, bench tp): 8 heads (kv 4), a SwiGLU width of about 8/3 dim.
-inline LlamaConfig bench_grid_model(int dim, int layers, int vocab, int seq) {
+// The flags and model of the grid benchmarks (bench pipe, bench tp): 8 heads (kv 4), a SwiGLU width of about 8/3 dim.
+struct BenchGridArgs {
+  int dim = 256, layers = 8, vocab = 4096, batch = 4, seq = 128, micro = 8;
+  int steps = 3, rounds = 2;
+  bool json = false;
+};
+inline void bench_grid_args_add(CLI::App& c, BenchGridArgs& a) {
+  c.add_option("--dim", a.dim, "hidden size")->capture_default_str();
+  c.add_option("--layers", a.layers, "decoder layers")->capture_default_str();
+  c.add_option("--seq", a.seq, "sequence length")->capture_default_str();
+  c.add_option("--batch", a.batch, "sequences per micro-batch")->capture_default_str();
+  c.add_option("--micro", a.micro, "micro-batches per step (global)")->capture_default_str();
+  c.add_option("--steps", a.steps, "timed steps per configuration and round")->capture_default_str();
+  c.add_option("--rounds", a.rounds, "rounds over the configurations")->capture_default_str();
+  c.add_flag("--json", a.json, "print JSON");
+}
+inline LlamaConfig bench_grid_model(const BenchGridArgs& a) {
   LlamaConfig c;
-  c.dim = dim, c.n_layers = layers, c.n_heads = 8, c.n_kv_heads = 4, c.vocab_size = vocab;
-  c.ffn_dim = (dim * 8 / 3 + 63) / 64 * 64, c.max_seq_len = seq;
+  c.dim = a.dim, c.n_layers = a.layers, c.n_heads = 8, c.n_kv_heads = 4, c.vocab_size = a.vocab;
+  c.ffn_dim = (a.dim * 8 / 3 + 63) / 64 * 64, c.max_seq_len = a.seq;
   return c;
 }
 
