@@ -11,6 +11,7 @@
 
 #include "core/rng.h"
 #include "data/token_file.h"
+#include "tests/common/temp_path.h"
 
 namespace agoq {
 namespace {
@@ -18,7 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(BenchCapacity, ConfirmedRunsStayUnderTheBudget) {
-  const fs::path dir = fs::temp_directory_path() / "agoq_bench_capacity";
+  const fs::path dir = test_temp_path("bench_capacity");
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::vector<int32_t> tok(6000);

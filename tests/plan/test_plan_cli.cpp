@@ -9,6 +9,7 @@
 
 #include "plan/plan_report.h"
 #include "plan/presets.h"
+#include "tests/common/temp_path.h"
 
 namespace agoq {
 namespace {
@@ -27,8 +28,8 @@ std::string slurp(const fs::path& p) {
 
 RunOut run_plan(const std::string& args) {
   const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  const fs::path out = fs::temp_directory_path() / ("agoq_plan_" + name + ".out");
-  const fs::path err = fs::temp_directory_path() / ("agoq_plan_" + name + ".err");
+  const fs::path out = test_temp_path("plan_" + name + ".out");
+  const fs::path err = test_temp_path("plan_" + name + ".err");
   const std::string cmd = "timeout 60 " AGOQ_BIN_PATH " plan " + args + " >" + out.string() + " 2>" + err.string();
   const int st = std::system(cmd.c_str());
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(out), slurp(err)};
@@ -89,7 +90,7 @@ TEST(PlanCli, OptimStateQ8) {
 }
 
 TEST(PlanCli, ConfigJsonPath) {
-  const fs::path cfg = fs::temp_directory_path() / "agoq_plan_config.json";
+  const fs::path cfg = test_temp_path("plan_config.json");
   std::ofstream(cfg) << R"({"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
     "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048,
     "rms_norm_eps": 1e-5, "rope_theta": 10000.0})";
@@ -122,7 +123,7 @@ TEST(PlanCli, BadFlagsAreOneLineErrors) {
 
 TEST(PlanCli, Png) {
   if (std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no matplotlib";
-  const fs::path png = fs::temp_directory_path() / "agoq_plan_chart.png";
+  const fs::path png = test_temp_path("plan_chart.png");
   fs::remove(png);
   const std::string env = "AGOQ_PLAN_CHART=" AGOQ_SOURCE_DIR "/scripts/plan_chart.py ";
   const std::string cmd = env + "timeout 120 " AGOQ_BIN_PATH " plan --model llama-32b --gpus 64 --tp 8 --pp 4 "

@@ -8,6 +8,7 @@
 
 #include "../common/expect_error.h"
 #include "train/metrics.h"
+#include "tests/common/temp_path.h"
 
 namespace agoq {
 namespace {
@@ -35,7 +36,7 @@ TEST(MetricsLog, UnwritableFolderIsAnError) {
 }
 
 TEST(MetricsLog, ResumeDropsTheStepsAfterTheCheckpoint) {
-  const std::filesystem::path path = std::filesystem::temp_directory_path() / "agoq-metrics-resume.jsonl";
+  const std::filesystem::path path = test_temp_path("metrics-resume.jsonl");
   {
     std::ofstream f(path);
     for (int s = 1; s <= 14; ++s) f << nlohmann::json{{"step", s}, {"loss", 1.0 / s}}.dump() << "\n";

@@ -12,6 +12,7 @@
 #include "model/llama.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
+#include "tests/common/temp_path.h"
 
 namespace agoq {
 namespace {
@@ -40,7 +41,7 @@ void check_parity(LlamaConfig c, int B, int T, const char* tag) {
   m.grads().zero();
   const float loss = m.forward_backward(in.data(), tgt.data(), B, T);
 
-  const fs::path dir = fs::temp_directory_path() / ("agoq_parity_" + std::string(tag));
+  const fs::path dir = test_temp_path("parity_" + std::string(tag));
   fs::remove_all(dir);
   NamedTensors weights;
   for (const ParamTensor& t : m.params().named()) weights.push_back({t.name, t.shape, t.data});

@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "data/token_file.h"
 #include "train/trainer.h"
+#include "tests/common/temp_path.h"
 
 namespace agoq {
 namespace {
@@ -18,7 +19,7 @@ namespace fs = std::filesystem;
 
 // A small synthetic corpus: a noisy periodic sequence, learnable but not trivial.
 fs::path make_synthetic_data(const std::string& name, int vocab = 50, int n = 6000) {
-  const fs::path dir = fs::temp_directory_path() / ("agoq_trainer_" + name);
+  const fs::path dir = test_temp_path("trainer_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   Rng rng(5);
