@@ -5,29 +5,14 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/philox.h"
+
 namespace agoq {
 
-namespace detail {
-inline void philox_mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
-  const uint64_t p = uint64_t(a) * b;
-  hi = uint32_t(p >> 32);
-  lo = uint32_t(p);
-}
-}  // namespace detail
-
-// Four 32-bit random words for counter (ctr_hi, ctr_lo) under a 64-bit key.
+// Four 32-bit random words for counter (ctr_hi, ctr_lo) under a 64-bit key (core/philox.h).
 inline std::array<uint32_t, 4> philox4x32(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo) {
-  uint32_t c[4] = {uint32_t(ctr_lo), uint32_t(ctr_lo >> 32), uint32_t(ctr_hi), uint32_t(ctr_hi >> 32)};
-  uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    uint32_t hi0, lo0, hi1, lo1;
-    detail::philox_mulhilo(0xD2511F53u, c[0], hi0, lo0);
-    detail::philox_mulhilo(0xCD9E8D57u, c[2], hi1, lo1);
-    const uint32_t n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
-    c[0] = n0, c[1] = lo1, c[2] = n2, c[3] = lo0;
-    k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
-  }
-  return {c[0], c[1], c[2], c[3]};
+  const PhiloxWords p = philox4x32_words(key, ctr_hi, ctr_lo);
+  return {p.w[0], p.w[1], p.w[2], p.w[3]};
 }
 
 // Uniform in [0, 1) with 24 random bits (exactly representable in float).

@@ -55,7 +55,7 @@ inline float q8_step(float scale, float q) { return scale >= 0x1p-100f ? scale /
 // Nearest rounding (to even at ties, as _mm256_cvtps_epi32), clamped to the code range.
 inline int8_t q8_code_m(float root, float inv) { return int8_t(std::clamp(std::nearbyint(root * inv), -127.f, 127.f)); }
 inline uint8_t q8_code_v(float root, float inv) { return uint8_t(std::clamp(std::nearbyint(root * inv), 0.f, 255.f)); }
-// Stochastic rounding with the element's random byte (quant/simd.h, quant_sr_round): floor(t + u), E = t.
+// Stochastic rounding with the element's random byte (quant/quant_math.h, quant_sr_round): floor(t + u), E = t.
 inline int32_t q8_code_stochastic(float root, float inv, uint8_t byte) {
   return (int32_t(std::nearbyint(root * inv * 256.f)) + int32_t(byte)) >> 8;
 }

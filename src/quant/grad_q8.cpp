@@ -15,28 +15,13 @@ namespace {
 
 constexpr size_t kParallelMin = size_t(1) << 15;
 
-struct BlockParams {
-  float scale, inv, pre, inv256;  // inv256 = 256 inv (exact), for stochastic rounding
-};
+// A block's scale and codes come from quant/quant_math.h (shared with the CUDA kernels).
+using BlockParams = GradQ8BlockParams;
+inline BlockParams block_params(float amax) { return grad_q8_block_params(amax); }
 
-// scale = amax / 127, codes = round(x * 127 / amax). For tiny blocks (amax < 2^-64, e.g. denormals) the values are
-// first multiplied by 2^64 (exact) so that 127 / amax cannot overflow.
-inline BlockParams block_params(float amax) {
-  const float pre = amax < 0x1p-64f ? 0x1p64f : 1.f, inv = amax > 0 ? 127.f / (amax * pre) : 0.f;
-  return {amax / 127.f, inv, pre, inv * 256.f};
-}
-
-// Nearest: round(y 127 / amax); stochastic: quant_sr_round(round(256 y 127 / amax), r), r the element's random
-// byte (simd.h). The products are the same fp32 operations in the AVX2 kernel.
 template <bool Stoch>
 inline int8_t quantize_one(float y, const BlockParams& p, uint8_t r) {
-  if constexpr (Stoch) {
-    const int32_t u = quant_sr_round(int32_t(std::nearbyint(y * p.pre * p.inv256)), r);
-    return int8_t(std::clamp(u, int32_t(-127), int32_t(127)));
-  }
-  float t = std::nearbyint(y * p.pre * p.inv);
-  t = t < -127.f ? -127.f : (t > 127.f ? 127.f : t);
-  return int8_t(t);
+  return Stoch ? grad_q8_code_stochastic(y, p, r) : grad_q8_code_nearest(y, p);
 }
 
 // Random bytes are fetched in pieces of at most this many elements, each with the start of the next piece (up to
@@ -49,7 +34,7 @@ static_assert(kRandomPiece + kRandomAhead <= QuantRandomBytes::kMaxSpan);
 template <bool Acc, bool Stoch>
 size_t block_scalar(const float* x, size_t n, int8_t* codes, float* scale, QuantRandomBytes& rb, uint64_t first) {
   const float old = Acc ? *scale : 0.f;
-  auto y = [&](size_t j) { return Acc ? std::fma(float(codes[j]), old, x[j]) : x[j]; };
+  auto y = [&](size_t j) { return Acc ? grad_q8_decode_add(codes[j], old, x[j]) : x[j]; };
   float amax = 0.f;
   size_t bad = 0;
   for (size_t j = 0; j < n; ++j) {
@@ -97,7 +82,7 @@ size_t block_avx2(const float* x, size_t n, int8_t* codes, float* scale, QuantRa
     const __m256 v = _mm256_loadu_ps(x + j);
     return Acc ? _mm256_fmadd_ps(load_codes8(codes + j), vold, v) : v;
   };
-  auto y1 = [&](size_t j) { return Acc ? std::fma(float(codes[j]), old, x[j]) : x[j]; };
+  auto y1 = [&](size_t j) { return Acc ? grad_q8_decode_add(codes[j], old, x[j]) : x[j]; };
   // max |y| as the integer max of the bit patterns with the sign cleared (monotone for non-negative floats), which
   // also flags NaN/Inf (patterns >= 0x7F800000). Two accumulators: one chain would be bound by latency.
   const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
@@ -127,7 +112,7 @@ size_t block_avx2(const float* x, size_t n, int8_t* codes, float* scale, QuantRa
       r = rb.get(first + j0, m, tmp);
     }
     // Codes before clamping; the packs clamp to [-127, 127] exactly like quantize_one. cvtps rounds to nearest
-    // even (the default MXCSR mode, as nearbyint).
+    // even (the default MXCSR mode, as rintf).
     auto code8 = [&](size_t k) {
       const __m256 v = scaled ? _mm256_mul_ps(y8(k), pre) : y8(k);
       return _mm256_cvtps_epi32(_mm256_mul_ps(v, inv));
@@ -195,7 +180,7 @@ void dequantize(const int8_t* codes, const float* scales, size_t n, float* out, 
       }
     }
 #endif
-    for (; j < end; ++j) out[j] = Add ? std::fma(float(codes[j]), s, out[j]) : float(codes[j]) * s;
+    for (; j < end; ++j) out[j] = Add ? grad_q8_decode_add(codes[j], s, out[j]) : grad_q8_decode(codes[j], s);
   }
 }
 
@@ -205,9 +190,9 @@ void dequantize(const int8_t* codes, const float* scales, size_t n, float* out, 
 inline void block_sum_scalar(const int8_t* const* codes, const float* const* scales, int nsrc, size_t b, size_t j0,
                              size_t m, float divisor, float* y) {
   for (size_t j = 0; j < m; ++j) {
-    float v = float(codes[0][j0 + j]) * scales[0][b];
-    for (int r = 1; r < nsrc; ++r) v = std::fma(float(codes[r][j0 + j]), scales[r][b], v);
-    y[j] = divisor != 1.f ? v / divisor : v;
+    float v = grad_q8_decode(codes[0][j0 + j], scales[0][b]);
+    for (int r = 1; r < nsrc; ++r) v = grad_q8_decode_add(codes[r][j0 + j], scales[r][b], v);
+    y[j] = grad_q8_sum_finish(v, divisor);
   }
 }
 
@@ -300,9 +285,9 @@ void grad_q8_dequantize_stream(const int8_t* codes, const float* scales, size_t 
       const __m256 vs = _mm256_set1_ps(s);
       size_t j = j0;
       // Plain stores up to the first 32-byte boundary of out, then streaming stores.
-      for (; j < end && (reinterpret_cast<uintptr_t>(out + j) & 31); ++j) out[j] = float(codes[j]) * s;
+      for (; j < end && (reinterpret_cast<uintptr_t>(out + j) & 31); ++j) out[j] = grad_q8_decode(codes[j], s);
       for (; j + 8 <= end; j += 8) _mm256_stream_ps(out + j, _mm256_mul_ps(load_codes8(codes + j), vs));
-      for (; j < end; ++j) out[j] = float(codes[j]) * s;
+      for (; j < end; ++j) out[j] = grad_q8_decode(codes[j], s);
     }
     _mm_sfence();  // this thread's streaming stores are visible before the region ends
   }

@@ -15,53 +15,13 @@ namespace {
 
 constexpr uint16_t kF16NaN = 0x7E00;
 
-struct GroupParams {
-  uint16_t h;  // fp16 scale as stored
-  float scale, offset, inv;
-  // The encoder's map to code units, t = fma(x - sub, inv, add): symmetric sub = 0, add = qmax / 2 (so t = x/s +
-  // qmax/2, one rounding). Asymmetric, when |lo| <= range: sub = 0, add = -lo * inv (rounded: an error of at most
-  // 2^-24 qmax steps, since |lo * inv| <= qmax); otherwise (values far from zero relative to their range, where
-  // that rounding would matter) sub = lo, add = 0, and x - lo is exact or nearly. The "256" versions scale t by 256
-  // (exactly: powers of two) for stochastic rounding.
-  float sub, add, inv256, add256;
-};
+// The group's scale, encoder constants and codes come from quant/quant_math.h (shared with the CUDA kernels).
+using GroupParams = QuantGroupParams;
 
-inline void set_encoder(int bits, bool sym, float lo, float range, float inv, GroupParams& p) {
-  p.inv = inv;
-  const bool shift = !sym && !(std::fabs(lo) <= range);
-  p.sub = shift ? lo : 0.f;
-  p.add = sym ? 0.5f * float((1 << bits) - 1) : shift ? 0.f : -lo * inv;
-  p.inv256 = p.inv * 256.f, p.add256 = p.add * 256.f;
-}
-
-// Step Δ = range / (2^b - 1), rounded *up* to fp16 so that every value maps into [0, 2^b - 1] (error <= Δ_h / 2
-// with Δ_h < Δ (1 + 2^-10) + 2^-24). False when Δ does not fit fp16. lo/hi are the group's finite min/max.
-// (The AVX2 kernel computes the same for 8 groups at once, with F16C: batch_params.)
-bool group_params(int bits, bool sym, float lo, float hi, GroupParams& p) {
-  const float qmax = float((1 << bits) - 1);
-  const float range = sym ? 2.f * std::max(-lo, hi) : hi - lo;
-  const float d = range / qmax + 0.f;  // + 0: -0 -> +0 (F16C would keep the sign bit)
-  p.h = f32_to_f16_up(d);
-  p.scale = f16_to_f32(p.h);
-  if (p.h >= 0x7C00) return false;
-  p.offset = quant_int_offset(bits, sym, p.scale, lo);
-  set_encoder(bits, sym, lo, range, p.scale > 0 ? 1.f / p.scale : 0.f, p);
-  return true;
-}
-
-// The scalar quantizer of one value (the reference the AVX2 kernel reproduces), t = fma(x - sub, inv, add).
-// Nearest: round(t). Stochastic: T = round(256 t) (computed as fma(x - sub, 256 inv, 256 add)), then
-// quant_sr_round(T, r) with r the element's random byte. Explicit fmas and integer work, so the two kernels agree
-// bit for bit.
+// The scalar quantizer of one value (the reference the AVX2 kernel reproduces bit for bit).
 template <bool Stoch>
 inline uint8_t quantize_one(float x, const GroupParams& p, float qmax, uint8_t r) {
-  if constexpr (Stoch) {
-    const int32_t u = quant_sr_round(int32_t(std::nearbyint(std::fma(x - p.sub, p.inv256, p.add256))), r);
-    return uint8_t(std::clamp(u, int32_t(0), int32_t(qmax)));
-  }
-  float t = std::nearbyint(std::fma(x - p.sub, p.inv, p.add));
-  t = t < 0.f ? 0.f : (t > qmax ? qmax : t);
-  return uint8_t(t);
+  return Stoch ? quant_code_stochastic(x, p, qmax, r) : quant_code_nearest(x, p, qmax);
 }
 
 // Codes q[0..n) -> ceil(n * B / 8) bytes, code j at bits [j*B, (j+1)*B) of the little-endian bit stream.
@@ -107,7 +67,7 @@ QuantStatus encode_group_scalar(const float* x, size_t n, bool sym, const uint8_
     lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
   }
   GroupParams p;
-  if (bad || !group_params(B, sym, lo + 0.f, hi + 0.f, p)) return mark_bad_group(x, n, B, codes, scale, min);
+  if (bad || !quant_group_params(B, sym, lo + 0.f, hi + 0.f, p)) return mark_bad_group(x, n, B, codes, scale, min);
   const float qmax = float((1 << B) - 1);
   uint8_t q[256];
   for (size_t j = 0; j < n; ++j) q[j] = quantize_one<Stoch>(x[j], p, qmax, Stoch ? r[quant_random_slot(j)] : 0);
@@ -121,7 +81,7 @@ template <int B>
 void decode_group_scalar(const uint8_t* codes, size_t n, float scale, float offset, float* out) {
   uint8_t q[256];
   unpack_scalar<B>(codes, n, q);
-  for (size_t j = 0; j < n; ++j) out[j] = std::fma(float(q[j]), scale, offset);
+  for (size_t j = 0; j < n; ++j) out[j] = quant_code_decode(q[j], scale, offset);
 }
 
 #if AGOQ_AVX2
@@ -187,8 +147,8 @@ inline __m256 reduce8x8(const __m256* v, Op op) {
   return op(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
 }
 
-// The scales and encoder constants of up to 8 groups, as group_params computes them one by one (same operations,
-// F16C for the fp16 rounding; tested to agree with the portable conversion).
+// The scales and encoder constants of up to 8 groups, as quant_group_params computes them one by one (same
+// operations, F16C for the fp16 rounding; tested to agree with the portable conversion).
 struct BatchParams {
   alignas(32) float lo[8], range[8], inv[8];
   alignas(16) uint16_t h[8];
@@ -225,7 +185,7 @@ void quantize_group_avx2(const float* x, size_t n, const GroupParams& p, const u
   const __m256 sub = _mm256_set1_ps(p.sub), inv = _mm256_set1_ps(Stoch ? p.inv256 : p.inv),
                add = _mm256_set1_ps(Stoch ? p.add256 : p.add);
   // Codes before clamping; pack32 clamps to [0, 2^B - 1] exactly like quantize_one. cvtps rounds to nearest even
-  // (the default MXCSR mode, as nearbyint).
+  // (the default MXCSR mode, as rintf).
   auto code8 = [&](size_t k) {
     __m256 v = _mm256_loadu_ps(x + k);
     if constexpr (Sub) v = _mm256_sub_ps(v, sub);
@@ -361,7 +321,7 @@ QuantStatus encode_row_avx2(const QuantFormat& f, const float* x, size_t cols, c
         continue;
       }
       GroupParams p;
-      set_encoder(B, Sym, Sym ? 0.f : p8.lo[k], Sym ? 0.f : p8.range[k], p8.inv[k], p);
+      quant_group_encoder(B, Sym, Sym ? 0.f : p8.lo[k], Sym ? 0.f : p8.range[k], p8.inv[k], p);
       const uint8_t* r = Stoch ? rnd.block(first + c0, n, misaligned) : nullptr;
       if (Sym || p.sub == 0.f) quantize_group_avx2<B, Stoch, false>(x + c0, n, p, r, codes);
       else quantize_group_avx2<B, Stoch, true>(x + c0, n, p, r, codes);

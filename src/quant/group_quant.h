@@ -3,6 +3,7 @@
 // API (quant_encode_row, quant_encode_rows, QuantizedTensor) built on them.
 #pragma once
 #include "quant/format.h"
+#include "quant/quant_math.h"  // quant_int_offset: the decoding of a code
 
 namespace agoq {
 
@@ -13,11 +14,5 @@ QuantStatus quant_int_encode_row(const QuantFormat& fmt, const float* x, size_t 
                                  const QuantSeed& seed, uint64_t first, bool simd);
 // Decodes one row into out[0 .. cols).
 void quant_int_decode_row(const QuantFormat& fmt, const QuantConstView& row, size_t cols, float* out, bool simd);
-
-// The decoding of a code u in a group with fp16 scale s: value = fma(u, s, offset), offset = the stored min
-// (asymmetric) or -s * (2^b - 1) / 2 (symmetric: codes are offset-binary, levels at (k + 1/2) * s).
-inline float quant_int_offset(int bits, bool symmetric, float scale, float min) {
-  return symmetric ? -0.5f * float((1 << bits) - 1) * scale : min;
-}
 
 }  // namespace agoq

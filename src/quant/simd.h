@@ -1,5 +1,5 @@
 // Small building blocks shared by the quantization kernels: the Philox random bytes for stochastic rounding (the
-// fp16/bf16 conversions are in quant/half.h). Their AVX2 versions are in quant/simd_avx2.h, which only .cpp files
+// fp16/bf16 conversions are in quant/half.h, the per-value math in quant/quant_math.h). Their AVX2 versions are in quant/simd_avx2.h, which only .cpp files
 // include; each has a scalar twin here that gives the same bits. quant_set_simd(false) makes all kernels take the
 // scalar path (tests compare the two).
 #pragma once
@@ -9,6 +9,7 @@
 #include "core/isa.h"
 #include "core/rng.h"
 #include "quant/format.h"
+#include "quant/quant_math.h"
 
 namespace agoq {
 
@@ -28,25 +29,7 @@ void quant_set_simd(bool on);
 // permutes. Element j of a 32-aligned block has its byte at position quant_random_slot(j) of the block.
 constexpr size_t kQuantRandomChunk = 128;  // elements (bytes) per chunk of 8 Philox calls
 
-// Position of element j's byte in a buffer that starts at an element index that is a multiple of 32: bits 2-4 of
-// j rotated right by one (the 4-byte units of a 32-byte block in the order 0 2 4 6 1 3 5 7 of their elements).
-constexpr size_t quant_random_slot(size_t j) { return (j & ~size_t(0x1C)) | ((j >> 1) & 0xC) | ((j & 4) << 2); }
-
-inline uint8_t quant_random_byte_at(const QuantSeed& s, uint64_t i) {
-  const uint64_t u = (i >> 2) & 7, rev = ((u & 1) << 2) | (u & 2) | (u >> 2);
-  const uint32_t w = philox4x32(s.seed, s.tensor_id, (i >> 7) * 8 + rev)[(i >> 5) & 3];
-  return uint8_t(w >> (8 * (i & 3)));
-}
-// The uniform that byte stands for, (byte + 1/2) / 256 in (0, 1) (for tests and documentation).
-inline float quant_uniform_at(const QuantSeed& s, uint64_t i) {
-  return (float(quant_random_byte_at(s, i)) + 0.5f) * (1.f / 256);
-}
-
-// Stochastic rounding of t = T / 256, given T = round_to_nearest_even(256 t) and the element's random byte:
-// floor(T / 256) plus 1 iff the 8 fractional bits of T plus the byte carry out. The same as
-// floor(t + (byte + 1/2) / 256) except at exact ties of 256 t. E[result] = T / 256 over the byte, so the bias is
-// |T / 256 - t| <= 1/512 of a step. Arithmetic shift: a floor for negative T too (the gradient format is signed).
-inline int32_t quant_sr_round(int32_t T, uint8_t byte) { return (T + int32_t(byte)) >> 8; }
+// quant_random_slot, quant_random_byte_at and quant_sr_round, shared with the CUDA kernels, are in quant/quant_math.h.
 
 // The bytes of elements [first, first + n) laid out for a block starting at `first` (element first + j's byte at
 // r[quant_random_slot(j)]), from a buffer whose byte 0 belongs to element `base` (a multiple of the chunk): a
