@@ -11,7 +11,11 @@
 #include <string>
 #include <vector>
 
+#if AGOQ_HAVE_CUDA
+#include "bench/cuda/bench_cuda.h"
+#endif
 #include "cli/commands.h"
+#include "core/error.h"
 #include "core/memory.h"
 #include "core/rng.h"
 #include "quant/grad_q8.h"
@@ -29,6 +33,7 @@ struct Options {
   bool json = false, scalar = false;
   int threads = 0;     // 0: OpenMP's default
   std::string filter;  // only formats whose name contains this
+  std::string device = "cpu";
 };
 
 double seconds(const std::function<void()>& fn) {
@@ -163,7 +168,18 @@ const CliCommand kQuant("bench", 10, [](CLI::App& bench) {
   cmd->add_option("--threads", o.threads, "OpenMP threads for the kernels and the memcpy (default: all)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--filter", o.filter, "only formats whose name contains this (e.g. stochastic)");
-  cmd->callback([] { run(o); });
+  cmd->add_option("--device", o.device, "cpu, or cuda (the GPU kernels against a device-to-device copy)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->callback([] {
+    if (o.device == "cpu") return run(o);
+#if AGOQ_HAVE_CUDA
+    BenchQuantCudaOptions c;
+    c.mib = o.mib, c.reps = o.reps, c.json = o.json, c.filter = o.filter;
+    bench_quant_cuda(c);
+#else
+    fail("--device cuda: this agoq was built without the CUDA backend (no nvcc at configure time, or -DAGOQ_CUDA=OFF)");
+#endif
+  });
 });
 
 }  // namespace

@@ -4,6 +4,9 @@
 
 #include "cli/commands.h"
 #include "comm/communicator.h"
+#if AGOQ_HAVE_CUDA
+#include "cuda/cuda_check.h"
+#endif
 #include "core/error.h"
 #include "model/hf.h"
 #include "plan/memory_model.h"
@@ -15,6 +18,7 @@ namespace {
 struct TrainArgs {
   TrainOptions opt = agoq_defaults();
   std::string config_json;
+  std::string device = "cpu";
   bool baseline = false;
 
   // `agoq train` is AGoQ unless told otherwise: 4-bit activations (attention in bf16), 8-bit gradient store,
@@ -27,6 +31,18 @@ struct TrainArgs {
 };
 
 void cmd_train_body(TrainArgs& a);
+
+// --device cuda: one clear line for what this build and this machine cannot do (docs/cuda.md).
+void check_train_device(const std::string& device) {
+  if (device == "cpu") return;
+#if AGOQ_HAVE_CUDA
+  const CudaDeviceInfo gpu = cuda_device_open();  // "no usable GPU: <CUDA's reason>" where there is none
+  fail("--device cuda: the CUDA backend does not train yet on ", gpu.name,
+       ": its quantization and gradient kernels are built (agoq bench quant --device cuda), the model's ops are not");
+#else
+  fail("--device cuda: this agoq was built without the CUDA backend (no nvcc at configure time, or -DAGOQ_CUDA=OFF)");
+#endif
+}
 
 void cmd_train_run(TrainArgs& a) {
   // Under mpirun every rank runs this; started alone, the process is a world of one. A failure on one rank ends
@@ -142,7 +158,11 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   // Test hooks (tests/mpi_tests.cmake): that rank ends abruptly (_exit(3)) when the step begins. Hidden.
   c->add_option("--debug-exit-at-step", o.debug_exit_step)->group("");
   c->add_option("--debug-exit-rank", o.debug_exit_rank)->group("");
+  c->add_option("--device", args->device, "cpu, or cuda (docs/cuda.md)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   c->callback([args, c, kv_heads] {
+    check_train_device(args->device);
     for (const char* f : {"--config", "--dim", "--layers", "--heads", "--kv-heads", "--ffn", "--rope-theta",
                           "--tie-embeddings"})
       if (c->count(f) > 0) args->opt.model_flags.push_back(f);

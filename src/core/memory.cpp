@@ -21,15 +21,23 @@ size_t MemSnapshot::total() const {
   return t;
 }
 
-MemoryTracker& MemoryTracker::global() {
-  static MemoryTracker tracker;
-  return tracker;
+const char* mem_device_name(MemDevice d) { return d == MemDevice::host ? "host" : "cuda"; }
+
+MemoryTracker& MemoryTracker::global() { return of(MemDevice::host); }
+MemoryTracker& MemoryTracker::of(MemDevice d) {
+  static MemoryTracker trackers[2];
+  return trackers[int(d)];
 }
 
 void* MemoryTracker::allocate(size_t bytes, MemCategory cat, std::string_view tag) {
   const size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);
   if (!p) throw std::bad_alloc();
+  record(p, bytes, cat, tag);
+  return p;
+}
+
+void MemoryTracker::record(const void* p, size_t bytes, MemCategory cat, std::string_view tag) {
   std::lock_guard lock(mu_);
   live_.emplace(p, Entry{bytes, cat, std::string(tag)});
   cur_.bytes[int(cat)] += bytes;
@@ -44,20 +52,20 @@ void* MemoryTracker::allocate(size_t bytes, MemCategory cat, std::string_view ta
     it->second.first += bytes;
     if (it->second.first > it->second.second) it->second.second = it->second.first;
   }
-  return p;
+}
+
+void MemoryTracker::forget(const void* p) {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(p);
+  if (it == live_.end()) return;
+  cur_.bytes[int(it->second.cat)] -= it->second.bytes;
+  if (!it->second.tag.empty()) tags_.find(it->second.tag)->second.first -= it->second.bytes;
+  live_.erase(it);
 }
 
 void MemoryTracker::release(void* p) {
   if (!p) return;
-  {
-    std::lock_guard lock(mu_);
-    auto it = live_.find(p);
-    if (it != live_.end()) {
-      cur_.bytes[int(it->second.cat)] -= it->second.bytes;
-      if (!it->second.tag.empty()) tags_.find(it->second.tag)->second.first -= it->second.bytes;
-      live_.erase(it);
-    }
-  }
+  forget(p);
   std::free(p);
 }
 

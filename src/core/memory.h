@@ -22,13 +22,21 @@ struct MemSnapshot {
   size_t total() const;
 };
 
+// Where a buffer lives. Each device has its own tracker, with the same categories and tags.
+enum class MemDevice : int { host, cuda };
+const char* mem_device_name(MemDevice d);
+
 class MemoryTracker {
  public:
-  static MemoryTracker& global();
+  static MemoryTracker& global();  // host memory
+  static MemoryTracker& of(MemDevice d);
 
   // 64-byte aligned, uninitialised. `tag` refines the category (e.g. "act.attention"); empty means none.
   void* allocate(size_t bytes, MemCategory cat, std::string_view tag = {});
   void release(void* p);
+  // The bookkeeping of allocate/release for memory another allocator gave (cudaMalloc): counted the same way.
+  void record(const void* p, size_t bytes, MemCategory cat, std::string_view tag = {});
+  void forget(const void* p);
 
   MemSnapshot current() const;
   MemSnapshot peak_per_category() const;  // each category's own peak
@@ -49,7 +57,7 @@ class MemoryTracker {
     std::string tag;
   };
   mutable std::mutex mu_;
-  std::unordered_map<void*, Entry> live_;
+  std::unordered_map<const void*, Entry> live_;
   MemSnapshot cur_, peak_cat_, at_peak_;
   size_t peak_total_ = 0;
   std::map<std::string, std::pair<size_t, size_t>, std::less<>> tags_;  // tag -> (current, peak)
