@@ -170,19 +170,15 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
   PlanMemory m;
   m[MemCategory::weights] = P * f;
   // The gradient store (parallel/grad_store.h): fp32, one full buffer; q8, each unit's codes and scales plus the fp32
-  // scratch of the largest unit (and the embedding's own when tied). ZeRO-1 adds rank 0's reduced fp32 shards.
+  // scratch (the largest unit but an untied embedding, which it holds piece by piece; tied, the embedding's own
+  // beside it). ZeRO-1 adds rank 0's reduced fp32 shards.
   const std::vector<GradRange> ranges = grad_units_of(cfg, st);
   const std::vector<GradUnit> units = grad_units_sharded(ranges, std::max(1, opt.dp), 0, opt.zero, opt.grad_block);
   size_t& grads = m[MemCategory::gradients];
   if (!opt.grad_q8) grads = P * f;
   else {
-    size_t biggest = 0;
-    for (size_t u = 0; u < ranges.size(); ++u) {
-      const size_t n = ranges[u].size();
-      grads += n + f * grad_q8_blocks(n, opt.grad_block);
-      if (!(u == 0 && cfg.tie_embeddings)) biggest = std::max(biggest, n);
-    }
-    grads += f * biggest + (cfg.tie_embeddings ? f * ranges[0].size() : 0);
+    for (const GradRange& r : ranges) grads += r.size() + f * grad_q8_blocks(r.size(), opt.grad_block);
+    grads += f * grad_store_scratch_floats(cfg, st, opt.grad_block);
   }
   // One AdamW per gradient unit, each over rank 0's part of it (DpOptimizer).
   for (const GradUnit& u : units) {
