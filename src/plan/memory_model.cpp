@@ -34,9 +34,13 @@ TpShape tp_shape(const LlamaConfig& cfg, int tp, int vocab_padded) {
 
 size_t layer_params(const TpShape& s) { return 2 * s.d + 2 * s.d * s.ct + 2 * s.d * s.kvt + 3 * s.d * s.ft; }
 
+// The largest fp32 gradient AGoQ holds at once: a layer's largest matrix, the lm_head's; the embedding's (a scatter
+// of token rows) only in pieces of whole vocabulary rows that fit the others, as the trainer folds it
+// (parallel/grad_store.h).
 size_t largest_matrix(const TpShape& s, const PlanStage& st) {
   size_t m = st.n_layers > 0 ? std::max({s.d * s.ft, s.d * s.ct, s.d * s.kvt}) : 0;
-  if (st.embed || st.head) m = std::max(m, s.vt * s.d);
+  if (st.head) m = std::max(m, s.vt * s.d);
+  if (st.embed) m = std::max(m, std::min(s.vt, std::max<size_t>(1, m / s.d)) * s.d);
   return m;
 }
 
@@ -144,7 +148,8 @@ PlanMemory plan_memory_static(const LlamaConfig& cfg, const PlanParallel& par, c
   size_t transient = st.n_layers > 0 ? std::max(mlp, attn) : 0;
   // The head's logits (bf16) and their fp32 copy in the vocab-parallel cross-entropy, on the last stage only.
   if (st.head) transient = std::max(transient, rows * s.vt * 6);
-  // AGoQ accumulates each weight gradient into 8 bits as it is produced: one fp32 matrix gradient at a time.
+  // AGoQ accumulates each weight gradient into 8 bits as it is produced: one fp32 matrix gradient (or embedding
+  // piece) at a time.
   m[MemCategory::workspace] = opt.reserve_bytes + transient + (agoq ? 4 * largest_matrix(s, st) : 0);
   return m;
 }

@@ -180,6 +180,23 @@ TEST(PlanGpuModel, StagesAndInFlight) {
   EXPECT_GT(stages[0].params, cfg.param_count() / 2);
 }
 
+// AGoQ's first stage holds its embedding's fp32 gradient only in pieces no larger than a layer's matrix (the
+// trainer's q8 store, parallel/grad_store.h): its workspace equals that of a middle stage with the same layers; the
+// last stage's lm_head gradient is whole.
+TEST(PlanGpuModel, FirstStageHoldsTheEmbeddingGradientInPieces) {
+  const LlamaConfig cfg = plan_preset("llama-8b");
+  const PlanWorkload w{4096, 1, 16};
+  const PlanParallel par{64, 4, 4, false};
+  const std::vector<PlanStage> st = plan_stages(cfg, par, w);
+  auto work = [&](int r) {
+    return plan_memory_static(cfg, par, w, st[r], PlanSystem::agoq)[MemCategory::workspace];
+  };
+  EXPECT_EQ(st[0].n_layers, st[1].n_layers);
+  EXPECT_EQ(work(0), work(1));
+  const size_t vocab_rows = size_t(plan_padded_vocab(cfg, 4, 128)) / 4;
+  EXPECT_GE(work(3), work(1) + 4 * (vocab_rows - 14336 / 4) * size_t(cfg.dim));  // lm_head whole instead of w_gate
+}
+
 TEST(PlanGpuModel, CategoriesAndZero) {
   const LlamaConfig cfg = plan_preset("llama-8b");
   const PlanWorkload w{4096, 1, 8};
