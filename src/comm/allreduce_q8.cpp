@@ -102,11 +102,17 @@ CommShard comm_shard_range(size_t n, int nranks, int rank, int block) {
 
 size_t CommQ8Plan::scales_offset(int k) const { return round_up(shards[k].size(), kAlign); }
 
-CommQ8Plan comm_q8_plan(size_t n, int nranks, int block) {
+CommQ8Plan comm_q8_plan(size_t n, int nranks, int block) { return comm_q8_plan_piece(n, 0, n, nranks, block); }
+
+CommQ8Plan comm_q8_plan_piece(size_t whole, size_t offset, size_t n, int nranks, int block) {
+  AGOQ_CHECK(offset % size_t(block) == 0 && offset + n <= whole, "allreduce_q8: piece [", offset, ", ", offset + n,
+             ") of ", whole, " values does not start a block of ", block, " (internal)");
   CommQ8Plan p;
-  p.n = n, p.nranks = nranks, p.block = block;
+  p.n = n, p.whole = whole, p.offset = offset, p.nranks = nranks, p.block = block;
   for (int k = 0; k < nranks; ++k) {
-    p.shards.push_back(comm_shard_range(n, nranks, k, block));
+    const CommShard w = comm_shard_range(whole, nranks, k, block);
+    const size_t b = std::clamp(w.begin, offset, offset + n), e = std::clamp(w.end, offset, offset + n);
+    p.shards.push_back({b - offset, e - offset});
     const size_t len = p.shards.back().size();
     p.msg_offset.push_back(p.total_bytes);
     p.msg_bytes.push_back(round_up(len, kAlign) + round_up(grad_q8_blocks(len, block) * sizeof(float), kAlign));
@@ -115,9 +121,10 @@ CommQ8Plan comm_q8_plan(size_t n, int nranks, int block) {
   return p;
 }
 
-const CommQ8Plan& CommQ8Workspace::plan(size_t n, int nranks, int block) {
-  if (plan_.shards.empty() || plan_.n != n || plan_.nranks != nranks || plan_.block != block)
-    plan_ = comm_q8_plan(n, nranks, block);
+const CommQ8Plan& CommQ8Workspace::plan_piece(size_t whole, size_t offset, size_t n, int nranks, int block) {
+  if (plan_.shards.empty() || plan_.n != n || plan_.whole != whole || plan_.offset != offset ||
+      plan_.nranks != nranks || plan_.block != block)
+    plan_ = comm_q8_plan_piece(whole, offset, n, nranks, block);
   return plan_;
 }
 uint8_t* CommQ8Workspace::msgs(size_t bytes) {
@@ -216,23 +223,29 @@ void comm_allreduce_q8_codes(Communicator& comm, CommQ8Workspace& ws, const floa
 
 CommShard comm_reduce_scatter_q8(Communicator& comm, CommQ8Workspace& ws, const float* in, size_t n,
                                  float* out_shard, const CommQ8Options& o) {
+  return comm_reduce_scatter_q8_piece(comm, ws, in, n, 0, n, out_shard, o);
+}
+
+CommShard comm_reduce_scatter_q8_piece(Communicator& comm, CommQ8Workspace& ws, const float* in, size_t whole,
+                                       size_t offset, size_t n, float* out_shard, const CommQ8Options& o) {
   check_options(o);
   ws.times = {};
   const int N = comm.size(), me = comm.rank();
-  const CommShard mine = comm_shard_range(n, N, me, o.block);
+  const CommQ8Plan& p = ws.plan_piece(whole, offset, n, N, o.block);
+  const CommShard mine = p.shards[me];
   if (N == 1) {
     if (n && in != out_shard) std::memcpy(out_shard, in, n * sizeof(float));
     return mine;
   }
-  if (n * sizeof(float) < o.fallback_bytes) {  // exact fp32 reduce-scatter over the same partition
+  if (whole * sizeof(float) < o.fallback_bytes) {  // exact fp32 reduce-scatter over the same partition
     std::vector<size_t> counts(static_cast<size_t>(N));
-    for (int r = 0; r < N; ++r) counts[r] = comm_shard_range(n, N, r, o.block).size();
+    for (int r = 0; r < N; ++r) counts[r] = p.shards[r].size();
     comm.reduce_scatter(in, out_shard, counts.data(), CommDtype::f32, CommOp::sum);
     if (o.average)
       for (size_t i = 0; i < mine.size(); ++i) out_shard[i] /= float(N);
     return mine;
   }
-  q8_reduce_to_owner(comm, ws, ws.plan(n, N, o.block), in, o.average, out_shard, /*keep_msg=*/false);
+  q8_reduce_to_owner(comm, ws, p, in, o.average, out_shard, /*keep_msg=*/false);
   return mine;
 }
 

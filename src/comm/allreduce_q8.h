@@ -37,6 +37,7 @@ CommShard comm_shard_range(size_t n, int nranks, int rank, int block = 256);
 // (message k comes from rank k).
 struct CommQ8Plan {
   size_t n = 0;
+  size_t whole = 0, offset = 0;  // a piece [offset, offset + n) of a tensor of `whole` values (comm_q8_plan_piece)
   int nranks = 1, block = 256;
   std::vector<CommShard> shards;
   std::vector<size_t> msg_offset, msg_bytes;  // per shard
@@ -44,6 +45,9 @@ struct CommQ8Plan {
   size_t scales_offset(int k) const;          // within message k
 };
 CommQ8Plan comm_q8_plan(size_t n, int nranks, int block);
+// The plan of a piece [offset, offset + n) of a tensor of `whole` values (offset on a block): the whole tensor's
+// shards clipped to the piece, relative to it (some ranks' may be empty).
+CommQ8Plan comm_q8_plan_piece(size_t whole, size_t offset, size_t n, int nranks, int block);
 
 // Seconds spent in each phase of the last call (the all-to-all and all-gather include waiting for slower ranks).
 struct CommQ8Times {
@@ -55,7 +59,8 @@ struct CommQ8Times {
 // so a training loop allocates once. Not thread-safe: one workspace per thread that calls the collective.
 class CommQ8Workspace {
  public:
-  const CommQ8Plan& plan(size_t n, int nranks, int block);  // cached for repeated shapes
+  const CommQ8Plan& plan(size_t n, int nranks, int block) { return plan_piece(n, 0, n, nranks, block); }
+  const CommQ8Plan& plan_piece(size_t whole, size_t offset, size_t n, int nranks, int block);  // cached
   uint8_t* msgs(size_t bytes);                              // send (all-to-all) = receive (all-gather) buffer
   uint8_t* recv(size_t bytes);                              // all-to-all receive buffer
   CommQ8Times times;
@@ -81,6 +86,12 @@ void comm_allreduce_q8_codes(Communicator& comm, CommQ8Workspace& ws, const floa
 // reduce-scatter.
 CommShard comm_reduce_scatter_q8(Communicator& comm, CommQ8Workspace& ws, const float* in, size_t n,
                                  float* out_shard, const CommQ8Options& opts = {});
+// The same reduce-scatter of a tensor of `whole` values, one piece [offset, offset + n) of it at a time (offset on
+// a block): each rank receives its whole-tensor shard clipped to the piece (returned, relative to the piece), with
+// the bits one call over the whole tensor gives it (the fallback is chosen by `whole`). For a caller that never
+// holds the whole tensor in fp32.
+CommShard comm_reduce_scatter_q8_piece(Communicator& comm, CommQ8Workspace& ws, const float* in, size_t whole,
+                                       size_t offset, size_t n, float* out_shard, const CommQ8Options& opts = {});
 
 // ---- the steps (the collective above is these plus the two exchanges; tests also run them for logical ranks) ----
 

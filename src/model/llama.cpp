@@ -350,7 +350,13 @@ void LlamaModel::stage_backward(const int32_t* inputs, int B, int T, const Micro
     if (run.layer_done) run.layer_done();
   }
   if (stage().embed) {
-    embedding_backward(grads_.embed, dx_.data(), inputs, B * T, d_.C, d_.v_begin, d_.V);
+    if (grads_.embed) {
+      embedding_backward(grads_.embed, dx_.data(), inputs, B * T, d_.C, d_.v_begin, d_.V);
+    } else {
+      AGOQ_CHECK(run.embedding_grad, "the gradient storage leaves the embedding out and the run takes no sparse "
+                 "embedding gradient (internal)");
+      run.embedding_grad(dx_.data(), inputs, B * T);
+    }
     if (run.grads_ready) run.grads_ready(-1);
   }
 }

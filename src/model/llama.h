@@ -25,6 +25,11 @@ struct MicroBatchRun {
   // n_layers-1 .. 0 (decoder layers), -1 (embedding; also the lm_head when tied); a pipeline stage announces only
   // the parts it holds. Empty: nobody listens.
   std::function<void(int layer)> grads_ready = {};
+  // The first stage's embedding gradient in sparse form, when the gradient storage leaves the embedding out (an
+  // 8-bit store folds it in chunks of vocabulary rows): row n of dout (rows x C, d loss / d embedding output,
+  // grad_scale applied) adds into the embedding row of token tokens[n]. Called just before grads_ready(-1); the
+  // pointers are valid during the call.
+  std::function<void(const float* dout, const int32_t* tokens, int rows)> embedding_grad = {};
   // Called after each layer's forward or backward: lets a pipeline progress its pending transfers.
   std::function<void()> layer_done = {};
 };

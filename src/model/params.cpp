@@ -67,7 +67,7 @@ ParamSet::ParamSet(const LlamaConfig& cfg, const ModelStage& stage, const std::v
   check_stage(cfg, stage);
   carve(cfg, [&](size_t offset, size_t n) {
     for (const ParamSegment& s : segments)
-      if (offset >= s.begin && offset + n <= s.end) return s.data + (offset - s.begin);
+      if (offset >= s.begin && offset + n <= s.end) return s.data ? s.data + (offset - s.begin) : nullptr;
     fail("parameter tensor at offset ", offset, " lies in no storage segment (internal)");
   });
 }

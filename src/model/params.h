@@ -35,7 +35,8 @@ struct ParamTensor {
 };
 
 // A part [begin, end) of the flat layout that lives elsewhere: element `begin` is at data[0]. A gradient store
-// (parallel/grad_store.h) describes with these where backward should write.
+// (parallel/grad_store.h) describes with these where backward should write; data null: nowhere, the tensors of
+// the segment get null pointers (an embedding gradient handed over in sparse form, MicroBatchRun::embedding_grad).
 struct ParamSegment {
   size_t begin = 0, end = 0;
   float* data = nullptr;

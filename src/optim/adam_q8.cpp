@@ -160,15 +160,18 @@ AdamQ8State::AdamQ8State(size_t n, const AdamQ8Format& f, uint64_t index_base)
 }
 
 void AdamQ8State::step(float* params, const float* grads, const AdamStepCoeffs& k, float decay_factor,
-                       const std::vector<AdamDecayRun>& runs, long step) {
-  const size_t n = size(), B = size_t(fmt_.block), nb = blocks();
+                       const std::vector<AdamDecayRun>& runs, long step, size_t from, size_t to) {
+  const size_t n = size(), B = size_t(fmt_.block);
+  AGOQ_CHECK(from <= to && to <= n && from % B == 0 && (to == n || to % B == 0), "8-bit AdamW: values [", from, ", ",
+             to, ") of ", n, " do not lie on blocks of ", B, " (internal)");
+  const size_t first = from / B, nb = adam_q8_blocks(to, fmt_.block) - first;
   const bool scalar = !quant_simd_enabled(), stochastic = fmt_.rounding == QuantRounding::stochastic;
   int8_t* mc = m_.data();
   uint8_t* vc = v_.data();
 #pragma omp parallel if (nb >= 128)
   {
     const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());
-    const size_t b0 = nb * t / nt, b1 = nb * (t + 1) / nt;
+    const size_t b0 = first + nb * t / nt, b1 = first + nb * (t + 1) / nt;
     // This thread's first run: the one holding its first value.
     size_t r = size_t(std::upper_bound(runs.begin(), runs.end(), b0 * B,
                                        [](size_t at, const AdamDecayRun& x) { return at < x.end; }) - runs.begin());

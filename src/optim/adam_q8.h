@@ -58,8 +58,9 @@ class AdamQ8State {
 
   // One AdamW step of params[0, n) from grads[0, n) (this state's values); runs tile [0, n) in order and say where
   // weight decay applies (factor decay_factor = 1 - lr * weight_decay). step: the 1-based step (stochastic seeds).
+  // [from, to): the values updated (from a block start; to n or a block end), each block as in a whole step.
   void step(float* params, const float* grads, const AdamStepCoeffs& k, float decay_factor,
-            const std::vector<AdamDecayRun>& runs, long step);
+            const std::vector<AdamDecayRun>& runs, long step, size_t from, size_t to);
   // fp32 moments of n values in, quantized (a resume from fp32 states); and out, decoded (a save for fp32 states,
   // or the error study).
   void load_fp32(const float* m, const float* v);

@@ -40,6 +40,9 @@ std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m) {
     r.grads_ready = [this, j, m, grad_seed](int layer) {
       reducer_.unit_ready(grad_unit_of_layer(store_.stage(), layer), j == 0, j == m - 1, grad_seed);
     };
+    r.embedding_grad = [this, j, grad_seed](const float* dout, const int32_t* tokens, int rows) {
+      store_.embedding_fold(dout, tokens, rows, j == 0, grad_seed);
+    };
   }
   return runs;
 }

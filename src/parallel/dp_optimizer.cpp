@@ -56,19 +56,19 @@ DpStepResult DpOptimizer::step(long step, float lr, double loss_sum, int n_micro
 
 double DpOptimizer::replicated_sum_squares(GradReducer& reducer) {
   double sum = 0;
-  size_t ui = 0;
-  const float* g = nullptr;
-  for (const ParamTensor& t : params_.named()) {
-    const size_t off = size_t(t.data - params_.data());
-    while (off >= units_[ui].range.end) ++ui, g = nullptr;  // named() walks the layout in order
-    if (t.split_dim >= 0) continue;
-    const GradUnit& u = units_[ui];
-    const size_t own = u.range.begin + u.own.begin;
-    const size_t a = std::max(off, own), b = std::min(off + t.numel(), own + u.own.size());
-    if (a >= b) continue;
-    if (!g) g = reducer.reduced(int(ui));  // q8: dequantized once per unit
-    for (size_t i = a; i < b; ++i) sum += double(g[i]) * g[i];
-  }
+  for (size_t ui = 0; ui < units_.size(); ++ui)
+    for (const GradRange& p : reducer.pieces(int(ui))) {
+      const size_t p0 = units_[ui].range.begin + p.begin, p1 = units_[ui].range.begin + p.end;
+      const float* g = nullptr;
+      for (const ParamTensor& t : params_.named()) {
+        if (t.split_dim >= 0) continue;
+        const size_t off = size_t(t.data - params_.data());
+        const size_t a = std::max(off, p0), b = std::min(off + t.numel(), p1);
+        if (a >= b) continue;
+        if (!g) g = reducer.reduced(int(ui), p);  // q8: dequantized once per piece, for pieces with norms only
+        for (size_t i = a; i < b; ++i) sum += double(g[i]) * g[i];
+      }
+    }
   return opts_.zero && D_ > 1 ? comm_.allreduce_value(sum) : sum;
 }
 
@@ -76,10 +76,12 @@ void DpOptimizer::apply(long step, float lr, float scale, GradReducer& reducer) 
   float* params = params_.data();
   for (size_t ui = 0; ui < units_.size(); ++ui) {
     const GradUnit& u = units_[ui];
-    float* g = reducer.reduced(int(ui));
-    const size_t own = u.range.begin + u.own.begin;
-    if (scale != 1.0f) grad_scale(g + own, u.own.size(), scale);
-    adam_[ui]->step(params, g, lr, step);
+    for (const GradRange& p : reducer.pieces(int(ui))) {
+      float* g = reducer.reduced(int(ui), p);
+      const size_t a = u.range.begin + p.begin;
+      if (scale != 1.0f) grad_scale(g + a, p.size(), scale);
+      adam_[ui]->step(params, g, lr, step, a, a + p.size());
+    }
     if (!opts_.zero || D_ == 1) continue;
     std::vector<size_t> bytes(D_), displs(D_);
     for (int k = 0; k < D_; ++k) bytes[k] = u.counts[k] * sizeof(float), displs[k] = u.displs[k] * sizeof(float);

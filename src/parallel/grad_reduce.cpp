@@ -1,5 +1,6 @@
 #include "parallel/grad_reduce.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -54,29 +55,39 @@ double GradReducer::reduce() {
   }
   if (!opts_.zero && !(store_.q8() && D_ > 1)) return 0;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int u = int(units_.size()) - 1; u >= 0; --u) reduce_unit(u, store_.unit_fp32(u));  // as backward produced
+  for (int u = int(units_.size()) - 1; u >= 0; --u)  // as backward produced
+    for (const GradRange& p : store_.pieces(u)) reduce_piece(u, p, store_.unit_fp32(u, p));
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void GradReducer::reduce_unit(int ui, float* g) {
+void GradReducer::reduce_piece(int ui, GradRange p, float* g) {
   const GradUnit& u = units_[ui];
-  const size_t n = u.range.size();
+  const size_t n = p.size();
   CommQ8Options q;
   q.block = store_.block();
-  if (opts_.zero) {  // this rank's reduced shard -> grad_shard_
-    float* out = grad_shard_.data() + shard_at_[ui];
-    if (D_ == 1) std::memcpy(out, g, n * sizeof(float));
-    else if (opts_.reduce == GradReduce::q8) comm_reduce_scatter_q8(comm_, ws_, g, n, out, q);
-    else comm_.reduce_scatter(g, out, u.counts.data(), CommDtype::f32, CommOp::sum);
+  if (opts_.zero) {  // where this rank's shard meets the piece -> its place in grad_shard_
+    const size_t lo = std::clamp(u.own.begin, p.begin, p.end);
+    float* out = grad_shard_.data() + shard_at_[ui] + (lo - u.own.begin);
+    if (D_ == 1) {
+      std::memcpy(out, g, n * sizeof(float));
+    } else if (opts_.reduce == GradReduce::q8) {
+      comm_reduce_scatter_q8_piece(comm_, ws_, g, u.range.size(), p.begin, n, out, q);
+    } else {
+      std::vector<size_t> counts(D_);
+      for (int k = 0; k < D_; ++k)
+        counts[k] = std::clamp(u.displs[k] + u.counts[k], p.begin, p.end) - std::clamp(u.displs[k], p.begin, p.end);
+      comm_.reduce_scatter(g, out, counts.data(), CommDtype::f32, CommOp::sum);
+    }
     return;
   }
   // q8 store without ZeRO: the reduced gradient goes back into the 8-bit buffer.
   GradQ8Buffer& b = store_.q8_buffer(ui);
   if (opts_.reduce == GradReduce::q8) {
-    comm_allreduce_q8_codes(comm_, ws_, g, n, b.codes.data(), b.scales.data(), q);
+    comm_allreduce_q8_codes(comm_, ws_, g, n, b.codes.data() + p.begin, b.scales.data() + p.begin / size_t(q.block),
+                            q);
   } else {
     comm_.allreduce(g, g, n, CommDtype::f32, CommOp::sum);
-    store_.quantize(ui, g);
+    store_.quantize(ui, p, g);
   }
 }
 
@@ -86,10 +97,15 @@ double GradReducer::sum_squares() {
   return D_ > 1 ? comm_.allreduce_value(local) : local;
 }
 
-float* GradReducer::reduced(int ui) {
+std::vector<GradRange> GradReducer::pieces(int ui) const {
+  if (opts_.zero) return {{units_[ui].own.begin, units_[ui].own.end}};
+  return store_.pieces(ui);
+}
+
+float* GradReducer::reduced(int ui, GradRange p) {
   const GradUnit& u = units_[ui];
   if (opts_.zero) return grad_shard_.data() + shard_at_[ui] - (u.range.begin + u.own.begin);
-  return store_.unit_fp32(ui) - u.range.begin;
+  return store_.unit_fp32(ui, p) - (u.range.begin + p.begin);
 }
 
 }  // namespace agoq

@@ -41,12 +41,15 @@ class GradReducer {
   double reduce();
   // Sum of squares of the whole reduced gradient (ZeRO: the shards' sums all-reduced).
   double sum_squares();
-  // The reduced gradient of unit u, indexed in the flat layout as AdamW reads it; only the unit's own part is valid
-  // (q8: dequantized into the store's scratch, valid until the next unit's call).
-  float* reduced(int u);
+  // The parts of unit u's own part that reduced() gives one at a time, relative to the unit: the ZeRO shard, else
+  // the store's pieces (GradStore::pieces).
+  std::vector<GradRange> pieces(int u) const;
+  // The reduced gradient of piece p of unit u, indexed in the flat layout as AdamW reads it; only the piece is
+  // valid (q8 store: dequantized into its scratch, valid until the next call).
+  float* reduced(int u, GradRange p);
 
  private:
-  void reduce_unit(int u, float* g);  // full-unit fp32 gradient g -> reduced (shard or whole)
+  void reduce_piece(int u, GradRange p, float* g);  // fp32 gradient g of a piece -> reduced (shard or whole)
 
   Communicator& comm_;
   GradStore& store_;

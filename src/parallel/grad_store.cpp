@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "core/error.h"
+#include "model/ops.h"
 #include "optim/adamw.h"
 
 namespace agoq {
@@ -24,20 +26,49 @@ std::vector<GradRange> grad_units_of(const LlamaConfig& cfg, const ModelStage& s
   return units;
 }
 
+namespace {
+// The q8 scratch: the largest unit but the embedding (`others`); tied, the embedding's own beside it; untied on the
+// first stage, the embedding in pieces of `embed_rows` vocabulary rows: as many as `others` holds, at least the
+// fewest that make whole q8 blocks and whole 8-bit AdamW blocks (which divide 256: the optimizer steps piece by
+// piece), at most the shard's.
+struct ScratchLayout {
+  size_t others = 0, embed_rows = 0, embed_piece = 0, embed_tied = 0;
+  size_t shared() const { return std::max(others, embed_piece); }
+};
+
+ScratchLayout scratch_layout(const LlamaConfig& cfg, const ModelStage& stage, int block) {
+  const std::vector<GradRange> units = grad_units_of(cfg, stage);
+  ScratchLayout l;
+  for (size_t u = stage.embed ? 1 : 0; u < units.size(); ++u) l.others = std::max(l.others, units[u].size());
+  if (!stage.embed) return l;
+  if (cfg.tie_embeddings) {
+    l.embed_tied = units[0].size();
+    return l;
+  }
+  const ShardDims d = model_shard_dims(cfg, stage);
+  const size_t C = size_t(d.C), min_rows = std::lcm(C, std::lcm(size_t(block), size_t(256))) / C;
+  l.embed_rows = std::min(size_t(d.V), std::max(min_rows, l.others / C / min_rows * min_rows));
+  l.embed_piece = l.embed_rows * C;
+  return l;
+}
+}  // namespace
+
+size_t grad_store_scratch_floats(const LlamaConfig& cfg, const ModelStage& stage, int block) {
+  const ScratchLayout l = scratch_layout(cfg, stage, block);
+  return l.shared() + l.embed_tied;
+}
+
 GradStore::GradStore(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& opts)
-    : stage_(stage), opts_(opts), units_(grad_units_of(cfg, stage)) {
+    : stage_(stage), opts_(opts), dims_(model_shard_dims(cfg, stage)), units_(grad_units_of(cfg, stage)) {
   if (!q8()) {
     full_ = Buffer<float>(size(), MemCategory::gradients);
     return;
   }
-  const bool tied = cfg.tie_embeddings;
-  size_t biggest = 0;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    q8_.emplace_back(units_[u].size(), opts.block, MemCategory::gradients, "grad.q8");
-    if (!(u == 0 && tied)) biggest = std::max(biggest, units_[u].size());
-  }
-  scratch_ = Buffer<float>(biggest, MemCategory::gradients, "grad.scratch");
-  if (tied) embed_scratch_ = Buffer<float>(units_[0].size(), MemCategory::gradients, "grad.scratch");
+  for (const GradRange& u : units_) q8_.emplace_back(u.size(), opts.block, MemCategory::gradients, "grad.q8");
+  const ScratchLayout l = scratch_layout(cfg, stage, opts.block);
+  embed_piece_rows_ = l.embed_rows;
+  scratch_ = Buffer<float>(l.shared(), MemCategory::gradients, "grad.scratch");
+  if (l.embed_tied) embed_scratch_ = Buffer<float>(l.embed_tied, MemCategory::gradients, "grad.scratch");
 }
 
 // Backward only writes through the model's pointers, so a unit's tensors can live in the scratch at their offsets
@@ -45,8 +76,18 @@ GradStore::GradStore(const LlamaConfig& cfg, const ModelStage& stage, const Grad
 std::vector<ParamSegment> GradStore::model_storage() {
   if (!q8()) return {{0, size(), full_.data()}};
   std::vector<ParamSegment> segments;
-  for (int u = 0; u < int(units_.size()); ++u) segments.push_back({units_[u].begin, units_[u].end, scratch(u)});
+  for (int u = 0; u < int(units_.size()); ++u)
+    segments.push_back({units_[u].begin, units_[u].end, u == 0 && embed_piece_rows_ ? nullptr : scratch(u)});
   return segments;
+}
+
+std::vector<GradRange> GradStore::pieces(int u) const {
+  const size_t n = units_[u].size();
+  if (!(u == 0 && embed_piece_rows_)) return {{0, n}};
+  std::vector<GradRange> out;
+  const size_t len = embed_piece_rows_ * size_t(dims_.C);
+  for (size_t at = 0; at < n; at += len) out.push_back({at, std::min(n, at + len)});
+  return out;
 }
 
 void GradStore::step_begin() {
@@ -54,23 +95,39 @@ void GradStore::step_begin() {
   else full_.zero();
 }
 
-void GradStore::unit_ready(int u, bool first, uint64_t seed) {
-  if (!q8()) return;
+void GradStore::fold(int u, GradRange p, float* src, bool first, uint64_t seed) {
   GradQ8Options o;
-  o.block = opts_.block, o.rounding = opts_.rounding, o.seed = {seed, uint64_t(u)};
+  o.block = opts_.block, o.rounding = opts_.rounding, o.seed = {seed, uint64_t(u)}, o.index_base = p.begin;
   GradQ8Buffer& q = q8_[u];
-  float* s = scratch(u);
-  const size_t n = units_[u].size();
-  if (first) grad_q8_quantize(s, n, q.codes.data(), q.scales.data(), o);
-  else grad_q8_accumulate(q.codes.data(), q.scales.data(), s, n, o);
-  std::memset(s, 0, n * sizeof(float));
+  int8_t* codes = q.codes.data() + p.begin;
+  float* scales = q.scales.data() + p.begin / size_t(opts_.block);
+  if (first) grad_q8_quantize(src, p.size(), codes, scales, o);
+  else grad_q8_accumulate(codes, scales, src, p.size(), o);
+  std::memset(src, 0, p.size() * sizeof(float));
 }
 
-float* GradStore::unit_fp32(int u) {
-  if (!q8()) return full_.data() + units_[u].begin;
+void GradStore::unit_ready(int u, bool first, uint64_t seed) {
+  if (!q8() || (u == 0 && embed_piece_rows_)) return;
+  fold(u, {0, units_[u].size()}, scratch(u), first, seed);
+}
+
+// The scratch is zero between units (fold zeroes what it read), so each piece scatters into zeros.
+void GradStore::embedding_fold(const float* dout, const int32_t* tokens, int rows, bool first, uint64_t seed) {
+  AGOQ_CHECK(embed_piece_rows_ > 0, "a sparse embedding gradient for a store that holds it densely (internal)");
+  const size_t C = size_t(dims_.C);
+  for (const GradRange& p : pieces(0)) {
+    embedding_backward(scratch_.data(), dout, tokens, rows, dims_.C, dims_.v_begin + int(p.begin / C),
+                       int(p.size() / C));
+    fold(0, p, scratch_.data(), first, seed);
+  }
+}
+
+float* GradStore::unit_fp32(int u, GradRange p) {
+  if (!q8()) return full_.data() + units_[u].begin + p.begin;
   const GradQ8Buffer& q = q8_[u];
   float* s = scratch(u);
-  grad_q8_dequantize(q.codes.data(), q.scales.data(), q.n, s, opts_.block);
+  grad_q8_dequantize(q.codes.data() + p.begin, q.scales.data() + p.begin / size_t(opts_.block), p.size(), s,
+                     opts_.block);
   return s;
 }
 
@@ -81,11 +138,11 @@ double GradStore::sum_squares() const {
   return sum;
 }
 
-void GradStore::quantize(int u, const float* in) {
+void GradStore::quantize(int u, GradRange p, const float* in) {
   GradQ8Options o;
   o.block = opts_.block;
   GradQ8Buffer& q = q8_[u];
-  grad_q8_quantize(in, q.n, q.codes.data(), q.scales.data(), o);
+  grad_q8_quantize(in, p.size(), q.codes.data() + p.begin, q.scales.data() + p.begin / size_t(opts_.block), o);
 }
 
 }  // namespace agoq

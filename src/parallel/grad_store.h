@@ -11,6 +11,11 @@
 //   into a per-unit fp32 scratch that holds one unit at a time (plus the embedding's when embeddings are tied, as
 //   the lm_head adds into it first); each finished unit is folded into its 8-bit buffer (dequantize -> add ->
 //   requantize) and the scratch zeroed. The fp32 gradient of the whole stage is never allocated.
+//   Untied, the embedding's gradient comes in sparse form (a token's output gradient per row,
+//   MicroBatchRun::embedding_grad) and is folded in pieces of whole vocabulary rows that fit the scratch sized for
+//   the other units: each piece's tokens are scattered into the scratch and accumulated into the piece's blocks.
+//   Later passes (the reduction, the optimizer) read the embedding piece by piece too, so on a pipeline's first
+//   stage no fp32 buffer of the embedding's size exists (a vocabulary shard is 2-3x a decoder layer).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -38,6 +43,8 @@ std::vector<GradRange> grad_units_of(const LlamaConfig& cfg, const ModelStage& s
 inline int grad_unit_of_layer(const ModelStage& s, int layer) {
   return layer < 0 ? 0 : (s.embed ? 1 : 0) + (layer - s.first_layer);
 }
+// Values of the q8 store's fp32 scratch on a stage (what GradStore allocates; the memory model counts it).
+size_t grad_store_scratch_floats(const LlamaConfig& cfg, const ModelStage& stage, int block);
 
 class GradStore {
  public:
@@ -48,33 +55,47 @@ class GradStore {
   const ModelStage& stage() const { return stage_; }
   const std::vector<GradRange>& units() const { return units_; }
   size_t size() const { return units_.empty() ? 0 : units_.back().end; }  // of the flat layout
-  // Where the model's backward writes: the full buffer (fp32), or each unit's scratch (q8).
+  // Where the model's backward writes: the full buffer (fp32), or each unit's scratch (q8; untied, the embedding
+  // nowhere: its gradient comes to embedding_fold).
   std::vector<ParamSegment> model_storage();
+  // The parts of unit u that are folded, reduced and read one at a time, relative to the unit: the whole unit, or
+  // (q8, untied) the embedding's pieces of whole vocabulary rows and whole blocks.
+  std::vector<GradRange> pieces(int u) const;
 
   // Before a step's first backward: what backward adds into starts from zero.
   void step_begin();
   // Unit u's gradient of one micro-batch is final. q8: folds the scratch into the 8-bit buffer (`first`: the buffer
   // starts from this gradient; seed: the micro-batch's rounding stream) and zeroes the scratch. A non-finite sum
   // poisons its block (scale NaN), which the step's norm check catches. fp32: nothing, it accumulated in place.
+  // q8 untied embedding: nothing, embedding_fold did it.
   void unit_ready(int u, bool first, uint64_t seed);
-  // Unit u's accumulated gradient as fp32, u's values at [0, units()[u].size()): in place (fp32), or dequantized
-  // into the scratch (q8; valid until the next unit's).
-  float* unit_fp32(int u);
+  // q8, untied: one micro-batch's embedding gradient in sparse form (MicroBatchRun::embedding_grad) folded piece by
+  // piece, with the bits unit_ready gives the same gradient written densely.
+  void embedding_fold(const float* dout, const int32_t* tokens, int rows, bool first, uint64_t seed);
+  // Piece p (of pieces(u)) of unit u's accumulated gradient as fp32, its values at [0, p.size()): in place (fp32),
+  // or dequantized into the scratch (q8; valid until the next call).
+  float* unit_fp32(int u, GradRange p);
   // fp32: the full buffer, every unit in place (buckets reduce in it).
   float* fp32_data() { return full_.data(); }
   // Sum of squares of everything stored (q8: from the codes, without an fp32 pass).
   double sum_squares() const;
 
-  // q8: unit u's 8-bit buffer, and storing fp32 values (e.g. a reduced gradient) back into it, rounding to nearest.
+  // q8: unit u's 8-bit buffer, and storing fp32 values of its piece p (e.g. a reduced gradient) back into it,
+  // rounding to nearest.
   GradQ8Buffer& q8_buffer(int u) { return q8_[u]; }
-  void quantize(int u, const float* in);
+  void quantize(int u, GradRange p, const float* in);
 
  private:
   float* scratch(int u) { return (u == 0 && !embed_scratch_.empty()) ? embed_scratch_.data() : scratch_.data(); }
+  // q8: the values of piece p of unit u in src folded into its blocks (stochastic stream: element i of the unit
+  // uses index i, whichever piece holds it); src zeroed after.
+  void fold(int u, GradRange p, float* src, bool first, uint64_t seed);
 
   ModelStage stage_;
   GradStoreOptions opts_;
+  ShardDims dims_;
   std::vector<GradRange> units_;
+  size_t embed_piece_rows_ = 0;            // q8 untied, on the first stage: vocabulary rows per embedding piece
   Buffer<float> full_;                     // fp32
   std::vector<GradQ8Buffer> q8_;           // q8, per unit
   Buffer<float> scratch_, embed_scratch_;  // q8

@@ -34,9 +34,13 @@ TpShape tp_shape(const LlamaConfig& cfg, int tp, int vocab_padded) {
 
 size_t layer_params(const TpShape& s) { return 2 * s.d + 2 * s.d * s.ct + 2 * s.d * s.kvt + 3 * s.d * s.ft; }
 
+// The largest fp32 gradient AGoQ holds at once: a layer's largest matrix, the lm_head's; the embedding's (a scatter
+// of token rows) only in pieces of whole vocabulary rows that fit the others, as the trainer folds it
+// (parallel/grad_store.h).
 size_t largest_matrix(const TpShape& s, const PlanStage& st) {
   size_t m = st.n_layers > 0 ? std::max({s.d * s.ft, s.d * s.ct, s.d * s.kvt}) : 0;
-  if (st.embed || st.head) m = std::max(m, s.vt * s.d);
+  if (st.head) m = std::max(m, s.vt * s.d);
+  if (st.embed) m = std::max(m, std::min(s.vt, std::max<size_t>(1, m / s.d)) * s.d);
   return m;
 }
 
@@ -144,7 +148,8 @@ PlanMemory plan_memory_static(const LlamaConfig& cfg, const PlanParallel& par, c
   size_t transient = st.n_layers > 0 ? std::max(mlp, attn) : 0;
   // The head's logits (bf16) and their fp32 copy in the vocab-parallel cross-entropy, on the last stage only.
   if (st.head) transient = std::max(transient, rows * s.vt * 6);
-  // AGoQ accumulates each weight gradient into 8 bits as it is produced: one fp32 matrix gradient at a time.
+  // AGoQ accumulates each weight gradient into 8 bits as it is produced: one fp32 matrix gradient (or embedding
+  // piece) at a time.
   m[MemCategory::workspace] = opt.reserve_bytes + transient + (agoq ? 4 * largest_matrix(s, st) : 0);
   return m;
 }
@@ -170,19 +175,15 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
   PlanMemory m;
   m[MemCategory::weights] = P * f;
   // The gradient store (parallel/grad_store.h): fp32, one full buffer; q8, each unit's codes and scales plus the fp32
-  // scratch of the largest unit (and the embedding's own when tied). ZeRO-1 adds rank 0's reduced fp32 shards.
+  // scratch (the largest unit but an untied embedding, which it holds piece by piece; tied, the embedding's own
+  // beside it). ZeRO-1 adds rank 0's reduced fp32 shards.
   const std::vector<GradRange> ranges = grad_units_of(cfg, st);
   const std::vector<GradUnit> units = grad_units_sharded(ranges, std::max(1, opt.dp), 0, opt.zero, opt.grad_block);
   size_t& grads = m[MemCategory::gradients];
   if (!opt.grad_q8) grads = P * f;
   else {
-    size_t biggest = 0;
-    for (size_t u = 0; u < ranges.size(); ++u) {
-      const size_t n = ranges[u].size();
-      grads += n + f * grad_q8_blocks(n, opt.grad_block);
-      if (!(u == 0 && cfg.tie_embeddings)) biggest = std::max(biggest, n);
-    }
-    grads += f * biggest + (cfg.tie_embeddings ? f * ranges[0].size() : 0);
+    for (const GradRange& r : ranges) grads += r.size() + f * grad_q8_blocks(r.size(), opt.grad_block);
+    grads += f * grad_store_scratch_floats(cfg, st, opt.grad_block);
   }
   // One AdamW per gradient unit, each over rank 0's part of it (DpOptimizer).
   for (const GradUnit& u : units) {

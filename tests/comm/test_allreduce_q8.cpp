@@ -12,8 +12,10 @@
 // value is rounded once more, never N - 1 times as in a ring.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "comm/allreduce_q8.h"
@@ -263,6 +265,37 @@ TEST(AllreduceQ8, ReduceScatterThenAllgatherEqualsAllreduce) {
   Vec gathered(n);
   w.allgatherv(shard.data(), shard.size() * sizeof(float), gathered.data(), bytes.data(), displs.data());
   EXPECT_TRUE(bits_equal(gathered.data(), full.data(), n * sizeof(float)));
+}
+
+// The reduce-scatter piece by piece (pieces that fall on one rank's shard, on several, on none of this rank's)
+// gives every rank the bits of one call over the whole tensor: on the q8 path and below the fallback size.
+TEST(AllreduceQ8, ReduceScatterPieceByPieceIsOneWholeCall) {
+  Communicator& w = W();
+  const int N = w.size();
+  CommQ8Workspace ws;
+  CommQ8Options o;
+  o.block = 256;
+  for (size_t n : {size_t(300007), size_t(10000)}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    const Vec mine = grad_data(n, 900 + w.rank());
+    const CommShard s = comm_shard_range(n, N, w.rank(), o.block);
+    Vec whole(s.size()), pieces(s.size(), -1.f);
+    comm_reduce_scatter_q8(w, ws, mine.data(), n, whole.data(), o);
+    const size_t len = 37 * size_t(o.block);
+    size_t received = 0;
+    for (size_t at = 0; at < n; at += len) {
+      const size_t m = std::min(len, n - at);
+      Vec part(m);
+      const CommShard got = comm_reduce_scatter_q8_piece(w, ws, mine.data() + at, n, at, m, part.data(), o);
+      const size_t lo = std::clamp(s.begin, at, at + m), hi = std::clamp(s.end, at, at + m);
+      EXPECT_EQ(got.begin + at, lo);
+      EXPECT_EQ(got.size(), hi - lo);
+      if (got.size()) std::copy(part.begin(), part.begin() + got.size(), pieces.begin() + (at + got.begin - s.begin));
+      received += got.size();
+    }
+    EXPECT_EQ(received, s.size());
+    EXPECT_TRUE(bits_equal(whole.data(), pieces.data(), s.size() * sizeof(float)));
+  }
 }
 
 TEST(AllreduceQ8, SmallTensorsFallBackToExactFp32Sum) {

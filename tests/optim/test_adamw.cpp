@@ -2,8 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "../common/bits_equal.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "optim/adamw.h"
 
@@ -58,6 +61,49 @@ void expect_adamw_matches(size_t begin, size_t end) {
 TEST(AdamW, MatchesFloat64Reference) { expect_adamw_matches(0, size_t(-1)); }
 
 TEST(AdamW, ShardUpdatesOnlyItsRange) { expect_adamw_matches(37, 301); }
+
+// A shard stepped piece by piece (pieces in any order, q8 pieces on blocks) gives the weights and moments of whole
+// steps bit for bit: fp32 and 8-bit moments, nearest and stochastic rounding.
+TEST(AdamW, PiecesGiveTheBitsOfWholeSteps) {
+  const LlamaConfig cfg = tiny_cfg();
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    ParamSet whole_p(cfg, MemCategory::weights, "test"), piece_p(cfg, MemCategory::weights, "test");
+    ParamSet grads(cfg, MemCategory::gradients, "test");
+    Rng rng(11);
+    for (size_t i = 0; i < whole_p.size(); ++i) whole_p.data()[i] = piece_p.data()[i] = rng.normal();
+    AdamWConfig ac;
+    ac.state = variant == 0 ? OptimState::fp32 : OptimState::q8;
+    ac.q8.block = 64, ac.q8.seed = 5;
+    if (variant == 2) ac.q8.rounding = QuantRounding::stochastic;
+    const size_t begin = 64, end = whole_p.size() - 3;  // a shard ending in a short block
+    AdamW whole(whole_p, ac, begin, end), pieces(piece_p, ac, begin, end);
+    for (long t = 1; t <= 3; ++t) {
+      for (size_t i = 0; i < grads.size(); ++i) grads.data()[i] = rng.normal();
+      whole.step(whole_p.data(), grads.data(), 1e-2f, t);
+      for (size_t from = begin + (end - begin - 1) / 192 * 192;; from -= 192) {  // last piece first
+        pieces.step(piece_p.data(), grads.data(), 1e-2f, t, from, std::min(end, from + 192));
+        if (from == begin) break;
+      }
+    }
+    ASSERT_TRUE(bits_equal(whole_p.data(), piece_p.data(), whole_p.size() * sizeof(float)));
+    if (whole.q8()) {
+      const AdamQ8State &a = whole.q8_state(), &b = pieces.q8_state();
+      EXPECT_TRUE(bits_equal(a.m_codes(), b.m_codes(), a.size()) && bits_equal(a.v_codes(), b.v_codes(), a.size()));
+      EXPECT_TRUE(bits_equal(a.m_scales(), b.m_scales(), a.blocks() * sizeof(float)) &&
+                  bits_equal(a.v_scales(), b.v_scales(), a.blocks() * sizeof(float)));
+    } else {
+      EXPECT_TRUE(bits_equal(whole.m().data(), pieces.m().data(), whole.m().bytes()) &&
+                  bits_equal(whole.v().data(), pieces.v().data(), whole.v().bytes()));
+    }
+  }
+  // A q8 piece that does not start a block is refused.
+  ParamSet p(cfg, MemCategory::weights, "test");
+  AdamWConfig ac;
+  ac.state = OptimState::q8, ac.q8.block = 64;
+  AdamW adam(p, ac);
+  EXPECT_THROW(adam.step(p.data(), p.data(), 1e-2f, 1, 10, 64), Error);
+}
 
 TEST(AdamW, NormsAreNotDecayedMatricesAre) {
   const LlamaConfig cfg = tiny_cfg();

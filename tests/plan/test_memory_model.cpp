@@ -2,6 +2,7 @@
 // GPU model's bookkeeping (stages, in-flight micro-batches, TP split, ZeRO-1, categories).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -61,9 +62,14 @@ void expect_cpu_model_matches(const LlamaConfig& cfg, int B, int T, const std::s
     store.step_begin();
     MicroBatchRun run{.act_seed = 1};
     run.grads_ready = [&](int layer) { store.unit_ready(grad_unit_of_layer(whole, layer), true, 3); };
+    run.embedding_grad = [&](const float* d, const int32_t* t, int n) { store.embedding_fold(d, t, n, true, 3); };
     model.forward_backward(in.data(), tgt.data(), B, T, run);
-    for (size_t u = 0; u < units.size(); ++u)  // AdamW reads each unit's gradient indexed in the flat layout
-      adam[u]->step(model.params().data(), store.unit_fp32(int(u)) - units[u].range.begin, 1e-3f, 1);
+    for (size_t u = 0; u < units.size(); ++u)  // AdamW reads each piece's gradient indexed in the flat layout
+      for (const GradRange& p : store.pieces(int(u))) {
+        const size_t a = units[u].range.begin + p.begin;
+        const size_t from = std::max(a, adam[u]->begin()), to = std::min(a + p.size(), adam[u]->end());
+        if (from < to) adam[u]->step(model.params().data(), store.unit_fp32(int(u), p) - a, 1e-3f, 1, from, to);
+      }
 
     PlanCpuOptions opt;
     opt.batch = B, opt.seq = T, opt.grad_q8 = q8, opt.zero = dp > 1, opt.dp = dp, opt.optim_q8 = optim_q8;
@@ -172,6 +178,23 @@ TEST(PlanGpuModel, StagesAndInFlight) {
   stages = plan_stages(cfg, par, {64, 1, 8});
   EXPECT_LT(stages[0].params, cfg.param_count() / 2 + 10 * 2 * 128 + 128 + 1);
   EXPECT_GT(stages[0].params, cfg.param_count() / 2);
+}
+
+// AGoQ's first stage holds its embedding's fp32 gradient only in pieces no larger than a layer's matrix (the
+// trainer's q8 store, parallel/grad_store.h): its workspace equals that of a middle stage with the same layers; the
+// last stage's lm_head gradient is whole.
+TEST(PlanGpuModel, FirstStageHoldsTheEmbeddingGradientInPieces) {
+  const LlamaConfig cfg = plan_preset("llama-8b");
+  const PlanWorkload w{4096, 1, 16};
+  const PlanParallel par{64, 4, 4, false};
+  const std::vector<PlanStage> st = plan_stages(cfg, par, w);
+  auto work = [&](int r) {
+    return plan_memory_static(cfg, par, w, st[r], PlanSystem::agoq)[MemCategory::workspace];
+  };
+  EXPECT_EQ(st[0].n_layers, st[1].n_layers);
+  EXPECT_EQ(work(0), work(1));
+  const size_t vocab_rows = size_t(plan_padded_vocab(cfg, 4, 128)) / 4;
+  EXPECT_GE(work(3), work(1) + 4 * (vocab_rows - 14336 / 4) * size_t(cfg.dim));  // lm_head whole instead of w_gate
 }
 
 TEST(PlanGpuModel, CategoriesAndZero) {

@@ -84,7 +84,7 @@ TEST(PlanCli, OptimStateQ8) {
       EXPECT_NEAR(o8 / o32, (2 + 8.0 / 128) / 8, 1e-3) << "stage " << s;
       EXPECT_EQ(sa["agoq"]["total"].get<double>() - sb["agoq"]["total"].get<double>(), o32 - o8);
     }
-    EXPECT_GT(jb["tightest_reduction"].get<double>(), 0.5) << "zero " << zero;
+    EXPECT_GT(jb["tightest_reduction"].get<double>(), 0.55) << "zero " << zero;  // issue 13's goal
     EXPECT_GT(jb["tightest_reduction"].get<double>(), ja["tightest_reduction"].get<double>() + 0.05);
   }
 }
