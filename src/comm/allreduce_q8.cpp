@@ -209,7 +209,7 @@ void comm_allreduce_q8(Communicator& comm, CommQ8Workspace& ws, const float* in,
   if (comm.size() == 1 || n * sizeof(float) < o.fallback_bytes) return fp32_allreduce(comm, in, out, n, o.average);
   const CommQ8Plan& p = ws.plan(n, comm.size(), o.block);
   q8_reduce_to_owner(comm, ws, p, q8_quantizing(p, in, comm.rank()), o.average, nullptr, true);  // steps 1-3
-  q8_allgather(comm, ws, p);                                                   // step 4
+  q8_allgather(comm, ws, p);                                                                     // step 4
   auto t = Clock::now();
   comm_q8_dequantize_shards(p, ws.msgs(p.total_bytes), out);
   ws.times.dequantize = seconds_since(t);
