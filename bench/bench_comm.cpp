@@ -2,11 +2,11 @@
 // allreduce_q8's time split into its phases. Run it under mpirun (mpirun -np 2 agoq bench comm, or across hosts:
 // scripts/multihost-bench.sh); only rank 0 prints. Times are medians over --reps runs, each started and ended by a
 // barrier.
-// Then the end-to-end part: data-parallel training steps of a small LLaMA (parallel/data_parallel.h) in three
+// Then the end-to-end part: data-parallel training steps of a small LLaMA (parallel/data_parallel.h) in four
 // configurations: fp32 grad store + MPI all-reduce and fp32 store + allreduce_q8 (both reduced in buckets while
-// backward runs), and the q8 grad store + allreduce_q8 (reduced after backward): step time, the communication that
-// backward did not hide, and peak memory per rank by category, all measured in the same run (alternating rounds, so
-// all see the same load).
+// backward runs), and the q8 grad store + allreduce_q8, its units reduced while backward runs or, for comparison,
+// after backward: step time, the communication that backward did not hide, and peak memory per rank by category,
+// all measured in the same run (alternating rounds, so all see the same load).
 #include <unistd.h>
 
 #include <algorithm>
@@ -106,15 +106,17 @@ std::vector<E2eResult> bench_e2e(Communicator& comm, const Args& a) {
     const char* name;
     GradStoreKind store;
     GradReduce reduce;
-  } configs[] = {{"fp32 grads + MPI all-reduce", GradStoreKind::fp32, GradReduce::fp32},
-                 {"fp32 grads + allreduce_q8", GradStoreKind::fp32, GradReduce::q8},
-                 {"q8 grads + allreduce_q8", GradStoreKind::q8, GradReduce::q8}};
+    bool overlap;
+  } configs[] = {{"fp32 grads + MPI all-reduce", GradStoreKind::fp32, GradReduce::fp32, true},
+                 {"fp32 grads + allreduce_q8", GradStoreKind::fp32, GradReduce::q8, true},
+                 {"q8 grads + allreduce_q8", GradStoreKind::q8, GradReduce::q8, true},
+                 {"q8 grads + allreduce_q8, after", GradStoreKind::q8, GradReduce::q8, false}};
   std::vector<E2eResult> res;
   std::vector<DpOptions> opts;
   for (const auto& c : configs) {
     res.push_back({c.name, {}, {}, {}});
     opts.emplace_back();
-    opts.back().store.kind = c.store, opts.back().reduce = c.reduce;
+    opts.back().store.kind = c.store, opts.back().reduce = c.reduce, opts.back().overlap = c.overlap;
   }
   for (int round = 0; round < 2; ++round)
     for (size_t c = 0; c < res.size(); ++c) bench_e2e_round(comm, a, opts[c], res[c], round == 0);
@@ -192,6 +194,7 @@ void e2e_print(const Args& a, int N, const std::vector<E2eResult>& e2e) {
   for (const E2eResult& r : e2e)
     std::printf("%-30s %10.1f %17.1f %7.2fx\n", r.name.c_str(), bench_median(r.step_ms), bench_median(r.wait_ms),
                 bench_median(e2e[0].step_ms) / bench_median(r.step_ms));
+  std::printf("(\", after\": the same q8 reduction run after backward instead of overlapping it)\n");
   std::printf("peak memory per rank by category (each category's own peak during the steps):\n%-30s %5s", "", "rank");
   for (int i = 0; i < kMemCategoryCount; ++i) std::printf(" %13s", mem_category_name(MemCategory(i)));
   std::printf(" %13s\n", "sum");

@@ -1,6 +1,7 @@
 // allreduce_q8, as a recipe. N ranks each hold n fp32 gradients; shard k is comm_shard_range(n, N, k).
 //
-//   step 1  quantize: each shard of the local gradient -> INT8 codes + one fp32 scale per block (message k)
+//   step 1  quantize: each shard of the local gradient -> INT8 codes + one fp32 scale per block (message k);
+//           a gradient already in 8 bits (the q8 store's) is only packed into the messages
 //   step 2  all-to-all: message k goes to rank k; rank k now holds shard k from every rank
 //   step 3  reduce: dequantize the N copies of shard k and sum them in fp32, in rank order 0..N-1 (deterministic),
 //           divide by N if averaging, requantize once -> this rank's reduced message
@@ -43,18 +44,19 @@ void check_options(const CommQ8Options& o) {
   AGOQ_CHECK(o.block >= 1 && o.block <= 65536, "allreduce_q8: block must be in [1, 65536], got ", o.block);
 }
 
-// Steps 1-3 shared by the three entry points: leaves this rank's reduced shard in out_f32 and/or its message in
-// the msgs buffer (at the rank's own offset, ready for the in-place all-gather).
-void q8_reduce_to_owner(Communicator& comm, CommQ8Workspace& ws, const CommQ8Plan& p, const float* in,
-                        bool average, float* out_f32, bool keep_msg) {
+// Steps 1-3 shared by the entry points: leaves this rank's reduced shard in out_f32 and/or its message in the msgs
+// buffer (at the rank's own offset, ready for the in-place all-gather). step1(msgs, own_slot) writes every outgoing
+// message, our own shard's straight into its receive slot: quantized from fp32, or packed from 8-bit codes.
+template <class Step1>
+void q8_reduce_to_owner(Communicator& comm, CommQ8Workspace& ws, const CommQ8Plan& p, Step1&& step1, bool average,
+                        float* out_f32, bool keep_msg) {
   const int N = p.nranks, me = comm.rank();
   uint8_t* msgs = ws.msgs(p.total_bytes);
   uint8_t* recv = ws.recv(p.msg_bytes[me] * size_t(N));
   auto t = Clock::now();
 
-  // Step 1: quantize every shard into its outgoing message; our own shard straight into its receive slot.
-  uint8_t* own_slot = recv + size_t(me) * p.msg_bytes[me];
-  comm_q8_quantize_shards(p, in, msgs, me, own_slot);
+  // Step 1: every shard into its outgoing message.
+  step1(msgs, recv + size_t(me) * p.msg_bytes[me]);
   ws.times.quantize = seconds_since(t);
 
   // Step 2: all-to-all. From every rank r we receive message `me` (same size from all) at r * msg_bytes[me];
@@ -69,6 +71,11 @@ void q8_reduce_to_owner(Communicator& comm, CommQ8Workspace& ws, const CommQ8Pla
   // Step 3: sum the N copies of our shard in rank order; requantize straight into our slot of msgs.
   comm_q8_reduce_shard(p, me, recv, average, out_f32, keep_msg ? msgs + p.msg_offset[me] : nullptr);
   ws.times.reduce = seconds_since(t);
+}
+
+// Step 1 from fp32 values.
+auto q8_quantizing(const CommQ8Plan& p, const float* in, int me) {
+  return [&p, in, me](uint8_t* msgs, uint8_t* own_slot) { comm_q8_quantize_shards(p, in, msgs, me, own_slot); };
 }
 
 void q8_allgather(Communicator& comm, CommQ8Workspace& ws, const CommQ8Plan& p) {
@@ -177,6 +184,18 @@ void comm_q8_dequantize_shards(const CommQ8Plan& p, const uint8_t* msgs, float* 
   }
 }
 
+void comm_q8_pack_shards(const CommQ8Plan& p, const int8_t* codes, const float* scales, uint8_t* msgs, int self,
+                         uint8_t* self_msg) {
+  for (int k = 0; k < p.nranks; ++k) {
+    uint8_t* m = k == self && self_msg ? self_msg : msgs + p.msg_offset[k];
+    const CommShard s = p.shards[k];
+    if (!s.size()) continue;
+    std::memcpy(m, codes + s.begin, s.size());
+    std::memcpy(m + p.scales_offset(k), scales + s.begin / size_t(p.block),
+                grad_q8_blocks(s.size(), p.block) * sizeof(float));
+  }
+}
+
 void comm_q8_unpack_shards(const CommQ8Plan& p, const uint8_t* msgs, int8_t* codes, float* scales) {
   for (int k = 0; k < p.nranks; ++k) {
     const uint8_t* m = msgs + p.msg_offset[k];
@@ -196,8 +215,8 @@ void comm_allreduce_q8(Communicator& comm, CommQ8Workspace& ws, const float* in,
   ws.times = {};
   if (comm.size() == 1 || n * sizeof(float) < o.fallback_bytes) return fp32_allreduce(comm, in, out, n, o.average);
   const CommQ8Plan& p = ws.plan(n, comm.size(), o.block);
-  q8_reduce_to_owner(comm, ws, p, in, o.average, nullptr, /*keep_msg=*/true);  // steps 1-3
-  q8_allgather(comm, ws, p);                                                   // step 4
+  q8_reduce_to_owner(comm, ws, p, q8_quantizing(p, in, comm.rank()), o.average, nullptr, true);  // steps 1-3
+  q8_allgather(comm, ws, p);                                                                     // step 4
   auto t = Clock::now();
   comm_q8_dequantize_shards(p, ws.msgs(p.total_bytes), out);
   ws.times.dequantize = seconds_since(t);
@@ -214,7 +233,22 @@ void comm_allreduce_q8_codes(Communicator& comm, CommQ8Workspace& ws, const floa
     grad_q8_quantize(in, n, codes, scales, q);
     return;
   }
-  q8_reduce_to_owner(comm, ws, p, in, o.average, nullptr, true);
+  q8_reduce_to_owner(comm, ws, p, q8_quantizing(p, in, comm.rank()), o.average, nullptr, true);
+  q8_allgather(comm, ws, p);
+  auto t = Clock::now();
+  comm_q8_unpack_shards(p, ws.msgs(p.total_bytes), codes, scales);
+  ws.times.dequantize = seconds_since(t);
+}
+
+void comm_allreduce_q8_codes_inplace(Communicator& comm, CommQ8Workspace& ws, int8_t* codes, float* scales,
+                                     size_t n, const CommQ8Options& o) {
+  check_options(o);
+  ws.times = {};
+  const int N = comm.size(), me = comm.rank();
+  if (N == 1) return;  // the sum of one
+  const CommQ8Plan& p = ws.plan(n, N, o.block);
+  auto packing = [&](uint8_t* msgs, uint8_t* own_slot) { comm_q8_pack_shards(p, codes, scales, msgs, me, own_slot); };
+  q8_reduce_to_owner(comm, ws, p, packing, o.average, nullptr, true);
   q8_allgather(comm, ws, p);
   auto t = Clock::now();
   comm_q8_unpack_shards(p, ws.msgs(p.total_bytes), codes, scales);
@@ -245,7 +279,7 @@ CommShard comm_reduce_scatter_q8_piece(Communicator& comm, CommQ8Workspace& ws, 
       for (size_t i = 0; i < mine.size(); ++i) out_shard[i] /= float(N);
     return mine;
   }
-  q8_reduce_to_owner(comm, ws, p, in, o.average, out_shard, /*keep_msg=*/false);
+  q8_reduce_to_owner(comm, ws, p, q8_quantizing(p, in, me), o.average, out_shard, /*keep_msg=*/false);
   return mine;
 }
 

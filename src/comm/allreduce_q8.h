@@ -81,6 +81,13 @@ void comm_allreduce_q8(Communicator& comm, CommQ8Workspace& ws, const float* in,
 // boundaries). No fp32 fallback here: small tensors take the same path.
 void comm_allreduce_q8_codes(Communicator& comm, CommQ8Workspace& ws, const float* in, size_t n, int8_t* codes,
                              float* scales, const CommQ8Options& opts = {});
+// The same reduction on a gradient that is already in 8 bits (the q8 gradient store's): codes[0..n) and
+// scales[0..grad_q8_blocks(n, B)) in the grad_q8 layout are the input and receive the result. Step 1 only packs
+// the codes and scales into the messages, so the exchange starts at once. The same bits as
+// comm_allreduce_q8_codes on their dequantized values, for every block of normal floats (requantizing such a block
+// gives back its codes and scale: tests/comm).
+void comm_allreduce_q8_codes_inplace(Communicator& comm, CommQ8Workspace& ws, int8_t* codes, float* scales,
+                                     size_t n, const CommQ8Options& opts = {});
 // Steps 1-3 only, for the sharded optimizer: out_shard (comm_shard_range(n, N, rank).size() values) receives this
 // rank's reduced fp32 shard (quantized once); returns its range. Below the fallback size, an exact fp32
 // reduce-scatter.
@@ -99,6 +106,10 @@ CommShard comm_reduce_scatter_q8_piece(Communicator& comm, CommQ8Workspace& ws, 
 // goes to self_msg instead when given (the collective writes it straight into its own receive slot).
 void comm_q8_quantize_shards(const CommQ8Plan& plan, const float* in, uint8_t* msgs, int self = -1,
                              uint8_t* self_msg = nullptr);
+// Step 1 from 8-bit input: copies the shards of codes[0..n) / scales (the whole tensor's grad_q8 layout) into their
+// messages, like comm_q8_quantize_shards without the quantization.
+void comm_q8_pack_shards(const CommQ8Plan& plan, const int8_t* codes, const float* scales, uint8_t* msgs,
+                         int self = -1, uint8_t* self_msg = nullptr);
 // Step 3: `received` holds N messages of shard k (from ranks 0..N-1, plan.msg_bytes[k] each, back to back). Sums
 // them in rank order in fp32 (divides by N if average) and requantizes in one pass, block by block, writing the fp32
 // shard to out_f32 and/or its requantized message to out_msg (either may be null; without out_f32 the fp32 sum

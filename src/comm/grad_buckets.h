@@ -4,17 +4,14 @@
 //
 // Per step:   layer_ready(l) for l = L-1 .. 0 as backward finishes layer l   (or bucket_ready(b) directly)
 //             wait_all()   before the optimizer step: every bucket is reduced in place in the gradient buffer
-// Between the first layer_ready() and wait_all() only the communication thread calls MPI (the serialized
-// contract), so the trainer must not run its own collectives in that window.
+// The buckets are comm/comm_jobs.h's jobs: between the first layer_ready() and wait_all() only the communication
+// thread calls MPI (the serialized contract), so the trainer must not run its own collectives in that window.
 #pragma once
-#include <condition_variable>
 #include <cstddef>
-#include <exception>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "comm/allreduce_q8.h"
+#include "comm/comm_jobs.h"
 #include "comm/communicator.h"
 
 namespace agoq {
@@ -39,14 +36,11 @@ class GradBuckets {
   // and the ranges must tile [0, n) without overlap. Layers are numbered in forward order.
   GradBuckets(Communicator& comm, float* grads, size_t n, std::vector<GradRange> layers,
               const GradBucketsOptions& opts = {});
-  ~GradBuckets();
-  GradBuckets(const GradBuckets&) = delete;
-  GradBuckets& operator=(const GradBuckets&) = delete;
 
   int bucket_count() const { return int(buckets_.size()); }
   GradRange bucket_range(int b) const { return buckets_[b].range; }
   const std::vector<int>& bucket_layers(int b) const { return buckets_[b].layers; }
-  bool overlapping() const { return thread_.joinable(); }
+  bool overlapping() const { return jobs_.overlapping(); }
 
   // Layer l's gradients are final: buckets all of whose layers are final start.
   void layer_ready(int layer);
@@ -57,33 +51,24 @@ class GradBuckets {
   // returns the buffer holds the reduced gradients and the next step may begin.
   void wait_all();
   // Seconds the last wait_all() blocked (the communication that backward did not hide).
-  double last_wait_seconds() const { return last_wait_s_; }
+  double last_wait_seconds() const { return jobs_.last_wait_seconds(); }
 
  private:
   struct Bucket {
     GradRange range;
     std::vector<int> layers;
-    int pending = 0;  // layers not yet ready in this step
-    bool ready = false;
+    int pending = 0;  // layers not yet ready in this step (touched by the caller's thread only)
   };
+  static std::vector<Bucket> buckets_of(const std::vector<GradRange>& layers, size_t n, const GradBucketsOptions& o);
   void reduce_bucket(int b);
-  void comm_thread_main();
-  void mark_ready_locked(int b);
 
   Communicator& comm_;
   float* grads_;
   GradBucketsOptions opts_;
   std::vector<Bucket> buckets_;
   std::vector<std::vector<int>> layer_buckets_;
-  CommQ8Workspace ws_;
-
-  std::mutex mu_;
-  std::condition_variable cv_work_, cv_done_;
-  int next_ = 0;  // next bucket to reduce
-  bool stop_ = false;
-  std::exception_ptr error_;
-  double last_wait_s_ = 0;
-  std::thread thread_;
+  CommQ8Workspace ws_;  // the communication thread's
+  CommJobs jobs_;       // last: its thread stops before what reduce_bucket uses goes
 };
 
 }  // namespace agoq

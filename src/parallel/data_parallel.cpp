@@ -9,7 +9,7 @@ GradReduceOptions reduce_options(const DpOptions& o) {
   GradReduceOptions r;
   r.reduce = o.reduce, r.zero = o.zero, r.bucket_bytes = o.bucket_bytes;
   // Under a pipeline (tensor parallelism) the main thread sends activations (all-reduces a layer's partial sums)
-  // while the bucket thread reduces: MPI must allow both.
+  // while the communication thread reduces: MPI must allow both.
   r.overlap = o.overlap && ((!o.stages && !o.tensor) || comm_thread_level() == CommThreads::multiple);
   return r;
 }

@@ -29,7 +29,7 @@ struct DpOptions {
   GradReduce reduce = GradReduce::fp32;
   bool zero = false;       // ZeRO-1
   size_t bucket_bytes = 4 << 20;
-  bool overlap = true;     // fp32 store without ZeRO: reduce buckets while backward runs
+  bool overlap = true;     // without ZeRO: reduce while backward runs (fp32 store's buckets; q8 store + q8 units)
   AdamWConfig adam;  // its state: fp32 or 8-bit moments (optim/adam_q8.h)
   float clip = 1.0f;
   // Pipeline parallelism: the ranks holding the other stages of this replica (null: the model is whole).

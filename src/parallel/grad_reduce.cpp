@@ -40,18 +40,27 @@ GradReducer::GradReducer(Communicator& comm, GradStore& store, const std::vector
     b.block = store.block();
     b.overlap = o.overlap;
     buckets_ = std::make_unique<GradBuckets>(comm, store.fp32_data(), store.size(), store.units(), b);
+  } else if (D_ > 1 && o.reduce == GradReduce::q8) {  // q8 store: units in the order backward finishes them
+    const int U = int(units.size());
+    unit_jobs_ = std::make_unique<CommJobs>(U, [this, U](int j) { reduce_unit_codes(U - 1 - j); }, o.overlap);
   }
 }
 
 void GradReducer::unit_ready(int u, bool first_micro, bool last_micro, uint64_t seed) {
   store_.unit_ready(u, first_micro, seed);
-  if (buckets_ && last_micro) buckets_->layer_ready(u);
+  if (!last_micro) return;
+  if (buckets_) buckets_->layer_ready(u);
+  if (unit_jobs_) unit_jobs_->ready(int(units_.size()) - 1 - u);
 }
 
 double GradReducer::reduce() {
   if (buckets_) {
     buckets_->wait_all();
     return buckets_->last_wait_seconds();
+  }
+  if (unit_jobs_) {
+    unit_jobs_->wait_all();
+    return unit_jobs_->last_wait_seconds();
   }
   if (!opts_.zero && !(store_.q8() && D_ > 1)) return 0;
   const auto t0 = std::chrono::steady_clock::now();
@@ -80,15 +89,16 @@ void GradReducer::reduce_piece(int ui, GradRange p, float* g) {
     }
     return;
   }
-  // q8 store without ZeRO: the reduced gradient goes back into the 8-bit buffer.
+  // q8 store + MPI all-reduce: the reduced piece goes back into the 8-bit buffer.
+  comm_.allreduce(g, g, n, CommDtype::f32, CommOp::sum);
+  store_.quantize(ui, p, g);
+}
+
+void GradReducer::reduce_unit_codes(int ui) {
   GradQ8Buffer& b = store_.q8_buffer(ui);
-  if (opts_.reduce == GradReduce::q8) {
-    comm_allreduce_q8_codes(comm_, ws_, g, n, b.codes.data() + p.begin, b.scales.data() + p.begin / size_t(q.block),
-                            q);
-  } else {
-    comm_.allreduce(g, g, n, CommDtype::f32, CommOp::sum);
-    store_.quantize(ui, p, g);
-  }
+  CommQ8Options q;
+  q.block = store_.block();
+  comm_allreduce_q8_codes_inplace(comm_, ws_, b.codes.data(), b.scales.data(), b.n, q);
 }
 
 double GradReducer::sum_squares() {

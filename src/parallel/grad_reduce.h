@@ -1,13 +1,15 @@
-// Summing a stage's gradients over its D data-parallel ranks (docs/parallel.md). With the fp32 store and without
-// ZeRO, GradBuckets reduce in place while backward runs; otherwise every unit is reduced after the last
-// micro-batch, last layers first: back into the 8-bit store (q8 store without ZeRO), or reduce-scattered into
-// this rank's fp32 shard (ZeRO-1).
+// Summing a stage's gradients over its D data-parallel ranks (docs/parallel.md). Without ZeRO the reduction runs on
+// a communication thread while backward computes the last micro-batch: the fp32 store's GradBuckets in place, and
+// with the q8 store + allreduce_q8 each unit's 8-bit codes, all-reduced in place as soon as the unit is final
+// (comm/comm_jobs.h). Otherwise every unit is reduced after the last micro-batch, last layers first: back into the
+// 8-bit store (q8 store + MPI all-reduce), or reduce-scattered into this rank's fp32 shard (ZeRO-1).
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "comm/allreduce_q8.h"
+#include "comm/comm_jobs.h"
 #include "comm/communicator.h"
 #include "comm/grad_buckets.h"
 #include "parallel/grad_store.h"
@@ -27,14 +29,14 @@ struct GradReduceOptions {
   GradReduce reduce = GradReduce::fp32;
   bool zero = false;
   size_t bucket_bytes = 4 << 20;
-  bool overlap = true;  // fp32 store without ZeRO: buckets on a communication thread while backward runs
+  bool overlap = true;  // without ZeRO: reduce on a communication thread while backward runs (false: the reference)
 };
 
 class GradReducer {
  public:
   GradReducer(Communicator& comm, GradStore& store, const std::vector<GradUnit>& units, const GradReduceOptions& o);
 
-  // Unit u's gradient of a micro-batch is final: into the store, and (last micro-batch) to the buckets.
+  // Unit u's gradient of a micro-batch is final: into the store, and (last micro-batch) to the reduction.
   void unit_ready(int u, bool first_micro, bool last_micro, uint64_t seed);
   // After the last micro-batch: every unit summed over the ranks. Returns the seconds it waited (communication
   // that backward did not hide).
@@ -50,6 +52,7 @@ class GradReducer {
 
  private:
   void reduce_piece(int u, GradRange p, float* g);  // fp32 gradient g of a piece -> reduced (shard or whole)
+  void reduce_unit_codes(int u);  // q8 store + allreduce_q8: unit u's codes summed in place
 
   Communicator& comm_;
   GradStore& store_;
@@ -58,8 +61,9 @@ class GradReducer {
   int D_;
   std::vector<size_t> shard_at_;  // ZeRO: offset of each unit's shard in grad_shard_
   Buffer<float> grad_shard_;      // ZeRO: this rank's reduced gradient shards, unit after unit
-  std::unique_ptr<GradBuckets> buckets_;
   CommQ8Workspace ws_;
+  std::unique_ptr<GradBuckets> buckets_;  // fp32 store without ZeRO
+  std::unique_ptr<CommJobs> unit_jobs_;   // q8 store + allreduce_q8 without ZeRO: job j reduces unit U-1-j
 };
 
 }  // namespace agoq

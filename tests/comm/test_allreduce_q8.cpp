@@ -169,6 +169,42 @@ TEST(AllreduceQ8, MatchesExactSumWithinBlockBoundAndSimulation) {
     }
 }
 
+// The 8-bit input path (the q8 gradient store's buffers, accumulated with stochastic rounding as the store does)
+// against the fp32 one on the dequantized values: the same codes and scales bit for bit, as requantizing a block
+// of normal floats gives back its codes and scale. A poisoned block stays poisoned.
+TEST(AllreduceQ8, InPlaceCodesEqualTheDequantizedPath) {
+  Communicator& w = W();
+  CommQ8Workspace ws;
+  for (size_t n : {size_t(0), size_t(1), size_t(w.size() + 1), size_t(257), size_t(7919), size_t(131071),
+                   size_t(1000003)})
+    for (bool average : {false, true}) {
+      SCOPED_TRACE("n = " + std::to_string(n) + (average ? " average" : " sum"));
+      GradQ8Options q;
+      q.rounding = QuantRounding::stochastic, q.seed = {uint64_t(w.rank()), 1};
+      std::vector<int8_t> codes(n), ref_codes(n);
+      Vec scales(grad_q8_blocks(n, q.block)), ref_scales(scales.size()), dq(n);
+      grad_q8_quantize(grad_data(n, 900 + w.rank()).data(), n, codes.data(), scales.data(), q);
+      q.seed.seed += 100;
+      grad_q8_accumulate(codes.data(), scales.data(), grad_data(n, 950 + w.rank()).data(), n, q);
+      grad_q8_dequantize(codes.data(), scales.data(), n, dq.data(), q.block);
+      CommQ8Options o;
+      o.average = average;
+      comm_allreduce_q8_codes(w, ws, dq.data(), n, ref_codes.data(), ref_scales.data(), o);
+      comm_allreduce_q8_codes_inplace(w, ws, codes.data(), scales.data(), n, o);
+      EXPECT_EQ(codes, ref_codes);
+      EXPECT_TRUE(bits_equal(scales.data(), ref_scales.data(), scales.size() * sizeof(float)));
+    }
+  const size_t n = 70000;  // a non-finite block on one rank poisons that block of the sum, and only it
+  std::vector<int8_t> codes(n);
+  Vec scales(grad_q8_blocks(n, 256));
+  Vec mine = grad_data(n, 990 + w.rank());
+  if (w.rank() == w.size() - 1) mine[5] = NAN;
+  grad_q8_quantize(mine.data(), n, codes.data(), scales.data());
+  comm_allreduce_q8_codes_inplace(w, ws, codes.data(), scales.data(), n);
+  EXPECT_TRUE(std::isnan(scales[0]));
+  EXPECT_TRUE(std::isfinite(scales[1]) && std::isfinite(scales.back()));
+}
+
 // bf16 ring all-reduce as NCCL would run it on bf16 gradients: the partial sum travels N-1 hops and is rounded to
 // bf16 after every addition; all ranks end with the last hop's value.
 Vec ring_bf16(const std::vector<Vec>& xs) {

@@ -4,12 +4,15 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/rng.h"
+#include "parallel/data_parallel.h"
 #include "parallel_test_util.h"
 #include "plan/memory_model.h"
 #include "train/trainer.h"
@@ -86,6 +89,55 @@ TEST(DataParallel, Q8PathsFollowTheFp32Curve) {
                 v.reduce, v.zero, d);
   }
   shared_cleanup(data);
+}
+
+// The engine alone (no trainer): `steps` steps of m micro-batches of a small LLaMA on random tokens whose targets
+// are a fixed function of them (learnable), other tokens on every rank. Returns the losses, gradient norms and final
+// weights.
+struct EngineRun {
+  std::vector<double> losses, norms;
+  std::vector<float> weights;
+};
+EngineRun run_engine(const DpOptions& o, int steps, int m) {
+  LlamaConfig cfg;
+  cfg.dim = 64, cfg.n_layers = 3, cfg.n_heads = 4, cfg.n_kv_heads = 2, cfg.ffn_dim = 128, cfg.vocab_size = 256;
+  cfg.max_seq_len = 16;
+  const int B = 2, T = 16;
+  GradStore grads(cfg, model_stage_whole(cfg), o.store);
+  LlamaModel model(cfg, B, T, ActPolicy::parse("fp32", cfg.n_layers), model_stage_whole(cfg), 1, grads.model_storage());
+  model.init_weights(7);
+  DataParallel dp(world(), model.params(), grads, o);
+  Rng rng(11, uint64_t(world().rank()));
+  std::vector<int32_t> in(size_t(m) * B * T), tgt(in.size());
+  EngineRun r;
+  for (int s = 1; s <= steps; ++s) {
+    for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(256)), tgt[i] = (in[i] * 7 + 3) % 256;
+    const std::vector<MicroBatchRun> runs = dp.step_begin(s, m);
+    const DpStepResult res = dp.step_end(1e-2f, model.forward_backward_micro_batches(in.data(), tgt.data(), B, T, runs));
+    r.losses.push_back(res.loss), r.norms.push_back(res.grad_norm);
+  }
+  r.weights.assign(model.params().data(), model.params().data() + model.params().size());
+  return r;
+}
+
+// The q8 store + allreduce_q8, each unit all-reduced on the communication thread while backward runs, against the
+// same reduction after backward (overlap off: the same collectives in the same order on the caller's thread):
+// the same bits, and every rank holds the same weights (ranks that saw other tokens: the sum did happen).
+TEST(DataParallel, OverlappedQ8StoreReductionIsBitIdentical) {
+  if (world().size() == 1) GTEST_SKIP() << "needs 2 or more ranks (parallel_np2 and parallel_np4 run it)";
+  DpOptions o;
+  o.store.kind = GradStoreKind::q8, o.reduce = GradReduce::q8;
+  const EngineRun overlapped = run_engine(o, 4, 2);
+  o.overlap = false;
+  const EngineRun after = run_engine(o, 4, 2);
+  EXPECT_EQ(overlapped.losses, after.losses);
+  EXPECT_EQ(overlapped.norms, after.norms);
+  ASSERT_EQ(overlapped.weights.size(), after.weights.size());
+  EXPECT_TRUE(std::memcmp(overlapped.weights.data(), after.weights.data(), after.weights.size() * sizeof(float)) == 0);
+  std::vector<float> first = overlapped.weights;
+  world().broadcast(first.data(), first.size() * sizeof(float), 0);
+  EXPECT_EQ(first, overlapped.weights);
+  EXPECT_LT(overlapped.losses.back(), overlapped.losses.front());
 }
 
 // 8 steps straight vs 4 + resume + 4 under ZeRO-1 with the q8 paths: bit-identical losses (moments gathered on
