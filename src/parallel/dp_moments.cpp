@@ -10,9 +10,7 @@ DpMoments::DpMoments(Communicator& comm, const ParamSet& params, const std::vect
                      DpOptimizer& optimizer, bool zero, const MomentsForm& form)
     : comm_(comm), params_(params), units_(units), optimizer_(optimizer), zero_(zero), form_(form), file_(form) {}
 
-// The checkpoint's name of unit u: embed, layers.<global layer> or head (the same on any pipeline split).
-std::string DpMoments::unit_name(size_t u) const {
-  const ModelStage& s = params_.stage();
+std::string moments_unit_name(const ModelStage& s, size_t u) {
   if (s.embed && u == 0) return "embed";
   const int layer = s.first_layer + int(u) - (s.embed ? 1 : 0);
   return layer < s.end_layer ? "layers." + std::to_string(layer) : "head";
@@ -44,8 +42,9 @@ NamedTensors DpMoments::views_of(const MomentsForm& f, bool full) {
   for (size_t u = 0; q8 && u < units_.size(); ++u) {
     AdamQ8State& st = optimizer_.adam(int(u)).q8_state();
     const int64_t blocks = int64_t(adam_q8_blocks(units_[u].range.size(), f.q8.block));
-    out.push_back({"adam.m.scales." + unit_name(u), {blocks}, full ? full_ms_.data() + scale_at_[u] : st.m_scales()});
-    out.push_back({"adam.v.scales." + unit_name(u), {blocks}, full ? full_vs_.data() + scale_at_[u] : st.v_scales()});
+    const std::string unit = moments_unit_name(params_.stage(), u);
+    out.push_back({"adam.m.scales." + unit, {blocks}, full ? full_ms_.data() + scale_at_[u] : st.m_scales()});
+    out.push_back({"adam.v.scales." + unit, {blocks}, full ? full_vs_.data() + scale_at_[u] : st.v_scales()});
   }
   return out;
 }

@@ -24,6 +24,10 @@ struct MomentsForm {
   bool operator==(const MomentsForm& o) const { return state == o.state && (state == OptimState::fp32 || q8 == o.q8); }
 };
 
+// The checkpoint's name of a stage's gradient unit u: embed, layers.<global layer> or head (the same on any
+// pipeline split and any tensor-parallel shard).
+std::string moments_unit_name(const ModelStage& stage, size_t u);
+
 class DpMoments {
  public:
   DpMoments(Communicator& comm, const ParamSet& params, const std::vector<GradUnit>& units, DpOptimizer& optimizer,
@@ -42,7 +46,6 @@ class DpMoments {
   NamedTensors views_of(const MomentsForm& f, bool full);
   void full_allocate(const MomentsForm& f);
   void unit_take(size_t u);  // resume: unit u's own part from the full buffers (file_ form) into the optimizer
-  std::string unit_name(size_t u) const;
 
   Communicator& comm_;
   const ParamSet& params_;

@@ -25,7 +25,8 @@ struct DpOptimizerOptions {
   // norm are summed over them too, so every rank of the grid sees the same values.
   Communicator* stages = nullptr;
   // The T tensor-parallel shards of this rank's layers (null: unsharded): the gradient norm sums their shards'
-  // squares, counting the replicated tensors (the norms, alike on every shard) once.
+  // squares, counting the replicated tensors (the norms, alike on every shard) once; with 8-bit moments TP rank 0's
+  // updated norms are broadcast to the others after each step (dp_optimizer.cpp says why).
   Communicator* tensor = nullptr;
 };
 
