@@ -177,21 +177,36 @@ void TrainSession::model_build() {
   skipped_.resize(2 * size_t(B_) * T_);
 }
 
+// A shard reads the whole weights of its stage and keeps its slices (train/session_checkpoint.cpp). The moments, in
+// the form the checkpoint has (fp32 / 8-bit), converted by the scatter when this run keeps the other: fp32 ones
+// whole like the weights; 8-bit ones of the same TP degree, this shard's own (bit for bit in the same format);
+// 8-bit ones of another TP degree decoded into whole fp32 tensors first.
 void TrainSession::resume() {
   if (!opt_.resume.empty()) {
+    const nlohmann::json trainer = checkpoint_inspect(opt_.resume).trainer;
+    const MomentsForm file = moments_form_of(trainer);
+    const int file_tp = moments_tp_of(trainer);
+    const bool q8 = file.state == OptimState::q8, part = grid_.P > 1;
     NamedTensors weights = named_tensors_of(model_->params());
-    // The checkpoint's moments may be in the other form (fp32 / 8-bit): read as written, converted by the scatter.
-    const MomentsForm file = moments_form_of(checkpoint_inspect(opt_.resume).trainer);
-    AGOQ_CHECK(grid_.T == 1 || file.state == OptimState::fp32, "--resume ", opt_.resume,
-               ": its optimizer states are 8-bit, which tensor parallelism cannot resume yet (resume with --tp 1)");
-    NamedTensors moments = dp_->moments_load_views(file);
-    // A shard reads the whole tensors of its stage and keeps its slices (train/session_checkpoint.cpp).
-    WholeTensors whole_weights = whole_tensors_of(weights, model_->params(), grid_.T),
-                 whole_moments = whole_tensors_of(moments, model_->params(), grid_.T);
-    const CheckpointMeta meta = checkpoint_load(opt_.resume, cfg_, whole_weights.views, whole_moments.views,
-                                                /*part=*/grid_.P > 1);
+    WholeTensors whole_weights = whole_tensors_of(weights, model_->params(), grid_.T);
+    CheckpointMeta meta;
+    if (q8 && file_tp == grid_.T) {
+      NamedTensors moments = dp_->moments_load_views(file);
+      if (grid_.T > 1) moments = moments_of_shard(std::move(moments), grid_.tp_rank);
+      meta = checkpoint_load(opt_.resume, cfg_, whole_weights.views, moments, part || grid_.T > 1);
+    } else {
+      NamedTensors moments = dp_->moments_load_views(q8 ? MomentsForm{} : file);
+      WholeTensors whole_moments = whole_tensors_of(moments, model_->params(), grid_.T);
+      if (q8) {
+        Q8FileMoments stored(cfg_, stages_[grid_.stage], file, file_tp);
+        meta = checkpoint_load(opt_.resume, cfg_, whole_weights.views, stored.tensors, part);
+        stored.decode(cfg_, whole_moments.views);
+      } else {
+        meta = checkpoint_load(opt_.resume, cfg_, whole_weights.views, whole_moments.views, part);
+      }
+      whole_tensors_slice(whole_moments, moments, grid_.tp_rank);
+    }
     whole_tensors_slice(whole_weights, weights, grid_.tp_rank);
-    whole_tensors_slice(whole_moments, moments, grid_.tp_rank);
     dp_->moments_scatter();
     step_ = meta.step;
     loader_->set_state(resume_loader_state(meta, opt_.resume));

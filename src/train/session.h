@@ -108,6 +108,34 @@ void whole_tensors_slice(const WholeTensors& whole, const NamedTensors& shard, i
 // TP rank 0 receives the other shards' tensors into `whole` (which holds its own slices first); the others send
 // theirs. Collective over tp.
 void whole_tensors_gather(WholeTensors& whole, const NamedTensors& shard, Communicator& tp);
+// 8-bit moments under tensor parallelism are saved per shard (docs/checkpoint-format.md): shard r's tensors under
+// the names of a one-shard run prefixed "tp<r>.". moments_of_shard renames a shard's views so; moments_tp_of reads
+// the checkpoint's TP degree (trainer.json "tp"; absent: 1).
+NamedTensors moments_of_shard(NamedTensors moments, int tp_rank);
+int moments_tp_of(const nlohmann::json& trainer);
+// A checkpoint's 8-bit moments of one pipeline stage as written by a run of T shards (T = 1: whole tensors), in
+// buffers of their own (workspace, ckpt.moments) to checkpoint_load into (`tensors`), then decoded into the whole
+// fp32 moments adam.m.<name> / adam.v.<name> of the stage: the resume of another TP degree, converting.
+struct Q8FileMoments {
+  Q8FileMoments(const LlamaConfig& cfg, ModelStage stage, const MomentsForm& file, int T);
+  void decode(const LlamaConfig& cfg, const NamedTensors& whole);
+  NamedTensors tensors;
+
+ private:
+  struct Shard {
+    ModelStage stage;
+    std::vector<GradRange> units;
+    size_t blocks, at;  // the shard's scales per moment; its bytes' start
+  };
+  size_t values(int r) const;
+  int8_t* m_codes(int r);
+  uint8_t* v_codes(int r);
+  float* m_scales(int r);
+  float* v_scales(int r);
+  AdamQ8Format form;
+  std::vector<Shard> shards;
+  Buffer<uint8_t> bytes;
+};
 // Where the data loader stood at the checkpoint (its trainer.json); errors name the checkpoint and what is wrong.
 DataLoader::State resume_loader_state(const CheckpointMeta& meta, const std::string& dir);
 // The moments' form a checkpoint was written with (trainer.json "optim_state", "optim_q8"; absent: fp32).

@@ -10,6 +10,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "parallel/grad_store.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
 #include "train/session.h"
@@ -62,9 +63,27 @@ NamedTensors tensors_of_description(const std::string& text, Buffer<uint8_t>& by
   return out;
 }
 
+// Tensors to `to` (their description, then their bytes one by one), and received there into `bytes`.
+void tensors_send(Communicator& c, const NamedTensors& ts, int to, int tag) {
+  const std::string what = tensors_describe(ts);
+  const uint64_t len = what.size();
+  c.send(&len, sizeof len, to, tag);
+  c.send(what.data(), len, to, tag);
+  for (const NamedTensor& t : ts) c.send(tensor_ptr(t), tensor_bytes(t), to, tag);
+}
+NamedTensors tensors_recv(Communicator& c, int from, int tag, Buffer<uint8_t>& bytes) {
+  uint64_t len = 0;
+  c.recv(&len, sizeof len, from, tag);
+  std::string what(len, '\0');
+  c.recv(what.data(), len, from, tag);
+  NamedTensors ts = tensors_of_description(what, bytes);
+  for (NamedTensor& t : ts) c.recv(tensor_ptr(t), tensor_bytes(t), from, tag);
+  return ts;
+}
+
 // Checkpoints of a pipeline: every stage's first replica sends its weights (tensor by tensor, in its named order)
-// and its moments (their description, then tensor by tensor) to stage 0, which then holds the whole model's views
-// for checkpoint_save. `held` keeps the received tensors alive until the save.
+// and its moments (tensors_send) to stage 0, which then holds the whole model's views for checkpoint_save. `held`
+// keeps the received tensors alive until the save.
 struct GatheredTensors {
   std::vector<ParamSet> weights;
   std::vector<Buffer<uint8_t>> moments;
@@ -74,11 +93,7 @@ void stages_gather_tensors(Communicator& pipe, const LlamaConfig& cfg, const std
   constexpr int kTag = 21;
   if (pipe.rank() != 0) {
     for (const NamedTensor& t : weights) pipe.send(t.data, tensor_bytes(t), 0, kTag);
-    const std::string what = tensors_describe(moments);
-    const uint64_t len = what.size();
-    pipe.send(&len, sizeof len, 0, kTag);
-    pipe.send(what.data(), len, 0, kTag);
-    for (const NamedTensor& t : moments) pipe.send(tensor_ptr(t), tensor_bytes(t), 0, kTag);
+    tensors_send(pipe, moments, 0, kTag);
     return;
   }
   held.weights.reserve(stages.size());  // the references below must survive the next emplace_back
@@ -90,15 +105,23 @@ void stages_gather_tensors(Communicator& pipe, const LlamaConfig& cfg, const std
     for (const ParamTensor& t : w.named()) weights.push_back({t.name, t.shape, t.data});
     for (size_t i = first_weight; i < weights.size(); ++i)
       pipe.recv(weights[i].data, tensor_bytes(weights[i]), s, kTag);
-    uint64_t len = 0;
-    pipe.recv(&len, sizeof len, s, kTag);
-    std::string what(len, '\0');
-    pipe.recv(what.data(), len, s, kTag);
-    for (NamedTensor& t : tensors_of_description(what, held.moments.emplace_back())) {
-      pipe.recv(tensor_ptr(t), tensor_bytes(t), s, kTag);
-      moments.push_back(std::move(t));
-    }
+    for (NamedTensor& t : tensors_recv(pipe, s, kTag, held.moments.emplace_back())) moments.push_back(std::move(t));
   }
+}
+
+// 8-bit moments under tensor parallelism: every shard's codes and scales as they are (their blocks run over the
+// shard's own layout, which no whole tensor has), named tp<r>.<name>, on TP rank 0; empty on the others.
+NamedTensors shards_gather_moments(Communicator& tp, const NamedTensors& mine, GatheredTensors& held) {
+  constexpr int kTag = 23;
+  if (tp.rank() != 0) {
+    tensors_send(tp, mine, 0, kTag);
+    return {};
+  }
+  NamedTensors out = moments_of_shard(mine, 0);
+  for (int r = 1; r < tp.size(); ++r)
+    for (NamedTensor& t : moments_of_shard(tensors_recv(tp, r, kTag, held.moments.emplace_back()), r))
+      out.push_back(std::move(t));
+  return out;
 }
 
 // Shard r of T of a tensor split along `split` (model_tensor_slice; -1: the same tensor) to its place in the whole
@@ -211,6 +234,84 @@ void whole_tensors_gather(WholeTensors& whole, const NamedTensors& shard, Commun
     }
 }
 
+NamedTensors moments_of_shard(NamedTensors moments, int tp_rank) {
+  for (NamedTensor& t : moments) t.name = "tp" + std::to_string(tp_rank) + "." + t.name;
+  return moments;
+}
+
+int moments_tp_of(const nlohmann::json& trainer) {
+  const int T = trainer.is_object() && trainer.contains("tp") ? trainer["tp"].get<int>() : 1;
+  AGOQ_CHECK(T >= 1, "checkpoint's trainer.json: tp must be >= 1 (got ", T, ")");
+  return T;
+}
+
+Q8FileMoments::Q8FileMoments(const LlamaConfig& cfg, ModelStage stage, const MomentsForm& f, int T) : form(f.q8) {
+  stage.tp = 1, stage.tp_rank = 0;
+  const size_t B = size_t(form.block);
+  auto up64 = [](size_t n) { return (n + 63) / 64 * 64; };
+  size_t total = 0;
+  for (int r = 0; r < T; ++r) {  // per shard: m codes, v codes, m scales, v scales (64-byte aligned each)
+    Shard& sh = shards.emplace_back(Shard{model_stage_shard(cfg, stage, T, r), {}, 0, 0});
+    sh.units = grad_units_of(cfg, sh.stage);
+    const size_t n = sh.units.back().end;
+    for (const GradRange& u : sh.units) sh.blocks += adam_q8_blocks(u.size(), int(B));
+    sh.at = total, total += 2 * up64(n) + 2 * up64(sh.blocks * sizeof(float));
+  }
+  bytes = Buffer<uint8_t>(total, MemCategory::workspace, "ckpt.moments");
+  for (int r = 0; r < T; ++r) {
+    const Shard& sh = shards[r];
+    const std::string pre = T > 1 ? "tp" + std::to_string(r) + "." : "";
+    size_t off = 0;
+    for (const HfTensor& t : hf_tensors(cfg, sh.stage)) {
+      tensors.push_back({pre + "adam.m." + t.name, t.shape, nullptr, "I8", m_codes(r) + off});
+      tensors.push_back({pre + "adam.v." + t.name, t.shape, nullptr, "U8", v_codes(r) + off});
+      off += size_t(safetensors_numel(t.shape));
+    }
+    for (size_t u = 0, b = 0; u < sh.units.size(); b += adam_q8_blocks(sh.units[u].size(), int(B)), ++u) {
+      const std::string unit = moments_unit_name(sh.stage, u);
+      const int64_t nb = int64_t(adam_q8_blocks(sh.units[u].size(), int(B)));
+      tensors.push_back({pre + "adam.m.scales." + unit, {nb}, m_scales(r) + b});
+      tensors.push_back({pre + "adam.v.scales." + unit, {nb}, v_scales(r) + b});
+    }
+  }
+}
+
+size_t Q8FileMoments::values(int r) const { return shards[r].units.back().end; }
+int8_t* Q8FileMoments::m_codes(int r) { return reinterpret_cast<int8_t*>(bytes.data() + shards[r].at); }
+uint8_t* Q8FileMoments::v_codes(int r) { return bytes.data() + shards[r].at + (values(r) + 63) / 64 * 64; }
+float* Q8FileMoments::m_scales(int r) {
+  return reinterpret_cast<float*>(bytes.data() + shards[r].at + 2 * ((values(r) + 63) / 64 * 64));
+}
+float* Q8FileMoments::v_scales(int r) { return m_scales(r) + (shards[r].blocks + 15) / 16 * 16; }
+
+void Q8FileMoments::decode(const LlamaConfig& cfg, const NamedTensors& whole) {
+  std::unordered_map<std::string, float*> into;
+  for (const NamedTensor& t : whole) into[t.name] = t.data;
+  const int T = int(shards.size());
+  for (int r = 0; r < T; ++r) {  // one shard's fp32 moments at a time
+    const Shard& sh = shards[r];
+    Buffer<float> m(values(r), MemCategory::workspace, "ckpt.moments"), v(values(r), MemCategory::workspace,
+                                                                            "ckpt.moments");
+    for (size_t u = 0, b = 0; u < sh.units.size(); b += adam_q8_blocks(sh.units[u].size(), form.block), ++u) {
+      const GradRange& g = sh.units[u];
+      adam_q8_decode(form, m_codes(r) + g.begin, v_codes(r) + g.begin, m_scales(r) + b, v_scales(r) + b, g.size(),
+                     m.data() + g.begin, v.data() + g.begin);
+    }
+    size_t off = 0;
+    for (const HfTensor& t : hf_tensors(cfg, sh.stage)) {
+      const int split = model_tensor_split_dim(t.role);
+      if (split >= 0 || r == 0) {  // replicated (the norms): TP rank 0's, as for the weights
+        for (auto [name, from] : {std::pair{"adam.m." + t.name, m.data()}, std::pair{"adam.v." + t.name, v.data()}}) {
+          const auto it = into.find(name);
+          AGOQ_CHECK(it != into.end(), "moment ", name, " is not one of the run's (internal)");
+          shard_copy(from + off, it->second, t.shape, split, T, r, true);
+        }
+      }
+      off += size_t(safetensors_numel(t.shape));
+    }
+  }
+}
+
 DataLoader::State resume_loader_state(const CheckpointMeta& meta, const std::string& dir) {
   const nlohmann::json* loader = meta.trainer.is_object() && meta.trainer.contains("loader") ? &meta.trainer["loader"]
                                                                                               : nullptr;
@@ -234,10 +335,15 @@ void TrainSession::checkpoint(long at_step) {
     if (grid_.T > 1) {  // the shards' tensors, whole on TP rank 0
       const bool root = grid_.tp_rank == 0;
       whole_weights = whole_tensors_of(weights, model_->params(), grid_.T, root);
-      whole_moments = whole_tensors_of(moments, model_->params(), grid_.T, root);
       whole_tensors_gather(whole_weights, weights, *grid_.tp);
-      whole_tensors_gather(whole_moments, moments, *grid_.tp);
-      weights = whole_weights.views, moments = whole_moments.views;
+      weights = whole_weights.views;
+      if (opt_.adam.state == OptimState::q8) {
+        moments = shards_gather_moments(*grid_.tp, moments, held);
+      } else {
+        whole_moments = whole_tensors_of(moments, model_->params(), grid_.T, root);
+        whole_tensors_gather(whole_moments, moments, *grid_.tp);
+        moments = whole_moments.views;
+      }
     }
     if (grid_.P > 1 && grid_.tp_rank == 0) stages_gather_tensors(*grid_.pipe, cfg_, stages_, weights, moments, held);
   }

@@ -18,8 +18,6 @@ namespace fs = std::filesystem;
 void train_options_validate(const TrainOptions& o) {
   AGOQ_CHECK(o.batch >= 1, "--batch must be >= 1 (got ", o.batch, ")");
   AGOQ_CHECK(o.seq >= 1, "--seq must be >= 1 (got ", o.seq, ")");
-  AGOQ_CHECK(o.tp == 1 || o.adam.state == OptimState::fp32,
-             "--optim-state q8 with --tp > 1 is not supported yet (8-bit moments are not gathered across shards)");
   AGOQ_CHECK(o.accum >= 1, "--accum must be >= 1 (got ", o.accum, ")");
   AGOQ_CHECK(o.steps >= 1, "--steps must be >= 1 (got ", o.steps, ")");
   AGOQ_CHECK(o.warmup >= 0, "--warmup must be >= 0 (got ", o.warmup, ")");

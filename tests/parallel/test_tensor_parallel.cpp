@@ -109,6 +109,64 @@ TEST(TensorParallel, CheckpointResumesOnOneProcess) {
   shared_cleanup(data);
 }
 
+// 8-bit moments under TP 2 (np 4: TP 2 x PP 2): the curve near one process's with 8-bit moments (their blocks lie
+// otherwise on a shard, so the rounding differs: the q8 states' tolerance, test_data_parallel.cpp); a resume on the
+// same grid bit-identical (each shard's codes and scales saved as they are, the norms the same on every shard); the
+// checkpoint resumed on one process and a one-process checkpoint resumed on TP 2 (converting through fp32: the
+// first loss is the weights', the rest near the straight run's).
+TEST(TensorParallel, Q8StatesTrainResumeAndConvert) {
+  const int W = world().size();
+  if (W < 2 || W % 2 != 0) GTEST_SKIP() << "tensor parallelism needs mpirun -np 2 or 4";
+  const fs::path data = shared_data("tpq8", kVocab);
+  TrainOptions o = tp_tiny(data, "straight", 2, 2);
+  o.pp = W / 2, o.eval_every = 0, o.adam.state = OptimState::q8;
+  const TrainResult ref = single_reference(o, 1);
+  o.out_dir = (data / "tp").string();
+  expect_resume_bit_identical(o, data / "tp");
+  o.out_dir = (data / "again").string();
+  const TrainResult straight = train_run(o);  // expect_resume_bit_identical's straight run again
+  auto expect_continues = [&](const TrainResult& rest, const TrainResult& want, const char* what) {
+    if (world().rank() != 0) return;
+    ASSERT_EQ(rest.losses.size(), 4u) << what;
+    const std::vector<float> tail(want.losses.begin() + 4, want.losses.end());
+    const double first = std::abs(double(rest.losses[0]) - tail[0]) / tail[0], d = max_rel_diff(rest.losses, tail);
+    std::printf("[ measured ] %s: first loss %.2e, losses %.2e\n", what, first, d);
+    EXPECT_LE(first, 1e-5) << what;
+    EXPECT_LE(d, 1e-3) << what;
+  };
+  if (world().rank() == 0) {
+    const double d = max_rel_diff(straight.losses, ref.losses);
+    std::printf("[ measured ] TP=2 8-bit moments vs one process with 8-bit moments: losses %.2e\n", d);
+    EXPECT_LE(d, 0.02);
+  }
+  TrainOptions half = o;  // TP 2's checkpoint at step 4 on one process
+  half.out_dir = (data / "half").string(), half.stop_after = 4;
+  train_run(half);
+  TrainOptions one = o;
+  one.resume = (data / "half" / "ckpt").string(), one.out_dir = (data / "to_one").string();
+  expect_continues(single_reference(one, 1), straight, "TP=2 8-bit checkpoint resumed on one process");
+  TrainOptions first = o;  // one process's checkpoint at step 4 on TP 2
+  first.out_dir = (data / "one").string(), first.stop_after = 4;
+  single_reference(first, 1);
+  TrainOptions two = o;
+  two.resume = (data / "one_single" / "ckpt").string(), two.out_dir = (data / "to_two").string();
+  expect_continues(train_run(two), ref, "one-process 8-bit checkpoint resumed on TP=2");
+  shared_cleanup(data);
+}
+
+// fp32 moments of TP 2 resumed as 8-bit ones and the reverse, on the same grid.
+TEST(TensorParallel, ResumeConvertsBetweenFp32AndQ8States) {
+  const int W = world().size();
+  if (W < 2 || W % 2 != 0) GTEST_SKIP() << "tensor parallelism needs mpirun -np 2 or 4";
+  const fs::path data = shared_data("tpconvert", kVocab);
+  TrainOptions o = tp_tiny(data, "a", 2, 2);
+  o.pp = W / 2, o.eval_every = 0;
+  expect_resume_converts(o, data / "to_q8", OptimState::fp32, OptimState::q8);
+  o.out_dir = (data / "b").string();
+  expect_resume_converts(o, data / "to_fp32", OptimState::q8, OptimState::fp32);
+  shared_cleanup(data);
+}
+
 // plan_memory_cpu_trainer with this rank's shard against the tracker's peaks, every category, on every rank of
 // TP = W and (np 4) TP 2 x PP 2, fp32 and agoq.
 TEST(TensorParallel, MemoryModelMatchesEveryRank) {
