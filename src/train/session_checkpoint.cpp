@@ -1,6 +1,7 @@
 // TrainSession::checkpoint: every checkpoint is the whole HF model, whatever the grid. ZeRO gathers the moments to a
-// stage's first replica, tensor parallelism a layer's shards to TP rank 0, a pipeline all stages' tensors to rank 0,
-// and rank 0 writes. On resume every rank reads its stage's whole tensors and keeps its shard's slices.
+// stage's first replica, tensor parallelism a layer's shards to TP rank 0 (8-bit moments: each shard's as they are,
+// tp<r>.*), a pipeline all stages' tensors to rank 0, and rank 0 writes. On resume every rank reads its stage's
+// whole tensors and keeps its shard's slices (8-bit moments of the same TP degree: its own; TrainSession::resume).
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
