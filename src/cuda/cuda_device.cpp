@@ -5,7 +5,9 @@
 namespace agoq {
 
 void cuda_check(cudaError_t e, const char* call) {
-  if (e != cudaSuccess) fail("CUDA: ", call, ": ", cudaGetErrorString(e), " (", cudaGetErrorName(e), ")");
+  if (e == cudaSuccess) return;
+  cudaGetLastError();  // reported here: a later launch check must not report it again (it is not sticky)
+  fail("CUDA: ", call, ": ", cudaGetErrorString(e), " (", cudaGetErrorName(e), ")");
 }
 
 std::string cuda_unavailable_reason() {
