@@ -35,11 +35,7 @@ struct RandomWord {
   uint64_t word_index = ~uint64_t(0);
   uint32_t word = 0;
   __device__ uint8_t byte(uint64_t i) {
-    if (i >> 2 != word_index) {
-      word_index = i >> 2;
-      const uint64_t u = (i >> 2) & 7, rev = ((u & 1) << 2) | (u & 2) | (u >> 2);
-      word = philox4x32_words(seed.seed, seed.tensor_id, (i >> 7) * 8 + rev).w[(i >> 5) & 3];
-    }
+    if (i >> 2 != word_index) word_index = i >> 2, word = quant_random_word_at(seed, i);
     return uint8_t(word >> (8 * (i & 3)));
   }
 };

@@ -22,10 +22,13 @@ namespace agoq {
 AGOQ_HD constexpr size_t quant_random_slot(size_t j) { return (j & ~size_t(0x1C)) | ((j >> 1) & 0xC) | ((j & 4) << 2); }
 
 // Element i's byte: byte i % 4 of word (i / 32) % 4 of philox(seed, tensor_id, (i / 128) * 8 + rev3((i / 4) % 8)).
-AGOQ_HD uint8_t quant_random_byte_at(const QuantSeed& s, uint64_t i) {
+// The word holds the bytes of the 4 elements 4 (i / 4) .. 4 (i / 4) + 3 (a kernel may draw it once for them).
+AGOQ_HD uint32_t quant_random_word_at(const QuantSeed& s, uint64_t i) {
   const uint64_t u = (i >> 2) & 7, rev = ((u & 1) << 2) | (u & 2) | (u >> 2);
-  const uint32_t w = philox4x32_words(s.seed, s.tensor_id, (i >> 7) * 8 + rev).w[(i >> 5) & 3];
-  return uint8_t(w >> (8 * (i & 3)));
+  return philox4x32_words(s.seed, s.tensor_id, (i >> 7) * 8 + rev).w[(i >> 5) & 3];
+}
+AGOQ_HD uint8_t quant_random_byte_at(const QuantSeed& s, uint64_t i) {
+  return uint8_t(quant_random_word_at(s, i) >> (8 * (i & 3)));
 }
 // The uniform that byte stands for, (byte + 1/2) / 256 in (0, 1) (for tests and documentation).
 AGOQ_HD float quant_uniform_at(const QuantSeed& s, uint64_t i) {
