@@ -143,7 +143,7 @@ void tile_exp_sub_accumulate(float* s, const float* bias, float* sum, int n) {
   }
 #endif
   for (; r < n; ++r) {
-    s[r] = simd::exp1(s[r] - bias[r]);
+    s[r] = op_exp(s[r] - bias[r]);
     sum[r] += s[r];
   }
 }
@@ -169,7 +169,7 @@ void tile_softmax_grad_row(float* s, float* dp, float lse, float D, int n) {
   }
 #endif
   for (; c < n; ++c) {
-    s[c] = simd::exp1(s[c] - lse);
+    s[c] = op_exp(s[c] - lse);
     dp[c] = s[c] * (dp[c] - D);
   }
 }
@@ -334,7 +334,7 @@ void attention_forward(float* o, float* lse, const float* q, const float* k, con
         // Each query's new running max; key 0 is never masked, so it is finite from the first tile on.
         std::copy(m, m + br, m_new);
         for (int c = 0; c < bc; ++c) tile_max_accumulate(m_new, St + c * br, br);
-        for (int r = 0; r < br; ++r) corr[r] = simd::exp1(m[r] - m_new[r]), l[r] *= corr[r];
+        for (int r = 0; r < br; ++r) corr[r] = op_exp(m[r] - m_new[r]), l[r] *= corr[r];
         for (int c = 0; c < bc; ++c) tile_exp_sub_accumulate(St + c * br, m_new, l, br);
         if (j0 > 0)
           for (int r = 0; r < br; ++r)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "opmath/op_math.h"
 
 namespace agoq {
 namespace {
@@ -80,7 +81,7 @@ float row_exp_sum(float* a, float shift, int n) {
   s = simd::hsum8(acc);
 #endif
   for (; i < n; ++i) {
-    a[i] = simd::exp1(a[i] - shift);
+    a[i] = op_exp(a[i] - shift);
     s += a[i];
   }
   return s;
@@ -115,7 +116,7 @@ void matmul_backward(float* din, float* dw, const float* dout, const float* in, 
 namespace {
 // out_c = x_c · rstd · w_c over one row: the norm's output, in forward and when backward rebuilds it.
 inline void rmsnorm_row_apply(float* out, const float* x, float rstd, const float* w, int C) {
-  for (int c = 0; c < C; ++c) out[c] = x[c] * rstd * w[c];
+  for (int c = 0; c < C; ++c) out[c] = rmsnorm_value(x[c], rstd, w[c]);
 }
 }  // namespace
 
@@ -123,7 +124,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, in
 #pragma omp parallel for schedule(static) if (size_t(N) * C > kParallelElems)
   for (int n = 0; n < N; ++n) {
     const float* xr = x + size_t(n) * C;
-    rstd[n] = 1.0f / std::sqrt(row_dot(xr, xr, C) / float(C) + eps);
+    rstd[n] = rmsnorm_rstd(row_dot(xr, xr, C), C, eps);
     rmsnorm_row_apply(out + size_t(n) * C, xr, rstd[n], w, C);
   }
 }
@@ -143,8 +144,8 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
     const float* doutr = dout + size_t(n) * C;
     float* dxr = dx + size_t(n) * C;
     const float r = rstd[n];
-    const float k = r * r * row_dot3(doutr, xr, w, C) / float(C);
-    for (int c = 0; c < C; ++c) dxr[c] += r * (doutr[c] * w[c] - xr[c] * k);
+    const float k = rmsnorm_dx_coeff(r, row_dot3(doutr, xr, w, C), C);
+    for (int c = 0; c < C; ++c) dxr[c] += rmsnorm_dx_value(doutr[c], w[c], xr[c], r, k);
   }
   // dw_c += Σ_n dout_nc · x_nc · rstd_n, parallel over column blocks, rows summed in order.
   const int n_blocks = (C + kColBlock - 1) / kColBlock;
@@ -156,7 +157,7 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
       const float* xr = x + size_t(n) * C + c0;
       const float* doutr = dout + size_t(n) * C + c0;
       const float r = rstd[n];
-      for (int c = 0; c < nc; ++c) acc[c] += doutr[c] * xr[c] * r;
+      for (int c = 0; c < nc; ++c) acc[c] += rmsnorm_dw_term(doutr[c], xr[c], r);
     }
     for (int c = 0; c < nc; ++c) dw[c0 + c] += acc[c];
   }
@@ -189,9 +190,8 @@ void rope_rotate(float* x, const float* cos, const float* sin, int N, int T, int
       float* x1 = x + (size_t(n) * n_heads + h) * hd;
       float* x2 = x1 + half;
       for (int i = 0; i < half; ++i) {
-        const float a = x1[i], b = x2[i], c = cr[i], s = sign * sr[i];
-        x1[i] = a * c - b * s;
-        x2[i] = b * c + a * s;
+        const RopePair r = rope_rotate_pair(x1[i], x2[i], cr[i], sign * sr[i]);
+        x1[i] = r.a, x2[i] = r.b;
       }
     }
   }
@@ -219,7 +219,6 @@ void for_each_chunk(size_t n, const Body& body) {
   for (size_t ch = 0; ch < n_chunks; ++ch) body(ch * kChunk, std::min(n, ch * kChunk + kChunk));
 }
 
-inline float sigmoid1(float g) { return 1.0f / (1.0f + simd::exp1(-g)); }
 #if AGOQ_AVX2
 inline __m256 sigmoid8(__m256 g) {
   const __m256 one = _mm256_set1_ps(1.0f);
@@ -236,7 +235,7 @@ void swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
       _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(g, sigmoid8(g)), _mm256_loadu_ps(up + i)));
     }
 #endif
-    for (; i < end; ++i) out[i] = gate[i] * sigmoid1(gate[i]) * up[i];
+    for (; i < end; ++i) out[i] = swiglu_value(gate[i], up[i]);
   });
 }
 
@@ -253,10 +252,8 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
     }
 #endif
     for (; i < end; ++i) {
-      const float g = gate[i], sig = sigmoid1(g), silu = g * sig;
-      const float dsilu = std::fma(-silu, sig, sig + silu);
-      dgate[i] = dout[i] * up[i] * dsilu;
-      dup[i] = dout[i] * silu;
+      const SwigluGrads d = swiglu_grads(dout[i], gate[i], up[i]);
+      dgate[i] = d.dgate, dup[i] = d.dup;
     }
   });
 }
@@ -301,8 +298,8 @@ void crossentropy_shard_finish(float* logits_to_dlogits, float* losses, const in
       continue;
     }
     const float sum = sums[2 * n];
-    losses[n] = row_max[n] + std::log(sum) - sums[2 * n + 1];
-    const float k = dloss_scale / sum;
+    losses[n] = crossentropy_loss(row_max[n], sum, sums[2 * n + 1]);
+    const float k = crossentropy_grad_factor(sum, dloss_scale);
     for (int v = 0; v < V; ++v) z[v] *= k;
     const int t = targets[n] - v_begin;
     if (t >= 0 && t < V) z[t] -= dloss_scale;

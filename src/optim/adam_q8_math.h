@@ -1,29 +1,15 @@
-// The per-element arithmetic of AdamW with 8-bit states (optim/adam_q8.h), one small function per operation. The
-// AVX2 kernel in adam_q8.cpp performs exactly these fp32 operations in the same order (std::fma where it uses
-// _mm256_fmadd_ps), so both paths give the same bits; tests/optim compares them and a float64 reference.
+// The per-element arithmetic of AdamW's 8-bit states (optim/adam_q8.h), one small function per operation; the
+// update itself is opmath/adamw_math.h's. The AVX2 kernel in adam_q8.cpp performs exactly these fp32 operations in
+// the same order (std::fma where it uses _mm256_fmadd_ps), so both paths give the same bits; tests/optim compares
+// them and a float64 reference.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "opmath/adamw_math.h"
+
 namespace agoq {
-
-// The step's constants (bias corrections folded in, as in the fp32 AdamW).
-struct AdamStepCoeffs {
-  float b1, one_minus_b1, b2, one_minus_b2;
-  float step_size;     // lr / (1 - beta1^t)
-  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
-  float eps;
-};
-
-inline float adam_m_next(float m, float g, const AdamStepCoeffs& k) { return std::fma(k.b1, m, k.one_minus_b1 * g); }
-inline float adam_v_next(float v, float g, const AdamStepCoeffs& k) {
-  return std::fma(k.b2, v, k.one_minus_b2 * (g * g));
-}
-// p * decay - step_size * m / (sqrt(v) / sqrt(1 - beta2^t) + eps), from sqrt(v) (which the v code reuses).
-inline float adam_param_next(float p, float decay, float m, float sqrt_v, const AdamStepCoeffs& k) {
-  return std::fma(-k.step_size, m / std::fma(sqrt_v, k.inv_sqrt_bc2, k.eps), p * decay);
-}
 
 // ---- the state mappings: a value x is stored as the code round(r(x) * Q / s) with r(x) = sign(x) |x|^(1/root),
 // s the block's max |r(x)| (the block scale) and Q = 127 (m, signed) or 255 (v, unsigned). Decoding: r = code * s /

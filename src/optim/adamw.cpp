@@ -33,12 +33,9 @@ AdamW::AdamW(const ParamSet& layout, const AdamWConfig& cfg, size_t begin, size_
 void AdamW::step(float* params, const float* grads, float lr, long step, size_t from, size_t to) {
   AGOQ_CHECK(begin_ <= from && from <= to && to <= end_, "AdamW step of [", from, ", ", to, ") outside its [", begin_,
              ", ", end_, ") (internal)");
-  const float b1 = cfg_.beta1, b2 = cfg_.beta2, eps = cfg_.eps;
-  const float bc1 = 1.0f - std::pow(b1, float(step)), bc2 = 1.0f - std::pow(b2, float(step));
-  const float step_size = lr / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
+  const AdamStepCoeffs k = adam_step_coeffs(cfg_.beta1, cfg_.beta2, cfg_.eps, lr, step);
   const float decay_factor = 1.0f - lr * cfg_.weight_decay;
   if (q8()) {
-    const AdamStepCoeffs k{b1, 1.0f - b1, b2, 1.0f - b2, step_size, inv_sqrt_bc2, eps};
     q8_.step(params + begin_, grads + begin_, k, decay_factor, runs_, step, from - begin_, to - begin_);
     return;
   }
@@ -50,12 +47,7 @@ void AdamW::step(float* params, const float* grads, float lr, long step, size_t 
     const float* gr = grads + begin_;
     const size_t i0 = std::max(s.begin, from - begin_), i1 = std::min(s.end, to - begin_);
 #pragma omp parallel for simd schedule(static) if (i1 > i0 + 32768)
-    for (size_t i = i0; i < i1; ++i) {
-      const float g = gr[i];
-      m[i] = b1 * m[i] + (1.0f - b1) * g;
-      v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-      p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
-    }
+    for (size_t i = i0; i < i1; ++i) adamw_update(p[i], m[i], v[i], gr[i], decay, k);
   }
 }
 
