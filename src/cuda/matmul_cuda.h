@@ -1,0 +1,44 @@
+// The linear layers' GEMMs on the device through cuBLASLt: ops.h's matmul_forward / matmul_backward with the same
+// row-major (N, in) activations and Hugging Face (out, in) weights. The inputs of one call are all fp32 or all bf16
+// (the bf16 copy of the weights that mixed precision computes with, and bf16 activations); products accumulate in
+// fp32 (CUBLAS_COMPUTE_32F, never TF32) and the outputs are fp32, so the weight gradients accumulate in fp32 as
+// Megatron's main_grad does. Errors are one line naming the call and cuBLAS's reason.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/device_buffer.h"
+
+namespace agoq {
+
+enum class CudaDtype : uint8_t { f32, bf16 };  // bf16 as uint16_t bits (quant/half.h's rounding)
+
+class CudaMatmul {
+ public:
+  // The cuBLASLt handle and its workspace (tracked, category workspace) for GEMMs on `stream`.
+  explicit CudaMatmul(cudaStream_t stream = 0, size_t workspace_bytes = size_t(32) << 20);
+  ~CudaMatmul();
+  CudaMatmul(const CudaMatmul&) = delete;
+  CudaMatmul& operator=(const CudaMatmul&) = delete;
+
+  // out (N, out_dim) = in (N, in_dim) · wᵀ, w (out_dim, in_dim).
+  void forward(float* out, const void* in, const void* w, CudaDtype t, int N, int in_dim, int out_dim);
+  // din (N, in_dim) = dout · w (OVERWRITES, or ACCUMULATES when accumulate_din; skipped when null);
+  // dw (out_dim, in_dim) += doutᵀ · in (ACCUMULATES; skipped when null). dout, in and w have type t.
+  void backward(float* din, float* dw, const void* dout, const void* in, const void* w, CudaDtype t, int N,
+                int in_dim, int out_dim, bool accumulate_din = false);
+
+ private:
+  // Column-major D (m, n) = op(A) · op(B) + beta · D, A stored (a_rows, a_cols) with leading dimension a_rows.
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda, const void* B, int ldb,
+            float beta, float* D, int ldd, CudaDtype t);
+
+  cublasLtHandle_t handle_ = nullptr;
+  cudaStream_t stream_;
+  DeviceBuffer<uint8_t> workspace_;
+};
+
+}  // namespace agoq
