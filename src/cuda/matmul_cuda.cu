@@ -6,6 +6,8 @@
 //             dw += doutᵀ · in   is   dwᵀ (in_dim, out_dim) += (in: (in_dim, N)) · (dout: (out_dim, N))ᵀ
 #include "cuda/matmul_cuda.h"
 
+#include <utility>
+
 #include "core/error.h"
 #include "cuda/cuda_check.h"
 
@@ -45,42 +47,77 @@ CudaMatmul::~CudaMatmul() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-void CudaMatmul::gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda, const void* B,
-                      int ldb, float beta, float* D, int ldd, CudaDtype t) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {  // an empty sum (no rows): D = beta · D, beta being 0 or 1
-    if (beta == 0.f) AGOQ_CUDA_CHECK(cudaMemsetAsync(D, 0, size_t(ldd) * n * sizeof(float), stream_));
+void CudaMatmul::gemm(const CudaGemm& g) {
+  if (g.m <= 0 || g.n <= 0 || g.batch <= 0) return;
+  AGOQ_CHECK(g.batch == 1 || (g.stride_a && g.stride_b && g.stride_d), "CUDA gemm: a batch needs non-zero strides");
+  if (g.k <= 0) {  // an empty sum: D = beta · D, beta being 0 or 1
+    AGOQ_CHECK(g.beta == 0.f || g.beta == 1.f, "CUDA gemm: an empty product with beta ", g.beta);
+    if (g.beta == 0.f)
+      for (int i = 0; i < g.batch; ++i)
+        AGOQ_CUDA_CHECK(cudaMemset2DAsync(g.D + i * g.stride_d, size_t(g.ldd) * sizeof(float), 0,
+                                          size_t(g.m) * sizeof(float), size_t(g.n), stream_));
     return;
   }
-  GemmDescs g;
-  AGOQ_BLAS_CHECK(cublasLtMatmulDescCreate(&g.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  AGOQ_BLAS_CHECK(cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  AGOQ_BLAS_CHECK(cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  // Layouts of the stored matrices (before op): A is (m, k) or, transposed, (k, m); B (k, n) or (n, k).
-  AGOQ_BLAS_CHECK(cublasLtMatrixLayoutCreate(&g.a, data_type(t), trans_a ? k : m, trans_a ? m : k, lda));
-  AGOQ_BLAS_CHECK(cublasLtMatrixLayoutCreate(&g.b, data_type(t), trans_b ? n : k, trans_b ? k : n, ldb));
-  AGOQ_BLAS_CHECK(cublasLtMatrixLayoutCreate(&g.d, CUDA_R_32F, m, n, ldd));
-  AGOQ_BLAS_CHECK(cublasLtMatmulPreferenceCreate(&g.pref));
+  GemmDescs d;
+  AGOQ_BLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  AGOQ_BLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  AGOQ_BLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  // The stored matrices' shapes (before op).
+  const cudaDataType_t in_type = data_type(g.type);
+  AGOQ_BLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, in_type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
+  AGOQ_BLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, in_type, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
+  AGOQ_BLAS_CHECK(cublasLtMatrixLayoutCreate(&d.d, CUDA_R_32F, g.m, g.n, g.ldd));
+  if (g.batch > 1) {
+    const int32_t count = g.batch;
+    const std::pair<cublasLtMatrixLayout_t, int64_t> layouts[] = {
+        {d.a, g.stride_a}, {d.b, g.stride_b}, {d.d, g.stride_d}};
+    for (const auto& [layout, stride] : layouts) {
+      AGOQ_BLAS_CHECK(
+          cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+      AGOQ_BLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                       sizeof stride));
+    }
+  }
+  AGOQ_BLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
   const uint64_t ws = workspace_.bytes();
-  AGOQ_BLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(g.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  AGOQ_BLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
   cublasLtMatmulHeuristicResult_t algo{};
   int found = 0;
-  AGOQ_BLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, g.op, g.a, g.b, g.d, g.d, g.pref, 1, &algo, &found));
-  AGOQ_CHECK(found > 0, "cuBLASLt: no algorithm for a ", m, "x", n, "x", k, " GEMM");
-  const float alpha = 1.0f;
-  AGOQ_BLAS_CHECK(cublasLtMatmul(handle_, g.op, &alpha, A, g.a, B, g.b, &beta, D, g.d, D, g.d, &algo.algo,
-                                 workspace_.data(), workspace_.bytes(), stream_));
+  AGOQ_BLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.d, d.d, d.pref, 1, &algo, &found));
+  AGOQ_CHECK(found > 0, "cuBLASLt: no algorithm for a ", g.m, "x", g.n, "x", g.k, " GEMM");
+  AGOQ_BLAS_CHECK(cublasLtMatmul(handle_, d.op, &g.alpha, g.A, d.a, g.B, d.b, &g.beta, g.D, d.d, g.D, d.d,
+                                 &algo.algo, workspace_.data(), workspace_.bytes(), stream_));
 }
 
 void CudaMatmul::forward(float* out, const void* in, const void* w, CudaDtype t, int N, int in_dim, int out_dim) {
-  gemm(true, false, out_dim, N, in_dim, w, in_dim, in, in_dim, 0.f, out, out_dim, t);
+  CudaGemm g;
+  g.m = out_dim, g.n = N, g.k = in_dim, g.type = t;
+  g.A = w, g.lda = in_dim, g.trans_a = true;
+  g.B = in, g.ldb = in_dim;
+  g.D = out, g.ldd = out_dim;
+  gemm(g);
 }
 
 void CudaMatmul::backward(float* din, float* dw, const void* dout, const void* in, const void* w, CudaDtype t, int N,
                           int in_dim, int out_dim, bool accumulate_din) {
-  if (din) gemm(false, false, in_dim, N, out_dim, w, in_dim, dout, out_dim, accumulate_din ? 1.f : 0.f, din, in_dim, t);
-  if (dw) gemm(false, true, in_dim, out_dim, N, in, in_dim, dout, out_dim, 1.f, dw, in_dim, t);
+  if (din) {
+    CudaGemm g;
+    g.m = in_dim, g.n = N, g.k = out_dim, g.type = t, g.beta = accumulate_din ? 1.f : 0.f;
+    g.A = w, g.lda = in_dim;
+    g.B = dout, g.ldb = out_dim;
+    g.D = din, g.ldd = in_dim;
+    gemm(g);
+  }
+  if (dw) {
+    CudaGemm g;
+    g.m = in_dim, g.n = out_dim, g.k = N, g.type = t, g.beta = 1.f;
+    g.A = in, g.lda = in_dim;
+    g.B = dout, g.ldb = out_dim, g.trans_b = true;
+    g.D = dw, g.ldd = in_dim;
+    gemm(g);
+  }
 }
 
 }  // namespace agoq

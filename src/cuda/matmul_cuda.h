@@ -16,6 +16,27 @@ namespace agoq {
 
 enum class CudaDtype : uint8_t { f32, bf16 };  // bf16 as uint16_t bits (quant/half.h's rounding)
 
+// One column-major GEMM, `batch` times: D_i (m, n) = alpha · op(A_i) · op(B_i) + beta · D_i, where X_i starts
+// stride_x elements after X_{i-1}. A is stored (m, k), or (k, m) when trans_a; B (k, n), or (n, k) when trans_b.
+// A and B have type `type`, D is fp32. Strides must be non-zero when batch > 1 (outputs never alias).
+struct CudaGemm {
+  int m = 0, n = 0, k = 0;
+  const void* A = nullptr;
+  int lda = 0;
+  bool trans_a = false;
+  long long stride_a = 0;
+  const void* B = nullptr;
+  int ldb = 0;
+  bool trans_b = false;
+  long long stride_b = 0;
+  float* D = nullptr;
+  int ldd = 0;
+  long long stride_d = 0;
+  float alpha = 1.f, beta = 0.f;
+  int batch = 1;
+  CudaDtype type = CudaDtype::f32;
+};
+
 class CudaMatmul {
  public:
   // The cuBLASLt handle and its workspace (tracked, category workspace) for GEMMs on `stream`.
@@ -30,11 +51,10 @@ class CudaMatmul {
   // dw (out_dim, in_dim) += doutᵀ · in (ACCUMULATES; skipped when null). dout, in and w have type t.
   void backward(float* din, float* dw, const void* dout, const void* in, const void* w, CudaDtype t, int N,
                 int in_dim, int out_dim, bool accumulate_din = false);
+  // Any GEMM of the layers (attention's per-block products use this).
+  void gemm(const CudaGemm& g);
 
  private:
-  // Column-major D (m, n) = op(A) · op(B) + beta · D, A stored (a_rows, a_cols) with leading dimension a_rows.
-  void gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda, const void* B, int ldb,
-            float beta, float* D, int ldd, CudaDtype t);
 
   cublasLtHandle_t handle_ = nullptr;
   cudaStream_t stream_;
