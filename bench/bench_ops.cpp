@@ -17,9 +17,13 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "core/memory.h"
 #include "core/rng.h"
 #include "model/ops.h"
+#if AGOQ_HAVE_CUDA
+#include "bench/cuda/bench_cuda.h"
+#endif
 
 namespace agoq {
 namespace {
@@ -27,10 +31,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Args {
+  std::string device = "cpu";
   bool json = false;
   bool cpu_time = false;
   int reps = 10;
   int B = 8, T = 256, dim = 256, heads = 8, kv_heads = 8, ffn = 688, vocab = 4096;
+  double peak_tflops = 989;  // --device cuda: the bf16 dense peak for MFU
 };
 
 double now_seconds(bool cpu_time) {
@@ -193,7 +199,26 @@ const CliCommand kBenchOps("bench", 30, [](CLI::App& bench) {
   c->add_option("--kv-heads", args->kv_heads, "key/value heads")->capture_default_str();
   c->add_option("--ffn", args->ffn, "feed-forward dimension")->capture_default_str();
   c->add_option("--vocab", args->vocab, "vocabulary size")->capture_default_str();
-  c->callback([args] { bench_ops_run(*args); });
+  c->add_option("--device", args->device, "cpu, or cuda (a llama-8b layer's shapes unless given; docs/cuda.md)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  c->add_option("--peak-tflops", args->peak_tflops, "--device cuda: the GPU's bf16 dense peak, for MFU")
+      ->capture_default_str();
+  c->callback([args, c] {
+    if (args->device == "cpu") return bench_ops_run(*args);
+#if AGOQ_HAVE_CUDA
+    BenchOpsCudaOptions g;  // the GPU's defaults, overridden by the shape flags given
+    auto given = [&](const char* flag, int& into, int value) {
+      if (c->count(flag)) into = value;
+    };
+    given("--batch", g.B, args->B), given("--seq", g.T, args->T), given("--dim", g.dim, args->dim);
+    given("--heads", g.heads, args->heads), given("--kv-heads", g.kv_heads, args->kv_heads);
+    given("--ffn", g.ffn, args->ffn), given("--reps", g.reps, args->reps);
+    g.json = args->json, g.peak_tflops = args->peak_tflops;
+    bench_ops_cuda(g);
+#else
+    fail("--device cuda: this agoq was built without the CUDA backend (no nvcc at configure time, or -DAGOQ_CUDA=OFF)");
+#endif
+  });
 });
 
 }  // namespace

@@ -51,7 +51,8 @@ grep -E 'tests passed' "$out/ctest-cpu.log" | sed 's/^/cpu-side: /' | tee -a "$o
 log "tests (status $status)"
 
 if command -v compute-sanitizer >/dev/null; then
-  compute-sanitizer --error-exitcode 9 build-gpu/test_cuda --gtest_filter='CudaQuant.*:CudaGradQ8.Allreduce*' \
+  compute-sanitizer --error-exitcode 9 build-gpu/test_cuda \
+    --gtest_filter='CudaQuant.*:CudaGradQ8.Allreduce*:CudaOps.*:CudaAttention.*' \
     > "$out/compute-sanitizer.log" 2>&1 || status=1
   tail -3 "$out/compute-sanitizer.log" | tee -a "$out/summary.txt"
   log "compute-sanitizer"
@@ -61,6 +62,9 @@ build-gpu/agoq bench quant --device cuda --mib 256 --reps 9 --json > "$out/bench
   status=1
 build-gpu/agoq bench quant --device cuda --mib 256 --reps 9 > "$out/bench-quant-cuda.txt" 2>&1 || status=1
 log "bench quant --device cuda"
+build-gpu/agoq bench ops --device cuda --json > "$out/bench-ops-cuda.json" 2> "$out/bench-ops-cuda.err" || status=1
+build-gpu/agoq bench ops --device cuda > "$out/bench-ops-cuda.txt" 2>&1 || status=1
+log "bench ops --device cuda"
 # bench train and bench act --device cuda come with the GPU model (docs/cuda.md, "What is not done").
 
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then

@@ -38,7 +38,8 @@ void check_train_device(const std::string& device) {
 #if AGOQ_HAVE_CUDA
   const CudaDeviceInfo gpu = cuda_device_open();  // "no usable GPU: <CUDA's reason>" where there is none
   fail("--device cuda: the CUDA backend does not train yet on ", gpu.name,
-       ": its quantization and gradient kernels are built (agoq bench quant --device cuda), the model's ops are not");
+       ": its quantization kernels and the model's ops are built (agoq bench quant|ops --device cuda), the GPU model "
+       "is not");
 #else
   fail("--device cuda: this agoq was built without the CUDA backend (no nvcc at configure time, or -DAGOQ_CUDA=OFF)");
 #endif
