@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench/cuda/bench_cuda.h"
+#include "bench/cuda/bench_cuda_util.h"
 #include "core/rng.h"
 #include "cuda/attention_cuda.h"
 #include "cuda/cuda_check.h"
@@ -22,20 +23,6 @@
 
 namespace agoq {
 namespace {
-
-float event_ms(const std::function<void()>& fn) {
-  cudaEvent_t a, b;
-  AGOQ_CUDA_CHECK(cudaEventCreate(&a));
-  AGOQ_CUDA_CHECK(cudaEventCreate(&b));
-  AGOQ_CUDA_CHECK(cudaEventRecord(a));
-  fn();
-  AGOQ_CUDA_CHECK(cudaEventRecord(b));
-  AGOQ_CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  AGOQ_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  return ms;
-}
 
 struct Row {
   std::string op;
@@ -59,30 +46,24 @@ void bench_ops_cuda(const BenchOpsCudaOptions& o) {
   std::vector<Row> rows;
   DeviceBuffer<float> copy_src(size_t(N) * F, MemCategory::workspace, "bench.ops"),
       copy_dst(size_t(N) * F, MemCategory::workspace, "bench.ops");
-  auto median = [&](const std::function<void()>& fn) {
-    fn();
-    std::vector<float> t;
-    for (int r = 0; r < o.reps; ++r) t.push_back(event_ms(fn));
-    std::sort(t.begin(), t.end());
-    return double(t[t.size() / 2]);
-  };
   auto add_flops = [&](const std::string& op, double flops, const std::function<void()>& fn) {
-    const double ms = median(fn);
+    fn();  // warm-up
+    std::vector<float> t;
+    for (int r = 0; r < o.reps; ++r) t.push_back(bench_cuda_ms(fn));
+    const double ms = bench_median(t);
     rows.push_back({op, ms, flops / ms / 1e9, 0, 0});
   };
   auto add_bytes = [&](const std::string& op, double bytes, const std::function<void()>& fn) {
     const size_t copy = std::min(copy_src.bytes(), size_t(bytes / 2));
-    double ms = 0, copy_ms = 0;
     std::vector<float> t, tc;
     fn();
     for (int r = 0; r < o.reps; ++r) {
-      tc.push_back(event_ms([&] {
+      tc.push_back(bench_cuda_ms([&] {
         AGOQ_CUDA_CHECK(cudaMemcpyAsync(copy_dst.data(), copy_src.data(), copy, cudaMemcpyDeviceToDevice));
       }));
-      t.push_back(event_ms(fn));
+      t.push_back(bench_cuda_ms(fn));
     }
-    std::sort(t.begin(), t.end()), std::sort(tc.begin(), tc.end());
-    ms = t[t.size() / 2], copy_ms = tc[tc.size() / 2];
+    const double ms = bench_median(t), copy_ms = bench_median(tc);
     rows.push_back({op, ms, 0, bytes / ms / 1e6, 2.0 * double(copy) / copy_ms / 1e6});
   };
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bench/cuda/bench_cuda.h"
+#include "bench/cuda/bench_cuda_util.h"
 #include "core/rng.h"
 #include "cuda/cuda_check.h"
 #include "cuda/grad_q8_cuda.h"
@@ -17,26 +18,6 @@
 
 namespace agoq {
 namespace {
-
-// Milliseconds of fn on the default stream, by events.
-float time_ms(const std::function<void()>& fn) {
-  cudaEvent_t a, b;
-  AGOQ_CUDA_CHECK(cudaEventCreate(&a));
-  AGOQ_CUDA_CHECK(cudaEventCreate(&b));
-  AGOQ_CUDA_CHECK(cudaEventRecord(a));
-  fn();
-  AGOQ_CUDA_CHECK(cudaEventRecord(b));
-  AGOQ_CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  AGOQ_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  return ms;
-}
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct Record {
   std::string format, direction;
@@ -62,12 +43,12 @@ void bench_quant_cuda(const BenchQuantCudaOptions& o) {
     fn();  // warm-up
     std::vector<float> t, tc;
     for (int r = 0; r < o.reps; ++r) {
-      tc.push_back(time_ms([&] {
+      tc.push_back(bench_cuda_ms([&] {
         AGOQ_CUDA_CHECK(cudaMemcpyAsync(out.data(), src.data(), n * 4, cudaMemcpyDeviceToDevice));
       }));
-      t.push_back(time_ms(fn));
+      t.push_back(bench_cuda_ms(fn));
     }
-    const double ms = median(t), copy_ms = median(tc);
+    const double ms = bench_median(t), copy_ms = bench_median(tc);
     recs.push_back({fmt, dir, bpv, bytes / ms / 1e6, 2 * in_bytes / copy_ms / 1e6, ms});
   };
 
