@@ -196,7 +196,8 @@ TEST(TensorParallel, ResumeConvertsBetweenFp32AndQ8States) {
 }
 
 // plan_memory_cpu_trainer with this rank's shard against the tracker's peaks, every category, on every rank of
-// TP = W and (np 4) TP 2 x PP 2, fp32 and agoq, without and with sequence parallelism.
+// TP = W and (np 4) TP 2 x PP 2, fp32 and agoq, without and with sequence parallelism; and `agoq plan`'s
+// activations for the same grid.
 TEST(TensorParallel, MemoryModelMatchesEveryRank) {
   const int W = world().size();
   if (W < 2) GTEST_SKIP() << "tensor parallelism needs mpirun -np >= 2";
@@ -222,6 +223,15 @@ TEST(TensorParallel, MemoryModelMatchesEveryRank) {
         EXPECT_EQ(want.bytes[k], r.peak.bytes[k])
             << policy << ", TP " << T << (sp ? " + SP" : "") << " x PP " << P << ", rank " << world().rank() << ", "
             << mem_category_name(MemCategory(k));
+      // `agoq plan`'s model of the same grid (plan_memory_per_rank, the GPU one) stores the same activations.
+      const PlanParallel par{W, T, P, false, sp};
+      const PlanWorkload work{o.seq, o.batch, o.accum};
+      const PlanStage st = plan_stages(cfg, par, work)[g.stage];
+      const PlanMemory planned = plan_memory_per_rank(cfg, par, work, st, PlanSystem::agoq,
+                                                      ActPolicy::parse(policy, st.n_layers));
+      EXPECT_EQ(planned[MemCategory::activations], r.peak.bytes[int(MemCategory::activations)])
+          << "agoq plan, " << policy << ", TP " << T << (sp ? " + SP" : "") << " x PP " << P << ", rank "
+          << world().rank();
     }
   }
   shared_cleanup(data);
