@@ -47,7 +47,8 @@ void TrainSession::report(const TrainResult& r, long first) const {
     std::fprintf(stderr, " on %d ranks (grad store %s, all-reduce %s%s; %.1f%% of step time waiting on it)", D,
                  opt_.grad_store.c_str(), opt_.allreduce.c_str(), opt_.zero ? ", ZeRO-1" : "",
                  100.0 * wait_total_ / seconds_total_);
-  if (grid_.T > 1) std::fprintf(stderr, " with layers split over %d tensor-parallel ranks", grid_.T);
+  if (grid_.T > 1)
+    std::fprintf(stderr, " with layers split over %d tensor-parallel ranks%s", grid_.T, opt_.sp ? " (sequence-parallel)" : "");
   if (P > 1)
     std::fprintf(stderr, " on a %d-stage pipeline (1F1B, layers %s) x %d replica%s", P,
                  opt_.stage_layers.empty() ? "split evenly" : opt_.stage_layers.c_str(), D, D > 1 ? "s" : "");
