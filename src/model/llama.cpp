@@ -33,7 +33,7 @@ size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq,
   const size_t n = size_t(stage.rows_held(int(N)));
   size_t floats = 2 * (size_t(max_seq) * cfg.head_dim() / 2);  // rope_cos_, rope_sin_
   floats += 2 * n * C;                                        // resid_, dx_
-  if (stage.sp) floats += 2 * N * C + n * C + C;               // sp_whole_, sp_whole2_, sp_part_, norm_dw_
+  if (stage.sp) floats += 2 * N * C + n * C + C;              // sp_whole_, sp_whole2_, sp_part_, norm_dw_
   floats += 2 * N * Q + 2 * N * KV;                           // dq_, do_, dk_, dv_
   const std::pair<ActSlot, size_t> attention[] = {
       {ActSlot::q, Q}, {ActSlot::k, KV}, {ActSlot::v, KV}, {ActSlot::attn_out, Q}};  // q_, k_, v_, o_
@@ -43,9 +43,9 @@ size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq,
   floats += (stage.sp ? 2 : 3) * R * C + R * Q + 6 * R * F;  // t_x_, t_xn_, t_c_ (not sp); t_o_; the MLP's six
   if (stage.head) {
     const size_t chunk = std::min<size_t>(N, kLlamaHeadChunkRows);
-    floats += chunk * V;                                   // head_logits_
-    floats += stage.sp ? n : 2 * chunk * C + chunk;        // head_rstd_; head_norm_, head_dnorm_ (not sp)
-    floats += 3 * chunk + N;                      // head_stats_, losses_
+    floats += chunk * V;                             // head_logits_
+    floats += stage.sp ? n : 2 * chunk * C + chunk;  // head_rstd_; head_norm_, head_dnorm_ (not sp)
+    floats += 3 * chunk + N;                         // head_stats_, losses_
   }
   return floats * sizeof(float);
 }

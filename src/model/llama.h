@@ -1,5 +1,6 @@
 // The LLaMA model: parameters, their gradients, the activation store and the forward/backward pass that wires
-// the ops (model/ops.h) together. Read llama.cpp top to bottom: layer forward, layer backward, the fused head.
+// the ops (model/ops.h) together. Read llama.cpp top to bottom: layer forward, layer backward, the fused head; then
+// llama_sp.cpp, the sequence-parallel layout of a tensor-parallel shard.
 #pragma once
 #include <cstddef>
 #include <cstdint>
