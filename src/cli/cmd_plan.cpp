@@ -22,6 +22,7 @@ namespace fs = std::filesystem;
 struct PlanArgs {
   std::string model, gpu_mem = "80GiB", reserve = "1GiB", bits = "2,3,4,8", png, optim_state = "fp32";
   int gpus = 8, tp = 1, pp = 1, seq = 4096, micro_batch = 1, micro_batches = 8, zero = 0;
+  bool sp = false;
   double bucket_mb = 25;
   bool json = false, quantize_attention = false;
 };
@@ -77,7 +78,7 @@ void cmd_plan_run(const PlanArgs& a) {
   PlanRequest req;
   req.model_name = a.model;
   req.cfg = plan_model_resolve(a.model);
-  req.par = {a.gpus, a.tp, a.pp, a.zero != 0};
+  req.par = {a.gpus, a.tp, a.pp, a.zero != 0, a.sp};
   AGOQ_CHECK(a.zero == 0 || a.zero == 1, "--zero must be 0 or 1 (got ", a.zero, ")");
   req.work = {a.seq, a.micro_batch, a.micro_batches};
   req.cfg.max_seq_len = std::max(req.cfg.max_seq_len, a.seq);
@@ -104,6 +105,7 @@ const CliCommand kPlan("", 40, [](CLI::App& app) {
   c->add_option("--model", a->model, "llama-8b, llama-13b, llama-32b or a Hugging Face config.json")->required();
   c->add_option("--gpus", a->gpus, "total GPUs (= tp * pp * dp)")->capture_default_str();
   c->add_option("--tp", a->tp, "tensor-parallel size (modelled Megatron-style)")->capture_default_str();
+  c->add_flag("--sp", a->sp, "sequence parallelism over the --tp ranks (Megatron-SP: residual-stream activations 1/tp per rank)");
   c->add_option("--pp", a->pp, "pipeline stages")->capture_default_str();
   c->add_option("--seq", a->seq, "sequence length")->capture_default_str();
   c->add_option("--micro-batch", a->micro_batch, "sequences per micro-batch")->capture_default_str();

@@ -150,6 +150,9 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
                 "tensor-parallel ranks (Megatron: heads, MLP and vocabulary split; innermost: adjacent ranks); the "
                 "grid is tp x pp x (ranks / (tp * pp))")
       ->capture_default_str();
+  c->add_flag("--sp", o.sp,
+              "sequence parallelism over the --tp ranks (Megatron-SP): residual stream and norms on each rank's rows "
+              "of a micro-batch, all-gather / reduce-scatter around the split GEMMs");
   c->add_option_function<std::string>(
       "--mem-budget", [&o](const std::string& v) { o.mem_budget = plan_parse_bytes(v); },
       "memory per rank (e.g. 2GiB): after --replan-after steps, activation bits are re-planned per stage from "

@@ -104,6 +104,11 @@ bool act_slot_recomputable(ActSlot s) {
   return s == ActSlot::attn_norm_out || s == ActSlot::mlp_norm_out || s == ActSlot::swiglu_out;
 }
 
+bool act_slot_is_residual(ActSlot s) {
+  return s == ActSlot::attn_norm_in || s == ActSlot::attn_rstd || s == ActSlot::attn_norm_out ||
+         s == ActSlot::mlp_norm_in || s == ActSlot::mlp_rstd || s == ActSlot::mlp_norm_out;
+}
+
 ActPolicy ActPolicy::uniform(int n_layers, const QuantFormat& f) {
   return policy_all(n_layers, quant_format_name(f), {true, f});
 }

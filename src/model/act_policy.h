@@ -48,6 +48,9 @@ const char* act_slot_name(ActSlot s);
 bool act_slot_is_attention(ActSlot s);
 // Slots that backward can rebuild from others (norm outputs, SwiGLU output).
 bool act_slot_recomputable(ActSlot s);
+// The residual stream's C-wide slots (norm inputs and outputs) and their rstd: the ones sequence parallelism
+// shards by rows over the tensor-parallel ranks.
+bool act_slot_is_residual(ActSlot s);
 
 struct SlotStorage {
   bool stored = true;  // false: recomputed in backward

@@ -14,13 +14,18 @@ std::array<int, kActSlotCount> act_slot_cols(const LlamaConfig& cfg, int tp) {
   return {d.C, 1, d.C, d.Q, d.KV, d.KV, d.Q, d.H, d.C, 1, d.C, d.F, d.F, d.F};
 }
 
-size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t rows, bool attention, int tp) {
+size_t act_slot_rows(ActSlot s, size_t rows, int tp, bool sp) {
+  return sp && act_slot_is_residual(s) ? rows / size_t(tp) : rows;
+}
+
+size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t rows, bool attention, int tp,
+                       bool sp) {
   const auto cols = act_slot_cols(cfg, tp);
   size_t total = 0;
   for (const auto& layer : policy.slots)
     for (int s = 0; s < kActSlotCount; ++s)
       if (layer[s].stored && act_slot_is_attention(ActSlot(s)) == attention)
-        total += quant_bytes(layer[s].format, rows, size_t(cols[s]));
+        total += quant_bytes(layer[s].format, act_slot_rows(ActSlot(s), rows, tp, sp), size_t(cols[s]));
   return total;
 }
 
@@ -37,7 +42,8 @@ ActivationStore::ActivationStore(const LlamaConfig& cfg, int max_rows, const Act
       if (!st.stored) continue;
       quant_format_check(st.format);
       const char* tag = act_slot_is_attention(ActSlot(s)) ? "act.attention" : "act.other";
-      tensors_[l][s] = QuantizedTensor(st.format, size_t(max_rows), size_t(cols_[s]), MemCategory::activations, tag);
+      const size_t rows = act_slot_rows(ActSlot(s), size_t(max_rows), stage.tp, stage.sp);
+      tensors_[l][s] = QuantizedTensor(st.format, rows, size_t(cols_[s]), MemCategory::activations, tag);
     }
 }
 

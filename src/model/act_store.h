@@ -23,14 +23,19 @@ namespace agoq {
 // q, k, v, attn_out, the log-sum-exp and the MLP's slots are the rank's heads and units; the residual stream and
 // the norm slots are whole.
 std::array<int, kActSlotCount> act_slot_cols(const LlamaConfig& cfg, int tp = 1);
+// Rows a slot holds of a micro-batch of `rows` tokens on one of tp ranks: with sequence parallelism (sp) the
+// residual slots (act_slot_is_residual) hold rows / tp, the others all rows.
+size_t act_slot_rows(ActSlot s, size_t rows, int tp, bool sp);
 // Exact bytes the store allocates for `rows` tokens under a policy, for one slot class (attention or not), summed
-// over layers, on one of tp ranks. Memory planning and reports use it; the store allocates exactly this.
-size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t rows, bool attention, int tp = 1);
+// over layers, on one of tp ranks (sequence-parallel when sp). Memory planning and reports use it; the store
+// allocates exactly this.
+size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t rows, bool attention, int tp = 1,
+                       bool sp = false);
 
 class ActivationStore {
  public:
   // Capacity: up to max_rows tokens (B*T) per forward, for the layers of `stage` and its tensor-parallel shard (the
-  // policy covers all layers).
+  // policy covers all layers); with stage.sp the residual slots hold max_rows / tp rows (the rank's sequence shard).
   ActivationStore(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy, const ModelStage& stage);
 
   const ActPolicy& policy() const { return policy_; }

@@ -11,7 +11,6 @@
 namespace agoq {
 
 namespace {
-constexpr int kHeadChunkRows = 256;  // rows of logits alive at once in the fused head
 constexpr int kTileRows = 256;       // target rows per tile (rounded to whole sequences)
 
 // Attention runs over the whole batch from fp32: a slot needs an fp32 workspace when some layer of the stage
@@ -31,19 +30,22 @@ size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq,
                              const ModelStage& stage) {
   const ShardDims d = model_shard_dims(cfg, stage);
   const size_t N = size_t(max_batch) * max_seq, C = d.C, Q = d.Q, KV = d.KV, F = d.F, V = d.V;
+  const size_t n = size_t(stage.rows_held(int(N)));
   size_t floats = 2 * (size_t(max_seq) * cfg.head_dim() / 2);  // rope_cos_, rope_sin_
-  floats += 2 * N * C;                                        // resid_, dx_
+  floats += 2 * n * C;                                        // resid_, dx_
+  if (stage.sp) floats += 2 * N * C + n * C + C;              // sp_whole_, sp_whole2_, sp_part_, norm_dw_
   floats += 2 * N * Q + 2 * N * KV;                           // dq_, do_, dk_, dv_
   const std::pair<ActSlot, size_t> attention[] = {
       {ActSlot::q, Q}, {ActSlot::k, KV}, {ActSlot::v, KV}, {ActSlot::attn_out, Q}};  // q_, k_, v_, o_
   for (const auto& [slot, cols] : attention)
     if (attention_workspace_needed(policy, stage, slot)) floats += N * cols;
   const size_t R = size_t(llama_tile_rows(max_seq, int(N)));
-  floats += 3 * R * C + R * Q + 6 * R * F;  // t_x_, t_xn_, t_c_; t_o_; t_gate_, t_up_, t_s_, t_ds_, t_dgate_, t_dup_
+  floats += (stage.sp ? 2 : 3) * R * C + R * Q + 6 * R * F;  // t_x_, t_xn_, t_c_ (not sp); t_o_; the MLP's six
   if (stage.head) {
-    const size_t chunk = std::min<size_t>(N, kHeadChunkRows);
-    floats += 2 * chunk * C + chunk + chunk * V;  // head_norm_, head_dnorm_, head_rstd_, head_logits_
-    floats += 3 * chunk + N;                      // head_stats_, losses_
+    const size_t chunk = std::min<size_t>(N, kLlamaHeadChunkRows);
+    floats += chunk * V;                             // head_logits_
+    floats += stage.sp ? n : 2 * chunk * C + chunk;  // head_rstd_; head_norm_, head_dnorm_ (not sp)
+    floats += 3 * chunk + N;                         // head_stats_, losses_
   }
   return floats * sizeof(float);
 }
@@ -65,22 +67,28 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
   AGOQ_CHECK(stage.tp == 1 || (tensor && tensor->size() == stage.tp && tensor->rank() == stage.tp_rank),
              "tensor-parallel shard ", stage.tp_rank, " of ", stage.tp, " needs its group of ", stage.tp,
              " ranks (internal)");
-  const size_t N = max_rows_, C = d_.C, Q = d_.Q, KV = d_.KV, F = d_.F, V = d_.V;
+  AGOQ_CHECK(!stage.sp || stage.tp > 1, "sequence parallelism needs tensor-parallel ranks (internal)");
+  if (stage.sp) model_sp_check(stage.tp, max_batch, max_seq);
+  const size_t N = max_rows_, n = stage.rows_held(max_rows_), C = d_.C, Q = d_.Q, KV = d_.KV, F = d_.F, V = d_.V;
   const int hd = cfg.head_dim();
   auto ws = [](size_t n) { return Buffer<float>(n, MemCategory::workspace); };
   rope_cos_ = ws(size_t(max_seq) * hd / 2);
   rope_sin_ = ws(size_t(max_seq) * hd / 2);
   rope_init_tables(rope_cos_.data(), rope_sin_.data(), max_seq, hd, cfg.rope_theta);
-  resid_ = ws(N * C);
-  dx_ = ws(N * C);
+  resid_ = ws(n * C);
+  dx_ = ws(n * C);
+  if (stage.sp) sp_whole_ = ws(N * C), sp_whole2_ = ws(N * C), sp_part_ = ws(n * C), norm_dw_ = ws(C);
   stores_allocate(policy, in_flight);
   dq_ = ws(N * Q), dk_ = ws(N * KV), dv_ = ws(N * KV), do_ = ws(N * Q);
   const size_t R = llama_tile_rows(max_seq, int(N));
-  t_x_ = ws(R * C), t_xn_ = ws(R * C), t_c_ = ws(R * C), t_o_ = ws(R * Q);
+  t_x_ = ws(R * C), t_xn_ = ws(R * C), t_o_ = ws(R * Q);
+  if (!stage.sp) t_c_ = ws(R * C);
   t_gate_ = ws(R * F), t_up_ = ws(R * F), t_s_ = ws(R * F), t_ds_ = ws(R * F), t_dgate_ = ws(R * F), t_dup_ = ws(R * F);
   if (stage.head) {
-    const size_t chunk = std::min<size_t>(N, kHeadChunkRows);
-    head_norm_ = ws(chunk * C), head_rstd_ = ws(chunk), head_dnorm_ = ws(chunk * C), head_logits_ = ws(chunk * V);
+    const size_t chunk = std::min<size_t>(N, kLlamaHeadChunkRows);
+    if (stage.sp) head_rstd_ = ws(n);
+    else head_norm_ = ws(chunk * C), head_rstd_ = ws(chunk), head_dnorm_ = ws(chunk * C);
+    head_logits_ = ws(chunk * V);
     head_stats_ = ws(3 * chunk), losses_ = ws(N);
   }
 }
@@ -131,24 +139,119 @@ float* LlamaModel::attention_buffer(int l, ActSlot s, Buffer<float>& workspace) 
   return store().is_fp32(l, s) ? store().fp32_data(l, s) : workspace.data();
 }
 
+float* LlamaModel::slot_out_rows(int l, ActSlot s, int r0, Buffer<float>& tile) {
+  return store().is_fp32(l, s) ? store().fp32_data(l, s) + size_t(r0) * store().cols(s) : tile.data();
+}
+
+const float* LlamaModel::norm_out_rows(int l, ActSlot out, const float* x, const float* rstd, const float* w, int r0,
+                                       int rows, float* buf) {
+  if (store().stored(l, out)) return store().load_rows(l, out, r0, rows, buf);
+  rmsnorm_apply(buf, x, rstd, w, rows, d_.C);  // not stored: rebuilt, bit for bit
+  return buf;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The pieces of a layer both layouts share, on rows [r0, r0 + rows) of the batch (tiles of whole sequences).
+
+// xn -> q, k, v (RoPE applied), saved.
+void LlamaModel::qkv_forward_rows(int l, int T, int r0, int rows, const float* xn) {
+  const LayerParams& P = params_.layers[l];
+  ActivationStore& S = store();
+  const int C = d_.C, Q = d_.Q, KV = d_.KV;
+  float* qr = attention_buffer(l, ActSlot::q, q_) + size_t(r0) * Q;
+  float* kr = attention_buffer(l, ActSlot::k, k_) + size_t(r0) * KV;
+  float* vr = attention_buffer(l, ActSlot::v, v_) + size_t(r0) * KV;
+  matmul_forward(qr, xn, P.wq, rows, C, Q);
+  matmul_forward(kr, xn, P.wk, rows, C, KV);
+  matmul_forward(vr, xn, P.wv, rows, C, KV);
+  rope_forward(qr, rope_cos_.data(), rope_sin_.data(), rows, T, d_.H, d_.hd);  // tiles hold whole sequences
+  rope_forward(kr, rope_cos_.data(), rope_sin_.data(), rows, T, d_.Hkv, d_.hd);
+  S.save_rows(l, ActSlot::q, r0, rows, qr);
+  S.save_rows(l, ActSlot::k, r0, rows, kr);
+  S.save_rows(l, ActSlot::v, r0, rows, vr);
+}
+
+// hn -> gate, up -> s = SwiGLU (saved) -> out = down(s) (a partial sum on a shard). out may alias hn.
+void LlamaModel::mlp_forward_rows(int l, int r0, int rows, const float* hn, float* out) {
+  const LayerParams& P = params_.layers[l];
+  ActivationStore& S = store();
+  const int C = d_.C, F = d_.F;
+  float* gate = slot_out_rows(l, ActSlot::gate, r0, t_gate_);
+  float* up = slot_out_rows(l, ActSlot::up, r0, t_up_);
+  matmul_forward(gate, hn, P.w_gate, rows, C, F);
+  matmul_forward(up, hn, P.w_up, rows, C, F);
+  S.save_rows(l, ActSlot::gate, r0, rows, gate);
+  S.save_rows(l, ActSlot::up, r0, rows, up);
+  float* s = slot_out_rows(l, ActSlot::swiglu_out, r0, t_s_);
+  swiglu_forward(s, gate, up, size_t(rows) * F);
+  S.save_rows(l, ActSlot::swiglu_out, r0, rows, s);
+  matmul_forward(out, s, P.w_down, rows, F, C);
+}
+
+// The MLP's backward from dout = dloss/d(down output): weight gradients, and dhn (OVERWRITES; a partial sum on a
+// shard; may alias dout).
+void LlamaModel::mlp_backward_rows(int l, int r0, int rows, const float* dout, const float* hn, float* dhn) {
+  const LayerParams& P = params_.layers[l];
+  LayerParams& G = grads_.layers[l];
+  ActivationStore& S = store();
+  const int C = d_.C, F = d_.F;
+  const size_t nf = size_t(rows) * F;
+  const float* gate = S.load_rows(l, ActSlot::gate, r0, rows, t_gate_.data());
+  const float* up = S.load_rows(l, ActSlot::up, r0, rows, t_up_.data());
+  const float* s = S.stored(l, ActSlot::swiglu_out) ? S.load_rows(l, ActSlot::swiglu_out, r0, rows, t_s_.data())
+                                                     : t_s_.data();
+  if (!S.stored(l, ActSlot::swiglu_out)) swiglu_forward(t_s_.data(), gate, up, nf);
+  matmul_backward(t_ds_.data(), G.w_down, dout, s, P.w_down, rows, F, C);
+  swiglu_backward(t_dgate_.data(), t_dup_.data(), t_ds_.data(), gate, up, nf);
+  matmul_backward(dhn, G.w_gate, t_dgate_.data(), hn, P.w_gate, rows, C, F);
+  matmul_backward(dhn, G.w_up, t_dup_.data(), hn, P.w_up, rows, C, F, /*accumulate_din=*/true);
+}
+
+// o_proj's backward from dh = dloss/d(o_proj output): its weight gradient and do_'s rows.
+void LlamaModel::o_backward_rows(int l, int r0, int rows, const float* dh) {
+  const float* o = store().load_rows(l, ActSlot::attn_out, r0, rows, t_o_.data());
+  matmul_backward(do_.data() + size_t(r0) * d_.Q, grads_.layers[l].wo, dh, o, params_.layers[l].wo, rows, d_.Q,
+                  d_.C);
+}
+
+// Attention's backward over the whole batch, from its high-precision saved tensors, into dq_, dk_, dv_.
+void LlamaModel::attention_backward_layer(int l, int B, int T) {
+  ActivationStore& S = store();
+  auto full = [&](ActSlot s, Buffer<float>& ws) {
+    return S.load_rows(l, s, 0, size_t(B) * T, ws.data());  // fp32: in place; else decoded into the workspace
+  };
+  const float* q = full(ActSlot::q, q_);
+  const float* k = full(ActSlot::k, k_);
+  const float* v = full(ActSlot::v, v_);
+  const float* o = full(ActSlot::attn_out, o_);
+  attention_backward(dq_.data(), dk_.data(), dv_.data(), do_.data(), q, k, v, o, S.fp32_data(l, ActSlot::attn_lse),
+                     B, T, d_.H, d_.Hkv, d_.hd);
+}
+
+// RoPE's and q/k/v's backward from dq_, dk_, dv_'s rows: weight gradients, and dxn (OVERWRITES; a partial sum on a
+// shard).
+void LlamaModel::qkv_backward_rows(int l, int T, int r0, int rows, const float* xn, float* dxn) {
+  const LayerParams& P = params_.layers[l];
+  LayerParams& G = grads_.layers[l];
+  const int C = d_.C, Q = d_.Q, KV = d_.KV;
+  float *dq = dq_.data() + size_t(r0) * Q, *dk = dk_.data() + size_t(r0) * KV, *dv = dv_.data() + size_t(r0) * KV;
+  rope_backward(dq, rope_cos_.data(), rope_sin_.data(), rows, T, d_.H, d_.hd);
+  rope_backward(dk, rope_cos_.data(), rope_sin_.data(), rows, T, d_.Hkv, d_.hd);
+  matmul_backward(dxn, G.wq, dq, xn, P.wq, rows, C, Q);
+  matmul_backward(dxn, G.wk, dk, xn, P.wk, rows, C, KV, /*accumulate_din=*/true);
+  matmul_backward(dxn, G.wv, dv, xn, P.wv, rows, C, KV, /*accumulate_din=*/true);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // One decoder layer, forward, on the residual stream resid_ (N, C), in place:
 //   x -> RMSNorm -> q,k,v -> RoPE -> attention -> o_proj -> + x = h -> RMSNorm -> gate, up -> SwiGLU -> down -> + h
 // Row-wise work runs tile by tile; each saved tensor is stored (quantized) while its tile is still in cache.
 // A tensor-parallel shard has its heads and MLP units (q/k/v, gate/up column-parallel); the row-parallel o_proj
-// and down_proj give partial sums, added over the group before the residual add.
+// and down_proj give partial sums, added over the group before the residual add. (Sequence-parallel: llama_sp.cpp.)
 void LlamaModel::forward_layer(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
-  const int N = B * T, C = d_.C, Q = d_.Q, KV = d_.KV, F = d_.F, H = d_.H, Hkv = d_.Hkv, hd = d_.hd,
-            R = llama_tile_rows(T, N);
+  const int N = B * T, C = d_.C, Q = d_.Q, R = llama_tile_rows(T, N);
   ActivationStore& S = store();
-  // A producer writes straight into an fp32 slot, else into its tile buffer; save_rows then stores the tile.
-  auto out_rows = [&](ActSlot s, int r0, Buffer<float>& tile) {
-    return S.is_fp32(l, s) ? S.fp32_data(l, s) + size_t(r0) * S.cols(s) : tile.data();
-  };
-  float* q = attention_buffer(l, ActSlot::q, q_);
-  float* k = attention_buffer(l, ActSlot::k, k_);
-  float* v = attention_buffer(l, ActSlot::v, v_);
   float* o = attention_buffer(l, ActSlot::attn_out, o_);
   float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
   float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
@@ -157,22 +260,14 @@ void LlamaModel::forward_layer(int l, int B, int T) {
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);
     const float* x = resid_.data() + size_t(r0) * C;
-    float* xn = out_rows(ActSlot::attn_norm_out, r0, t_xn_);
+    float* xn = slot_out_rows(l, ActSlot::attn_norm_out, r0, t_xn_);
     rmsnorm_forward(xn, rstd1 + r0, x, P.attn_norm, rows, C, cfg_.norm_eps);
     S.save_rows(l, ActSlot::attn_norm_in, r0, rows, x);
     S.save_rows(l, ActSlot::attn_norm_out, r0, rows, xn);
-    float *qr = q + size_t(r0) * Q, *kr = k + size_t(r0) * KV, *vr = v + size_t(r0) * KV;
-    matmul_forward(qr, xn, P.wq, rows, C, Q);
-    matmul_forward(kr, xn, P.wk, rows, C, KV);
-    matmul_forward(vr, xn, P.wv, rows, C, KV);
-    rope_forward(qr, rope_cos_.data(), rope_sin_.data(), rows, T, H, hd);  // tiles hold whole sequences
-    rope_forward(kr, rope_cos_.data(), rope_sin_.data(), rows, T, Hkv, hd);
-    S.save_rows(l, ActSlot::q, r0, rows, qr);
-    S.save_rows(l, ActSlot::k, r0, rows, kr);
-    S.save_rows(l, ActSlot::v, r0, rows, vr);
+    qkv_forward_rows(l, T, r0, rows, xn);
   }
 
-  attention_forward(o, S.fp32_data(l, ActSlot::attn_lse), q, k, v, B, T, H, Hkv, hd);
+  attention_forward_layer(l, B, T);
 
   // o -> h = x + o_proj(o) -> hn = RMSNorm(h) -> gate, up -> s = SwiGLU -> x_next = h + down(s), tile by tile
   for (int r0 = 0; r0 < N; r0 += R) {
@@ -184,22 +279,19 @@ void LlamaModel::forward_layer(int l, int B, int T) {
     tp_sum(t_c_.data(), size_t(rows) * C);
     residual_add(h, h, t_c_.data(), size_t(rows) * C);
     S.save_rows(l, ActSlot::mlp_norm_in, r0, rows, h);
-    float* hn = out_rows(ActSlot::mlp_norm_out, r0, t_xn_);
+    float* hn = slot_out_rows(l, ActSlot::mlp_norm_out, r0, t_xn_);
     rmsnorm_forward(hn, rstd2 + r0, h, P.mlp_norm, rows, C, cfg_.norm_eps);
     S.save_rows(l, ActSlot::mlp_norm_out, r0, rows, hn);
-    float* gate = out_rows(ActSlot::gate, r0, t_gate_);
-    float* up = out_rows(ActSlot::up, r0, t_up_);
-    matmul_forward(gate, hn, P.w_gate, rows, C, F);
-    matmul_forward(up, hn, P.w_up, rows, C, F);
-    S.save_rows(l, ActSlot::gate, r0, rows, gate);
-    S.save_rows(l, ActSlot::up, r0, rows, up);
-    float* s = out_rows(ActSlot::swiglu_out, r0, t_s_);
-    swiglu_forward(s, gate, up, size_t(rows) * F);
-    S.save_rows(l, ActSlot::swiglu_out, r0, rows, s);
-    matmul_forward(t_c_.data(), s, P.w_down, rows, F, C);
+    mlp_forward_rows(l, r0, rows, hn, t_c_.data());
     tp_sum(t_c_.data(), size_t(rows) * C);
     residual_add(h, h, t_c_.data(), size_t(rows) * C);
   }
+}
+
+void LlamaModel::attention_forward_layer(int l, int B, int T) {
+  attention_forward(attention_buffer(l, ActSlot::attn_out, o_), store().fp32_data(l, ActSlot::attn_lse),
+                    attention_buffer(l, ActSlot::q, q_), attention_buffer(l, ActSlot::k, k_),
+                    attention_buffer(l, ActSlot::v, v_), B, T, d_.H, d_.Hkv, d_.hd);
 }
 
 // One decoder layer, backward. dx_ holds dloss/dx_next on entry and dloss/dx on exit (the residual stream's
@@ -209,8 +301,7 @@ void LlamaModel::forward_layer(int l, int B, int T) {
 void LlamaModel::backward_layer(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   LayerParams& G = grads_.layers[l];
-  const int N = B * T, C = d_.C, Q = d_.Q, KV = d_.KV, F = d_.F, H = d_.H, Hkv = d_.Hkv, hd = d_.hd,
-            R = llama_tile_rows(T, N);
+  const int N = B * T, C = d_.C, R = llama_tile_rows(T, N);
   ActivationStore& S = store();
   const float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
   const float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
@@ -219,56 +310,26 @@ void LlamaModel::backward_layer(int l, int B, int T) {
   // h = x + o_proj(o).
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);
-    const size_t nf = size_t(rows) * F;
     float* dx = dx_.data() + size_t(r0) * C;
     const float* h = S.load_rows(l, ActSlot::mlp_norm_in, r0, rows, t_x_.data());
-    const float* hn = S.stored(l, ActSlot::mlp_norm_out) ? S.load_rows(l, ActSlot::mlp_norm_out, r0, rows, t_xn_.data())
-                                                          : t_xn_.data();
-    if (!S.stored(l, ActSlot::mlp_norm_out)) rmsnorm_apply(t_xn_.data(), h, rstd2 + r0, P.mlp_norm, rows, C);
-    const float* gate = S.load_rows(l, ActSlot::gate, r0, rows, t_gate_.data());
-    const float* up = S.load_rows(l, ActSlot::up, r0, rows, t_up_.data());
-    const float* s = S.stored(l, ActSlot::swiglu_out) ? S.load_rows(l, ActSlot::swiglu_out, r0, rows, t_s_.data())
-                                                       : t_s_.data();
-    if (!S.stored(l, ActSlot::swiglu_out)) swiglu_forward(t_s_.data(), gate, up, nf);
-
-    matmul_backward(t_ds_.data(), G.w_down, dx, s, P.w_down, rows, F, C);
-    swiglu_backward(t_dgate_.data(), t_dup_.data(), t_ds_.data(), gate, up, nf);
+    const float* hn = norm_out_rows(l, ActSlot::mlp_norm_out, h, rstd2 + r0, P.mlp_norm, r0, rows, t_xn_.data());
     float* dhn = t_c_.data();
-    matmul_backward(dhn, G.w_gate, t_dgate_.data(), hn, P.w_gate, rows, C, F);
-    matmul_backward(dhn, G.w_up, t_dup_.data(), hn, P.w_up, rows, C, F, /*accumulate_din=*/true);
+    mlp_backward_rows(l, r0, rows, dx, hn, dhn);
     tp_sum(dhn, size_t(rows) * C);
     rmsnorm_backward(dx, G.mlp_norm, dhn, h, P.mlp_norm, rstd2 + r0, rows, C);  // dx += : now dloss/dh
-
-    const float* o = S.load_rows(l, ActSlot::attn_out, r0, rows, t_o_.data());
-    matmul_backward(do_.data() + size_t(r0) * Q, G.wo, dx, o, P.wo, rows, Q, C);
+    o_backward_rows(l, r0, rows, dx);
   }
 
-  // Attention over the whole batch, from its high-precision saved tensors.
-  auto full = [&](ActSlot s, Buffer<float>& ws) {
-    return S.load_rows(l, s, 0, size_t(N), ws.data());  // fp32: in place; else decoded into the workspace
-  };
-  const float* q = full(ActSlot::q, q_);
-  const float* k = full(ActSlot::k, k_);
-  const float* v = full(ActSlot::v, v_);
-  const float* o = full(ActSlot::attn_out, o_);
-  attention_backward(dq_.data(), dk_.data(), dv_.data(), do_.data(), q, k, v, o, S.fp32_data(l, ActSlot::attn_lse),
-                     B, T, H, Hkv, hd);
+  attention_backward_layer(l, B, T);
 
   // q/k/v projections and the first RMSNorm, tile by tile: q,k,v = rope(xn W^T), xn = RMSNorm(x).
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);
     float* dx = dx_.data() + size_t(r0) * C;
-    float *dq = dq_.data() + size_t(r0) * Q, *dk = dk_.data() + size_t(r0) * KV, *dv = dv_.data() + size_t(r0) * KV;
-    rope_backward(dq, rope_cos_.data(), rope_sin_.data(), rows, T, H, hd);
-    rope_backward(dk, rope_cos_.data(), rope_sin_.data(), rows, T, Hkv, hd);
     const float* x = S.load_rows(l, ActSlot::attn_norm_in, r0, rows, t_x_.data());
-    const float* xn = S.stored(l, ActSlot::attn_norm_out) ? S.load_rows(l, ActSlot::attn_norm_out, r0, rows, t_xn_.data())
-                                                           : t_xn_.data();
-    if (!S.stored(l, ActSlot::attn_norm_out)) rmsnorm_apply(t_xn_.data(), x, rstd1 + r0, P.attn_norm, rows, C);
+    const float* xn = norm_out_rows(l, ActSlot::attn_norm_out, x, rstd1 + r0, P.attn_norm, r0, rows, t_xn_.data());
     float* dxn = t_c_.data();
-    matmul_backward(dxn, G.wq, dq, xn, P.wq, rows, C, Q);
-    matmul_backward(dxn, G.wk, dk, xn, P.wk, rows, C, KV, /*accumulate_din=*/true);
-    matmul_backward(dxn, G.wv, dv, xn, P.wv, rows, C, KV, /*accumulate_din=*/true);
+    qkv_backward_rows(l, T, r0, rows, xn, dxn);
     tp_sum(dxn, size_t(rows) * C);
     rmsnorm_backward(dx, G.attn_norm, dxn, x, P.attn_norm, rstd1 + r0, rows, C);  // dx += : now dloss/dx
   }
@@ -279,26 +340,20 @@ void LlamaModel::backward_layer(int l, int B, int T) {
 // lm_head holds its vocabulary rows: the cross-entropy reduces each row's max, sum of exponentials and target logit
 // over the group (the logits are never gathered), and the lm_head's input gradient is a partial sum.
 float LlamaModel::head_forward_backward(const float* x, const int32_t* targets, int N, float grad_scale, float* dx) {
-  const int C = d_.C, V = d_.V;
+  const int C = d_.C;
   long counted = 0;
   for (int i = 0; i < N; ++i) counted += targets[i] >= 0;
   AGOQ_CHECK(counted > 0, "batch has no targets to compute a loss on");
   const float dloss_scale = grad_scale / float(counted);
-  for (int r0 = 0; r0 < N; r0 += kHeadChunkRows) {
-    const int rows = std::min(kHeadChunkRows, N - r0);
-    const float* xc = x + size_t(r0) * C;
-    rmsnorm_forward(head_norm_.data(), head_rstd_.data(), xc, params_.final_norm, rows, C, cfg_.norm_eps);
-    matmul_forward(head_logits_.data(), head_norm_.data(), params_.lm_head, rows, C, V);
-    float *row_max = head_stats_.data(), *sums = row_max + rows;
-    crossentropy_shard_max(head_logits_.data(), rows, V, row_max);
-    tp_max(row_max, size_t(rows));
-    crossentropy_shard_exp(head_logits_.data(), targets + r0, rows, V, d_.v_begin, row_max, sums);
-    tp_sum(sums, 2 * size_t(rows));
-    crossentropy_shard_finish(head_logits_.data(), losses_.data() + r0, targets + r0, rows, V, d_.v_begin, row_max,
-                              sums, dloss_scale);
-    if (dx) {
-      matmul_backward(head_dnorm_.data(), grads_.lm_head, head_logits_.data(), head_norm_.data(), params_.lm_head,
-                      rows, C, V);
+  if (stage().sp) {
+    head_rows_sp(x, targets, N, dloss_scale, dx);
+  } else {
+    for (int r0 = 0; r0 < N; r0 += kLlamaHeadChunkRows) {
+      const int rows = std::min(kLlamaHeadChunkRows, N - r0);
+      const float* xc = x + size_t(r0) * C;
+      rmsnorm_forward(head_norm_.data(), head_rstd_.data(), xc, params_.final_norm, rows, C, cfg_.norm_eps);
+      head_chunk(head_norm_.data(), targets, r0, rows, dloss_scale, dx ? head_dnorm_.data() : nullptr);
+      if (!dx) continue;
       tp_sum(head_dnorm_.data(), size_t(rows) * C);
       float* dxc = dx + size_t(r0) * C;
       std::fill(dxc, dxc + size_t(rows) * C, 0.0f);
@@ -310,9 +365,25 @@ float LlamaModel::head_forward_backward(const float* x, const int32_t* targets, 
   return float(loss_sum / double(counted));
 }
 
+// Rows [r0, r0 + rows) of the head from their final-norm output xn: lm_head -> cross-entropy into losses_; with
+// dxn, the lm_head's weight gradient and dxn (rows, C) = dloss/dxn (a partial sum on a shard).
+void LlamaModel::head_chunk(const float* xn, const int32_t* targets, int r0, int rows, float dloss_scale, float* dxn) {
+  const int C = d_.C, V = d_.V;
+  matmul_forward(head_logits_.data(), xn, params_.lm_head, rows, C, V);
+  float *row_max = head_stats_.data(), *sums = row_max + rows;
+  crossentropy_shard_max(head_logits_.data(), rows, V, row_max);
+  tp_max(row_max, size_t(rows));
+  crossentropy_shard_exp(head_logits_.data(), targets + r0, rows, V, d_.v_begin, row_max, sums);
+  tp_sum(sums, 2 * size_t(rows));
+  crossentropy_shard_finish(head_logits_.data(), losses_.data() + r0, targets + r0, rows, V, d_.v_begin, row_max,
+                            sums, dloss_scale);
+  if (dxn) matmul_backward(dxn, grads_.lm_head, head_logits_.data(), xn, params_.lm_head, rows, C, V);
+}
+
 void LlamaModel::check_batch(int B, int T) const {
   AGOQ_CHECK(B >= 1 && T >= 1 && B * T <= max_rows_ && T <= max_seq_, "batch ", B, "x", T,
              " exceeds the model's buffers (", max_rows_ / max_seq_, "x", max_seq_, ")");
+  if (stage().sp) model_sp_check(stage().tp, B, T);
 }
 
 void LlamaModel::stage_forward(const int32_t* inputs, int B, int T, const MicroBatchRun& run) {
@@ -322,11 +393,18 @@ void LlamaModel::stage_forward(const int32_t* inputs, int B, int T, const MicroB
   if (stage().embed) {
     for (int i = 0; i < N; ++i)
       AGOQ_CHECK(inputs[i] >= 0 && inputs[i] < V, "token id ", inputs[i], " out of range for vocab size ", V);
-    embedding_forward(resid_.data(), inputs, params_.embed, N, d_.C, d_.v_begin, d_.V);
-    tp_sum(resid_.data(), size_t(N) * d_.C);  // each token's row is on one shard, zeros on the others
+    // Each token's row is on one shard, zeros on the others: summed (sequence-parallel: each rank's rows of the sum).
+    if (stage().sp) {
+      embedding_forward(sp_whole_.data(), inputs, params_.embed, N, d_.C, d_.v_begin, d_.V);
+      sp_scatter(sp_whole_.data(), resid_.data(), stage().rows_held(N));
+    } else {
+      embedding_forward(resid_.data(), inputs, params_.embed, N, d_.C, d_.v_begin, d_.V);
+      tp_sum(resid_.data(), size_t(N) * d_.C);
+    }
   }
   for (int l = stage().first_layer; l < stage().end_layer; ++l) {
-    forward_layer(l, B, T);
+    if (stage().sp) forward_layer_sp(l, B, T);
+    else forward_layer(l, B, T);
     if (run.layer_done) run.layer_done();
   }
 }
@@ -345,17 +423,20 @@ float LlamaModel::stage_head(const int32_t* targets, int B, int T, const MicroBa
 void LlamaModel::stage_backward(const int32_t* inputs, int B, int T, const MicroBatchRun& run) {
   check_batch(B, T);
   for (int l = stage().end_layer - 1; l >= stage().first_layer; --l) {
-    backward_layer(l, B, T);
+    if (stage().sp) backward_layer_sp(l, B, T);
+    else backward_layer(l, B, T);
     if (run.grads_ready) run.grads_ready(l);
     if (run.layer_done) run.layer_done();
   }
   if (stage().embed) {
+    const float* dout = dx_.data();  // every row's gradient: each shard adds those of its tokens
+    if (stage().sp) sp_gather(dx_.data(), sp_whole_.data(), stage().rows_held(B * T)), dout = sp_whole_.data();
     if (grads_.embed) {
-      embedding_backward(grads_.embed, dx_.data(), inputs, B * T, d_.C, d_.v_begin, d_.V);
+      embedding_backward(grads_.embed, dout, inputs, B * T, d_.C, d_.v_begin, d_.V);
     } else {
       AGOQ_CHECK(run.embedding_grad, "the gradient storage leaves the embedding out and the run takes no sparse "
                  "embedding gradient (internal)");
-      run.embedding_grad(dx_.data(), inputs, B * T);
+      run.embedding_grad(dout, inputs, B * T);
     }
     if (run.grads_ready) run.grads_ready(-1);
   }

@@ -1,5 +1,6 @@
 // The LLaMA model: parameters, their gradients, the activation store and the forward/backward pass that wires
-// the ops (model/ops.h) together. Read llama.cpp top to bottom: layer forward, layer backward, the fused head.
+// the ops (model/ops.h) together. Read llama.cpp top to bottom: layer forward, layer backward, the fused head; then
+// llama_sp.cpp, the sequence-parallel layout of a tensor-parallel shard.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +34,8 @@ struct MicroBatchRun {
   // Called after each layer's forward or backward: lets a pipeline progress its pending transfers.
   std::function<void()> layer_done = {};
 };
+
+constexpr int kLlamaHeadChunkRows = 256;  // rows of logits alive at once in the fused head
 
 // Rows per tile of a layer's row-wise work, for sequences of length T in a batch of N rows: whole sequences (so
 // RoPE positions are row % T inside a tile), about 256 rows.
@@ -84,8 +87,9 @@ class LlamaModel {
 
   // ---- a pipeline stage's pieces (parallel/pipeline.h); forward_backward is stage_forward, stage_head and
   // stage_backward in a row on the whole model, with the same run ----
-  // The stage's input: the previous stage's output (B*T, C) is written here before stage_forward (not on the
-  // first stage, which embeds token ids).
+  // The stage's input: the previous stage's output (B*T, C; sequence-parallel: this rank's stage().rows_held(B*T)
+  // rows) is written here before stage_forward (not on the first stage, which embeds token ids). The same shape
+  // for stage_output, stage_output_grad and stage_input_grad.
   float* stage_input() { return resid_.data(); }
   // Forward through the stage's layers into the selected store (seeded with run.act_seed); the result is
   // stage_output() (B*T, C).
@@ -112,6 +116,31 @@ class LlamaModel {
                   bool backward);
   // fp32 view of an attention slot for the whole batch: the stored tensor when fp32, else the workspace buffer.
   float* attention_buffer(int l, ActSlot s, Buffer<float>& workspace);
+  // Where a producer writes rows from r0 of a slot: straight into an fp32 slot, else into its tile buffer (then
+  // save_rows stores the tile).
+  float* slot_out_rows(int l, ActSlot s, int r0, Buffer<float>& tile);
+  // A norm output's rows: the stored slot `out`, or rebuilt from its input x and rstd into buf.
+  const float* norm_out_rows(int l, ActSlot out, const float* x, const float* rstd, const float* w, int r0, int rows,
+                             float* buf);
+  // The pieces of a layer both layouts share, on rows [r0, r0 + rows) of the batch (llama.cpp says what each does).
+  void qkv_forward_rows(int l, int T, int r0, int rows, const float* xn);
+  void attention_forward_layer(int l, int B, int T);
+  void mlp_forward_rows(int l, int r0, int rows, const float* hn, float* out);
+  void mlp_backward_rows(int l, int r0, int rows, const float* dout, const float* hn, float* dhn);
+  void o_backward_rows(int l, int r0, int rows, const float* dh);
+  void attention_backward_layer(int l, int B, int T);
+  void qkv_backward_rows(int l, int T, int r0, int rows, const float* xn, float* dxn);
+  // Rows [r0, r0 + rows) of the head from their final-norm output (llama.cpp).
+  void head_chunk(const float* xn, const int32_t* targets, int r0, int rows, float dloss_scale, float* dxn);
+  // The sequence-parallel layout (stage().sp, llama_sp.cpp): layer, head and their collectives.
+  void forward_layer_sp(int l, int B, int T);
+  void backward_layer_sp(int l, int B, int T);
+  void head_rows_sp(const float* x, const int32_t* targets, int N, float dloss_scale, float* dx);
+  void norm_out_gather(int l, ActSlot in, ActSlot out, const float* rstd, const float* w, int N, int R);
+  void norm_backward_sp(int l, ActSlot in, const float* dxn, const float* rstd, const float* w, float* dw, int n,
+                        int R);
+  void sp_gather(const float* part, float* whole, int n);   // n rows of C per rank
+  void sp_scatter(const float* whole, float* part, int n);
   // The tensor-parallel reductions (no-ops on an unsharded model).
   void tp_sum(float* x, size_t n) {
     if (tensor_) tensor_->sum(x, n);
@@ -128,15 +157,18 @@ class LlamaModel {
   std::vector<ActivationStore> stores_;
   int active_ = 0;
   Buffer<float> rope_cos_, rope_sin_;  // (max_seq, hd/2)
-  // Whole-batch workspace, shapes for N = B*T rows (widths of the shard: d_).
-  Buffer<float> resid_;                // (N, C)  the residual stream, updated in place layer by layer
-  Buffer<float> dx_;                   // (N, C)  its gradient
+  // Whole-batch workspace, shapes for N = B*T rows (widths of the shard: d_); n = stage().rows_held(N).
+  Buffer<float> resid_;                // (n, C)  the residual stream, updated in place layer by layer
+  Buffer<float> dx_;                   // (n, C)  its gradient
   Buffer<float> q_, k_, v_, o_;        // attention inputs/output in fp32 when their slots are not fp32
   Buffer<float> dq_, dk_, dv_, do_;    // (N, Q), (N, KV), (N, KV), (N, Q)
   // Tile workspace: a few rows at a time. (R, C): x, xn, c; (R, Q): o; (R, F): the MLP's.
   Buffer<float> t_x_, t_xn_, t_c_, t_o_;
   Buffer<float> t_gate_, t_up_, t_s_, t_ds_, t_dgate_, t_dup_;
-  Buffer<float> head_norm_, head_rstd_, head_dnorm_;  // (chunk, C), (chunk), (chunk, C)
+  // Sequence-parallel only: (N, C) the gathered norm output / the row-parallel GEMMs' partial sums; (N, C) the
+  // gathered norm output in backward; (n, C) the reduce-scatter's rows; (C) a norm's weight gradient.
+  Buffer<float> sp_whole_, sp_whole2_, sp_part_, norm_dw_;
+  Buffer<float> head_norm_, head_rstd_, head_dnorm_;  // (chunk, C), (chunk; sp: n), (chunk, C); sp: rstd only
   Buffer<float> head_logits_;                         // (chunk, V)
   Buffer<float> head_stats_;                          // (chunk, 3): the cross-entropy's row max, sum, target logit
   Buffer<float> losses_;                              // (N)

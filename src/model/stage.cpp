@@ -16,11 +16,17 @@ void model_tp_check(const LlamaConfig& cfg, int T) {
              " tokens (agoq does not pad it: prepare the data with a vocabulary that is a multiple of ", T, ")");
 }
 
-ModelStage model_stage_shard(const LlamaConfig& cfg, ModelStage stage, int T, int tp_rank) {
+ModelStage model_stage_shard(const LlamaConfig& cfg, ModelStage stage, int T, int tp_rank, bool sp) {
   model_tp_check(cfg, T);
+  AGOQ_CHECK(!sp || T > 1, "--sp (sequence parallelism) shards over the tensor-parallel ranks: it needs --tp > 1");
   AGOQ_CHECK(tp_rank >= 0 && tp_rank < T, "tensor-parallel rank ", tp_rank, " of ", T, " (internal)");
-  stage.tp = T, stage.tp_rank = tp_rank;
+  stage.tp = T, stage.tp_rank = tp_rank, stage.sp = sp;
   return stage;
+}
+
+void model_sp_check(int T, int B, int seq) {
+  AGOQ_CHECK(int64_t(B) * seq % T == 0, "--sp: --tp ", T, " does not divide the ", int64_t(B) * seq,
+             " rows (batch ", B, " x seq ", seq, ") of a micro-batch");
 }
 
 ShardDims model_shard_dims(const LlamaConfig& cfg, const ModelStage& stage) {

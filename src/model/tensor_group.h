@@ -16,6 +16,12 @@ class TensorGroup {
   virtual void sum(float* x, size_t n) = 0;
   // x (n floats) := the elementwise maximum over the ranks, in place.
   virtual void max(float* x, size_t n) = 0;
+  // Sequence parallelism's pair. whole (size() * n floats) := every rank's part (n floats) in rank order; part may
+  // be whole + rank() * n (in place).
+  virtual void all_gather(const float* part, float* whole, size_t n) = 0;
+  // part (n floats) := the sum over the ranks of their whole[rank() * n, (rank() + 1) * n); part must not overlap
+  // whole.
+  virtual void reduce_scatter(const float* whole, float* part, size_t n) = 0;
 };
 
 }  // namespace agoq

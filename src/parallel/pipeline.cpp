@@ -34,7 +34,8 @@ Pipeline::Pipeline(Communicator& stages, LlamaModel& model, int B, int T)
   const ModelStage& st = model.stage();
   AGOQ_CHECK(st.embed == (r_ == 0) && st.head == (r_ == P_ - 1), "pipeline rank ", r_, " of ", P_,
              " holds the wrong stage of the model");
-  const size_t n = rows_cap_ * size_t(model.config().dim);
+  // A sequence-parallel shard sends its rows of the residual stream to the same TP rank of the next stage.
+  const size_t n = size_t(st.rows_held(int(rows_cap_))) * size_t(model.config().dim);
   for (Buffer<float>& b : out_) b = Buffer<float>(n, MemCategory::communication, "pipe.send");
 }
 
@@ -56,7 +57,7 @@ void Pipeline::send(const float* src, int dst, int tag) {
 
 size_t Pipeline::message_bytes(int B, int T) const {
   AGOQ_CHECK(size_t(B) * T == rows_cap_, "pipeline built for ", rows_cap_, " tokens per micro-batch, got ", B, "x", T);
-  return rows_cap_ * size_t(model_.config().dim) * sizeof(float);
+  return size_t(model_.stage().rows_held(int(rows_cap_))) * size_t(model_.config().dim) * sizeof(float);
 }
 
 void Pipeline::progress() {

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/memory.h"
+#include "model/act_store.h"
 #include "plan/memory_model.h"
 
 namespace agoq {
@@ -66,7 +67,7 @@ StageProblem stage_problem(const PlanActShape& shape, const PlanStageBudget& st,
     if (!allocatable[s]) {
       for (int l = 0; l < st.n_layers; ++l)
         if (p.base.at(l, slot).stored)
-          p.fixed += plan_slot_bytes(p.base.at(l, slot).format, shape.cfg, shape.tp, shape.rows, slot);
+          p.fixed += plan_slot_bytes(p.base.at(l, slot).format, shape.cfg, shape.tp, shape.rows, slot, shape.sp);
       continue;
     }
     const QuantFormat& bf = p.base.at(0, slot).format;
@@ -78,7 +79,7 @@ StageProblem stage_problem(const PlanActShape& shape, const PlanStageBudget& st,
     for (const QuantFormat& f : fmts) {
       quant_format_check(f);
       const double q = std::exp2(effective_bits(f)) - 1;
-      p.levels[s].push_back({f, plan_slot_bytes(f, shape.cfg, shape.tp, shape.rows, slot), C / (q * q)});
+      p.levels[s].push_back({f, plan_slot_bytes(f, shape.cfg, shape.tp, shape.rows, slot, shape.sp), C / (q * q)});
     }
   }
   return p;
@@ -136,7 +137,8 @@ std::array<double, kActSlotCount> plan_default_sensitivity(const PlanActShape& s
   const auto cols = plan_slot_cols(shape.cfg, shape.tp);
   std::array<double, kActSlotCount> c{};
   for (int s = 0; s < kActSlotCount; ++s)
-    c[s] = double(n_layers) * double(shape.rows) * cols[s] * (act_slot_is_attention(ActSlot(s)) ? 16.0 : 1.0);
+    c[s] = double(n_layers) * double(act_slot_rows(ActSlot(s), shape.rows, shape.tp, shape.sp)) * cols[s] *
+           (act_slot_is_attention(ActSlot(s)) ? 16.0 : 1.0);
   return c;
 }
 
@@ -210,7 +212,7 @@ PlanStageBits plan_stage_bits_of(const PlanActShape& shape, const ActPolicy& sta
   PlanStageBits r;
   r.policy = stage_policy;
   for (int s = 0; s < kActSlotCount; ++s) r.bits[s] = storage_bits(stage_policy.at(0, ActSlot(s)));
-  r.act_bytes = size_t(in_flight) * plan_act_bytes(stage_policy, shape.cfg, shape.tp, shape.rows);
+  r.act_bytes = size_t(in_flight) * plan_act_bytes(stage_policy, shape.cfg, shape.tp, shape.rows, shape.sp);
   return r;
 }
 

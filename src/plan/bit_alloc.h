@@ -20,11 +20,12 @@
 
 namespace agoq {
 
-// The shape activations are stored for: model, tensor parallelism, tokens per micro-batch.
+// The shape activations are stored for: model, tensor parallelism, tokens per micro-batch, sequence parallelism.
 struct PlanActShape {
   LlamaConfig cfg;
   int tp = 1;
   size_t rows = 0;
+  bool sp = false;
 };
 
 struct PlanBitsOptions {

@@ -72,6 +72,9 @@ void plan_parallel_check(const LlamaConfig& cfg, const PlanParallel& par, const 
   AGOQ_CHECK(cfg.ffn_dim % par.tp == 0, "--tp ", par.tp, " does not divide the MLP width ", cfg.ffn_dim);
   AGOQ_CHECK(w.seq >= 1 && w.micro_batch >= 1 && w.num_micro_batches >= 1,
              "--seq, --micro-batch and --num-micro-batches must be positive");
+  AGOQ_CHECK(!par.sp || par.tp > 1, "--sp (sequence parallelism) shards over the tensor-parallel ranks: it needs --tp > 1");
+  AGOQ_CHECK(!par.sp || w.rows() % size_t(par.tp) == 0, "--sp: --tp ", par.tp, " does not divide the ", w.rows(),
+             " tokens of a micro-batch");
 }
 
 std::vector<PlanStage> plan_stages(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w,
@@ -102,17 +105,16 @@ std::array<int, kActSlotCount> plan_slot_cols(const LlamaConfig& cfg, int tp) {
   return {C, 1, C, Ct, KV, KV, Ct, int(s.ht), C, 1, C, F, F, F};
 }
 
-size_t plan_slot_bytes(const QuantFormat& f, const LlamaConfig& cfg, int tp, size_t rows, ActSlot s) {
-  return quant_bytes(f, rows, size_t(plan_slot_cols(cfg, tp)[int(s)]));
+size_t plan_slot_bytes(const QuantFormat& f, const LlamaConfig& cfg, int tp, size_t rows, ActSlot s, bool sp) {
+  return quant_bytes(f, act_slot_rows(s, rows, tp, sp), size_t(plan_slot_cols(cfg, tp)[int(s)]));
 }
 
-size_t plan_act_bytes(const ActPolicy& policy, const LlamaConfig& cfg, int tp, size_t rows) {
+size_t plan_act_bytes(const ActPolicy& policy, const LlamaConfig& cfg, int tp, size_t rows, bool sp) {
   if (tp == 1) return act_store_bytes(policy, cfg, rows, true) + act_store_bytes(policy, cfg, rows, false);
-  const auto cols = plan_slot_cols(cfg, tp);
   size_t total = 0;
   for (const auto& layer : policy.slots)
     for (int s = 0; s < kActSlotCount; ++s)
-      if (layer[s].stored) total += quant_bytes(layer[s].format, rows, size_t(cols[s]));
+      if (layer[s].stored) total += plan_slot_bytes(layer[s].format, cfg, tp, rows, ActSlot(s), sp);
   return total;
 }
 
@@ -132,7 +134,8 @@ PlanMemory plan_memory_static(const LlamaConfig& cfg, const PlanParallel& par, c
   // Adam m, v: fp32, or (AGoQ with --optim-state q8) 8-bit codes with two fp32 scales per block.
   m[MemCategory::optimizer] = agoq && opt.optim_q8 ? adam_q8_bytes(shard(n), opt.optim_block) : 8 * shard(n);
 
-  size_t comm = par.pp > 1 ? 2 * rows * s.d * 2 : 0;  // bf16 receive buffers: activation (fwd), gradient (bwd)
+  // bf16 receive buffers: activation (fwd), gradient (bwd); of the rank's rows under sequence parallelism
+  size_t comm = par.pp > 1 ? 2 * (par.sp ? rows / size_t(par.tp) : rows) * s.d * 2 : 0;
   if (agoq && D > 1) {
     // One bucket in flight: its fp32 staging copy, the all-to-all send/all-gather buffer and the receive buffer.
     const size_t nb = std::min(n, opt.bucket_bytes / 4);
@@ -160,7 +163,7 @@ PlanMemory plan_memory_per_rank(const LlamaConfig& cfg, const PlanParallel& par,
   AGOQ_CHECK(int(policy.slots.size()) == st.n_layers, "activation policy has ", policy.slots.size(),
              " layers, stage ", st.stage, " has ", st.n_layers);
   PlanMemory m = plan_memory_static(cfg, par, w, st, sys, opt);
-  m[MemCategory::activations] = size_t(st.in_flight) * plan_act_bytes(policy, cfg, par.tp, w.rows());
+  m[MemCategory::activations] = size_t(st.in_flight) * plan_act_bytes(policy, cfg, par.tp, w.rows(), par.sp);
   return m;
 }
 
@@ -169,7 +172,7 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
   AGOQ_CHECK(int(policy.slots.size()) == cfg.n_layers, "activation policy has ", policy.slots.size(),
              " layers, model has ", cfg.n_layers);
   ModelStage st = opt.pp > 1 ? opt.stage : model_stage_whole(cfg);
-  st.tp = opt.stage.tp, st.tp_rank = opt.stage.tp_rank;  // a tensor-parallel shard of it
+  st.tp = opt.stage.tp, st.tp_rank = opt.stage.tp_rank, st.sp = opt.stage.sp;  // a tensor-parallel shard of it
   const size_t P = model_stage_param_count(cfg, st), N = size_t(opt.batch) * opt.seq, C = cfg.dim;
   const size_t f = sizeof(float);
   PlanMemory m;
@@ -193,9 +196,10 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
   size_t act = 0;  // one micro-batch of the stage's layers
   for (int l = st.first_layer; l < st.end_layer; ++l)
     for (int s = 0; s < kActSlotCount; ++s)
-      if (policy.at(l, ActSlot(s)).stored) act += plan_slot_bytes(policy.at(l, ActSlot(s)).format, cfg, st.tp, N, ActSlot(s));
+      if (policy.at(l, ActSlot(s)).stored) act += plan_slot_bytes(policy.at(l, ActSlot(s)).format, cfg, st.tp, N, ActSlot(s), st.sp);
   m[MemCategory::activations] = size_t(opt.pp > 1 ? opt.in_flight : 1) * act;
-  if (opt.pp > 1) m[MemCategory::communication] = 2 * N * C * f;  // the pipeline's double-buffered sends
+  // The pipeline's double-buffered sends (a sequence-parallel rank's rows).
+  if (opt.pp > 1) m[MemCategory::communication] = 2 * size_t(st.rows_held(int(N))) * C * f;
 
   // The model's buffers and the larger attention call's scratch, which lives on top of them.
   const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();

@@ -3,8 +3,8 @@
 // agoq's own CPU trainer, validated against the memory tracker (tests/plan). docs/plan.md states every assumption.
 //
 // Parallel layout (Megatron-style): TP splits q/k/v/o heads, the MLP width and the (padded) vocabulary by T;
-// norms are replicated; sequence parallelism is off, so the residual stream and norm tensors are whole on every
-// TP rank. PP cuts the layers into P contiguous stages (extra layers go to the last stages, which hold fewer
+// norms are replicated; without sequence parallelism (sp) the residual stream and norm tensors are whole on every
+// TP rank, with it (Megatron-SP) each TP rank holds 1/T of their rows. PP cuts the layers into P contiguous stages (extra layers go to the last stages, which hold fewer
 // micro-batches in flight); stage 0 holds the embedding, the last stage the final norm and lm_head. Under
 // non-interleaved 1F1B, stage r holds min(P - r, m) micro-batches of activations.
 #pragma once
@@ -24,6 +24,7 @@ namespace agoq {
 struct PlanParallel {
   int gpus = 1, tp = 1, pp = 1;
   bool zero1 = false;  // optimizer states and fp32 master weights sharded over the D data-parallel ranks
+  bool sp = false;     // sequence parallelism over the tp ranks
   int dp() const { return gpus / (tp * pp); }
 };
 
@@ -70,9 +71,10 @@ int plan_padded_vocab(const LlamaConfig& cfg, int tp, int vocab_align);
 // Values per token of each activation slot on one TP rank; equals act_slot_cols(cfg) when tp == 1.
 std::array<int, kActSlotCount> plan_slot_cols(const LlamaConfig& cfg, int tp);
 // Saved-activation bytes of one micro-batch of `rows` tokens on one TP rank, over the policy's layers (both slot
-// classes). With tp == 1 this is exactly act_store_bytes(attention) + act_store_bytes(other).
-size_t plan_act_bytes(const ActPolicy& policy, const LlamaConfig& cfg, int tp, size_t rows);
-size_t plan_slot_bytes(const QuantFormat& f, const LlamaConfig& cfg, int tp, size_t rows, ActSlot s);
+// classes); with sp the residual slots hold rows / tp (act_slot_rows). With tp == 1 this is exactly
+// act_store_bytes(attention) + act_store_bytes(other).
+size_t plan_act_bytes(const ActPolicy& policy, const LlamaConfig& cfg, int tp, size_t rows, bool sp = false);
+size_t plan_slot_bytes(const QuantFormat& f, const LlamaConfig& cfg, int tp, size_t rows, ActSlot s, bool sp = false);
 
 // One rank of one stage. `policy` covers the stage's layers (st.n_layers); activations = in_flight x one
 // micro-batch. baseline: bf16 weights + fp32 master, fp32 gradients, fp32 Adam; AGoQ: the same but 8-bit

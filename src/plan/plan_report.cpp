@@ -30,7 +30,7 @@ double PlanReport::planned_reduction(int s) const {
 PlanReport plan_run(const PlanRequest& req) {
   PlanReport rep;
   rep.req = req;
-  const PlanActShape shape{req.cfg, req.par.tp, req.work.rows()};
+  const PlanActShape shape{req.cfg, req.par.tp, req.work.rows(), req.par.sp};
   for (const PlanStage& st : plan_stages(req.cfg, req.par, req.work, req.gpu)) {
     PlanStageReport r;
     r.stage = st;
@@ -64,7 +64,7 @@ nlohmann::json plan_report_json(const PlanReport& rep) {
                 {"kv_heads", q.cfg.n_kv_heads}, {"ffn", q.cfg.ffn_dim},
                 {"vocab", q.cfg.vocab_size},    {"vocab_padded", plan_padded_vocab(q.cfg, q.par.tp, q.gpu.vocab_align)},
                 {"params", q.cfg.param_count()}};
-  j["parallel"] = {{"gpus", q.par.gpus}, {"tp", q.par.tp}, {"pp", q.par.pp}, {"dp", q.par.dp()}, {"zero1", q.par.zero1}};
+  j["parallel"] = {{"gpus", q.par.gpus}, {"tp", q.par.tp}, {"pp", q.par.pp}, {"dp", q.par.dp()}, {"zero1", q.par.zero1}, {"sp", q.par.sp}};
   j["workload"] = {{"seq", q.work.seq}, {"micro_batch", q.work.micro_batch}, {"num_micro_batches", q.work.num_micro_batches}};
   j["gpu_mem"] = q.gpu_mem;
   j["options"] = {{"bucket_bytes", q.gpu.bucket_bytes}, {"reserve_bytes", q.gpu.reserve_bytes},
@@ -108,8 +108,8 @@ std::string plan_report_text(const PlanReport& rep) {
   put("agoq plan: %s: dim %d, %d layers, %d heads (%d kv), ffn %d, vocab %d (padded %d), %.2fB parameters\n",
       q.model_name.c_str(), q.cfg.dim, q.cfg.n_layers, q.cfg.n_heads, q.cfg.n_kv_heads, q.cfg.ffn_dim,
       q.cfg.vocab_size, plan_padded_vocab(q.cfg, q.par.tp, q.gpu.vocab_align), double(q.cfg.param_count()) / 1e9);
-  put("  %d GPUs = TP %d x PP %d x DP %d, ZeRO-1 %s; seq %d, micro-batch %d, %d micro-batches (1F1B); %.2f GiB per GPU\n",
-      q.par.gpus, q.par.tp, q.par.pp, q.par.dp(), q.par.zero1 ? "on" : "off", q.work.seq, q.work.micro_batch,
+  put("  %d GPUs = TP %d%s x PP %d x DP %d, ZeRO-1 %s; seq %d, micro-batch %d, %d micro-batches (1F1B); %.2f GiB per GPU\n",
+      q.par.gpus, q.par.tp, q.par.sp ? " (SP)" : "", q.par.pp, q.par.dp(), q.par.zero1 ? "on" : "off", q.work.seq, q.work.micro_batch,
       q.work.num_micro_batches, gib(q.gpu_mem));
   put("  agoq = 4-bit non-attention activations (attention bf16), 8-bit gradients%s; planned = bits allocated to fill "
       "the GPU\n\nper-GPU memory, GiB\n", q.gpu.optim_q8 ? ", 8-bit AdamW moments" : "");

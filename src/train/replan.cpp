@@ -18,7 +18,7 @@ ActPolicy stage_part(const ActPolicy& all, const ModelStage& st) {
 ReplanResult replan_activation_bits(LlamaModel& model, const ParallelGrid& grid, const std::vector<ModelStage>& stages,
                                     int m, size_t rows, size_t capacity) {
   const int P = grid.P;
-  const PlanActShape shape{model.config(), grid.T, rows};
+  const PlanActShape shape{model.config(), grid.T, rows, model.stage().sp};
   const ActPolicy& policy = model.store().policy();  // the same whole-model policy on every rank
   std::vector<PlanStageBudget> budgets(P);
   std::vector<PlanStageBits> current;

@@ -129,7 +129,8 @@ void TrainSession::config_resolve() {
   val_set_.check_vocab(cfg_.vocab_size);
   stages_ = comm_agreed(world_, [&] {
     std::vector<ModelStage> stages = model_stages_split(cfg_, grid_.P, opt_.stage_layers);
-    for (ModelStage& s : stages) s = model_stage_shard(cfg_, s, grid_.T, grid_.tp_rank);  // this rank's shard
+    for (ModelStage& s : stages) s = model_stage_shard(cfg_, s, grid_.T, grid_.tp_rank, opt_.sp);  // this rank's shard
+    if (opt_.sp) model_sp_check(grid_.T, B_, T_);
     return stages;
   });
 }

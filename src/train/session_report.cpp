@@ -13,10 +13,11 @@ namespace {
 
 constexpr int kCats = kMemCategoryCount;
 
-// Saved-activation bytes per token per layer under a policy, on one of tp tensor-parallel ranks.
-double act_bytes_per_token_layer(const ActPolicy& p, const LlamaConfig& cfg, size_t rows, int tp) {
-  return double(act_store_bytes(p, cfg, rows, true, tp) + act_store_bytes(p, cfg, rows, false, tp)) / double(rows) /
-         cfg.n_layers;
+// Saved-activation bytes per token per layer under a policy, on one of tp tensor-parallel ranks (sequence-parallel
+// when sp; per token of the micro-batch).
+double act_bytes_per_token_layer(const ActPolicy& p, const LlamaConfig& cfg, size_t rows, int tp, bool sp) {
+  return double(act_store_bytes(p, cfg, rows, true, tp, sp) + act_store_bytes(p, cfg, rows, false, tp, sp)) /
+         double(rows) / cfg.n_layers;
 }
 
 // Sum of each category's own peak: the figure the memory model predicts.
@@ -46,7 +47,8 @@ void TrainSession::report(const TrainResult& r, long first) const {
     std::fprintf(stderr, " on %d ranks (grad store %s, all-reduce %s%s; %.1f%% of step time waiting on it)", D,
                  opt_.grad_store.c_str(), opt_.allreduce.c_str(), opt_.zero ? ", ZeRO-1" : "",
                  100.0 * wait_total_ / seconds_total_);
-  if (grid_.T > 1) std::fprintf(stderr, " with layers split over %d tensor-parallel ranks", grid_.T);
+  if (grid_.T > 1)
+    std::fprintf(stderr, " with layers split over %d tensor-parallel ranks%s", grid_.T, opt_.sp ? " (sequence-parallel)" : "");
   if (P > 1)
     std::fprintf(stderr, " on a %d-stage pipeline (1F1B, layers %s) x %d replica%s", P,
                  opt_.stage_layers.empty() ? "split evenly" : opt_.stage_layers.c_str(), D, D > 1 ? "s" : "");
@@ -55,9 +57,10 @@ void TrainSession::report(const TrainResult& r, long first) const {
   const size_t rows = size_t(B_) * T_;
   const ActPolicy& policy = model_->store().policy();
   const int tp = grid_.T;
-  const double act = act_bytes_per_token_layer(policy, cfg_, rows, tp);
-  const double bf16 = act_bytes_per_token_layer(ActPolicy::parse("baseline-bf16", cfg_.n_layers), cfg_, rows, tp);
-  const double fp32 = act_bytes_per_token_layer(ActPolicy::parse("fp32", cfg_.n_layers), cfg_, rows, tp);
+  const bool sp = opt_.sp;
+  const double act = act_bytes_per_token_layer(policy, cfg_, rows, tp, sp);
+  const double bf16 = act_bytes_per_token_layer(ActPolicy::parse("baseline-bf16", cfg_.n_layers), cfg_, rows, tp, sp);
+  const double fp32 = act_bytes_per_token_layer(ActPolicy::parse("fp32", cfg_.n_layers), cfg_, rows, tp, sp);
   const auto tags = MemoryTracker::global().tag_peaks();
   auto tag = [&](const char* t) { return format_bytes(tags.count(t) ? tags.at(t) : 0); };
   std::fprintf(stderr,

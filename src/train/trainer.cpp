@@ -88,7 +88,7 @@ std::string train_run_description(const TrainOptions& o, const LlamaConfig& cfg,
      << " seed " << o.seed << " eval " << o.eval_every << ' ' << o.eval_batches << " ckpt " << o.ckpt_every
      << " stop_after " << o.stop_after << " act " << o.act_policy << " grad_store " << o.grad_store << " allreduce "
      << o.allreduce << " rounding " << o.grad_rounding << " optim_state " << optim_state_name(o.adam.state)
-     << " zero " << o.zero << " pp " << o.pp << ' ' << o.stage_layers << " tp " << o.tp << " mem_budget "
+     << " zero " << o.zero << " pp " << o.pp << ' ' << o.stage_layers << " tp " << o.tp << " sp " << o.sp << " mem_budget "
      << o.mem_budget << ' ' << o.replan_after << " resume " << resume_commit;
   return os.str();
 }

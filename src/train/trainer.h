@@ -44,6 +44,9 @@ struct TrainOptions {
   std::string stage_layers;         // e.g. "3,5": layers per stage (empty: even split)
   // Tensor parallelism (Megatron): each layer split over tp adjacent ranks; the grid is tp x pp x (ranks / tp / pp).
   int tp = 1;
+  // Sequence parallelism (Megatron-SP) over the tp ranks: the residual stream, norms and their saved activations
+  // on each rank's rows of a micro-batch (needs tp > 1 dividing batch * seq).
+  bool sp = false;
   // Dynamic bit allocation: with a per-rank memory budget, after `replan_after` steps every stage's activation
   // bits are re-planned from the measured peaks (plan/bit_alloc.h) and the change is logged.
   size_t mem_budget = 0;

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/act_store.h"
 #include "model/llama.h"
 
 namespace agoq {
@@ -22,7 +23,7 @@ namespace {
 // every rank gets the same bits, as MPI's reductions give).
 class ThreadGroup {
  public:
-  explicit ThreadGroup(int T) : ptrs_(T), sync_(T) {}
+  explicit ThreadGroup(int T) : ptrs_(T), cptrs_(T), sync_(T) {}
   class Member : public TensorGroup {
    public:
     Member(ThreadGroup& g, int r) : g_(g), r_(r) {}
@@ -30,6 +31,8 @@ class ThreadGroup {
     int rank() const override { return r_; }
     void sum(float* x, size_t n) override { g_.reduce(r_, x, n, false); }
     void max(float* x, size_t n) override { g_.reduce(r_, x, n, true); }
+    void all_gather(const float* part, float* whole, size_t n) override { g_.gather(r_, part, whole, n); }
+    void reduce_scatter(const float* whole, float* part, size_t n) override { g_.scatter(r_, whole, part, n); }
 
    private:
     ThreadGroup& g_;
@@ -46,7 +49,25 @@ class ThreadGroup {
     sync_.arrive_and_wait();  // every rank has read every buffer
     std::copy(out.begin(), out.end(), x);
   }
+  void gather(int r, const float* part, float* whole, size_t n) {
+    std::vector<float> mine(part, part + n);  // part may lie in whole
+    cptrs_[r] = mine.data();
+    sync_.arrive_and_wait();
+    for (size_t k = 0; k < cptrs_.size(); ++k) std::copy(cptrs_[k], cptrs_[k] + n, whole + k * n);
+    sync_.arrive_and_wait();
+  }
+  void scatter(int r, const float* whole, float* part, size_t n) {
+    cptrs_[r] = whole;
+    sync_.arrive_and_wait();
+    for (size_t i = 0; i < n; ++i) {  // rank order, as in reduce
+      float acc = cptrs_[0][r * n + i];
+      for (size_t k = 1; k < cptrs_.size(); ++k) acc += cptrs_[k][r * n + i];
+      part[i] = acc;
+    }
+    sync_.arrive_and_wait();
+  }
   std::vector<float*> ptrs_;
+  std::vector<const float*> cptrs_;
   std::barrier<> sync_;
 };
 
@@ -77,7 +98,7 @@ struct ShardRun {
 };
 
 // One micro-batch forward + backward on T shards (T threads) from the same initial weights.
-ShardRun run_shards(const LlamaConfig& c, int T, const std::string& policy) {
+ShardRun run_shards(const LlamaConfig& c, int T, const std::string& policy, bool sp = false) {
   const int B = 2, Tq = 8;
   Rng rng(7);
   std::vector<int32_t> in(B * Tq), tgt(B * Tq);
@@ -88,7 +109,7 @@ ShardRun run_shards(const LlamaConfig& c, int T, const std::string& policy) {
   run.group = std::make_unique<ThreadGroup>(T);
   for (int r = 0; r < T; ++r) {
     run.members.push_back(std::make_unique<ThreadGroup::Member>(*run.group, r));
-    run.shards.push_back(std::make_unique<LlamaModel>(c, B, Tq, pol, model_stage_shard(c, model_stage_whole(c), T, r),
+    run.shards.push_back(std::make_unique<LlamaModel>(c, B, Tq, pol, model_stage_shard(c, model_stage_whole(c), T, r, sp),
                                                       1, std::vector<ParamSegment>{}, run.members[r].get()));
     run.shards[r]->init_weights(11);
     run.shards[r]->grads().zero();
@@ -134,8 +155,8 @@ GradDiff shards_vs_whole(const ShardRun& run, LlamaModel& whole) {
 
 // T shards vs the whole model, fp32: the same loss on every shard, every gradient within 1e-5 of its tensor's
 // largest value. Returns the worst difference.
-double expect_shards_match_whole(const LlamaConfig& c, int T) {
-  const ShardRun whole = run_shards(c, 1, "fp32"), tp = run_shards(c, T, "fp32");
+double expect_shards_match_whole(const LlamaConfig& c, int T, bool sp = false) {
+  const ShardRun whole = run_shards(c, 1, "fp32"), tp = run_shards(c, T, "fp32", sp);
   for (int r = 0; r < T; ++r) {
     EXPECT_EQ(tp.losses[r], tp.losses[0]) << "shard " << r;  // computed from the reduced statistics
     EXPECT_NEAR(tp.losses[r], whole.losses[0], 1e-6 * whole.losses[0]) << "shard " << r;
@@ -155,6 +176,54 @@ TEST(TensorParallel, ShardsMatchTheWholeModelFp32) {
     }
 }
 
+// Sequence parallelism: the same comparison, the residual stream and the norms on each rank's rows of the batch
+// (16 rows: 8 per rank on T = 2, 4 on T = 4, so T = 4 splits inside a sequence).
+TEST(TensorParallel, SequenceParallelShardsMatchTheWholeModelFp32) {
+  for (bool tied : {false, true})
+    for (int T : {2, 4}) {
+      SCOPED_TRACE("SP, T = " + std::to_string(T) + (tied ? ", tied embeddings" : ""));
+      const double worst = expect_shards_match_whole(tp_config(tied), T, /*sp=*/true);
+      std::printf("[ measured ] TP=%d + SP%s: worst gradient difference %.2e of the tensor's largest value\n", T,
+                  tied ? " tied" : "", worst);
+    }
+  LlamaConfig gqa = tp_config(false);
+  gqa.n_kv_heads = 2;
+  expect_shards_match_whole(gqa, 2, /*sp=*/true);
+}
+
+// Under SP each rank stores only its rows of the residual slots (norm inputs, rstd, norm outputs).
+TEST(TensorParallel, SequenceParallelStoresTheRowsOfItsShard) {
+  const LlamaConfig c = tp_config(false);
+  const ActPolicy fp32 = ActPolicy::parse("fp32", c.n_layers);
+  const size_t rows = 16, T = 2;
+  const size_t tp_other = act_store_bytes(fp32, c, rows, false, int(T)), tp_attn = act_store_bytes(fp32, c, rows, true, int(T));
+  const size_t sp_other = act_store_bytes(fp32, c, rows, false, int(T), true);
+  EXPECT_EQ(act_store_bytes(fp32, c, rows, true, int(T), true), tp_attn);  // attention's slots: every row
+  // Per layer: 4 C-wide slots and 2 rstd, halved; gate, up, SwiGLU (F/T wide) on every row.
+  const size_t residual = size_t(c.n_layers) * (4 * rows * c.dim + 2 * rows) * sizeof(float);
+  EXPECT_EQ(tp_other - sp_other, residual / T);
+  ShardRun run = run_shards(c, int(T), "fp32", /*sp=*/true);
+  EXPECT_EQ(run.shards[1]->store().stored_bytes(false), sp_other);
+  EXPECT_EQ(run.shards[1]->store().stored_bytes(true), tp_attn);
+}
+
+TEST(TensorParallel, SequenceParallelErrors) {
+  const LlamaConfig c = tp_config(false);
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message([&] { model_stage_shard(c, model_stage_whole(c), 1, 0, true); }).find("--sp"),
+            std::string::npos);
+  EXPECT_NE(message([] { model_sp_check(4, 3, 5); }).find("--tp 4 does not divide the 15 rows (batch 3 x seq 5)"),
+            std::string::npos);
+  EXPECT_EQ(message([] { model_sp_check(4, 2, 6); }), "");
+}
+
 TEST(TensorParallel, GroupedQueryAttentionSplitsKvHeads) {
   LlamaConfig c = tp_config(false);
   c.n_kv_heads = 2;
@@ -168,15 +237,16 @@ TEST(TensorParallel, AgoqPolicyOnShardsIsWithinTheWholeModelsQuantizationError) 
   const LlamaConfig c = tp_config(false);
   const ShardRun ref = run_shards(c, 1, "fp32"), whole_q = run_shards(c, 1, "agoq");
   const double whole_err = shards_vs_whole(whole_q, *ref.shards[0]).rel_l2;
-  for (int T : {2, 4}) {
-    const ShardRun tp = run_shards(c, T, "agoq");
-    EXPECT_NEAR(tp.losses[0], ref.losses[0], 1e-6 * ref.losses[0]);
-    const double err = shards_vs_whole(tp, *ref.shards[0]).rel_l2;
-    std::printf("[ measured ] agoq policy: gradient error vs fp32 %.4f (TP=%d) vs %.4f (one process)\n", err, T,
-                whole_err);
-    EXPECT_GT(err, 0.0);
-    EXPECT_LT(err, 2 * whole_err) << "T = " << T;
-  }
+  for (bool sp : {false, true})
+    for (int T : {2, 4}) {
+      const ShardRun tp = run_shards(c, T, "agoq", sp);
+      EXPECT_NEAR(tp.losses[0], ref.losses[0], 1e-6 * ref.losses[0]);
+      const double err = shards_vs_whole(tp, *ref.shards[0]).rel_l2;
+      std::printf("[ measured ] agoq policy: gradient error vs fp32 %.4f (TP=%d%s) vs %.4f (one process)\n", err, T,
+                  sp ? " + SP" : "", whole_err);
+      EXPECT_GT(err, 0.0);
+      EXPECT_LT(err, 2 * whole_err) << "T = " << T << (sp ? " + SP" : "");
+    }
 }
 
 TEST(TensorParallel, ShardLayoutAndErrors) {

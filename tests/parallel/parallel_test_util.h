@@ -66,7 +66,7 @@ inline TrainResult single_reference(TrainOptions o, int D) {
   if (w.rank() == 0) {
     o.comm = self.get();
     o.accum *= D;
-    o.pp = 1, o.tp = 1, o.stage_layers.clear();
+    o.pp = 1, o.tp = 1, o.sp = false, o.stage_layers.clear();
     o.out_dir += "_single";
     r = train_run(o);
   }

@@ -1,7 +1,7 @@
 // Tensor parallelism under MPI (the layers' collectives over a communicator; the shards against the whole model
 // gradient by gradient: tests/model/test_tensor_parallel.cpp): T = the job's ranks and the 4-rank grids TP 2 x PP 2
 // and TP 2 x DP 2 against one process, resume, checkpoints that resume on one process, the memory model against
-// every rank's peaks, bad grids. Tests that need more ranks skip.
+// every rank's peaks, bad grids; the same with sequence parallelism (--sp). Tests that need more ranks skip.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -72,6 +72,34 @@ TEST(TensorParallel, GridsOfFourMatchOneProcess) {
     std::printf("[ measured ] TP2xDP2 q8 store + q8 all-reduce vs one process fp32: losses %.2e\n", d);
     EXPECT_LE(d, 0.01);
   }
+  shared_cleanup(data);
+}
+
+// Sequence parallelism (fp32): TP = W + SP, and (np 4) TP 2 + SP x PP 2 (each TP rank sends its rows of the
+// residual stream to the next stage), against one process.
+TEST(TensorParallel, SequenceParallelMatchesOneProcess) {
+  const int W = world().size();
+  if (W < 2) GTEST_SKIP() << "tensor parallelism needs mpirun -np >= 2";
+  const fs::path data = shared_data("tpsp", kVocab);
+  TrainOptions o = tp_tiny(data, "tpsp", W, 2);
+  o.sp = true;
+  expect_matches(train_run(o), single_reference(o, 1), "TP=" + std::to_string(W) + " + SP", 1e-5);
+  if (W == 4) {
+    TrainOptions pp = tp_tiny(data, "tp2sppp2", 2, 2);
+    pp.sp = true, pp.pp = 2;
+    expect_matches(train_run(pp), single_reference(pp, 1), "TP2 + SP x PP2", 1e-5);
+  }
+  shared_cleanup(data);
+}
+
+TEST(TensorParallel, SequenceParallelResumeIsBitIdentical) {
+  const int W = world().size();
+  if (W < 2) GTEST_SKIP() << "tensor parallelism needs mpirun -np >= 2";
+  const fs::path data = shared_data("tpspresume", kVocab);
+  TrainOptions o = tp_tiny(data, "straight", 2, 2);
+  o.pp = W / 2, o.sp = true;  // np 4: TP 2 + SP x PP 2
+  o.eval_every = 0;
+  expect_resume_bit_identical(o, data);
   shared_cleanup(data);
 }
 
@@ -168,7 +196,8 @@ TEST(TensorParallel, ResumeConvertsBetweenFp32AndQ8States) {
 }
 
 // plan_memory_cpu_trainer with this rank's shard against the tracker's peaks, every category, on every rank of
-// TP = W and (np 4) TP 2 x PP 2, fp32 and agoq.
+// TP = W and (np 4) TP 2 x PP 2, fp32 and agoq, without and with sequence parallelism; and `agoq plan`'s
+// activations for the same grid.
 TEST(TensorParallel, MemoryModelMatchesEveryRank) {
   const int W = world().size();
   if (W < 2) GTEST_SKIP() << "tensor parallelism needs mpirun -np >= 2";
@@ -176,23 +205,33 @@ TEST(TensorParallel, MemoryModelMatchesEveryRank) {
   for (int P : {1, 2}) {
     if (W % (2 * P) != 0 || (P == 1 && W > 4)) continue;
     const int T = W / P;
+    for (const bool sp : {false, true})
     for (const char* policy : {"fp32", "agoq"}) {
-      TrainOptions o = tp_tiny(data, "mem" + std::to_string(P) + policy, T, 4);
-      o.pp = P, o.act_policy = policy, o.steps = 2, o.eval_every = 0;
+      TrainOptions o = tp_tiny(data, "mem" + std::to_string(P) + policy + (sp ? "sp" : ""), T, 4);
+      o.pp = P, o.act_policy = policy, o.steps = 2, o.eval_every = 0, o.sp = sp;
       const TrainResult r = train_run(o);
       LlamaConfig cfg = o.model;
       cfg.vocab_size = kVocab, cfg.max_seq_len = o.seq;
       const ParallelGrid g = parallel_grid_make(world(), P, T);
       PlanCpuOptions c;
       c.batch = o.batch, c.seq = o.seq, c.pp = P, c.in_flight = pipeline_in_flight(P, g.stage, o.accum);
-      c.stage = model_stage_shard(cfg, model_stages_split(cfg, P)[g.stage], T, g.tp_rank);
+      c.stage = model_stage_shard(cfg, model_stages_split(cfg, P)[g.stage], T, g.tp_rank, sp);
       PlanMemory want = plan_memory_cpu_trainer(cfg, ActPolicy::parse(policy, cfg.n_layers), c);
       // The token files, loaded in workspace, are the data's (what the model leaves out: plan/memory_model.h).
       want[MemCategory::workspace] += MemoryTracker::global().tag_peak("data");
       for (int k = 0; k < kMemCategoryCount; ++k)
         EXPECT_EQ(want.bytes[k], r.peak.bytes[k])
-            << policy << ", TP " << T << " x PP " << P << ", rank " << world().rank() << ", "
+            << policy << ", TP " << T << (sp ? " + SP" : "") << " x PP " << P << ", rank " << world().rank() << ", "
             << mem_category_name(MemCategory(k));
+      // `agoq plan`'s model of the same grid (plan_memory_per_rank, the GPU one) stores the same activations.
+      const PlanParallel par{W, T, P, false, sp};
+      const PlanWorkload work{o.seq, o.batch, o.accum};
+      const PlanStage st = plan_stages(cfg, par, work)[g.stage];
+      const PlanMemory planned = plan_memory_per_rank(cfg, par, work, st, PlanSystem::agoq,
+                                                      ActPolicy::parse(policy, st.n_layers));
+      EXPECT_EQ(planned[MemCategory::activations], r.peak.bytes[int(MemCategory::activations)])
+          << "agoq plan, " << policy << ", TP " << T << (sp ? " + SP" : "") << " x PP " << P << ", rank "
+          << world().rank();
     }
   }
   shared_cleanup(data);
@@ -220,7 +259,14 @@ TEST(TensorParallel, BadGridsAreOneLineErrors) {
     o = tp_tiny(data, "bad", 2, 1);
     o.model.ffn_dim = 45;
     EXPECT_NE(error_of(o).find("--tp 2 does not divide the MLP width (--ffn) 45"), std::string::npos);
+    o = tp_tiny(data, "bad", 2, 1);
+    o.sp = true, o.batch = 1, o.seq = 15;
+    EXPECT_NE(error_of(o).find("--sp: --tp 2 does not divide the 15 rows (batch 1 x seq 15)"), std::string::npos);
   }
+  o = tp_tiny(data, "bad", 1, 1);
+  o.sp = true;
+  EXPECT_NE(error_of(o).find("--sp (sequence parallelism) shards over the tensor-parallel ranks: it needs --tp > 1"),
+            std::string::npos);
   shared_cleanup(data);
 }
 

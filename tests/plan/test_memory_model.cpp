@@ -143,6 +143,13 @@ TEST(PlanGpuModel, TensorParallelShapesAreTheTrainersShards) {
       const ActPolicy p = ActPolicy::parse(policy, cfg.n_layers);
       ActivationStore store(cfg, 100, p, model_stage_shard(cfg, model_stage_whole(cfg), T, T - 1));
       EXPECT_EQ(plan_act_bytes(p, cfg, T, 100), store.stored_bytes(true) + store.stored_bytes(false)) << policy;
+      if (T == 1) continue;
+      // Sequence parallelism: the residual slots on 100 / T rows of the shard's store; every slot 1/T of T = 1's.
+      ActivationStore sp(cfg, 100, p, model_stage_shard(cfg, model_stage_whole(cfg), T, T - 1, true));
+      EXPECT_EQ(plan_act_bytes(p, cfg, T, 100, true), sp.stored_bytes(true) + sp.stored_bytes(false)) << policy;
+      if (std::string(policy) == "fp32") {
+        EXPECT_EQ(T * plan_act_bytes(p, cfg, T, 100, true), plan_act_bytes(p, cfg, 1, 100));
+      }
     }
     for (int P : {1, 2}) {
       const std::vector<PlanStage> planned = plan_stages(cfg, {T * P, T, P, false}, {64, 1, 8});
@@ -244,6 +251,14 @@ TEST(PlanGpuModel, BadParallelConfigs) {
   expect_error({64, 1, 64, false}, "exceeds");
   expect_error({60, 3, 4, false}, "does not divide");
   expect_error({0, 1, 1, false}, "positive");
+  expect_error({8, 1, 1, false, true}, "--sp (sequence parallelism) shards over the tensor-parallel ranks");
+  try {
+    plan_stages(cfg, {8, 8, 1, false, true}, {4095, 1, 8});
+    ADD_FAILURE() << "no error for --sp with 4095 rows on 8 ranks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--sp: --tp 8 does not divide the 4095 tokens"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(PlanGpuModel, ParseBytes) {
