@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "cuda/cublaslt_api.h"
 #include "cuda/cuda_check.h"
 
 namespace agoq {
@@ -16,7 +17,7 @@ namespace {
 
 void blas_check(cublasStatus_t st, const char* call) {
   if (st != CUBLAS_STATUS_SUCCESS)
-    fail("cuBLASLt: ", call, ": ", cublasLtGetStatusString(st), " (", cublasLtGetStatusName(st), ")");
+    fail("cuBLASLt: ", call, ": ", cublaslt().status_string(st), " (", cublaslt().status_name(st), ")");
 }
 #define AGOQ_BLAS_CHECK(call) blas_check((call), #call)
 
@@ -28,11 +29,11 @@ struct GemmDescs {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
   ~GemmDescs() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (pref) cublaslt().pref_destroy(pref);
+    if (d) cublaslt().layout_destroy(d);
+    if (b) cublaslt().layout_destroy(b);
+    if (a) cublaslt().layout_destroy(a);
+    if (op) cublaslt().desc_destroy(op);
   }
 };
 
@@ -40,11 +41,11 @@ struct GemmDescs {
 
 CudaMatmul::CudaMatmul(cudaStream_t stream, size_t workspace_bytes)
     : stream_(stream), workspace_(workspace_bytes, MemCategory::workspace, "cuda.cublaslt") {
-  AGOQ_BLAS_CHECK(cublasLtCreate(&handle_));
+  AGOQ_BLAS_CHECK(cublaslt().create(&handle_));
 }
 
 CudaMatmul::~CudaMatmul() {
-  if (handle_) cublasLtDestroy(handle_);
+  if (handle_) cublaslt().destroy(handle_);
 }
 
 void CudaMatmul::gemm(const CudaGemm& g) {
@@ -58,36 +59,37 @@ void CudaMatmul::gemm(const CudaGemm& g) {
                                           size_t(g.m) * sizeof(float), size_t(g.n), stream_));
     return;
   }
+  const CublasLtApi& lt = cublaslt();
   GemmDescs d;
-  AGOQ_BLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  AGOQ_BLAS_CHECK(lt.desc_create(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  AGOQ_BLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  AGOQ_BLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  AGOQ_BLAS_CHECK(lt.desc_set(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  AGOQ_BLAS_CHECK(lt.desc_set(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   // The stored matrices' shapes (before op).
   const cudaDataType_t in_type = data_type(g.type);
-  AGOQ_BLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, in_type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
-  AGOQ_BLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, in_type, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
-  AGOQ_BLAS_CHECK(cublasLtMatrixLayoutCreate(&d.d, CUDA_R_32F, g.m, g.n, g.ldd));
+  AGOQ_BLAS_CHECK(lt.layout_create(&d.a, in_type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
+  AGOQ_BLAS_CHECK(lt.layout_create(&d.b, in_type, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
+  AGOQ_BLAS_CHECK(lt.layout_create(&d.d, CUDA_R_32F, g.m, g.n, g.ldd));
   if (g.batch > 1) {
     const int32_t count = g.batch;
     const std::pair<cublasLtMatrixLayout_t, int64_t> layouts[] = {
         {d.a, g.stride_a}, {d.b, g.stride_b}, {d.d, g.stride_d}};
     for (const auto& [layout, stride] : layouts) {
       AGOQ_BLAS_CHECK(
-          cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
-      AGOQ_BLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+          lt.layout_set(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+      AGOQ_BLAS_CHECK(lt.layout_set(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
                                                        sizeof stride));
     }
   }
-  AGOQ_BLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  AGOQ_BLAS_CHECK(lt.pref_create(&d.pref));
   const uint64_t ws = workspace_.bytes();
   AGOQ_BLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+      lt.pref_set(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
   cublasLtMatmulHeuristicResult_t algo{};
   int found = 0;
-  AGOQ_BLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.d, d.d, d.pref, 1, &algo, &found));
+  AGOQ_BLAS_CHECK(lt.algo_get_heuristic(handle_, d.op, d.a, d.b, d.d, d.d, d.pref, 1, &algo, &found));
   AGOQ_CHECK(found > 0, "cuBLASLt: no algorithm for a ", g.m, "x", g.n, "x", g.k, " GEMM");
-  AGOQ_BLAS_CHECK(cublasLtMatmul(handle_, d.op, &g.alpha, g.A, d.a, g.B, d.b, &g.beta, g.D, d.d, g.D, d.d,
+  AGOQ_BLAS_CHECK(lt.matmul(handle_, d.op, &g.alpha, g.A, d.a, g.B, d.b, &g.beta, g.D, d.d, g.D, d.d,
                                  &algo.algo, workspace_.data(), workspace_.bytes(), stream_));
 }
 
