@@ -1,9 +1,9 @@
 // `agoq bench tp` (under mpirun -np N, N even, e.g. 4): the same global batch of m micro-batches per step on the
 // same N ranks as tensor x data parallelism (TP 2 x DP N/2), pipeline x data parallelism (PP 2 x DP N/2) and data
-// parallelism alone (DP N), fp32 everything (plus TP 2 x DP N/2 with AGoQ's activations, q8 gradients and q8
-// all-reduce). Prints step time, tokens/s, the time in tensor-parallel all-reduces and the data-parallel wait per
-// step, and every rank's peak memory by category. Configurations alternate round by round, so they see the same
-// machine load.
+// parallelism alone (DP N), fp32 everything; the TP grid also with sequence parallelism (SP) and with AGoQ's
+// activations, q8 gradients and q8 all-reduce. Prints step time, tokens/s, the time in tensor-parallel collectives
+// and the data-parallel wait per step, and every rank's peak memory by category. Configurations alternate round by
+// round, so they see the same machine load.
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -32,6 +32,7 @@ using Args = BenchGridArgs;
 struct Config {
   std::string name;
   int tp, pp;
+  bool sp;    // sequence parallelism on the TP ranks
   bool agoq;  // agoq activations, q8 gradient store and all-reduce; else fp32 everything
   std::vector<double> step_ms, tp_ms, dp_wait_ms;
   std::vector<MemSnapshot> peak;  // per world rank, each category's own peak over the steps
@@ -43,7 +44,7 @@ void bench_tp_round(Communicator& world, const Args& a, Config& c, bool record_m
   const LlamaConfig cfg = bench_grid_model(a);
   const ParallelGrid grid = parallel_grid_make(world, c.pp, c.tp);
   const int m = a.micro / grid.D, B = a.batch, T = a.seq;
-  const ModelStage stage = model_stage_shard(cfg, model_stages_split(cfg, grid.P)[grid.stage], grid.T, grid.tp_rank);
+  const ModelStage stage = model_stage_shard(cfg, model_stages_split(cfg, grid.P)[grid.stage], grid.T, grid.tp_rank, c.sp);
   DpOptions o;
   o.stages = grid.pipe, o.tensor = grid.tp;
   if (c.agoq) o.store.kind = GradStoreKind::q8, o.reduce = GradReduce::q8;
@@ -85,9 +86,9 @@ void bench_tp_print(const Args& a, int N, const std::vector<Config>& cfgs) {
                         {"model", {{"dim", a.dim}, {"layers", a.layers}, {"vocab", a.vocab}, {"batch", a.batch},
                                    {"seq", a.seq}, {"micro_batches", a.micro}}}};
     for (const Config& c : cfgs) {
-      nlohmann::json r = {{"name", c.name}, {"tp", c.tp}, {"pp", c.pp}, {"agoq", c.agoq},
+      nlohmann::json r = {{"name", c.name}, {"tp", c.tp}, {"pp", c.pp}, {"sp", c.sp}, {"agoq", c.agoq},
                           {"step_ms", bench_median(c.step_ms)}, {"tokens_per_s", tokens / bench_median(c.step_ms) * 1e3},
-                          {"tp_allreduce_ms", bench_median(c.tp_ms)}, {"dp_wait_ms", bench_median(c.dp_wait_ms)}};
+                          {"tp_comm_ms", bench_median(c.tp_ms)}, {"dp_wait_ms", bench_median(c.dp_wait_ms)}};
       for (const MemSnapshot& p : c.peak) {
         nlohmann::json mem;
         for (int k = 0; k < kMemCategoryCount; ++k) mem[mem_category_name(MemCategory(k))] = p.bytes[k];
@@ -100,10 +101,10 @@ void bench_tp_print(const Args& a, int N, const std::vector<Config>& cfgs) {
   }
   std::printf("one step = %d micro-batches of %dx%d tokens on %d ranks (dim %d, %d layers, vocab %d); median of %d\n",
               a.micro, a.batch, a.seq, N, a.dim, a.layers, a.vocab, a.steps * a.rounds);
-  std::printf("communication (rank 0): TP all-reduce = time in the layers' collectives, DP wait = the gradient\n"
+  std::printf("communication (rank 0): TP comm = time in the layers' collectives, DP wait = the gradient\n"
               "reduction not hidden behind backward\n\n");
   const double base = bench_median(cfgs.back().step_ms);
-  std::printf("%-34s %9s %10s %8s %11s %11s\n", "configuration", "step ms", "tokens/s", "vs DP", "TP a-r ms",
+  std::printf("%-34s %9s %10s %8s %11s %11s\n", "configuration", "step ms", "tokens/s", "vs DP", "TP comm ms",
               "DP wait ms");
   for (const Config& c : cfgs) {
     const double ms = bench_median(c.step_ms);
@@ -126,10 +127,13 @@ void bench_tp_run(const Args& a) {
     AGOQ_CHECK(a.layers >= 2, "bench tp: --layers (", a.layers, ") must be at least 2 (two pipeline stages)");
     AGOQ_CHECK(a.steps >= 1 && a.rounds >= 1, "bench tp: --steps and --rounds must be >= 1");
     const std::string dp = std::to_string(N / 2);
-    std::vector<Config> cfgs = {{"TP 2 x DP " + dp + ", fp32", 2, 1, false, {}, {}, {}, {}},
-                                {"TP 2 x DP " + dp + ", agoq + q8", 2, 1, true, {}, {}, {}, {}},
-                                {"PP 2 x DP " + dp + ", fp32", 1, 2, false, {}, {}, {}, {}},
-                                {"DP " + std::to_string(N) + ", fp32", 1, 1, false, {}, {}, {}, {}}};
+    const std::string tp = "TP 2 x DP " + dp;
+    std::vector<Config> cfgs = {{tp + ", fp32", 2, 1, false, false, {}, {}, {}, {}},
+                                {tp + " + SP, fp32", 2, 1, true, false, {}, {}, {}, {}},
+                                {tp + ", agoq + q8", 2, 1, false, true, {}, {}, {}, {}},
+                                {tp + " + SP, agoq + q8", 2, 1, true, true, {}, {}, {}, {}},
+                                {"PP 2 x DP " + dp + ", fp32", 1, 2, false, false, {}, {}, {}, {}},
+                                {"DP " + std::to_string(N) + ", fp32", 1, 1, false, false, {}, {}, {}, {}}};
     for (int round = 0; round < a.rounds; ++round)
       for (Config& c : cfgs) bench_tp_round(world, a, c, round == 0);
     if (world.rank() == 0) bench_tp_print(a, N, cfgs);
