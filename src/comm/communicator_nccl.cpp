@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 namespace agoq {
@@ -37,6 +38,23 @@ ncclDataType_t nccl_type(CommDtype t) {
 size_t type_bytes(CommDtype t) { return t == CommDtype::f32 || t == CommDtype::i32 ? 4 : 8; }
 ncclRedOp_t nccl_op(CommOp op) { return op == CommOp::sum ? ncclSum : op == CommOp::max ? ncclMax : ncclMin; }
 
+// ncclGroupStart .. ncclGroupEnd, closed even when a call inside throws (a thread left inside a group would turn
+// its next NCCL call into part of this one).
+class NcclGroup {
+ public:
+  NcclGroup() { AGOQ_NCCL(ncclGroupStart()); }
+  ~NcclGroup() {
+    if (open_) ncclGroupEnd();
+  }
+  void end() {
+    open_ = false;
+    AGOQ_NCCL(ncclGroupEnd());
+  }
+
+ private:
+  bool open_ = true;
+};
+
 const uint8_t* at(const void* p, size_t bytes) { return static_cast<const uint8_t*>(p) + bytes; }
 uint8_t* at(void* p, size_t bytes) { return static_cast<uint8_t*>(p) + bytes; }
 
@@ -61,7 +79,9 @@ class NcclCommunicator : public Communicator {
       : bootstrap_(bootstrap), comm_(comm), device_(device) {
     AGOQ_NCCL(ncclCommCount(comm_, &size_));
     AGOQ_NCCL(ncclCommUserRank(comm_, &rank_));
-    AGOQ_CUDART(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // A blocking stream: it starts after the work queued on the legacy default stream, where the ops produce
+    // the buffers this communicator sends (a non-blocking one could read them before they are written).
+    AGOQ_CUDART(cudaStreamCreate(&stream_));
     AGOQ_CUDART(cudaMalloc(&token_, sizeof(int)));  // the barrier's one value (too small for the tracker)
   }
   ~NcclCommunicator() override {
@@ -73,6 +93,7 @@ class NcclCommunicator : public Communicator {
   int size() const override { return size_; }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
+    use();
     ncclComm_t sub = nullptr;
     AGOQ_NCCL(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, nullptr));
     if (color < 0) return nullptr;
@@ -80,6 +101,7 @@ class NcclCommunicator : public Communicator {
   }
 
   void allreduce(const void* send, void* recv, size_t count, CommDtype t, CommOp op) override {
+    use();
     AGOQ_NCCL(ncclAllReduce(send, recv, count, nccl_type(t), nccl_op(op), comm_, stream_));
     finish();
   }
@@ -90,15 +112,17 @@ class NcclCommunicator : public Communicator {
   }
   void alltoallv(const void* send, const size_t* send_bytes, const size_t* send_displs, void* recv,
                  const size_t* recv_bytes, const size_t* recv_displs) override {
-    AGOQ_NCCL(ncclGroupStart());
+    use();
+    NcclGroup group;
     for (int r = 0; r < size_; ++r) {
       if (send_bytes[r]) AGOQ_NCCL(ncclSend(at(send, send_displs[r]), send_bytes[r], ncclUint8, r, comm_, stream_));
       if (recv_bytes[r]) AGOQ_NCCL(ncclRecv(at(recv, recv_displs[r]), recv_bytes[r], ncclUint8, r, comm_, stream_));
     }
-    AGOQ_NCCL(ncclGroupEnd());
+    group.end();
     finish();
   }
   void allgather(const void* send, void* recv, size_t bytes) override {
+    use();
     AGOQ_NCCL(ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_));
     finish();
   }
@@ -106,21 +130,23 @@ class NcclCommunicator : public Communicator {
                   const size_t* recv_displs) override {
     AGOQ_CHECK(send_bytes == recv_bytes[rank_], "allgatherv: rank ", rank_, " sends ", send_bytes,
                " bytes, the others expect ", recv_bytes[rank_]);
-    AGOQ_NCCL(ncclGroupStart());
+    use();
+    NcclGroup group;
     for (int r = 0; r < size_; ++r)
       if (recv_bytes[r])
         AGOQ_NCCL(ncclBroadcast(r == rank_ ? send : at(recv, recv_displs[r]), at(recv, recv_displs[r]),
                                 recv_bytes[r], ncclUint8, r, comm_, stream_));  // (send is read on the root only)
-    AGOQ_NCCL(ncclGroupEnd());
+    group.end();
     finish();
   }
   void reduce_scatter(const void* send, void* recv, const size_t* recv_counts, CommDtype t, CommOp op) override {
+    use();
     bool equal = true;
     for (int r = 1; r < size_; ++r) equal = equal && recv_counts[r] == recv_counts[0];
     if (equal) {
       AGOQ_NCCL(ncclReduceScatter(send, recv, recv_counts[0], nccl_type(t), nccl_op(op), comm_, stream_));
     } else {  // one reduce per owner, each rank's part at its displacement
-      AGOQ_NCCL(ncclGroupStart());
+      NcclGroup group;
       size_t displ = 0;
       for (int r = 0; r < size_; ++r) {
         if (recv_counts[r])
@@ -128,27 +154,32 @@ class NcclCommunicator : public Communicator {
                                comm_, stream_));  // (recv is written on the root only)
         displ += recv_counts[r];
       }
-      AGOQ_NCCL(ncclGroupEnd());
+      group.end();
     }
     finish();
   }
   void broadcast(void* buf, size_t bytes, int root) override {
+    use();
     AGOQ_NCCL(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_));
     finish();
   }
   void send(const void* buf, size_t bytes, int dst, int /*tag: see the header*/) override {
+    use();
     AGOQ_NCCL(ncclSend(buf, bytes, ncclUint8, dst, comm_, stream_));
     finish();
   }
   void recv(void* buf, size_t bytes, int src, int /*tag*/) override {
+    use();
     AGOQ_NCCL(ncclRecv(buf, bytes, ncclUint8, src, comm_, stream_));
     finish();
   }
   CommRequest isend(const void* buf, size_t bytes, int dst, int /*tag*/) override {
+    use();
     AGOQ_NCCL(ncclSend(buf, bytes, ncclUint8, dst, comm_, stream_));
     return CommRequest(std::make_unique<NcclRequest>(stream_));
   }
   CommRequest irecv(void* buf, size_t bytes, int src, int /*tag*/) override {
+    use();
     AGOQ_NCCL(ncclRecv(buf, bytes, ncclUint8, src, comm_, stream_));
     return CommRequest(std::make_unique<NcclRequest>(stream_));
   }
@@ -160,13 +191,24 @@ class NcclCommunicator : public Communicator {
   }
 
  private:
-  // The blocking contract: wait for the stream, and report an asynchronous NCCL failure (a dead peer) by name.
+  // The calling thread's device is the communicator's (a communication thread may not have set it).
+  void use() const { AGOQ_CUDART(cudaSetDevice(device_)); }
+
+  // The blocking contract: wait for the stream, polling NCCL's asynchronous error, so that a failed peer ends the
+  // wait with an error naming it instead of leaving the kernel (and this rank) spinning forever.
   void finish() {
-    const cudaError_t e = cudaStreamSynchronize(stream_);
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &async);
-    if (async != ncclSuccess) fail("NCCL: rank ", rank_, "/", size_, ": ", ncclGetErrorString(async));
-    cuda_rt_check(e, "cudaStreamSynchronize");
+    for (;;) {
+      const cudaError_t e = cudaStreamQuery(stream_);
+      if (e == cudaSuccess) return;
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress) {
+        ncclCommAbort(comm_);
+        fail("NCCL: rank ", rank_, "/", size_, ": ", ncclGetErrorString(async), " (", ncclGetLastError(comm_), ")");
+      }
+      if (e != cudaErrorNotReady) cuda_rt_check(e, "cudaStreamQuery");
+      std::this_thread::yield();
+    }
   }
 
   Communicator& bootstrap_;

@@ -76,9 +76,8 @@ __global__ void dscores_kernel(float* dp, const float* probs, const float* dout,
 
 }  // namespace
 
-CudaAttention::CudaAttention(CudaMatmul& mm, int B, int T, int H, int Hkv, int hd, int query_block,
-                             cudaStream_t stream)
-    : mm_(mm), B_(B), T_(T), H_(H), Hkv_(Hkv), hd_(hd), bq_(std::min(query_block, T)), stream_(stream) {
+CudaAttention::CudaAttention(CudaMatmul& mm, int B, int T, int H, int Hkv, int hd, int query_block)
+    : mm_(mm), B_(B), T_(T), H_(H), Hkv_(Hkv), hd_(hd), bq_(std::min(query_block, T)), stream_(mm.stream()) {
   AGOQ_CHECK(B > 0 && T > 0 && hd > 0 && Hkv > 0 && H % Hkv == 0 && query_block > 0, "CUDA attention: B ", B, " T ",
              T, " H ", H, " Hkv ", Hkv, " hd ", hd, " (H must be a multiple of Hkv)");
   const size_t n = size_t(H) * bq_ * T;

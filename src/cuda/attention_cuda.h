@@ -14,9 +14,8 @@ namespace agoq {
 
 class CudaAttention {
  public:
-  // Scratch for one query block (tracked, category workspace): 2 · H · query_block · T floats.
-  CudaAttention(CudaMatmul& mm, int B, int T, int H, int Hkv, int hd, int query_block = 128,
-                cudaStream_t stream = 0);
+  // Scratch for one query block (tracked, category workspace): 2 · H · query_block · T floats. Runs on mm's stream.
+  CudaAttention(CudaMatmul& mm, int B, int T, int H, int Hkv, int hd, int query_block = 128);
   void forward(float* o, float* lse, const float* q, const float* k, const float* v);
   void backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
                 const float* o, const float* lse);

@@ -37,6 +37,13 @@ struct GemmDescs {
   }
 };
 
+// The largest power of two up to 256 dividing an operand's address, its leading dimension and its batch stride
+// in bytes: the alignment every matrix of the operand has.
+uint32_t operand_alignment(const void* p, int ld, long long stride, size_t elem_bytes) {
+  uint64_t bits = reinterpret_cast<uintptr_t>(p) | (uint64_t(ld) * elem_bytes) | (uint64_t(stride) * elem_bytes) | 256;
+  return uint32_t(bits & (~bits + 1));  // the lowest set bit
+}
+
 }  // namespace
 
 CudaMatmul::CudaMatmul(cudaStream_t stream, size_t workspace_bytes)
@@ -75,22 +82,29 @@ void CudaMatmul::gemm(const CudaGemm& g) {
     const std::pair<cublasLtMatrixLayout_t, int64_t> layouts[] = {
         {d.a, g.stride_a}, {d.b, g.stride_b}, {d.d, g.stride_d}};
     for (const auto& [layout, stride] : layouts) {
-      AGOQ_BLAS_CHECK(
-          lt.layout_set(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
-      AGOQ_BLAS_CHECK(lt.layout_set(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                                       sizeof stride));
+      AGOQ_BLAS_CHECK(lt.layout_set(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+      AGOQ_BLAS_CHECK(lt.layout_set(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
     }
   }
   AGOQ_BLAS_CHECK(lt.pref_create(&d.pref));
   const uint64_t ws = workspace_.bytes();
-  AGOQ_BLAS_CHECK(
-      lt.pref_set(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  AGOQ_BLAS_CHECK(lt.pref_set(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  // cuBLASLt assumes 256-byte-aligned operands unless told otherwise, and attention's per-head operands start
+  // inside rows: state what each operand really guarantees, so the heuristic picks only kernels that accept it.
+  const size_t in_bytes = g.type == CudaDtype::bf16 ? 2 : 4;
+  const uint32_t align_a = operand_alignment(g.A, g.lda, g.batch > 1 ? g.stride_a : 0, in_bytes),
+                 align_b = operand_alignment(g.B, g.ldb, g.batch > 1 ? g.stride_b : 0, in_bytes),
+                 align_d = operand_alignment(g.D, g.ldd, g.batch > 1 ? g.stride_d : 0, sizeof(float));
+  AGOQ_BLAS_CHECK(lt.pref_set(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
+  AGOQ_BLAS_CHECK(lt.pref_set(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
+  AGOQ_BLAS_CHECK(lt.pref_set(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d));
+  AGOQ_BLAS_CHECK(lt.pref_set(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d));
   cublasLtMatmulHeuristicResult_t algo{};
   int found = 0;
   AGOQ_BLAS_CHECK(lt.algo_get_heuristic(handle_, d.op, d.a, d.b, d.d, d.d, d.pref, 1, &algo, &found));
   AGOQ_CHECK(found > 0, "cuBLASLt: no algorithm for a ", g.m, "x", g.n, "x", g.k, " GEMM");
-  AGOQ_BLAS_CHECK(lt.matmul(handle_, d.op, &g.alpha, g.A, d.a, g.B, d.b, &g.beta, g.D, d.d, g.D, d.d,
-                                 &algo.algo, workspace_.data(), workspace_.bytes(), stream_));
+  AGOQ_BLAS_CHECK(lt.matmul(handle_, d.op, &g.alpha, g.A, d.a, g.B, d.b, &g.beta, g.D, d.d, g.D, d.d, &algo.algo,
+                            workspace_.data(), workspace_.bytes(), stream_));
 }
 
 void CudaMatmul::forward(float* out, const void* in, const void* w, CudaDtype t, int N, int in_dim, int out_dim) {

@@ -53,6 +53,7 @@ class CudaMatmul {
                 int in_dim, int out_dim, bool accumulate_din = false);
   // Any GEMM of the layers (attention's per-block products use this).
   void gemm(const CudaGemm& g);
+  cudaStream_t stream() const { return stream_; }
 
  private:
 
