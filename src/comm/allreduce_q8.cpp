@@ -81,9 +81,11 @@ using Q8Step4 = std::function<void(const CommQ8Plan& p, int k, const uint8_t* ms
 // copies of its shard it receives at recv_at_[c] of recv, so no chunk waits for another's buffer.
 class Q8Pipeline {
  public:
-  Q8Pipeline(Communicator& comm, CommQ8Workspace& ws, const CommQ8Plan& base, size_t chunk_bytes)
+  Q8Pipeline(Communicator& comm, CommQ8Workspace& ws, const CommQ8Plan& base, const CommQ8Options& o)
       : comm_(comm), ws_(ws), base_(base), N_(comm.size()), me_(comm.rank()),
-        chunks_(ws.plan_chunks(base, comm_q8_chunk_count(base, chunk_bytes))) {
+        chunks_(ws.plan_chunks(base, comm.one_host() && !o.pipeline_one_host
+                                         ? 1
+                                         : comm_q8_chunk_count(base, o.chunk_bytes))) {
     const size_t C = chunks_.size();
     msg_at_.assign(C + 1, 0), recv_at_.assign(C + 1, 0);
     for (size_t c = 0; c < C; ++c) {
@@ -336,7 +338,7 @@ void comm_allreduce_q8(Communicator& comm, CommQ8Workspace& ws, const float* in,
   check_options(o);
   ws.times = {};
   if (comm.size() == 1 || n * sizeof(float) < o.fallback_bytes) return fp32_allreduce(comm, in, out, n, o.average);
-  Q8Pipeline(comm, ws, ws.plan(n, comm.size(), o.block), o.chunk_bytes)
+  Q8Pipeline(comm, ws, ws.plan(n, comm.size(), o.block), o)
       .run([in](const CommQ8Plan& p, int k, uint8_t* m) { comm_q8_quantize_shard(p, k, in, m); }, o.average, nullptr,
            [out](const CommQ8Plan& p, int k, const uint8_t* m) { comm_q8_dequantize_shard(p, k, m, out); });
 }
@@ -351,7 +353,7 @@ void comm_allreduce_q8_codes(Communicator& comm, CommQ8Workspace& ws, const floa
     grad_q8_quantize(in, n, codes, scales, q);
     return;
   }
-  Q8Pipeline(comm, ws, ws.plan(n, comm.size(), o.block), o.chunk_bytes)
+  Q8Pipeline(comm, ws, ws.plan(n, comm.size(), o.block), o)
       .run([in](const CommQ8Plan& p, int k, uint8_t* m) { comm_q8_quantize_shard(p, k, in, m); }, o.average, nullptr,
            [=](const CommQ8Plan& p, int k, const uint8_t* m) { comm_q8_unpack_shard(p, k, m, codes, scales); });
 }
@@ -362,7 +364,7 @@ void comm_allreduce_q8_codes_inplace(Communicator& comm, CommQ8Workspace& ws, in
   ws.times = {};
   if (comm.size() == 1) return;  // the sum of one
   // Chunk c's codes are packed before any chunk's result is unpacked over them, and chunks do not overlap.
-  Q8Pipeline(comm, ws, ws.plan(n, comm.size(), o.block), o.chunk_bytes)
+  Q8Pipeline(comm, ws, ws.plan(n, comm.size(), o.block), o)
       .run([=](const CommQ8Plan& p, int k, uint8_t* m) { comm_q8_pack_shard(p, k, codes, scales, m); }, o.average,
            nullptr,
            [=](const CommQ8Plan& p, int k, const uint8_t* m) { comm_q8_unpack_shard(p, k, m, codes, scales); });
@@ -392,7 +394,7 @@ CommShard comm_reduce_scatter_q8_piece(Communicator& comm, CommQ8Workspace& ws, 
       for (size_t i = 0; i < mine.size(); ++i) out_shard[i] /= float(N);
     return mine;
   }
-  Q8Pipeline(comm, ws, p, o.chunk_bytes)
+  Q8Pipeline(comm, ws, p, o)
       .run([in](const CommQ8Plan& c, int k, uint8_t* m) { comm_q8_quantize_shard(c, k, in, m); }, o.average,
            out_shard, nullptr);
   return mine;

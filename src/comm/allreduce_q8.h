@@ -22,6 +22,9 @@ struct CommQ8Options {
   // Pipelining: a tensor of more fp32 bytes is reduced in chunks of about this size, each chunk's passes overlapping
   // the other chunks' exchanges (the same bits as one chunk). 0: one chunk, the passes and exchanges in turn.
   size_t chunk_bytes = 4 << 20;
+  // Ranks on one host exchange by memory copies on their own cores, with nothing to overlap: there a call runs in
+  // one chunk unless this is set (tests).
+  bool pipeline_one_host = false;
 };
 
 // [begin, end) of one rank's shard.

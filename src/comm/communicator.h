@@ -67,6 +67,9 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // True when every rank runs on one host, where the exchanges are memory copies by the ranks' own cores (nothing
+  // to overlap them with), false when some go over a network.
+  virtual bool one_host() const = 0;
   // Ranks with the same color form a sub-communicator, ordered by (key, old rank). color < 0: this rank joins none
   // (returns nullptr). Collective over this communicator.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

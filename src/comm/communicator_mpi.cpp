@@ -86,6 +86,13 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    // The ranks that share this one's memory (for Open MPI, its node): all of them on every rank, or on none.
+    MPI_Comm local = MPI_COMM_NULL;
+    int local_size = 1;
+    check("split", MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+    MPI_Comm_size(local, &local_size);
+    MPI_Comm_free(&local);
+    one_host_ = local_size == size_;
   }
   ~MpiCommunicator() override {
     int fin = 0;
@@ -94,6 +101,7 @@ class MpiCommunicator final : public Communicator {
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  bool one_host() const override { return one_host_; }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     const CommWatchdog::Pending pending(g_watchdog, "split");
@@ -298,6 +306,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1;
+  bool one_host_ = true;
 };
 
 // Owns MPI for the process: initialised by the first comm_world(), finalised when the program exits.

@@ -1,8 +1,10 @@
 // Communicator operations against expected values, for any world size (1 included). Every rank runs every
 // collective, so expectations use EXPECT (a failed check must not skip a collective and leave the others waiting).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -24,6 +26,13 @@ TEST(Communicator, RankAndSize) {
   EXPECT_LT(w.rank(), w.size());
   EXPECT_EQ(w.allreduce_value<int32_t>(1), w.size());
   EXPECT_EQ(w.allreduce_value<int32_t>(w.rank(), CommOp::max), w.size() - 1);
+  char host[64] = {};  // one host: every rank has the same host name
+  gethostname(host, sizeof host - 1);
+  std::vector<char> hosts(sizeof host * size_t(w.size()));
+  w.allgather(host, hosts.data(), sizeof host);
+  bool same = true;
+  for (int r = 0; r < w.size(); ++r) same = same && std::strcmp(hosts.data() + r * sizeof host, host) == 0;
+  EXPECT_EQ(w.one_host(), w.allreduce_value<int32_t>(same ? 1 : 0, CommOp::min) == 1);
 }
 
 TEST(Communicator, AllreduceTypesAndOps) {
