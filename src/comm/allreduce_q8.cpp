@@ -159,11 +159,15 @@ class Q8Pipeline {
     lap(ws_.times.dequantize);
   }
 
-  // Lets MPI move the bytes of the exchanges in flight (a finished request tests as empty from then on).
+  // Lets MPI move the bytes of every exchange in flight: one test of one of them drives MPI's progress engine for
+  // all. Once (Open MPI with mpi_yield_when_idle yields the core when a test finds nothing to do; a finished request
+  // tests as empty from then on, without calling MPI).
   void poll() {
     if (chunks_.size() == 1) return;
-    for (CommRequest& r : a2a_) r.test();
-    for (CommRequest& r : ag_) r.test();
+    for (CommRequest& r : a2a_)
+      if (!r.test()) return;
+    for (CommRequest& r : ag_)
+      if (!r.test()) return;
   }
   void lap(double& phase) { phase += seconds_since(t_); }
 
@@ -265,7 +269,10 @@ uint8_t* CommQ8Workspace::recv(size_t bytes) {
 void comm_q8_quantize_shard(const CommQ8Plan& p, int k, const float* in, uint8_t* m) {
   GradQ8Options q;
   q.block = p.block;
-  q.stream = p.n * sizeof(float) >= kStreamBytes;  // the codes of a large input go past the cache anyway
+  // Codes of more than the cache holds go past it anyway; a pipeline chunk's are sent while they are still in it.
+  size_t values = 0;
+  for (const CommShard& t : p.shards) values += t.size();
+  q.stream = values * sizeof(float) >= kStreamBytes;
   const CommShard s = p.shards[k];
   grad_q8_quantize(in + s.begin, s.size(), reinterpret_cast<int8_t*>(m),
                    reinterpret_cast<float*>(m + p.scales_offset(k)), q);
