@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -128,6 +129,7 @@ std::vector<E2eResult> bench_e2e(Communicator& comm, const Args& a) {
 struct Row {
   int mib;
   double mpi, q8, q8_one_chunk, quantize, alltoall, reduce, allgather, dequantize;  // ms; phases: pipelined
+  bool same_bits;  // the pipelined result equals the one-chunk result on every rank
 };
 
 Row bench_comm_size(Communicator& comm, CommQ8Workspace& ws, int mib, const Args& a) {
@@ -156,6 +158,11 @@ Row bench_comm_size(Communicator& comm, CommQ8Workspace& ws, int mib, const Args
     const double p[5] = {t.quantize, t.alltoall, t.reduce, t.allgather, t.dequantize};
     for (int k = 0; k < 5; ++k) ph[k].push_back(1e3 * p[k]);
   }
+  Buffer<float> out_one(n, MemCategory::communication, "bench.comm");
+  comm_allreduce_q8(comm, ws, in.data(), out_one.data(), n, one);
+  comm_allreduce_q8(comm, ws, in.data(), out.data(), n, o);
+  const bool same = std::memcmp(out_one.data(), out.data(), n * sizeof(float)) == 0;
+  const bool same_everywhere = comm.allreduce_value<int32_t>(same ? 1 : 0, CommOp::min) == 1;
   return {mib,
           bench_median(mpi),
           bench_median(q8),
@@ -164,7 +171,8 @@ Row bench_comm_size(Communicator& comm, CommQ8Workspace& ws, int mib, const Args
           bench_median(ph[1]),
           bench_median(ph[2]),
           bench_median(ph[3]),
-          bench_median(ph[4])};
+          bench_median(ph[4]),
+          same_everywhere};
 }
 
 nlohmann::json e2e_json(const Args& a, const std::vector<E2eResult>& e2e) {
@@ -236,7 +244,8 @@ void bench_comm_run(const Args& a) {
                                 {"q8_one_chunk_ms", r.q8_one_chunk}, {"quantize_ms", r.quantize},
                                 {"alltoall_ms", r.alltoall}, {"reduce_ms", r.reduce}, {"allgather_ms", r.allgather},
                                 {"dequantize_ms", r.dequantize}, {"speedup", r.q8 > 0 ? r.mpi / r.q8 : 0.0},
-                                {"speedup_one_chunk", r.q8_one_chunk > 0 ? r.mpi / r.q8_one_chunk : 0.0}});
+                                {"speedup_one_chunk", r.q8_one_chunk > 0 ? r.mpi / r.q8_one_chunk : 0.0},
+                                {"same_bits", r.same_bits}});
       if (!e2e.empty()) j["e2e"] = e2e_json(a, e2e);
       std::printf("%s\n", j.dump(2).c_str());
       return;
@@ -245,12 +254,12 @@ void bench_comm_run(const Args& a) {
     std::printf("all-reduce of fp32 gradients, N = %d ranks on %d hosts, q8 block %d, chunks of %d KiB, median of %d "
                 "(phases of the pipelined q8, rank 0: passes, and the exchanges' waits)\n",
                 N, hosts, a.block, a.chunk_kib, a.reps);
-    std::printf("%8s %10s %10s %9s %9s %9s %9s %9s %8s %12s %8s\n", "size", "MPI ms", "q8 ms", "quant", "a2a", "reduce",
-                "allgath", "dequant", "speedup", "1-chunk ms", "speedup");
+    std::printf("%8s %10s %10s %9s %9s %9s %9s %9s %8s %12s %8s %10s\n", "size", "MPI ms", "q8 ms", "quant", "a2a",
+                "reduce", "allgath", "dequant", "speedup", "1-chunk ms", "speedup", "same bits");
     for (const Row& r : rows)
-      std::printf("%4d MiB %10.2f %10.2f %9.2f %9.2f %9.2f %9.2f %9.2f %7.2fx %12.2f %7.2fx\n", r.mib, r.mpi, r.q8,
+      std::printf("%4d MiB %10.2f %10.2f %9.2f %9.2f %9.2f %9.2f %9.2f %7.2fx %12.2f %7.2fx %10s\n", r.mib, r.mpi, r.q8,
                   r.quantize, r.alltoall, r.reduce, r.allgather, r.dequantize, r.q8 > 0 ? r.mpi / r.q8 : 0.0,
-                  r.q8_one_chunk, r.q8_one_chunk > 0 ? r.mpi / r.q8_one_chunk : 0.0);
+                  r.q8_one_chunk, r.q8_one_chunk > 0 ? r.mpi / r.q8_one_chunk : 0.0, r.same_bits ? "yes" : "NO");
     if (N == 1) std::printf("(one rank: both are copies; run under mpirun -np 2 or more)\n");
     if (!e2e.empty()) e2e_print(a, N, e2e);
   });
