@@ -159,9 +159,9 @@ class Q8Pipeline {
     lap(ws_.times.dequantize);
   }
 
-  // Lets MPI move the bytes of every exchange in flight: one test of one of them drives MPI's progress engine for
-  // all. Once (Open MPI with mpi_yield_when_idle yields the core when a test finds nothing to do; a finished request
-  // tests as empty from then on, without calling MPI).
+  // Lets MPI move the bytes of every exchange in flight. One test of the first unfinished request drives MPI's
+  // progress engine for all of them; more would cost more (with mpi_yield_when_idle, Open MPI gives the core away at
+  // every test that finds nothing to do). A finished request tests as empty from then on, without calling MPI.
   void poll() {
     if (chunks_.size() == 1) return;
     for (CommRequest& r : a2a_)
