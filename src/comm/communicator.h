@@ -88,9 +88,10 @@ class Communicator {
   virtual void allgatherv(const void* send, size_t send_bytes, void* recv, const size_t* recv_bytes,
                           const size_t* recv_displs) = 0;
   // The same two exchanges, non-blocking: they run while the caller computes and complete by the request's wait()
-  // (or a test() that returns true). The buffers and arrays must stay untouched until then. Open MPI's TCP transport
-  // moves data only inside MPI calls, so a caller that computes meanwhile test()s now and then (allreduce_q8's
-  // pipeline). Every rank must start its non-blocking collectives in the same order, as for blocking ones.
+  // (or a test() that returns true). The buffers must stay untouched until then; the count and displacement arrays
+  // are copied by the call. Open MPI's TCP transport moves data only inside MPI calls, so a caller that computes
+  // meanwhile test()s now and then (allreduce_q8's pipeline). Every rank must start its non-blocking collectives in
+  // the same order, as for blocking ones.
   virtual CommRequest ialltoallv(const void* send, const size_t* send_bytes, const size_t* send_displs, void* recv,
                                  const size_t* recv_bytes, const size_t* recv_displs) = 0;
   virtual CommRequest iallgatherv(const void* send, size_t send_bytes, void* recv, const size_t* recv_bytes,
