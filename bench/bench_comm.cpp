@@ -1,7 +1,8 @@
 // `agoq bench comm`: fp32 MPI_Allreduce against allreduce_q8 on 1, 16, 64 and 256 MiB of fp32 gradients, with
-// allreduce_q8's time split into its phases. Run it under mpirun (mpirun -np 2 agoq bench comm, or across hosts:
+// allreduce_q8's time split into its phases, pipelined in chunks of --chunk-kib and, for comparison, in one chunk
+// (its passes and exchanges in turn). Run it under mpirun (mpirun -np 2 agoq bench comm, or across hosts:
 // scripts/multihost-bench.sh); only rank 0 prints. Times are medians over --reps runs, each started and ended by a
-// barrier.
+// barrier; the three alternate within each repetition.
 // Then the end-to-end part: data-parallel training steps of a small LLaMA (parallel/data_parallel.h) in four
 // configurations: fp32 grad store + MPI all-reduce and fp32 store + allreduce_q8 (both reduced in buckets while
 // backward runs), and the q8 grad store + allreduce_q8, its units reduced while backward runs or, for comparison,
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -36,6 +38,7 @@ struct Args {
   std::vector<int> sizes_mib{1, 16, 64, 256};
   int reps = 5;
   int block = 256;
+  int chunk_kib = 4096;  // allreduce_q8's pipeline chunk (CommQ8Options::chunk_bytes)
   bool json = false;
   int e2e_steps = 3;  // timed steps per configuration and round; 0 skips the end-to-end part
   int e2e_dim = 256, e2e_layers = 4, e2e_vocab = 4096, e2e_batch = 4, e2e_seq = 64, e2e_accum = 2;
@@ -125,7 +128,8 @@ std::vector<E2eResult> bench_e2e(Communicator& comm, const Args& a) {
 
 struct Row {
   int mib;
-  double mpi, q8, quantize, alltoall, reduce, allgather, dequantize;  // ms
+  double mpi, q8, q8_one_chunk, quantize, alltoall, reduce, allgather, dequantize;  // ms; phases: pipelined
+  bool same_bits;  // the pipelined result equals the one-chunk result on every rank
 };
 
 Row bench_comm_size(Communicator& comm, CommQ8Workspace& ws, int mib, const Args& a) {
@@ -133,8 +137,9 @@ Row bench_comm_size(Communicator& comm, CommQ8Workspace& ws, int mib, const Args
   Buffer<float> in(n, MemCategory::communication, "bench.comm"), out(n, MemCategory::communication, "bench.comm");
   Rng rng(17, uint64_t(comm.rank()));
   for (size_t i = 0; i < n; ++i) in[i] = rng.normal() * 1e-3f;
-  CommQ8Options o;
-  o.block = a.block;
+  CommQ8Options o, one;
+  o.block = one.block = a.block;
+  o.chunk_bytes = size_t(a.chunk_kib) << 10, one.chunk_bytes = 0;
   auto timed = [&](auto&& op) {
     comm.barrier();
     const auto t0 = Clock::now();
@@ -142,24 +147,32 @@ Row bench_comm_size(Communicator& comm, CommQ8Workspace& ws, int mib, const Args
     comm.barrier();
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   };
-  std::vector<double> mpi, q8, ph[5];
+  std::vector<double> mpi, q8, q8_one, ph[5];
   for (int rep = -1; rep < a.reps; ++rep) {  // rep -1 warms up (page faults, workspace growth)
     const double t_mpi = timed([&] { comm.allreduce(in.data(), out.data(), n, CommDtype::f32, CommOp::sum); });
+    const double t_one = timed([&] { comm_allreduce_q8(comm, ws, in.data(), out.data(), n, one); });
     const double t_q8 = timed([&] { comm_allreduce_q8(comm, ws, in.data(), out.data(), n, o); });
     if (rep < 0) continue;
-    mpi.push_back(t_mpi), q8.push_back(t_q8);
+    mpi.push_back(t_mpi), q8.push_back(t_q8), q8_one.push_back(t_one);
     const CommQ8Times& t = ws.times;
     const double p[5] = {t.quantize, t.alltoall, t.reduce, t.allgather, t.dequantize};
     for (int k = 0; k < 5; ++k) ph[k].push_back(1e3 * p[k]);
   }
+  Buffer<float> out_one(n, MemCategory::communication, "bench.comm");
+  comm_allreduce_q8(comm, ws, in.data(), out_one.data(), n, one);
+  comm_allreduce_q8(comm, ws, in.data(), out.data(), n, o);
+  const bool same = std::memcmp(out_one.data(), out.data(), n * sizeof(float)) == 0;
+  const bool same_everywhere = comm.allreduce_value<int32_t>(same ? 1 : 0, CommOp::min) == 1;
   return {mib,
           bench_median(mpi),
           bench_median(q8),
+          bench_median(q8_one),
           bench_median(ph[0]),
           bench_median(ph[1]),
           bench_median(ph[2]),
           bench_median(ph[3]),
-          bench_median(ph[4])};
+          bench_median(ph[4]),
+          same_everywhere};
 }
 
 nlohmann::json e2e_json(const Args& a, const std::vector<E2eResult>& e2e) {
@@ -210,6 +223,7 @@ void bench_comm_run(const Args& a) {
   Communicator& comm = comm_world();
   comm_run_guarded(comm, [&] {
     AGOQ_CHECK(a.reps >= 1, "bench comm: --reps must be at least 1");
+    AGOQ_CHECK(a.chunk_kib >= 0, "bench comm: --chunk-kib must be 0 or more, got ", a.chunk_kib);
     for (int s : a.sizes_mib) AGOQ_CHECK(s >= 1 && s <= 4096, "bench comm: sizes are MiB in [1, 4096], got ", s);
     AGOQ_CHECK(!a.e2e_only || a.e2e_steps > 0, "bench comm: --e2e-only needs --e2e-steps of at least 1");
     const int hosts = bench_host_count(comm);
@@ -223,25 +237,29 @@ void bench_comm_run(const Args& a) {
     const int N = comm.size();
     if (a.json) {
       nlohmann::json j;
-      j["ranks"] = N, j["hosts"] = hosts, j["block"] = a.block, j["reps"] = a.reps;
+      j["ranks"] = N, j["hosts"] = hosts, j["block"] = a.block, j["chunk_kib"] = a.chunk_kib, j["reps"] = a.reps;
       j["results"] = nlohmann::json::array();
       for (const Row& r : rows)
         j["results"].push_back({{"size_mib", r.mib}, {"ranks", N}, {"hosts", hosts}, {"mpi_ms", r.mpi}, {"q8_ms", r.q8},
-                                {"quantize_ms", r.quantize}, {"alltoall_ms", r.alltoall}, {"reduce_ms", r.reduce},
-                                {"allgather_ms", r.allgather}, {"dequantize_ms", r.dequantize},
-                                {"speedup", r.q8 > 0 ? r.mpi / r.q8 : 0.0}});
+                                {"q8_one_chunk_ms", r.q8_one_chunk}, {"quantize_ms", r.quantize},
+                                {"alltoall_ms", r.alltoall}, {"reduce_ms", r.reduce}, {"allgather_ms", r.allgather},
+                                {"dequantize_ms", r.dequantize}, {"speedup", r.q8 > 0 ? r.mpi / r.q8 : 0.0},
+                                {"speedup_one_chunk", r.q8_one_chunk > 0 ? r.mpi / r.q8_one_chunk : 0.0},
+                                {"same_bits", r.same_bits}});
       if (!e2e.empty()) j["e2e"] = e2e_json(a, e2e);
       std::printf("%s\n", j.dump(2).c_str());
       return;
     }
     if (a.e2e_only) return e2e_print(a, N, e2e);
-    std::printf("all-reduce of fp32 gradients, N = %d ranks on %d hosts, q8 block %d, median of %d (phases: rank 0)\n",
-                N, hosts, a.block, a.reps);
-    std::printf("%8s %10s %10s %9s %9s %9s %9s %9s %8s\n", "size", "MPI ms", "q8 ms", "quant", "a2a", "reduce",
-                "allgath", "dequant", "speedup");
+    std::printf("all-reduce of fp32 gradients, N = %d ranks on %d hosts, q8 block %d, chunks of %d KiB, median of %d "
+                "(phases of the pipelined q8, rank 0: passes, and the exchanges' waits)\n",
+                N, hosts, a.block, a.chunk_kib, a.reps);
+    std::printf("%8s %10s %10s %9s %9s %9s %9s %9s %8s %12s %8s %10s\n", "size", "MPI ms", "q8 ms", "quant", "a2a",
+                "reduce", "allgath", "dequant", "speedup", "1-chunk ms", "speedup", "same bits");
     for (const Row& r : rows)
-      std::printf("%4d MiB %10.2f %10.2f %9.2f %9.2f %9.2f %9.2f %9.2f %7.2fx\n", r.mib, r.mpi, r.q8, r.quantize,
-                  r.alltoall, r.reduce, r.allgather, r.dequantize, r.q8 > 0 ? r.mpi / r.q8 : 0.0);
+      std::printf("%4d MiB %10.2f %10.2f %9.2f %9.2f %9.2f %9.2f %9.2f %7.2fx %12.2f %7.2fx %10s\n", r.mib, r.mpi, r.q8,
+                  r.quantize, r.alltoall, r.reduce, r.allgather, r.dequantize, r.q8 > 0 ? r.mpi / r.q8 : 0.0,
+                  r.q8_one_chunk, r.q8_one_chunk > 0 ? r.mpi / r.q8_one_chunk : 0.0, r.same_bits ? "yes" : "NO");
     if (N == 1) std::printf("(one rank: both are copies; run under mpirun -np 2 or more)\n");
     if (!e2e.empty()) e2e_print(a, N, e2e);
   });
@@ -253,6 +271,7 @@ const CliCommand kComm("bench", 40, [](CLI::App& bench) {
   c->add_option("--sizes", args->sizes_mib, "gradient sizes in MiB of fp32")->delimiter(',');
   c->add_option("--reps", args->reps, "timed repetitions per size (median)");
   c->add_option("--block", args->block, "values per q8 scale");
+  c->add_option("--chunk-kib", args->chunk_kib, "allreduce_q8's pipeline chunk in KiB of fp32 (0: one chunk)");
   c->add_flag("--json", args->json, "print JSON");
   c->add_option("--e2e-steps", args->e2e_steps, "end-to-end DP training: timed steps per config and round (0: skip)");
   c->add_option("--e2e-dim", args->e2e_dim, "end-to-end model: hidden size");

@@ -19,6 +19,12 @@ struct CommQ8Options {
   int block = 256;                     // B: values per scale
   bool average = false;                // divide the sum by the number of ranks
   size_t fallback_bytes = 64 << 10;    // tensors of fewer fp32 bytes go through a plain fp32 all-reduce (exact)
+  // Pipelining: a tensor of more fp32 bytes is reduced in chunks of about this size, each chunk's passes overlapping
+  // the other chunks' exchanges (the same bits as one chunk). 0: one chunk, the passes and exchanges in turn.
+  size_t chunk_bytes = 4 << 20;
+  // Ranks on one host exchange by memory copies on their own cores, with nothing to overlap: there a call runs in
+  // one chunk unless this is set (tests).
+  bool pipeline_one_host = false;
 };
 
 // [begin, end) of one rank's shard.
@@ -32,9 +38,9 @@ struct CommShard {
 // The sharded optimizer (ZeRO-1) uses this same partition.
 CommShard comm_shard_range(size_t n, int nranks, int rank, int block = 256);
 
-// Byte layout of the N messages of one call: message k carries shard k as its codes (64-byte padded) followed by
-// its fp32 block scales. The same layout serves the all-to-all (message k goes to rank k) and the all-gather
-// (message k comes from rank k).
+// Byte layout of the N messages of one call (or of one chunk of it): message k carries shard k as its codes
+// (64-byte padded) followed by its fp32 block scales. The same layout serves the all-to-all (message k goes to
+// rank k) and the all-gather (message k comes from rank k).
 struct CommQ8Plan {
   size_t n = 0;
   size_t whole = 0, offset = 0;  // a piece [offset, offset + n) of a tensor of `whole` values (comm_q8_plan_piece)
@@ -48,8 +54,17 @@ CommQ8Plan comm_q8_plan(size_t n, int nranks, int block);
 // The plan of a piece [offset, offset + n) of a tensor of `whole` values (offset on a block): the whole tensor's
 // shards clipped to the piece, relative to it (some ranks' may be empty).
 CommQ8Plan comm_q8_plan_piece(size_t whole, size_t offset, size_t n, int nranks, int block);
+// The pipeline's chunks of a plan: each shard of `base` cut into `chunks` runs of whole blocks (dealt out as
+// comm_shard_range deals blocks), chunk c's shard k being the c-th run of base's shard k, in base's coordinates.
+// So every chunk's exchange is balanced over the ranks like the whole one, and every block is reduced by the rank
+// that owns it in `base`: the chunks together give base's bits.
+std::vector<CommQ8Plan> comm_q8_plan_chunks(const CommQ8Plan& base, int chunks);
+// How many chunks a call over `base` runs in for opts.chunk_bytes (1 up to that size, or when it is 0).
+int comm_q8_chunk_count(const CommQ8Plan& base, size_t chunk_bytes);
 
 // Seconds spent in each phase of the last call (the all-to-all and all-gather include waiting for slower ranks).
+// In a call of several chunks the exchanges run while the passes compute: quantize, reduce and dequantize are the
+// passes' time, all-to-all and all-gather only the time spent waiting for them (what the passes did not hide).
 struct CommQ8Times {
   double quantize = 0, alltoall = 0, reduce = 0, allgather = 0, dequantize = 0;
   double total() const { return quantize + alltoall + reduce + allgather + dequantize; }
@@ -61,12 +76,14 @@ class CommQ8Workspace {
  public:
   const CommQ8Plan& plan(size_t n, int nranks, int block) { return plan_piece(n, 0, n, nranks, block); }
   const CommQ8Plan& plan_piece(size_t whole, size_t offset, size_t n, int nranks, int block);  // cached
+  const std::vector<CommQ8Plan>& plan_chunks(const CommQ8Plan& base, int chunks);             // cached
   uint8_t* msgs(size_t bytes);                              // send (all-to-all) = receive (all-gather) buffer
   uint8_t* recv(size_t bytes);                              // all-to-all receive buffer
   CommQ8Times times;
 
  private:
-  CommQ8Plan plan_;
+  CommQ8Plan plan_, chunks_base_;
+  std::vector<CommQ8Plan> chunks_;
   Buffer<uint8_t> msgs_, recv_;
 };
 
@@ -106,10 +123,13 @@ CommShard comm_reduce_scatter_q8_piece(Communicator& comm, CommQ8Workspace& ws, 
 // goes to self_msg instead when given (the collective writes it straight into its own receive slot).
 void comm_q8_quantize_shards(const CommQ8Plan& plan, const float* in, uint8_t* msgs, int self = -1,
                              uint8_t* self_msg = nullptr);
+// Step 1 for shard k alone, into its message msg (the pipeline's unit of work between two looks at the network).
+void comm_q8_quantize_shard(const CommQ8Plan& plan, int k, const float* in, uint8_t* msg);
 // Step 1 from 8-bit input: copies the shards of codes[0..n) / scales (the whole tensor's grad_q8 layout) into their
 // messages, like comm_q8_quantize_shards without the quantization.
 void comm_q8_pack_shards(const CommQ8Plan& plan, const int8_t* codes, const float* scales, uint8_t* msgs,
                          int self = -1, uint8_t* self_msg = nullptr);
+void comm_q8_pack_shard(const CommQ8Plan& plan, int k, const int8_t* codes, const float* scales, uint8_t* msg);
 // Step 3: `received` holds N messages of shard k (from ranks 0..N-1, plan.msg_bytes[k] each, back to back). Sums
 // them in rank order in fp32 (divides by N if average) and requantizes in one pass, block by block, writing the fp32
 // shard to out_f32 and/or its requantized message to out_msg (either may be null; without out_f32 the fp32 sum
@@ -118,7 +138,9 @@ void comm_q8_reduce_shard(const CommQ8Plan& plan, int k, const uint8_t* received
                           uint8_t* out_msg);
 // Step 4: dequantizes all N messages of msgs into out[0..n).
 void comm_q8_dequantize_shards(const CommQ8Plan& plan, const uint8_t* msgs, float* out);
+void comm_q8_dequantize_shard(const CommQ8Plan& plan, int k, const uint8_t* msg, float* out);  // message k alone
 // Step 4, 8-bit output: copies the messages' codes and scales into the whole tensor's grad_q8 layout.
 void comm_q8_unpack_shards(const CommQ8Plan& plan, const uint8_t* msgs, int8_t* codes, float* scales);
+void comm_q8_unpack_shard(const CommQ8Plan& plan, int k, const uint8_t* msg, int8_t* codes, float* scales);
 
 }  // namespace agoq

@@ -24,8 +24,8 @@ template <> constexpr CommDtype comm_dtype_of<double>() { return CommDtype::f64;
 template <> constexpr CommDtype comm_dtype_of<int32_t>() { return CommDtype::i32; }
 template <> constexpr CommDtype comm_dtype_of<int64_t>() { return CommDtype::i64; }
 
-// A pending non-blocking send/recv. Move-only; wait() is idempotent. Destroying a request that was never waited for
-// waits for it (the buffer must outlive the transfer either way).
+// A pending non-blocking operation (send/recv, all-to-allv, all-gatherv). Move-only; wait() is idempotent.
+// Destroying a request that was never waited for waits for it (the buffer must outlive the transfer either way).
 class CommRequest {
  public:
   struct Impl {
@@ -67,6 +67,9 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // True when every rank runs on one host, where the exchanges are memory copies by the ranks' own cores (nothing
+  // to overlap them with), false when some go over a network.
+  virtual bool one_host() const = 0;
   // Ranks with the same color form a sub-communicator, ordered by (key, old rank). color < 0: this rank joins none
   // (returns nullptr). Collective over this communicator.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
@@ -84,6 +87,15 @@ class Communicator {
   // send == recv + recv_displs[rank()] is in place.
   virtual void allgatherv(const void* send, size_t send_bytes, void* recv, const size_t* recv_bytes,
                           const size_t* recv_displs) = 0;
+  // The same two exchanges, non-blocking: they run while the caller computes and complete by the request's wait()
+  // (or a test() that returns true). The buffers must stay untouched until then; the count and displacement arrays
+  // are copied by the call. Open MPI's TCP transport moves data only inside MPI calls, so a caller that computes
+  // meanwhile test()s now and then (allreduce_q8's pipeline). Every rank must start its non-blocking collectives in
+  // the same order, as for blocking ones.
+  virtual CommRequest ialltoallv(const void* send, const size_t* send_bytes, const size_t* send_displs, void* recv,
+                                 const size_t* recv_bytes, const size_t* recv_displs) = 0;
+  virtual CommRequest iallgatherv(const void* send, size_t send_bytes, void* recv, const size_t* recv_bytes,
+                                  const size_t* recv_displs) = 0;
   // send holds sum(recv_counts) elements; rank i receives op-reduced elements [displ_i, displ_i + recv_counts[i]).
   virtual void reduce_scatter(const void* send, void* recv, const size_t* recv_counts, CommDtype t, CommOp op) = 0;
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;

@@ -63,7 +63,9 @@ CommWatchdog* g_watchdog = nullptr;  // the world's, when it has several ranks a
 
 class MpiRequest final : public CommRequest::Impl {
  public:
+  explicit MpiRequest(const char* w) : what(w) {}
   std::vector<MPI_Request> reqs;
+  std::vector<int> counts;  // a non-blocking collective's count and displacement arrays, alive until it completes
   const char* what;
   void wait() override {
     const CommWatchdog::Pending pending(g_watchdog, what);
@@ -84,6 +86,13 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    // The ranks that share this one's memory (for Open MPI, its node): all of them on every rank, or on none.
+    MPI_Comm local = MPI_COMM_NULL;
+    int local_size = 1;
+    check("split", MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+    MPI_Comm_size(local, &local_size);
+    MPI_Comm_free(&local);
+    one_host_ = local_size == size_;
   }
   ~MpiCommunicator() override {
     int fin = 0;
@@ -92,6 +101,7 @@ class MpiCommunicator final : public Communicator {
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  bool one_host() const override { return one_host_; }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     const CommWatchdog::Pending pending(g_watchdog, "split");
@@ -132,13 +142,26 @@ class MpiCommunicator final : public Communicator {
                                          MPI_BYTE, comm_));
       return;
     }
-    // Beyond int displacements: post every piece as a point-to-point message (same result, fewer optimisations).
     std::vector<MPI_Request> reqs;
-    for (int p = 0; p < size_; ++p) {
-      post_pieces(reqs, static_cast<char*>(recv) + rd[p], rb[p], p, /*is_send=*/false);
-      post_pieces(reqs, const_cast<char*>(static_cast<const char*>(send)) + sd[p], sb[p], p, true);
-    }
+    post_alltoallv_pieces(reqs, send, sb, sd, recv, rb, rd);
     check("all-to-allv", MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
+  }
+
+  CommRequest ialltoallv(const void* send, const size_t* sb, const size_t* sd, void* recv, const size_t* rb,
+                         const size_t* rd) override {
+    auto req = std::make_unique<MpiRequest>("all-to-allv");
+    if (fits_int(sb, size_) && fits_int(sd, size_) && fits_int(rb, size_) && fits_int(rd, size_)) {
+      std::vector<int>& c = req->counts;
+      for (const size_t* v : {sb, sd, rb, rd}) c.insert(c.end(), v, v + size_);
+      const int n = size_;
+      MPI_Request r;
+      check("all-to-allv", MPI_Ialltoallv(send, &c[0], &c[n], MPI_BYTE, recv, &c[2 * n], &c[3 * n], MPI_BYTE,
+                                          comm_, &r));
+      req->reqs.push_back(r);
+    } else {
+      post_alltoallv_pieces(req->reqs, send, sb, sd, recv, rb, rd);
+    }
+    return CommRequest(std::move(req));
   }
 
   void allgather(const void* send, void* recv, size_t bytes) override {
@@ -167,14 +190,28 @@ class MpiCommunicator final : public Communicator {
                                           irb.data(), ird.data(), MPI_BYTE, comm_));
       return;
     }
-    if (!in_place && send_bytes) std::memcpy(own, send, send_bytes);
     std::vector<MPI_Request> reqs;
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      post_pieces(reqs, static_cast<char*>(recv) + rd[p], rb[p], p, false);
-      post_pieces(reqs, own, send_bytes, p, true);
-    }
+    post_allgatherv_pieces(reqs, send, send_bytes, recv, rb, rd);
     check("all-gatherv", MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
+  }
+
+  CommRequest iallgatherv(const void* send, size_t send_bytes, void* recv, const size_t* rb,
+                          const size_t* rd) override {
+    AGOQ_CHECK(send_bytes == rb[rank_], "all-gatherv: rank ", rank_, " sends ", send_bytes, " bytes but ",
+               rb[rank_], " are expected from it");
+    auto req = std::make_unique<MpiRequest>("all-gatherv");
+    if (fits_int(rb, size_) && fits_int(rd, size_)) {
+      std::vector<int>& c = req->counts;
+      for (const size_t* v : {rb, rd}) c.insert(c.end(), v, v + size_);
+      const bool in_place = send == static_cast<char*>(recv) + rd[rank_];
+      MPI_Request r;
+      check("all-gatherv", MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, int(send_bytes), MPI_BYTE, recv, &c[0],
+                                           &c[size_], MPI_BYTE, comm_, &r));
+      req->reqs.push_back(r);
+    } else {
+      post_allgatherv_pieces(req->reqs, send, send_bytes, recv, rb, rd);
+    }
+    return CommRequest(std::move(req));
   }
 
   void reduce_scatter(const void* send, void* recv, const size_t* recv_counts, CommDtype t, CommOp op) override {
@@ -229,12 +266,30 @@ class MpiCommunicator final : public Communicator {
       reqs.push_back(r);
     }
   }
+  // Beyond int counts or displacements: every piece as a point-to-point message (same result, fewer
+  // optimisations). Ranks post the pieces of their collectives in the same order, so pieces never mix.
+  void post_alltoallv_pieces(std::vector<MPI_Request>& reqs, const void* send, const size_t* sb, const size_t* sd,
+                             void* recv, const size_t* rb, const size_t* rd) {
+    for (int p = 0; p < size_; ++p) {
+      post_pieces(reqs, static_cast<char*>(recv) + rd[p], rb[p], p, /*is_send=*/false);
+      post_pieces(reqs, const_cast<char*>(static_cast<const char*>(send)) + sd[p], sb[p], p, true);
+    }
+  }
+  void post_allgatherv_pieces(std::vector<MPI_Request>& reqs, const void* send, size_t send_bytes, void* recv,
+                              const size_t* rb, const size_t* rd) {
+    char* own = static_cast<char*>(recv) + rd[rank_];
+    if (send != own && send_bytes) std::memcpy(own, send, send_bytes);
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      post_pieces(reqs, static_cast<char*>(recv) + rd[p], rb[p], p, false);
+      post_pieces(reqs, own, send_bytes, p, true);
+    }
+  }
   CommRequest post_request(void* buf, size_t bytes, int peer, int tag, bool is_send) {
     AGOQ_CHECK(peer >= 0 && peer < size_, is_send ? "send" : "receive", ": peer ", peer, " is not a rank of 0..",
                size_ - 1);
     AGOQ_CHECK(tag >= 0 && tag < kMaxUserTag, "send/receive: tag must be in [0, ", kMaxUserTag, "), got ", tag);
-    auto impl = std::make_unique<MpiRequest>();
-    impl->what = is_send ? "send" : "receive";
+    auto impl = std::make_unique<MpiRequest>(is_send ? "send" : "receive");
     // Pieces are tagged tag*64 + k (at most 64 pieces of 1 GiB); a zero-length message is still one real message.
     if (bytes == 0) {
       MPI_Request r;
@@ -251,6 +306,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1;
+  bool one_host_ = true;
 };
 
 // Owns MPI for the process: initialised by the first comm_world(), finalised when the program exits.

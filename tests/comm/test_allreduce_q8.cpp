@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -51,27 +52,28 @@ std::vector<Vec> allgather_inputs(Communicator& w, const Vec& mine) {
   return xs;
 }
 
-// The collective for N logical ranks in one process: the same step functions, the exchanges done by memcpy.
+// The collective for N logical ranks in one process: the same step functions, the exchanges done by memcpy, over
+// the given number of pipeline chunks (their order does not matter here: each chunk's steps touch only its blocks).
 // Optionally returns the reduced block scales.
-Vec simulate_allreduce_q8(const std::vector<Vec>& xs, int block, bool average, Vec* red_scales = nullptr) {
+Vec simulate_allreduce_q8(const std::vector<Vec>& xs, int block, bool average, Vec* red_scales = nullptr,
+                          int chunks = 1) {
   const int N = int(xs.size());
   const size_t n = xs[0].size();
-  const CommQ8Plan p = comm_q8_plan(n, N, block);
-  std::vector<std::vector<uint8_t>> sent(N, std::vector<uint8_t>(p.total_bytes));
-  for (int r = 0; r < N; ++r) comm_q8_quantize_shards(p, xs[r].data(), sent[r].data());  // step 1
-  std::vector<uint8_t> gathered(p.total_bytes);
-  for (int k = 0; k < N; ++k) {
-    std::vector<uint8_t> recv(p.msg_bytes[k] * N);  // step 2
-    for (int r = 0; r < N; ++r)
-      if (p.msg_bytes[k]) std::memcpy(&recv[r * p.msg_bytes[k]], &sent[r][p.msg_offset[k]], p.msg_bytes[k]);
-    comm_q8_reduce_shard(p, k, recv.data(), average, nullptr, gathered.data() + p.msg_offset[k]);
-  }
   Vec out(n);
-  comm_q8_dequantize_shards(p, gathered.data(), out.data());  // step 4
-  if (red_scales) {
-    std::vector<int8_t> codes(n);
-    red_scales->assign(grad_q8_blocks(n, block), 0.f);
-    comm_q8_unpack_shards(p, gathered.data(), codes.data(), red_scales->data());
+  std::vector<int8_t> codes(n);
+  if (red_scales) red_scales->assign(grad_q8_blocks(n, block), 0.f);
+  for (const CommQ8Plan& p : comm_q8_plan_chunks(comm_q8_plan(n, N, block), chunks)) {
+    std::vector<std::vector<uint8_t>> sent(N, std::vector<uint8_t>(p.total_bytes));
+    for (int r = 0; r < N; ++r) comm_q8_quantize_shards(p, xs[r].data(), sent[r].data());  // step 1
+    std::vector<uint8_t> gathered(p.total_bytes);
+    for (int k = 0; k < N; ++k) {
+      std::vector<uint8_t> recv(p.msg_bytes[k] * N);  // step 2
+      for (int r = 0; r < N; ++r)
+        if (p.msg_bytes[k]) std::memcpy(&recv[r * p.msg_bytes[k]], &sent[r][p.msg_offset[k]], p.msg_bytes[k]);
+      comm_q8_reduce_shard(p, k, recv.data(), average, nullptr, gathered.data() + p.msg_offset[k]);
+    }
+    comm_q8_dequantize_shards(p, gathered.data(), out.data());  // step 4
+    if (red_scales) comm_q8_unpack_shards(p, gathered.data(), codes.data(), red_scales->data());
   }
   return out;
 }
@@ -132,6 +134,103 @@ TEST(AllreduceQ8, ShardPartitionTilesOnBlockBoundaries) {
         EXPECT_EQ(at, n);
         EXPECT_LE(hi - lo, 1u) << "blocks are dealt evenly";
       }
+}
+
+// The pipeline's chunks: chunk c's shard k is the c-th run of whole blocks of the base plan's shard k (a piece's plan
+// too), runs dealt evenly; together they tile every shard. Simulated for N logical ranks, any number of chunks gives
+// the bits of one.
+TEST(AllreduceQ8, PipelineChunksTileEveryShardAndGiveTheBitsOfOne) {
+  for (size_t n : {size_t(1), size_t(255), size_t(257), size_t(7919), size_t(100003)})
+    for (int N : {1, 2, 3, 5})
+      for (int chunks : {1, 2, 7, 64}) {
+        SCOPED_TRACE("n = " + std::to_string(n) + ", N = " + std::to_string(N) + ", " + std::to_string(chunks) +
+                     " chunks");
+        const int B = 256;
+        const size_t offset = n > 4 * size_t(B) ? 2 * size_t(B) : 0;  // a piece of the tensor when it is long enough
+        const CommQ8Plan base = comm_q8_plan_piece(n, offset, n - offset - (n > 4 * size_t(B) ? 100 : 0), N, B);
+        const std::vector<CommQ8Plan> cs = comm_q8_plan_chunks(base, chunks);
+        ASSERT_EQ(cs.size(), size_t(chunks));
+        for (int k = 0; k < N; ++k) {
+          size_t at = base.shards[k].begin, lo = SIZE_MAX, hi = 0;
+          for (const CommQ8Plan& c : cs) {
+            EXPECT_EQ(c.shards[k].begin, at);
+            if (c.shards[k].size()) {
+              EXPECT_EQ((base.offset + c.shards[k].begin) % B, 0u) << "a run starts on a block";
+            }
+            at = c.shards[k].end;
+            const size_t blocks = grad_q8_blocks(c.shards[k].size(), B);
+            lo = std::min(lo, blocks), hi = std::max(hi, blocks);
+          }
+          EXPECT_EQ(at, base.shards[k].end);
+          EXPECT_LE(hi - lo, 1u);
+        }
+        std::vector<Vec> xs(N);
+        for (int r = 0; r < N; ++r) xs[r] = grad_data(n, 40 + r);
+        Vec one_scales, many_scales;
+        const Vec one = simulate_allreduce_q8(xs, B, true, &one_scales);
+        const Vec many = simulate_allreduce_q8(xs, B, true, &many_scales, chunks);
+        EXPECT_TRUE(bits_equal(one.data(), many.data(), n * sizeof(float)));
+        EXPECT_TRUE(bits_equal(one_scales.data(), many_scales.data(), one_scales.size() * sizeof(float)));
+      }
+  const CommQ8Plan p = comm_q8_plan(size_t(16) << 20, 2, 256);  // 64 MiB of fp32 in 4 MiB chunks
+  EXPECT_EQ(comm_q8_chunk_count(p, size_t(4) << 20), 16);
+  EXPECT_EQ(comm_q8_chunk_count(p, 0), 1);
+  EXPECT_EQ(comm_q8_chunk_count(p, size_t(64) << 20), 1);
+  EXPECT_EQ(comm_q8_chunk_count(comm_q8_plan(1000, 2, 256), 1), 2) << "no more chunks than a shard has blocks";
+}
+
+// The pipelined collectives against one chunk (chunk_bytes 0: the steps and exchanges in turn), bit for bit, on 2
+// and 3 ranks and the whole world: every entry point, sizes below one chunk, not a multiple of it, and tiny ones;
+// chunks of one block per shard (chunk_bytes 1), of 3 blocks and of 64 KiB of fp32.
+TEST(AllreduceQ8, PipelinedEqualsOneChunkBitForBit) {
+  Communicator& w = W();
+  if (w.size() < 2) GTEST_SKIP() << "needs 2 or more ranks (ctest runs it as comm_np2 and comm_np4)";
+  for (int ranks : {2, 3, w.size()}) {
+    if (ranks > w.size()) continue;
+    const std::unique_ptr<Communicator> sub = w.split(w.rank() < ranks ? 0 : -1, w.rank());
+    if (!sub) continue;
+    Communicator& c = *sub;
+    CommQ8Workspace ws;
+    for (size_t n : {size_t(0), size_t(1), size_t(300), size_t(7919), size_t(300007)})
+      for (size_t chunk_bytes : {size_t(1), size_t(3 * 256 * 4), size_t(64) << 10})
+        for (bool average : {false, true}) {
+          if (chunk_bytes < 10000 && n > 10000) continue;  // hundreds of chunks: seconds on a loaded machine
+          SCOPED_TRACE(std::to_string(ranks) + " ranks, n = " + std::to_string(n) + ", chunks of " +
+                       std::to_string(chunk_bytes) + " bytes" + (average ? ", average" : ", sum"));
+          CommQ8Options one, many;
+          one.fallback_bytes = many.fallback_bytes = 0;
+          one.average = many.average = average;
+          one.chunk_bytes = 0, many.chunk_bytes = chunk_bytes;
+          many.pipeline_one_host = true;  // ctest's ranks share one host
+          const Vec x = grad_data(n, 60 + c.rank());
+          const size_t nb = grad_q8_blocks(n, 256);
+          Vec a(n), b = x;  // b: in place
+          comm_allreduce_q8(c, ws, x.data(), a.data(), n, one);
+          comm_allreduce_q8(c, ws, b.data(), b.data(), n, many);
+          EXPECT_TRUE(bits_equal(a.data(), b.data(), n * sizeof(float))) << "allreduce_q8";
+          std::vector<int8_t> ca(n), cb(n);
+          Vec sa(nb), sb(nb);
+          comm_allreduce_q8_codes(c, ws, x.data(), n, ca.data(), sa.data(), one);
+          comm_allreduce_q8_codes(c, ws, x.data(), n, cb.data(), sb.data(), many);
+          EXPECT_EQ(ca, cb) << "allreduce_q8_codes";
+          EXPECT_TRUE(bits_equal(sa.data(), sb.data(), nb * sizeof(float)));
+          grad_q8_quantize(x.data(), n, ca.data(), sa.data());  // the 8-bit input path, in place
+          cb = ca, sb = sa;
+          comm_allreduce_q8_codes_inplace(c, ws, ca.data(), sa.data(), n, one);
+          comm_allreduce_q8_codes_inplace(c, ws, cb.data(), sb.data(), n, many);
+          EXPECT_EQ(ca, cb) << "allreduce_q8_codes_inplace";
+          EXPECT_TRUE(bits_equal(sa.data(), sb.data(), nb * sizeof(float)));
+          const CommShard s = comm_shard_range(n, ranks, c.rank());
+          Vec ra(s.size()), rb(s.size());
+          comm_reduce_scatter_q8(c, ws, x.data(), n, ra.data(), one);
+          comm_reduce_scatter_q8(c, ws, x.data(), n, rb.data(), many);
+          EXPECT_TRUE(bits_equal(ra.data(), rb.data(), s.size() * sizeof(float))) << "reduce_scatter_q8";
+          const size_t at = n > 1000 ? 3 * 256 : 0, m = n - at - (n > 1000 ? 5 : 0);  // a piece of the tensor
+          comm_reduce_scatter_q8_piece(c, ws, x.data() + at, n, at, m, ra.data(), one);
+          const CommShard got = comm_reduce_scatter_q8_piece(c, ws, x.data() + at, n, at, m, rb.data(), many);
+          EXPECT_TRUE(bits_equal(ra.data(), rb.data(), got.size() * sizeof(float))) << "reduce_scatter_q8_piece";
+        }
+  }
 }
 
 // Lengths 0, 1, N-1, primes, not multiples of N or of the block; the q8 path forced for all of them.

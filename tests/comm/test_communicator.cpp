@@ -1,8 +1,10 @@
 // Communicator operations against expected values, for any world size (1 included). Every rank runs every
 // collective, so expectations use EXPECT (a failed check must not skip a collective and leave the others waiting).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -24,6 +26,13 @@ TEST(Communicator, RankAndSize) {
   EXPECT_LT(w.rank(), w.size());
   EXPECT_EQ(w.allreduce_value<int32_t>(1), w.size());
   EXPECT_EQ(w.allreduce_value<int32_t>(w.rank(), CommOp::max), w.size() - 1);
+  char host[64] = {};  // one host: every rank has the same host name
+  gethostname(host, sizeof host - 1);
+  std::vector<char> hosts(sizeof host * size_t(w.size()));
+  w.allgather(host, hosts.data(), sizeof host);
+  bool same = true;
+  for (int r = 0; r < w.size(); ++r) same = same && std::strcmp(hosts.data() + r * sizeof host, host) == 0;
+  EXPECT_EQ(w.one_host(), w.allreduce_value<int32_t>(same ? 1 : 0, CommOp::min) == 1);
 }
 
 TEST(Communicator, AllreduceTypesAndOps) {
@@ -96,6 +105,40 @@ TEST(Communicator, AllgatherAndAllgathervUneven) {
   w.allgatherv(s.data(), s.size(), out.data(), rb.data(), rd.data());
   for (int p = 0; p < N; ++p)
     for (size_t i = 0; i < rb[p]; ++i) EXPECT_EQ(out[rd[p] + i], pattern(p, 0, i));
+}
+
+// Several non-blocking exchanges in flight at once, as allreduce_q8's pipeline runs them: started alternately, their
+// count arrays gone as soon as they are started, driven by test() and completed in reverse order.
+TEST(Communicator, NonBlockingAlltoallvAndAllgathervInFlightTogether) {
+  Communicator& w = W();
+  const int N = w.size(), r = w.rank(), rounds = 3;
+  std::vector<std::vector<uint8_t>> a2a_send(rounds), a2a_recv(rounds), gathered(rounds);
+  std::vector<std::vector<size_t>> a2a_rd(rounds), ag_rd(rounds);
+  std::vector<CommRequest> reqs;
+  for (int j = 0; j < rounds; ++j) {
+    std::vector<size_t> sb(N), sd(N), rb(N), ag_rb(N);
+    size_t st = 0, rt = 0, gt = 0;
+    a2a_rd[j].resize(N), ag_rd[j].resize(N);
+    for (int p = 0; p < N; ++p) sb[p] = uneven(r, p) + j, sd[p] = st, st += sb[p];
+    for (int p = 0; p < N; ++p) rb[p] = uneven(p, r) + j, a2a_rd[j][p] = rt, rt += rb[p];
+    for (int p = 0; p < N; ++p) ag_rb[p] = uneven(p, j) + 1, ag_rd[j][p] = gt, gt += ag_rb[p];
+    a2a_send[j].resize(st), a2a_recv[j].assign(rt, 0xEE), gathered[j].assign(gt, 0xEE);
+    for (int p = 0; p < N; ++p)
+      for (size_t i = 0; i < sb[p]; ++i) a2a_send[j][sd[p] + i] = pattern(r, p, i + j);
+    uint8_t* own = gathered[j].data() + ag_rd[j][r];
+    for (size_t i = 0; i < ag_rb[r]; ++i) own[i] = pattern(r, j, i);
+    reqs.push_back(w.ialltoallv(a2a_send[j].data(), sb.data(), sd.data(), a2a_recv[j].data(), rb.data(),
+                                a2a_rd[j].data()));
+    reqs.push_back(w.iallgatherv(own, ag_rb[r], gathered[j].data(), ag_rb.data(), ag_rd[j].data()));  // in place
+  }
+  for (int spin = 0; spin < 1000 && !reqs.front().test(); ++spin) {
+  }
+  for (auto it = reqs.rbegin(); it != reqs.rend(); ++it) it->wait();
+  for (int j = 0; j < rounds; ++j)
+    for (int p = 0; p < N; ++p) {
+      for (size_t i = 0; i < uneven(p, r) + j; ++i) EXPECT_EQ(a2a_recv[j][a2a_rd[j][p] + i], pattern(p, r, i + j));
+      for (size_t i = 0; i < uneven(p, j) + 1; ++i) EXPECT_EQ(gathered[j][ag_rd[j][p] + i], pattern(p, j, i));
+    }
 }
 
 TEST(Communicator, ReduceScatterUneven) {
