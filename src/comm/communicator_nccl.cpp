@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -87,10 +88,12 @@ class NcclCommunicator : public Communicator {
   ~NcclCommunicator() override {
     cudaFree(token_);
     cudaStreamDestroy(stream_);
-    ncclCommDestroy(comm_);
+    if (comm_) ncclCommDestroy(comm_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  // The bootstrap's answer (a sub-communicator keeps its parent's: at worst it overlaps exchanges it need not).
+  bool one_host() const override { return bootstrap_.one_host(); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     use();
@@ -112,14 +115,13 @@ class NcclCommunicator : public Communicator {
   }
   void alltoallv(const void* send, const size_t* send_bytes, const size_t* send_displs, void* recv,
                  const size_t* recv_bytes, const size_t* recv_displs) override {
-    use();
-    NcclGroup group;
-    for (int r = 0; r < size_; ++r) {
-      if (send_bytes[r]) AGOQ_NCCL(ncclSend(at(send, send_displs[r]), send_bytes[r], ncclUint8, r, comm_, stream_));
-      if (recv_bytes[r]) AGOQ_NCCL(ncclRecv(at(recv, recv_displs[r]), recv_bytes[r], ncclUint8, r, comm_, stream_));
-    }
-    group.end();
+    enqueue_alltoallv(send, send_bytes, send_displs, recv, recv_bytes, recv_displs);
     finish();
+  }
+  CommRequest ialltoallv(const void* send, const size_t* send_bytes, const size_t* send_displs, void* recv,
+                         const size_t* recv_bytes, const size_t* recv_displs) override {
+    enqueue_alltoallv(send, send_bytes, send_displs, recv, recv_bytes, recv_displs);
+    return CommRequest(std::make_unique<NcclRequest>(stream_));
   }
   void allgather(const void* send, void* recv, size_t bytes) override {
     use();
@@ -128,16 +130,13 @@ class NcclCommunicator : public Communicator {
   }
   void allgatherv(const void* send, size_t send_bytes, void* recv, const size_t* recv_bytes,
                   const size_t* recv_displs) override {
-    AGOQ_CHECK(send_bytes == recv_bytes[rank_], "allgatherv: rank ", rank_, " sends ", send_bytes,
-               " bytes, the others expect ", recv_bytes[rank_]);
-    use();
-    NcclGroup group;
-    for (int r = 0; r < size_; ++r)
-      if (recv_bytes[r])
-        AGOQ_NCCL(ncclBroadcast(r == rank_ ? send : at(recv, recv_displs[r]), at(recv, recv_displs[r]),
-                                recv_bytes[r], ncclUint8, r, comm_, stream_));  // (send is read on the root only)
-    group.end();
+    enqueue_allgatherv(send, send_bytes, recv, recv_bytes, recv_displs);
     finish();
+  }
+  CommRequest iallgatherv(const void* send, size_t send_bytes, void* recv, const size_t* recv_bytes,
+                          const size_t* recv_displs) override {
+    enqueue_allgatherv(send, send_bytes, recv, recv_bytes, recv_displs);
+    return CommRequest(std::make_unique<NcclRequest>(stream_));
   }
   void reduce_scatter(const void* send, void* recv, const size_t* recv_counts, CommDtype t, CommOp op) override {
     use();
@@ -185,12 +184,34 @@ class NcclCommunicator : public Communicator {
   }
   void barrier() override { allreduce(token_, token_, 1, CommDtype::i32, CommOp::sum); }
   [[noreturn]] void abort(const std::string& message, int code) override {
-    ncclCommAbort(comm_);  // no collective may wait on this rank any more
+    if (comm_) ncclCommAbort(comm_), comm_ = nullptr;  // no collective may wait on this rank any more
     bootstrap_.abort(message, code);
     std::abort();  // (not reached: the bootstrap's abort ends the job)
   }
 
  private:
+  void enqueue_alltoallv(const void* send, const size_t* send_bytes, const size_t* send_displs, void* recv,
+                         const size_t* recv_bytes, const size_t* recv_displs) {
+    use();
+    NcclGroup group;
+    for (int r = 0; r < size_; ++r) {
+      if (send_bytes[r]) AGOQ_NCCL(ncclSend(at(send, send_displs[r]), send_bytes[r], ncclUint8, r, comm_, stream_));
+      if (recv_bytes[r]) AGOQ_NCCL(ncclRecv(at(recv, recv_displs[r]), recv_bytes[r], ncclUint8, r, comm_, stream_));
+    }
+    group.end();
+  }
+  void enqueue_allgatherv(const void* send, size_t send_bytes, void* recv, const size_t* recv_bytes,
+                          const size_t* recv_displs) {
+    AGOQ_CHECK(send_bytes == recv_bytes[rank_], "allgatherv: rank ", rank_, " sends ", send_bytes,
+               " bytes, the others expect ", recv_bytes[rank_]);
+    use();
+    NcclGroup group;
+    for (int r = 0; r < size_; ++r)
+      if (recv_bytes[r])
+        AGOQ_NCCL(ncclBroadcast(r == rank_ ? send : at(recv, recv_displs[r]), at(recv, recv_displs[r]),
+                                recv_bytes[r], ncclUint8, r, comm_, stream_));  // (send is read on the root only)
+    group.end();
+  }
   // The calling thread's device is the communicator's (a communication thread may not have set it).
   void use() const { AGOQ_CUDART(cudaSetDevice(device_)); }
 
@@ -203,8 +224,9 @@ class NcclCommunicator : public Communicator {
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       if (async != ncclSuccess && async != ncclInProgress) {
-        ncclCommAbort(comm_);
-        fail("NCCL: rank ", rank_, "/", size_, ": ", ncclGetErrorString(async), " (", ncclGetLastError(comm_), ")");
+        const std::string why = std::string(ncclGetErrorString(async)) + " (" + ncclGetLastError(comm_) + ")";
+        ncclCommAbort(comm_), comm_ = nullptr;  // (the destructor must not destroy an aborted communicator)
+        fail("NCCL: rank ", rank_, "/", size_, ": ", why);
       }
       if (e != cudaErrorNotReady) cuda_rt_check(e, "cudaStreamQuery");
       std::this_thread::yield();
