@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/memory.h"
-#include "model/config.h"
+#include "arch/config.h"
 
 namespace agoq {
 

@@ -8,7 +8,7 @@
 #include "cuda/cuda_check.h"
 #endif
 #include "core/error.h"
-#include "model/hf.h"
+#include "arch/hf.h"
 #include "plan/memory_model.h"
 #include "train/trainer.h"
 

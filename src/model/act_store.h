@@ -1,6 +1,6 @@
 // The activation store: every tensor the forward pass saves for the backward pass goes in and comes out here,
 // through a named slot per layer. Each (layer, slot) has a storage format chosen at run time by the activation
-// policy (model/act_policy.h): fp32, bf16, 2/3/4/8-bit group quantization, or "recompute" (not stored; backward
+// policy (arch/act_policy.h): fp32, bf16, 2/3/4/8-bit group quantization, or "recompute" (not stored; backward
 // rebuilds it from other slots). So the memory the saved activations take is one decision in one place.
 //
 // The model saves and loads rows in tiles: a producer encodes a tile of rows while it is still in cache (no
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/memory.h"
-#include "model/act_policy.h"
-#include "model/config.h"
-#include "model/stage.h"
+#include "arch/act_policy.h"
+#include "arch/config.h"
+#include "arch/stage.h"
 #include "quant/tensor.h"
 
 namespace agoq {

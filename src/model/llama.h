@@ -9,9 +9,9 @@
 
 #include "core/memory.h"
 #include "model/act_store.h"
-#include "model/config.h"
-#include "model/params.h"
-#include "model/stage.h"
+#include "arch/config.h"
+#include "arch/params.h"
+#include "arch/stage.h"
 #include "model/tensor_group.h"
 
 namespace agoq {

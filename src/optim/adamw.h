@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/memory.h"
-#include "model/params.h"
+#include "arch/params.h"
 #include "optim/adam_q8.h"
 
 namespace agoq {

@@ -14,7 +14,7 @@
 
 #include "comm/allreduce_q8.h"
 #include "comm/communicator.h"
-#include "model/hf.h"
+#include "arch/hf.h"
 #include "model/llama.h"
 #include "optim/adamw.h"
 #include "parallel/dp_moments.h"

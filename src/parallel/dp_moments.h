@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "model/hf.h"
+#include "arch/hf.h"
 #include "parallel/dp_optimizer.h"
 
 namespace agoq {

@@ -11,7 +11,7 @@
 namespace agoq {
 
 std::vector<GradRange> grad_units_of(const LlamaConfig& cfg, const ModelStage& stage) {
-  // The layout's tensors (model/hf.h) grouped by the part they belong to: the embedding, a layer, the head.
+  // The layout's tensors (arch/hf.h) grouped by the part they belong to: the embedding, a layer, the head.
   std::vector<GradRange> units;
   size_t at = 0;
   int part = -2;

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "comm/grad_buckets.h"
-#include "model/params.h"
+#include "arch/params.h"
 #include "quant/grad_q8.h"
 
 namespace agoq {

@@ -1,5 +1,5 @@
 // Pipeline parallelism, non-interleaved 1F1B (docs/parallel.md). The decoder layers are cut into P contiguous
-// stages (model/stage.h), one rank each within a data-parallel replica; a micro-batch's activations travel
+// stages (arch/stage.h), one rank each within a data-parallel replica; a micro-batch's activations travel
 // forward from stage to stage and their gradients back, by non-blocking point-to-point messages.
 //
 // Stage r of P runs m micro-batches as: a warm-up of min(P - r - 1, m) forwards, then one forward and one

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "model/act_policy.h"
-#include "model/config.h"
+#include "arch/act_policy.h"
+#include "arch/config.h"
 
 namespace agoq {
 

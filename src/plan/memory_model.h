@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "core/memory.h"
-#include "model/act_policy.h"
-#include "model/config.h"
-#include "model/stage.h"
+#include "arch/act_policy.h"
+#include "arch/config.h"
+#include "arch/stage.h"
 #include "optim/adam_q8.h"
 
 namespace agoq {

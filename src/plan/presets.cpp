@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "model/hf.h"
+#include "arch/hf.h"
 
 namespace agoq {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "arch/config.h"
 
 namespace agoq {
 
@@ -12,7 +12,7 @@ namespace agoq {
 std::vector<std::string> plan_preset_names();
 // Throws agoq::Error listing the known names.
 LlamaConfig plan_preset(const std::string& name);
-// A preset name, or a path to an HF config.json (model/hf.h's config_from_hf_json).
+// A preset name, or a path to an HF config.json (arch/hf.h's config_from_hf_json).
 LlamaConfig plan_model_resolve(const std::string& name_or_path);
 
 }  // namespace agoq

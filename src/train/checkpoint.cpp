@@ -18,7 +18,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/hash.h"
-#include "model/hf.h"
+#include "arch/hf.h"
 #include "train/safetensors.h"
 
 namespace agoq {

@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "model/config.h"
-#include "model/hf.h"
+#include "arch/config.h"
+#include "arch/hf.h"
 
 namespace agoq {
 

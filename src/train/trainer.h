@@ -7,7 +7,7 @@
 
 #include "comm/communicator.h"
 #include "core/memory.h"
-#include "model/config.h"
+#include "arch/config.h"
 #include "optim/adamw.h"
 
 namespace agoq {
@@ -30,7 +30,7 @@ struct TrainOptions {
   long stop_after = 0;   // stop (with a checkpoint) after this many steps of this run; 0: run to `steps`
   int log_every = 10;
   // The library's defaults are the unquantized run; `agoq train` defaults to AGoQ (agoq, q8, q8; cli/cmd_train.cpp).
-  std::string act_policy = "fp32";  // model/act_policy.h: fp32, baseline-bf16, agoq, uniform4 or a spec
+  std::string act_policy = "fp32";  // arch/act_policy.h: fp32, baseline-bf16, agoq, uniform4 or a spec
   std::string resume;    // checkpoint dir to continue from
   bool overwrite = false;  // a fresh run may replace an earlier run's checkpoints and metrics in out_dir
   bool quiet = false;

@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "data/data_loader.h"
 #include "data/token_file.h"
-#include "model/hf.h"
+#include "arch/hf.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"

@@ -3,9 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "model/act_policy.h"
-#include "model/hf.h"
-#include "model/stage.h"
+#include "arch/act_policy.h"
+#include "arch/hf.h"
+#include "arch/stage.h"
 #include "plan/memory_model.h"
 #include "tests/fuzz/fuzz_target.h"
 

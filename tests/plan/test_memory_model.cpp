@@ -131,7 +131,7 @@ TEST(PlanGpuModel, ActivationBytesEqualTheStore) {
   EXPECT_LT(plan_act_bytes(bf, cfg, 2, 100), plan_act_bytes(bf, cfg, 1, 100));
 }
 
-// The planner's TP modelling against the trainer's real shards (model/stage.h): the per-rank slot widths, saved
+// The planner's TP modelling against the trainer's real shards (arch/stage.h): the per-rank slot widths, saved
 // activation bytes and parameters of every TP rank of every pipeline stage (vocab 1024 needs no padding, kv heads
 // divide T).
 TEST(PlanGpuModel, TensorParallelShapesAreTheTrainersShards) {

@@ -6,13 +6,13 @@
 #include <vector>
 
 #include "core/memory.h"
-#include "model/config.h"
-#include "model/hf.h"
-#include "model/stage.h"
+#include "arch/config.h"
+#include "arch/hf.h"
+#include "arch/stage.h"
 
 namespace agoq {
 
-// One pointer per tensor of a decoder layer, in HF order (model/hf.h).
+// One pointer per tensor of a decoder layer, in HF order (arch/hf.h).
 struct LayerParams {
   float* attn_norm;  // (C)
   float* wq;         // (C, C)        HF layout: (out, in)
@@ -70,7 +70,7 @@ class ParamSet {
 
  private:
   float*& slot_of(const HfTensor& t);  // the member pointer a tensor fills
-  // Carves the tensors in HF order (model/hf.h), the one at flat offset o going to at(o, numel).
+  // Carves the tensors in HF order (arch/hf.h), the one at flat offset o going to at(o, numel).
   template <class At>
   void carve(const LlamaConfig& cfg, At at);
 

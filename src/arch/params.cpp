@@ -1,9 +1,9 @@
-#include "model/params.h"
+#include "arch/params.h"
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/hf.h"
+#include "arch/hf.h"
 
 namespace agoq {
 

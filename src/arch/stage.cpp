@@ -1,4 +1,4 @@
-#include "model/stage.h"
+#include "arch/stage.h"
 
 #include <sstream>
 

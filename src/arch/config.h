@@ -1,4 +1,4 @@
-// LLaMA model shape. Field names follow Hugging Face's LlamaConfig where one exists (see model/hf.h).
+// LLaMA model shape. Field names follow Hugging Face's LlamaConfig where one exists (see arch/hf.h).
 #pragma once
 #include <cstddef>
 #include <string>

@@ -1,4 +1,4 @@
-#include "model/hf.h"
+#include "arch/hf.h"
 
 #include <charconv>
 #include <climits>

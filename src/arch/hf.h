@@ -1,5 +1,5 @@
 // Hugging Face's view of a LLaMA model, in one place: config.json <-> LlamaConfig, and the tensor names and
-// shapes of LlamaForCausalLM in its order (which is also ParamSet's flat layout, model/params.h).
+// shapes of LlamaForCausalLM in its order (which is also ParamSet's flat layout, arch/params.h).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
-#include "model/stage.h"
+#include "arch/config.h"
+#include "arch/stage.h"
 
 namespace agoq {
 
@@ -32,12 +32,12 @@ LlamaConfig config_from_hf_json(const nlohmann::json& j);
 // The first field in which two configs differ, as "hf_key a vs b"; "" when equal.
 std::string config_diff(const LlamaConfig& a, const LlamaConfig& b);
 
-// Which tensor of the model an HF name is (ParamSet and LayerParams, model/params.h, hold one pointer each).
+// Which tensor of the model an HF name is (ParamSet and LayerParams, arch/params.h, hold one pointer each).
 enum class ModelTensor : uint8_t {
   embed, attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down, final_norm, lm_head
 };
 
-// Which dimension of an (out, in) weight the tensor-parallel shards split (model/stage.h): 0, rows (column-parallel
+// Which dimension of an (out, in) weight the tensor-parallel shards split (arch/stage.h): 0, rows (column-parallel
 // q/k/v and gate/up; the vocabulary of the embedding and lm_head), 1, columns (row-parallel o and down), or -1:
 // replicated (the norms).
 int model_tensor_split_dim(ModelTensor role);

@@ -1,4 +1,4 @@
-#include "model/act_policy.h"
+#include "arch/act_policy.h"
 
 #include <map>
 #include <sstream>
