@@ -3,6 +3,7 @@
 #include <map>
 #include <sstream>
 
+#include "arch/stage.h"
 #include "core/error.h"
 
 namespace agoq {
@@ -181,6 +182,28 @@ std::string ActPolicy::describe() const {
     l = e + 1;
   }
   return os.str();
+}
+
+std::array<int, kActSlotCount> act_slot_cols(const LlamaConfig& cfg, int tp) {
+  ModelStage shard = model_stage_whole(cfg);
+  shard.tp = tp;
+  const ShardDims d = model_shard_dims(cfg, shard);
+  return {d.C, 1, d.C, d.Q, d.KV, d.KV, d.Q, d.H, d.C, 1, d.C, d.F, d.F, d.F};
+}
+
+size_t act_slot_rows(ActSlot s, size_t rows, int tp, bool sp) {
+  return sp && act_slot_is_residual(s) ? rows / size_t(tp) : rows;
+}
+
+size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t rows, bool attention, int tp,
+                       bool sp) {
+  const auto cols = act_slot_cols(cfg, tp);
+  size_t total = 0;
+  for (const auto& layer : policy.slots)
+    for (int s = 0; s < kActSlotCount; ++s)
+      if (layer[s].stored && act_slot_is_attention(ActSlot(s)) == attention)
+        total += quant_bytes(layer[s].format, act_slot_rows(ActSlot(s), rows, tp, sp), size_t(cols[s]));
+  return total;
 }
 
 }  // namespace agoq

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "arch/config.h"
 #include "quant/format.h"
 
 namespace agoq {
@@ -69,5 +70,21 @@ struct ActPolicy {
   // One line per distinct layer pattern: "layers 0-5: attn_norm_in=int4.g128.sym.sr, ...".
   std::string describe() const;
 };
+
+// ---- what a policy stores: the activation store's exact bytes (model/act_store.h on the CPU, cuda/act_store_cuda.h
+// on the device, plan/ for a planned run) ----
+
+// Values per token of each slot for a model on one of tp tensor-parallel ranks (the cols of its (rows, cols) view):
+// q, k, v, attn_out, the log-sum-exp and the MLP's slots are the rank's heads and units; the residual stream and
+// the norm slots are whole.
+std::array<int, kActSlotCount> act_slot_cols(const LlamaConfig& cfg, int tp = 1);
+// Rows a slot holds of a micro-batch of `rows` tokens on one of tp ranks: with sequence parallelism (sp) the
+// residual slots (act_slot_is_residual) hold rows / tp, the others all rows.
+size_t act_slot_rows(ActSlot s, size_t rows, int tp, bool sp);
+// Exact bytes the store allocates for `rows` tokens under a policy, for one slot class (attention or not), summed
+// over layers, on one of tp ranks (sequence-parallel when sp). Memory planning and reports use it; the store
+// allocates exactly this.
+size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t rows, bool attention, int tp = 1,
+                       bool sp = false);
 
 }  // namespace agoq

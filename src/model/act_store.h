@@ -11,26 +11,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/memory.h"
 #include "arch/act_policy.h"
 #include "arch/config.h"
 #include "arch/stage.h"
+#include "core/memory.h"
 #include "quant/tensor.h"
 
 namespace agoq {
-
-// Values per token of each slot for a model on one of tp tensor-parallel ranks (the cols of its (rows, cols) view):
-// q, k, v, attn_out, the log-sum-exp and the MLP's slots are the rank's heads and units; the residual stream and
-// the norm slots are whole.
-std::array<int, kActSlotCount> act_slot_cols(const LlamaConfig& cfg, int tp = 1);
-// Rows a slot holds of a micro-batch of `rows` tokens on one of tp ranks: with sequence parallelism (sp) the
-// residual slots (act_slot_is_residual) hold rows / tp, the others all rows.
-size_t act_slot_rows(ActSlot s, size_t rows, int tp, bool sp);
-// Exact bytes the store allocates for `rows` tokens under a policy, for one slot class (attention or not), summed
-// over layers, on one of tp ranks (sequence-parallel when sp). Memory planning and reports use it; the store
-// allocates exactly this.
-size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t rows, bool attention, int tp = 1,
-                       bool sp = false);
 
 class ActivationStore {
  public:
