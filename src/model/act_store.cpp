@@ -7,32 +7,9 @@
 
 namespace agoq {
 
-ActivationStore::ActivationStore(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
-                                 const ModelStage& stage)
-    : policy_(policy) {
-  AGOQ_CHECK(int(policy_.slots.size()) == cfg.n_layers, "activation policy has ", policy_.slots.size(),
-             " layers, model has ", cfg.n_layers);
-  cols_ = act_slot_cols(cfg, stage.tp);
-  tensors_.resize(cfg.n_layers);
-  for (int l = stage.first_layer; l < stage.end_layer; ++l)
-    for (int s = 0; s < kActSlotCount; ++s) {
-      const SlotStorage& st = policy_.slots[l][s];
-      if (!st.stored) continue;
-      quant_format_check(st.format);
-      const char* tag = act_slot_is_attention(ActSlot(s)) ? "act.attention" : "act.other";
-      const size_t rows = act_slot_rows(ActSlot(s), size_t(max_rows), stage.tp, stage.sp);
-      tensors_[l][s] = QuantizedTensor(st.format, rows, size_t(cols_[s]), MemCategory::activations, tag);
-    }
-}
-
-float* ActivationStore::fp32_data(int layer, ActSlot s) {
-  AGOQ_CHECK(is_fp32(layer, s), "slot ", act_slot_name(s), " of layer ", layer, " is not stored as fp32");
-  return reinterpret_cast<float*>(tensors_[layer][int(s)].view().codes);
-}
-
 void ActivationStore::save_rows(int layer, ActSlot s, size_t r0, size_t rows, const float* src) {
   if (!stored(layer, s)) return;
-  QuantizedTensor& t = tensors_[layer][int(s)];
+  QuantizedTensor& t = slot_tensor(layer, s);
   if (calibrating_) {
     const QuantFormat& f = format(layer, s);
     const bool q = f.kind == QuantKind::int_group;
@@ -44,19 +21,9 @@ void ActivationStore::save_rows(int layer, ActSlot s, size_t r0, size_t rows, co
 }
 
 const float* ActivationStore::load_rows(int layer, ActSlot s, size_t r0, size_t rows, float* buf) const {
-  AGOQ_CHECK(stored(layer, s), "slot ", act_slot_name(s), " of layer ", layer, " is not stored");
-  const QuantizedTensor& t = tensors_[layer][int(s)];
-  if (is_fp32(layer, s)) return reinterpret_cast<const float*>(t.view().codes) + r0 * t.cols();
-  quant_decode_rows(t, r0, rows, buf);
+  if (const float* in_place = fp32_rows(layer, s, r0)) return in_place;
+  quant_decode_rows(tensor(layer, s), r0, rows, buf);
   return buf;
-}
-
-size_t ActivationStore::stored_bytes(bool attention) const {
-  size_t total = 0;
-  for (const auto& layer : tensors_)
-    for (int s = 0; s < kActSlotCount; ++s)
-      if (act_slot_is_attention(ActSlot(s)) == attention) total += layer[s].bytes();
-  return total;
 }
 
 }  // namespace agoq
