@@ -1,13 +1,15 @@
 // The tensors of an activation store, one per stored (layer, slot), laid out by the policy: what the CPU store
 // (model/act_store.h) and the device store (cuda/act_store_cuda.h) share. Tensor is QuantizedTensor or
 // DeviceQuantTensor: constructed from (format, rows, cols, category, tag), with rows(), cols(), bytes() and
-// view().codes. The stores add their own save and load (the encode and decode of their device).
+// view().codes. The stores add their own save and load (the encode and decode of their device) to the interface the
+// model calls (arch/act_store_api.h).
 #pragma once
 #include <array>
 #include <cstdint>
 #include <vector>
 
 #include "arch/act_policy.h"
+#include "arch/act_store_api.h"
 #include "arch/config.h"
 #include "arch/stage.h"
 #include "core/error.h"
@@ -17,7 +19,7 @@
 namespace agoq {
 
 template <class Tensor>
-class ActSlotTensors {
+class ActSlotTensors : public ActStoreApi {
  public:
   // Capacity: up to max_rows tokens (B*T) per forward, for the layers of `stage` and its tensor-parallel shard (the
   // policy covers all layers); with stage.sp the residual slots hold max_rows / tp rows (the rank's sequence shard).
@@ -37,27 +39,23 @@ class ActSlotTensors {
       }
   }
 
-  const ActPolicy& policy() const { return policy_; }
-  bool stored(int layer, ActSlot s) const { return policy_.at(layer, s).stored; }
-  const QuantFormat& format(int layer, ActSlot s) const { return policy_.at(layer, s).format; }
-  bool is_fp32(int layer, ActSlot s) const { return stored(layer, s) && format(layer, s).kind == QuantKind::fp32; }
-  // Values per token of a slot (the cols of its (rows, cols) view).
-  int cols(ActSlot s) const { return cols_[int(s)]; }
+  const ActPolicy& policy() const override { return policy_; }
+  bool stored(int layer, ActSlot s) const override { return policy_.at(layer, s).stored; }
+  const QuantFormat& format(int layer, ActSlot s) const override { return policy_.at(layer, s).format; }
+  bool is_fp32(int layer, ActSlot s) const override { return stored(layer, s) && format(layer, s).kind == QuantKind::fp32; }
+  int cols(ActSlot s) const override { return cols_[int(s)]; }
 
-  // Stochastic rounding is keyed by (seed, layer, slot, element): set a new seed for every micro-batch.
-  void set_seed(uint64_t seed) { seed_ = seed; }
-  QuantSeed slot_seed(int layer, ActSlot s) const { return {seed_, uint64_t(layer) * kActSlotCount + uint64_t(s)}; }
+  void set_seed(uint64_t seed) override { seed_ = seed; }
+  QuantSeed slot_seed(int layer, ActSlot s) const override { return {seed_, uint64_t(layer) * kActSlotCount + uint64_t(s)}; }
 
   // The stored tensor of a slot (tests compare it against whole-tensor encodes).
   const Tensor& tensor(int layer, ActSlot s) const { return tensors_[layer][int(s)]; }
-  // The tensor itself for fp32 slots (producers may write into it directly).
-  float* fp32_data(int layer, ActSlot s) {
+  float* fp32_data(int layer, ActSlot s) override {
     AGOQ_CHECK(is_fp32(layer, s), "slot ", act_slot_name(s), " of layer ", layer, " is not stored as fp32");
     return reinterpret_cast<float*>(tensors_[layer][int(s)].view().codes);
   }
 
-  // Bytes held by stored tensors, by slot class.
-  size_t stored_bytes(bool attention) const {
+  size_t stored_bytes(bool attention) const override {
     size_t total = 0;
     for (const auto& layer : tensors_)
       for (int s = 0; s < kActSlotCount; ++s)

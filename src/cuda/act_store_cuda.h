@@ -14,13 +14,20 @@ namespace agoq {
 
 class DeviceActivationStore : public ActSlotTensors<DeviceQuantTensor> {
  public:
-  using ActSlotTensors::ActSlotTensors;  // tracked by the device's tracker
+  // Tracked by the device's tracker; encodes and decodes run on `stream`.
+  DeviceActivationStore(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy, const ModelStage& stage,
+                        cudaStream_t stream = 0)
+      : ActSlotTensors(cfg, max_rows, policy, stage), stream_(stream) {}
 
-  // Rows [r0, r0 + rows) from src (rows x cols, device); nothing to do for an fp32 slot src already is. Returns the
-  // encode's status (non-finite values, groups beyond fp16), which waits for the stream (see quant_cuda.h).
-  QuantStatus save_rows(int layer, ActSlot s, size_t r0, size_t rows, const float* src, cudaStream_t stream = 0);
+  // Rows [r0, r0 + rows) from src (rows x cols, device); nothing to do for an fp32 slot src already is. The encode's
+  // status (non-finite values, groups beyond fp16) is not checked: as on the CPU, a non-finite activation reaches
+  // the loss, which the trainer checks.
+  void save_rows(int layer, ActSlot s, size_t r0, size_t rows, const float* src) override;
   // Rows [r0, r0 + rows) as fp32: a pointer into the tensor for fp32 slots, else decoded into buf (device).
-  const float* load_rows(int layer, ActSlot s, size_t r0, size_t rows, float* buf, cudaStream_t stream = 0) const;
+  const float* load_rows(int layer, ActSlot s, size_t r0, size_t rows, float* buf) const override;
+
+ private:
+  cudaStream_t stream_;
 };
 
 }  // namespace agoq

@@ -156,12 +156,9 @@ void launch_decode_int(const QuantFormat& f, const QuantConstView& base, size_t 
 
 }  // namespace
 
-QuantStatus cuda_quant_encode_rows(const QuantFormat& f, const float* src, size_t row_begin, size_t row_count,
-                                   size_t cols, const QuantView& base, const QuantSeed& seed, cudaStream_t s) {
-  quant_format_check(f);
-  if (row_count == 0 || cols == 0) return {};
-  StatusCounters* st = status_counters();
-  AGOQ_CUDA_CHECK(cudaMemsetAsync(st, 0, sizeof(StatusCounters), s));
+namespace {
+void launch_encode(const QuantFormat& f, const float* src, size_t row_begin, size_t row_count, size_t cols,
+                   const QuantView& base, const QuantSeed& seed, StatusCounters* st, cudaStream_t s) {
   if (f.kind == QuantKind::int_group) {
     switch (f.bits) {
       case 2: launch_encode_int<2>(f, src, row_begin, row_count, cols, base, seed, st, s); break;
@@ -176,10 +173,27 @@ QuantStatus cuda_quant_encode_rows(const QuantFormat& f, const float* src, size_
     else encode_keep_kernel<false><<<grid_for(n), kThreads, 0, s>>>(src, n, dst, st);
   }
   AGOQ_CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace
+
+QuantStatus cuda_quant_encode_rows(const QuantFormat& f, const float* src, size_t row_begin, size_t row_count,
+                                   size_t cols, const QuantView& base, const QuantSeed& seed, cudaStream_t s) {
+  quant_format_check(f);
+  if (row_count == 0 || cols == 0) return {};
+  StatusCounters* st = status_counters();
+  AGOQ_CUDA_CHECK(cudaMemsetAsync(st, 0, sizeof(StatusCounters), s));
+  launch_encode(f, src, row_begin, row_count, cols, base, seed, st, s);
   StatusCounters host{};
   AGOQ_CUDA_CHECK(cudaMemcpyAsync(&host, st, sizeof host, cudaMemcpyDeviceToHost, s));
   AGOQ_CUDA_CHECK(cudaStreamSynchronize(s));
   return {size_t(host.nonfinite), size_t(host.overflow_groups)};
+}
+
+void cuda_quant_encode_rows_async(const QuantFormat& f, const float* src, size_t row_begin, size_t row_count,
+                                  size_t cols, const QuantView& base, const QuantSeed& seed, cudaStream_t s) {
+  quant_format_check(f);
+  if (row_count == 0 || cols == 0) return;
+  launch_encode(f, src, row_begin, row_count, cols, base, seed, status_counters(), s);  // counts nobody reads
 }
 
 void cuda_quant_decode_rows(const QuantFormat& f, const QuantConstView& base, size_t row_begin, size_t row_count,

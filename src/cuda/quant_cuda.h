@@ -19,6 +19,9 @@ namespace agoq {
 // so the call waits for `stream`.
 QuantStatus cuda_quant_encode_rows(const QuantFormat& fmt, const float* src, size_t row_begin, size_t row_count,
                                    size_t cols, const QuantView& base, const QuantSeed& seed, cudaStream_t stream = 0);
+// The same without the status, so without waiting: what the training step's producers call.
+void cuda_quant_encode_rows_async(const QuantFormat& fmt, const float* src, size_t row_begin, size_t row_count,
+                                  size_t cols, const QuantView& base, const QuantSeed& seed, cudaStream_t stream = 0);
 void cuda_quant_decode_rows(const QuantFormat& fmt, const QuantConstView& base, size_t row_begin, size_t row_count,
                             size_t cols, float* out, cudaStream_t stream = 0);
 

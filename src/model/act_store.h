@@ -18,17 +18,15 @@ class ActivationStore : public ActSlotTensors<QuantizedTensor> {
  public:
   using ActSlotTensors::ActSlotTensors;
 
-  // Saves rows [r0, r0 + rows) from src (rows x cols). For an fp32 slot whose tensor src already is, nothing to do.
-  void save_rows(int layer, ActSlot s, size_t r0, size_t rows, const float* src);
-  // Rows [r0, r0 + rows) as fp32: a pointer into the tensor for fp32 slots, else decoded into buf.
-  const float* load_rows(int layer, ActSlot s, size_t r0, size_t rows, float* buf) const;
+  void save_rows(int layer, ActSlot s, size_t r0, size_t rows, const float* src) override;
+  const float* load_rows(int layer, ActSlot s, size_t r0, size_t rows, float* buf) const override;
 
   // Calibration for the bit allocator: while on, save_rows adds each saved tile's quant_range_energy (the C of
   // plan/bit_alloc.h) to its slot's sum, with the group and symmetry of the slot's format (G = 128, symmetric
   // except the SwiGLU output, for slots kept in fp32 or bf16). (A NaN/Inf activation needs no check here: it
   // reaches the loss, and the trainer stops on a non-finite loss.)
-  void set_calibration(bool on) { calibrating_ = on; }
-  const std::array<double, kActSlotCount>& sensitivity() const { return sensitivity_; }
+  void set_calibration(bool on) override { calibrating_ = on; }
+  const std::array<double, kActSlotCount>& sensitivity() const override { return sensitivity_; }
 
  private:
   bool calibrating_ = false;

@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <vector>
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "model/ops.h"
+#include "model/ops.h"  // rope_init_tables
 
 namespace agoq {
 
@@ -52,14 +53,26 @@ size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq,
 
 LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
                        const ModelStage& stage, int in_flight, const std::vector<ParamSegment>& grad_storage,
-                       TensorGroup* tensor)
+                       TensorGroup* tensor, ModelBackend& backend)
     : cfg_(cfg),
       d_(model_shard_dims(cfg, stage)),
       tensor_(stage.tp > 1 ? tensor : nullptr),
+      be_(backend),
       max_rows_(max_batch * max_seq),
-      max_seq_(max_seq),
-      params_((cfg.validate(), cfg), stage, MemCategory::weights),
-      grads_(grad_storage.empty() ? ParamSet(cfg, stage, MemCategory::gradients) : ParamSet(cfg, stage, grad_storage)) {
+      max_seq_(max_seq) {
+  cfg.validate();
+  AGOQ_CHECK(be_.host_memory() || (stage.tp == 1 && grad_storage.empty()),
+             "a model on ", mem_device_name(be_.device()), " runs unsharded (tp 1) with its own gradient buffer");
+  if (be_.host_memory()) {  // the flat buffers as ParamSet owns them (the memory model counts them so)
+    params_ = ParamSet(cfg, stage, MemCategory::weights);
+    grads_ = grad_storage.empty() ? ParamSet(cfg, stage, MemCategory::gradients) : ParamSet(cfg, stage, grad_storage);
+  } else {
+    const size_t count = model_stage_param_count(cfg, stage);
+    params_mem_ = be_.buffer<float>(count, MemCategory::weights);
+    grads_mem_ = be_.buffer<float>(count, MemCategory::gradients);
+    params_ = ParamSet(cfg, stage, {{0, count, params_mem_.data()}});
+    grads_ = ParamSet(cfg, stage, {{0, count, grads_mem_.data()}});
+  }
   AGOQ_CHECK(max_batch >= 1, "batch size must be positive (got ", max_batch, ")");
   AGOQ_CHECK(max_seq >= 1 && max_seq <= cfg.max_seq_len, "sequence length ", max_seq,
              " must be between 1 and the model's max_seq_len ", cfg.max_seq_len);
@@ -71,10 +84,20 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
   if (stage.sp) model_sp_check(stage.tp, max_batch, max_seq);
   const size_t N = max_rows_, n = stage.rows_held(max_rows_), C = d_.C, Q = d_.Q, KV = d_.KV, F = d_.F, V = d_.V;
   const int hd = cfg.head_dim();
-  auto ws = [](size_t n) { return Buffer<float>(n, MemCategory::workspace); };
-  rope_cos_ = ws(size_t(max_seq) * hd / 2);
-  rope_sin_ = ws(size_t(max_seq) * hd / 2);
-  rope_init_tables(rope_cos_.data(), rope_sin_.data(), max_seq, hd, cfg.rope_theta);
+  auto ws = [&](size_t n) { return be_.buffer<float>(n, MemCategory::workspace); };
+  const size_t table = size_t(max_seq) * hd / 2;
+  rope_cos_ = ws(table);
+  rope_sin_ = ws(table);
+  {  // the tables are made on the host (in double precision) for every backend
+    std::vector<float> cos(table), sin(table);
+    rope_init_tables(cos.data(), sin.data(), max_seq, hd, cfg.rope_theta);
+    be_.upload(rope_cos_.data(), cos.data(), table * sizeof(float));
+    be_.upload(rope_sin_.data(), sin.data(), table * sizeof(float));
+  }
+  if (!be_.host_memory()) {
+    inputs_dev_ = be_.buffer<int32_t>(N, MemCategory::workspace, "tokens");
+    targets_dev_ = be_.buffer<int32_t>(N, MemCategory::workspace, "tokens");
+  }
   resid_ = ws(n * C);
   dx_ = ws(n * C);
   if (stage.sp) sp_whole_ = ws(N * C), sp_whole2_ = ws(N * C), sp_part_ = ws(n * C), norm_dw_ = ws(C);
@@ -97,12 +120,12 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
 // need (attention runs over the whole batch at once).
 void LlamaModel::stores_allocate(const ActPolicy& policy, int count) {
   stores_.clear();
-  for (int i = 0; i < count; ++i) stores_.emplace_back(cfg_, max_rows_, policy, stage());
+  for (int i = 0; i < count; ++i) stores_.push_back(be_.store_make(cfg_, max_rows_, policy, stage()));
   active_ = 0;
   const size_t N = max_rows_;
-  auto ws_if = [&](Buffer<float>& b, ActSlot s, size_t cols) {
+  auto ws_if = [&](BackendBuffer<float>& b, ActSlot s, size_t cols) {
     if (!attention_workspace_needed(policy, stage(), s)) b.reset();
-    else if (b.empty()) b = Buffer<float>(N * cols, MemCategory::workspace);
+    else if (b.empty()) b = be_.buffer<float>(N * cols, MemCategory::workspace);
   };
   ws_if(q_, ActSlot::q, d_.Q), ws_if(k_, ActSlot::k, d_.KV), ws_if(v_, ActSlot::v, d_.KV);
   ws_if(o_, ActSlot::attn_out, d_.Q);
@@ -117,7 +140,10 @@ void LlamaModel::set_policy(const ActPolicy& policy) { stores_allocate(policy, s
 
 void LlamaModel::init_weights(uint64_t seed) {
   const int T = stage().tp, r = stage().tp_rank;
-  for (const ParamTensor& t : params_.named()) {
+  ParamSet host;  // a device backend's values are made on the host, then uploaded
+  if (!be_.host_memory()) host = ParamSet(cfg_, stage(), MemCategory::workspace, "init");
+  ParamSet& made = be_.host_memory() ? params_ : host;
+  for (const ParamTensor& t : made.named()) {
     // Each tensor draws from its own stream, so a tensor's values do not depend on the others' sizes.
     Rng rng(seed, std::hash<std::string>{}(t.name));
     const size_t n = t.numel();
@@ -133,20 +159,21 @@ void LlamaModel::init_weights(uint64_t seed) {
         if (i - s.row0 < s.rows && j - s.col0 < s.cols) t.data[(i - s.row0) * s.cols + (j - s.col0)] = x;
       }
   }
+  if (!be_.host_memory()) be_.upload(params_flat(), host.data(), host.size() * sizeof(float));
 }
 
-float* LlamaModel::attention_buffer(int l, ActSlot s, Buffer<float>& workspace) {
+float* LlamaModel::attention_buffer(int l, ActSlot s, const BackendBuffer<float>& workspace) {
   return store().is_fp32(l, s) ? store().fp32_data(l, s) : workspace.data();
 }
 
-float* LlamaModel::slot_out_rows(int l, ActSlot s, int r0, Buffer<float>& tile) {
+float* LlamaModel::slot_out_rows(int l, ActSlot s, int r0, const BackendBuffer<float>& tile) {
   return store().is_fp32(l, s) ? store().fp32_data(l, s) + size_t(r0) * store().cols(s) : tile.data();
 }
 
 const float* LlamaModel::norm_out_rows(int l, ActSlot out, const float* x, const float* rstd, const float* w, int r0,
                                        int rows, float* buf) {
   if (store().stored(l, out)) return store().load_rows(l, out, r0, rows, buf);
-  rmsnorm_apply(buf, x, rstd, w, rows, d_.C);  // not stored: rebuilt, bit for bit
+  be_.rmsnorm_apply(buf, x, rstd, w, rows, d_.C);  // not stored: rebuilt, bit for bit
   return buf;
 }
 
@@ -156,16 +183,16 @@ const float* LlamaModel::norm_out_rows(int l, ActSlot out, const float* x, const
 // xn -> q, k, v (RoPE applied), saved.
 void LlamaModel::qkv_forward_rows(int l, int T, int r0, int rows, const float* xn) {
   const LayerParams& P = params_.layers[l];
-  ActivationStore& S = store();
+  ActStoreApi& S = store();
   const int C = d_.C, Q = d_.Q, KV = d_.KV;
   float* qr = attention_buffer(l, ActSlot::q, q_) + size_t(r0) * Q;
   float* kr = attention_buffer(l, ActSlot::k, k_) + size_t(r0) * KV;
   float* vr = attention_buffer(l, ActSlot::v, v_) + size_t(r0) * KV;
-  matmul_forward(qr, xn, P.wq, rows, C, Q);
-  matmul_forward(kr, xn, P.wk, rows, C, KV);
-  matmul_forward(vr, xn, P.wv, rows, C, KV);
-  rope_forward(qr, rope_cos_.data(), rope_sin_.data(), rows, T, d_.H, d_.hd);  // tiles hold whole sequences
-  rope_forward(kr, rope_cos_.data(), rope_sin_.data(), rows, T, d_.Hkv, d_.hd);
+  be_.matmul_forward(qr, xn, P.wq, rows, C, Q);
+  be_.matmul_forward(kr, xn, P.wk, rows, C, KV);
+  be_.matmul_forward(vr, xn, P.wv, rows, C, KV);
+  be_.rope_forward(qr, rope_cos_.data(), rope_sin_.data(), rows, T, d_.H, d_.hd);  // tiles hold whole sequences
+  be_.rope_forward(kr, rope_cos_.data(), rope_sin_.data(), rows, T, d_.Hkv, d_.hd);
   S.save_rows(l, ActSlot::q, r0, rows, qr);
   S.save_rows(l, ActSlot::k, r0, rows, kr);
   S.save_rows(l, ActSlot::v, r0, rows, vr);
@@ -174,18 +201,18 @@ void LlamaModel::qkv_forward_rows(int l, int T, int r0, int rows, const float* x
 // hn -> gate, up -> s = SwiGLU (saved) -> out = down(s) (a partial sum on a shard). out may alias hn.
 void LlamaModel::mlp_forward_rows(int l, int r0, int rows, const float* hn, float* out) {
   const LayerParams& P = params_.layers[l];
-  ActivationStore& S = store();
+  ActStoreApi& S = store();
   const int C = d_.C, F = d_.F;
   float* gate = slot_out_rows(l, ActSlot::gate, r0, t_gate_);
   float* up = slot_out_rows(l, ActSlot::up, r0, t_up_);
-  matmul_forward(gate, hn, P.w_gate, rows, C, F);
-  matmul_forward(up, hn, P.w_up, rows, C, F);
+  be_.matmul_forward(gate, hn, P.w_gate, rows, C, F);
+  be_.matmul_forward(up, hn, P.w_up, rows, C, F);
   S.save_rows(l, ActSlot::gate, r0, rows, gate);
   S.save_rows(l, ActSlot::up, r0, rows, up);
   float* s = slot_out_rows(l, ActSlot::swiglu_out, r0, t_s_);
-  swiglu_forward(s, gate, up, size_t(rows) * F);
+  be_.swiglu_forward(s, gate, up, size_t(rows) * F);
   S.save_rows(l, ActSlot::swiglu_out, r0, rows, s);
-  matmul_forward(out, s, P.w_down, rows, F, C);
+  be_.matmul_forward(out, s, P.w_down, rows, F, C);
 }
 
 // The MLP's backward from dout = dloss/d(down output): weight gradients, and dhn (OVERWRITES; a partial sum on a
@@ -193,38 +220,38 @@ void LlamaModel::mlp_forward_rows(int l, int r0, int rows, const float* hn, floa
 void LlamaModel::mlp_backward_rows(int l, int r0, int rows, const float* dout, const float* hn, float* dhn) {
   const LayerParams& P = params_.layers[l];
   LayerParams& G = grads_.layers[l];
-  ActivationStore& S = store();
+  ActStoreApi& S = store();
   const int C = d_.C, F = d_.F;
   const size_t nf = size_t(rows) * F;
   const float* gate = S.load_rows(l, ActSlot::gate, r0, rows, t_gate_.data());
   const float* up = S.load_rows(l, ActSlot::up, r0, rows, t_up_.data());
   const float* s = S.stored(l, ActSlot::swiglu_out) ? S.load_rows(l, ActSlot::swiglu_out, r0, rows, t_s_.data())
                                                      : t_s_.data();
-  if (!S.stored(l, ActSlot::swiglu_out)) swiglu_forward(t_s_.data(), gate, up, nf);
-  matmul_backward(t_ds_.data(), G.w_down, dout, s, P.w_down, rows, F, C);
-  swiglu_backward(t_dgate_.data(), t_dup_.data(), t_ds_.data(), gate, up, nf);
-  matmul_backward(dhn, G.w_gate, t_dgate_.data(), hn, P.w_gate, rows, C, F);
-  matmul_backward(dhn, G.w_up, t_dup_.data(), hn, P.w_up, rows, C, F, /*accumulate_din=*/true);
+  if (!S.stored(l, ActSlot::swiglu_out)) be_.swiglu_forward(t_s_.data(), gate, up, nf);
+  be_.matmul_backward(t_ds_.data(), G.w_down, dout, s, P.w_down, rows, F, C);
+  be_.swiglu_backward(t_dgate_.data(), t_dup_.data(), t_ds_.data(), gate, up, nf);
+  be_.matmul_backward(dhn, G.w_gate, t_dgate_.data(), hn, P.w_gate, rows, C, F);
+  be_.matmul_backward(dhn, G.w_up, t_dup_.data(), hn, P.w_up, rows, C, F, /*accumulate_din=*/true);
 }
 
 // o_proj's backward from dh = dloss/d(o_proj output): its weight gradient and do_'s rows.
 void LlamaModel::o_backward_rows(int l, int r0, int rows, const float* dh) {
   const float* o = store().load_rows(l, ActSlot::attn_out, r0, rows, t_o_.data());
-  matmul_backward(do_.data() + size_t(r0) * d_.Q, grads_.layers[l].wo, dh, o, params_.layers[l].wo, rows, d_.Q,
+  be_.matmul_backward(do_.data() + size_t(r0) * d_.Q, grads_.layers[l].wo, dh, o, params_.layers[l].wo, rows, d_.Q,
                   d_.C);
 }
 
 // Attention's backward over the whole batch, from its high-precision saved tensors, into dq_, dk_, dv_.
 void LlamaModel::attention_backward_layer(int l, int B, int T) {
-  ActivationStore& S = store();
-  auto full = [&](ActSlot s, Buffer<float>& ws) {
+  ActStoreApi& S = store();
+  auto full = [&](ActSlot s, const BackendBuffer<float>& ws) {
     return S.load_rows(l, s, 0, size_t(B) * T, ws.data());  // fp32: in place; else decoded into the workspace
   };
   const float* q = full(ActSlot::q, q_);
   const float* k = full(ActSlot::k, k_);
   const float* v = full(ActSlot::v, v_);
   const float* o = full(ActSlot::attn_out, o_);
-  attention_backward(dq_.data(), dk_.data(), dv_.data(), do_.data(), q, k, v, o, S.fp32_data(l, ActSlot::attn_lse),
+  be_.attention_backward(dq_.data(), dk_.data(), dv_.data(), do_.data(), q, k, v, o, S.fp32_data(l, ActSlot::attn_lse),
                      B, T, d_.H, d_.Hkv, d_.hd);
 }
 
@@ -235,11 +262,11 @@ void LlamaModel::qkv_backward_rows(int l, int T, int r0, int rows, const float* 
   LayerParams& G = grads_.layers[l];
   const int C = d_.C, Q = d_.Q, KV = d_.KV;
   float *dq = dq_.data() + size_t(r0) * Q, *dk = dk_.data() + size_t(r0) * KV, *dv = dv_.data() + size_t(r0) * KV;
-  rope_backward(dq, rope_cos_.data(), rope_sin_.data(), rows, T, d_.H, d_.hd);
-  rope_backward(dk, rope_cos_.data(), rope_sin_.data(), rows, T, d_.Hkv, d_.hd);
-  matmul_backward(dxn, G.wq, dq, xn, P.wq, rows, C, Q);
-  matmul_backward(dxn, G.wk, dk, xn, P.wk, rows, C, KV, /*accumulate_din=*/true);
-  matmul_backward(dxn, G.wv, dv, xn, P.wv, rows, C, KV, /*accumulate_din=*/true);
+  be_.rope_backward(dq, rope_cos_.data(), rope_sin_.data(), rows, T, d_.H, d_.hd);
+  be_.rope_backward(dk, rope_cos_.data(), rope_sin_.data(), rows, T, d_.Hkv, d_.hd);
+  be_.matmul_backward(dxn, G.wq, dq, xn, P.wq, rows, C, Q);
+  be_.matmul_backward(dxn, G.wk, dk, xn, P.wk, rows, C, KV, /*accumulate_din=*/true);
+  be_.matmul_backward(dxn, G.wv, dv, xn, P.wv, rows, C, KV, /*accumulate_din=*/true);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -251,7 +278,7 @@ void LlamaModel::qkv_backward_rows(int l, int T, int r0, int rows, const float* 
 void LlamaModel::forward_layer(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   const int N = B * T, C = d_.C, Q = d_.Q, R = llama_tile_rows(T, N);
-  ActivationStore& S = store();
+  ActStoreApi& S = store();
   float* o = attention_buffer(l, ActSlot::attn_out, o_);
   float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
   float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
@@ -261,7 +288,7 @@ void LlamaModel::forward_layer(int l, int B, int T) {
     const int rows = std::min(R, N - r0);
     const float* x = resid_.data() + size_t(r0) * C;
     float* xn = slot_out_rows(l, ActSlot::attn_norm_out, r0, t_xn_);
-    rmsnorm_forward(xn, rstd1 + r0, x, P.attn_norm, rows, C, cfg_.norm_eps);
+    be_.rmsnorm_forward(xn, rstd1 + r0, x, P.attn_norm, rows, C, cfg_.norm_eps);
     S.save_rows(l, ActSlot::attn_norm_in, r0, rows, x);
     S.save_rows(l, ActSlot::attn_norm_out, r0, rows, xn);
     qkv_forward_rows(l, T, r0, rows, xn);
@@ -275,21 +302,21 @@ void LlamaModel::forward_layer(int l, int B, int T) {
     const float* orow = o + size_t(r0) * Q;
     S.save_rows(l, ActSlot::attn_out, r0, rows, orow);
     float* h = resid_.data() + size_t(r0) * C;  // x becomes h, then x_next, in place
-    matmul_forward(t_c_.data(), orow, P.wo, rows, Q, C);
+    be_.matmul_forward(t_c_.data(), orow, P.wo, rows, Q, C);
     tp_sum(t_c_.data(), size_t(rows) * C);
-    residual_add(h, h, t_c_.data(), size_t(rows) * C);
+    be_.residual_add(h, h, t_c_.data(), size_t(rows) * C);
     S.save_rows(l, ActSlot::mlp_norm_in, r0, rows, h);
     float* hn = slot_out_rows(l, ActSlot::mlp_norm_out, r0, t_xn_);
-    rmsnorm_forward(hn, rstd2 + r0, h, P.mlp_norm, rows, C, cfg_.norm_eps);
+    be_.rmsnorm_forward(hn, rstd2 + r0, h, P.mlp_norm, rows, C, cfg_.norm_eps);
     S.save_rows(l, ActSlot::mlp_norm_out, r0, rows, hn);
     mlp_forward_rows(l, r0, rows, hn, t_c_.data());
     tp_sum(t_c_.data(), size_t(rows) * C);
-    residual_add(h, h, t_c_.data(), size_t(rows) * C);
+    be_.residual_add(h, h, t_c_.data(), size_t(rows) * C);
   }
 }
 
 void LlamaModel::attention_forward_layer(int l, int B, int T) {
-  attention_forward(attention_buffer(l, ActSlot::attn_out, o_), store().fp32_data(l, ActSlot::attn_lse),
+  be_.attention_forward(attention_buffer(l, ActSlot::attn_out, o_), store().fp32_data(l, ActSlot::attn_lse),
                     attention_buffer(l, ActSlot::q, q_), attention_buffer(l, ActSlot::k, k_),
                     attention_buffer(l, ActSlot::v, v_), B, T, d_.H, d_.Hkv, d_.hd);
 }
@@ -302,7 +329,7 @@ void LlamaModel::backward_layer(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   LayerParams& G = grads_.layers[l];
   const int N = B * T, C = d_.C, R = llama_tile_rows(T, N);
-  ActivationStore& S = store();
+  ActStoreApi& S = store();
   const float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
   const float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
 
@@ -316,7 +343,7 @@ void LlamaModel::backward_layer(int l, int B, int T) {
     float* dhn = t_c_.data();
     mlp_backward_rows(l, r0, rows, dx, hn, dhn);
     tp_sum(dhn, size_t(rows) * C);
-    rmsnorm_backward(dx, G.mlp_norm, dhn, h, P.mlp_norm, rstd2 + r0, rows, C);  // dx += : now dloss/dh
+    be_.rmsnorm_backward(dx, G.mlp_norm, dhn, h, P.mlp_norm, rstd2 + r0, rows, C);  // dx += : now dloss/dh
     o_backward_rows(l, r0, rows, dx);
   }
 
@@ -331,7 +358,7 @@ void LlamaModel::backward_layer(int l, int B, int T) {
     float* dxn = t_c_.data();
     qkv_backward_rows(l, T, r0, rows, xn, dxn);
     tp_sum(dxn, size_t(rows) * C);
-    rmsnorm_backward(dx, G.attn_norm, dxn, x, P.attn_norm, rstd1 + r0, rows, C);  // dx += : now dloss/dx
+    be_.rmsnorm_backward(dx, G.attn_norm, dxn, x, P.attn_norm, rstd1 + r0, rows, C);  // dx += : now dloss/dx
   }
 }
 
@@ -345,23 +372,27 @@ float LlamaModel::head_forward_backward(const float* x, const int32_t* targets, 
   for (int i = 0; i < N; ++i) counted += targets[i] >= 0;
   AGOQ_CHECK(counted > 0, "batch has no targets to compute a loss on");
   const float dloss_scale = grad_scale / float(counted);
+  targets = ids_on_backend(targets, targets_dev_, N);
   if (stage().sp) {
     head_rows_sp(x, targets, N, dloss_scale, dx);
   } else {
     for (int r0 = 0; r0 < N; r0 += kLlamaHeadChunkRows) {
       const int rows = std::min(kLlamaHeadChunkRows, N - r0);
       const float* xc = x + size_t(r0) * C;
-      rmsnorm_forward(head_norm_.data(), head_rstd_.data(), xc, params_.final_norm, rows, C, cfg_.norm_eps);
+      be_.rmsnorm_forward(head_norm_.data(), head_rstd_.data(), xc, params_.final_norm, rows, C, cfg_.norm_eps);
       head_chunk(head_norm_.data(), targets, r0, rows, dloss_scale, dx ? head_dnorm_.data() : nullptr);
       if (!dx) continue;
       tp_sum(head_dnorm_.data(), size_t(rows) * C);
       float* dxc = dx + size_t(r0) * C;
-      std::fill(dxc, dxc + size_t(rows) * C, 0.0f);
-      rmsnorm_backward(dxc, grads_.final_norm, head_dnorm_.data(), xc, params_.final_norm, head_rstd_.data(), rows, C);
+      be_.zero(dxc, size_t(rows) * C);
+      be_.rmsnorm_backward(dxc, grads_.final_norm, head_dnorm_.data(), xc, params_.final_norm, head_rstd_.data(), rows, C);
     }
   }
+  std::vector<float> copied;
+  const float* losses = losses_.data();
+  if (!be_.host_memory()) copied.resize(N), be_.download(copied.data(), losses, N * sizeof(float)), losses = copied.data();
   double loss_sum = 0;
-  for (int i = 0; i < N; ++i) loss_sum += losses_[i];  // fixed order: deterministic
+  for (int i = 0; i < N; ++i) loss_sum += losses[i];  // fixed order: deterministic
   return float(loss_sum / double(counted));
 }
 
@@ -369,15 +400,20 @@ float LlamaModel::head_forward_backward(const float* x, const int32_t* targets, 
 // dxn, the lm_head's weight gradient and dxn (rows, C) = dloss/dxn (a partial sum on a shard).
 void LlamaModel::head_chunk(const float* xn, const int32_t* targets, int r0, int rows, float dloss_scale, float* dxn) {
   const int C = d_.C, V = d_.V;
-  matmul_forward(head_logits_.data(), xn, params_.lm_head, rows, C, V);
+  float* logits = head_logits_.data();
+  be_.matmul_forward(logits, xn, params_.lm_head, rows, C, V);
   float *row_max = head_stats_.data(), *sums = row_max + rows;
-  crossentropy_shard_max(head_logits_.data(), rows, V, row_max);
-  tp_max(row_max, size_t(rows));
-  crossentropy_shard_exp(head_logits_.data(), targets + r0, rows, V, d_.v_begin, row_max, sums);
-  tp_sum(sums, 2 * size_t(rows));
-  crossentropy_shard_finish(head_logits_.data(), losses_.data() + r0, targets + r0, rows, V, d_.v_begin, row_max,
-                            sums, dloss_scale);
-  if (dxn) matmul_backward(dxn, grads_.lm_head, head_logits_.data(), xn, params_.lm_head, rows, C, V);
+  if (!tensor_) {
+    be_.crossentropy_forward_backward(logits, losses_.data() + r0, targets + r0, rows, V, dloss_scale, row_max);
+  } else {  // the statistics of the vocabulary shards reduced between the phases
+    be_.crossentropy_shard_max(logits, rows, V, row_max);
+    tp_max(row_max, size_t(rows));
+    be_.crossentropy_shard_exp(logits, targets + r0, rows, V, d_.v_begin, row_max, sums);
+    tp_sum(sums, 2 * size_t(rows));
+    be_.crossentropy_shard_finish(logits, losses_.data() + r0, targets + r0, rows, V, d_.v_begin, row_max, sums,
+                                  dloss_scale);
+  }
+  if (dxn) be_.matmul_backward(dxn, grads_.lm_head, head_logits_.data(), xn, params_.lm_head, rows, C, V);
 }
 
 void LlamaModel::check_batch(int B, int T) const {
@@ -393,12 +429,13 @@ void LlamaModel::stage_forward(const int32_t* inputs, int B, int T, const MicroB
   if (stage().embed) {
     for (int i = 0; i < N; ++i)
       AGOQ_CHECK(inputs[i] >= 0 && inputs[i] < V, "token id ", inputs[i], " out of range for vocab size ", V);
+    inputs = ids_on_backend(inputs, inputs_dev_, N);
     // Each token's row is on one shard, zeros on the others: summed (sequence-parallel: each rank's rows of the sum).
     if (stage().sp) {
-      embedding_forward(sp_whole_.data(), inputs, params_.embed, N, d_.C, d_.v_begin, d_.V);
+      be_.embedding_forward(sp_whole_.data(), inputs, params_.embed, N, d_.C, d_.v_begin, d_.V);
       sp_scatter(sp_whole_.data(), resid_.data(), stage().rows_held(N));
     } else {
-      embedding_forward(resid_.data(), inputs, params_.embed, N, d_.C, d_.v_begin, d_.V);
+      be_.embedding_forward(resid_.data(), inputs, params_.embed, N, d_.C, d_.v_begin, d_.V);
       tp_sum(resid_.data(), size_t(N) * d_.C);
     }
   }
@@ -432,7 +469,8 @@ void LlamaModel::stage_backward(const int32_t* inputs, int B, int T, const Micro
     const float* dout = dx_.data();  // every row's gradient: each shard adds those of its tokens
     if (stage().sp) sp_gather(dx_.data(), sp_whole_.data(), stage().rows_held(B * T)), dout = sp_whole_.data();
     if (grads_.embed) {
-      embedding_backward(grads_.embed, dout, inputs, B * T, d_.C, d_.v_begin, d_.V);
+      be_.embedding_backward(grads_.embed, dout, ids_on_backend(inputs, inputs_dev_, B * T), B * T, d_.C, d_.v_begin,
+                             d_.V);
     } else {
       AGOQ_CHECK(run.embedding_grad, "the gradient storage leaves the embedding out and the run takes no sparse "
                  "embedding gradient (internal)");
@@ -474,8 +512,16 @@ void LlamaModel::forward_last_logits(const int32_t* tokens, int T, float* logits
   stage_forward(tokens, 1, T, {});
   const int C = cfg_.dim, V = cfg_.vocab_size;
   const float* x_last = resid_.data() + size_t(T - 1) * C;
-  rmsnorm_forward(head_norm_.data(), head_rstd_.data(), x_last, params_.final_norm, 1, C, cfg_.norm_eps);
-  matmul_forward(logits, head_norm_.data(), params_.lm_head, 1, C, V);
+  be_.rmsnorm_forward(head_norm_.data(), head_rstd_.data(), x_last, params_.final_norm, 1, C, cfg_.norm_eps);
+  float* out = be_.host_memory() ? logits : head_logits_.data();
+  be_.matmul_forward(out, head_norm_.data(), params_.lm_head, 1, C, V);
+  be_.download(logits, out, size_t(V) * sizeof(float));
+}
+
+const int32_t* LlamaModel::ids_on_backend(const int32_t* host, const BackendBuffer<int32_t>& dev, int n) {
+  if (be_.host_memory()) return host;
+  be_.upload(dev.data(), host, size_t(n) * sizeof(int32_t));
+  return dev.data();
 }
 
 }  // namespace agoq

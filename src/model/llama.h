@@ -1,6 +1,7 @@
 // The LLaMA model: parameters, their gradients, the activation store and the forward/backward pass that wires
-// the ops (model/ops.h) together. Read llama.cpp top to bottom: layer forward, layer backward, the fused head; then
-// llama_sp.cpp, the sequence-parallel layout of a tensor-parallel shard.
+// the ops (model/ops.h) together, on the device of its backend (model/backend.h: the CPU's ops, or the GPU's). Read
+// llama.cpp top to bottom: layer forward, layer backward, the fused head; then llama_sp.cpp, the sequence-parallel
+// layout of a tensor-parallel shard.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -8,7 +9,7 @@
 #include <vector>
 
 #include "core/memory.h"
-#include "model/act_store.h"
+#include "model/backend.h"
 #include "arch/config.h"
 #include "arch/params.h"
 #include "arch/stage.h"
@@ -55,22 +56,36 @@ class LlamaModel {
   // its gradients into `grad_storage` (a gradient store's segments, parallel/grad_store.h); empty: into one full
   // fp32 buffer the model owns. A tensor-parallel shard (stage.tp > 1) joins the other shards through `tensor`,
   // the group of stage.tp ranks in which it is rank stage.tp_rank (docs/parallel.md: the collectives per layer).
+  // `backend`: where the model computes and its buffers live (model/backend.h). Parameters, gradients, stores and
+  // workspaces are that device's memory; token ids, targets and the returned losses are the host's. A device
+  // backend runs the whole model or a stage of it, unsharded (tp 1), with its gradients in the model's own buffer.
   LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy, const ModelStage& stage,
-             int in_flight, const std::vector<ParamSegment>& grad_storage = {}, TensorGroup* tensor = nullptr);
+             int in_flight, const std::vector<ParamSegment>& grad_storage = {}, TensorGroup* tensor = nullptr,
+             ModelBackend& backend = model_backend_cpu());
+  // The whole model on `backend`.
+  LlamaModel(ModelBackend& backend, const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy)
+      : LlamaModel(cfg, max_batch, max_seq, policy, model_stage_whole(cfg), 1, {}, nullptr, backend) {}
 
   const LlamaConfig& config() const { return cfg_; }
   const ModelStage& stage() const { return params_.stage(); }
+  ModelBackend& backend() { return be_; }
+  // Views into the backend's memory (on the host backend, params() owns its flat buffer as before).
   ParamSet& params() { return params_; }
   ParamSet& grads() { return grads_; }
-  // The activation store forward writes and backward reads: one per micro-batch in flight (select_store).
-  ActivationStore& store() { return stores_[active_]; }
+  // The flat layout of the parameters and of the gradients (model_stage_param_count values) on the backend; the
+  // gradients' is null when a gradient store holds them (grad_storage).
+  float* params_flat() { return params_.data() ? params_.data() : params_mem_.data(); }
+  float* grads_flat() { return grads_.data() ? grads_.data() : grads_mem_.data(); }
+  // The activation store forward writes and backward reads: one per micro-batch in flight (select_store). On the
+  // host backend it is a model/act_store.h ActivationStore.
+  ActStoreApi& store() { return *stores_[active_]; }
   int store_count() const { return int(stores_.size()); }
   void select_store(int i);
   // Replaces the activation policy (re-planned bits): the stores are reallocated, their contents are lost.
   void set_policy(const ActPolicy& policy);
 
   // Hugging Face's initialisation: every matrix ~ N(0, 0.02), norm weights 1. A shard holds its part of the
-  // whole model's values (so any grid starts from the same weights).
+  // whole model's values (so any grid starts from the same weights), on any backend.
   void init_weights(uint64_t seed);
 
   // One micro-batch: forward, loss, backward. Adds run.grad_scale * d(mean loss)/d(param) into grads().
@@ -82,7 +97,7 @@ class LlamaModel {
                                         const std::vector<MicroBatchRun>& runs);
   // Forward only: mean loss over the targets (no gradients, store contents unspecified afterwards).
   float forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run = {});
-  // Logits (V) of the last position of one sequence of T tokens (T <= max_seq), for sampling.
+  // Logits (V, host) of the last position of one sequence of T tokens (T <= max_seq), for sampling.
   void forward_last_logits(const int32_t* tokens, int T, float* logits);
 
   // ---- a pipeline stage's pieces (parallel/pipeline.h); forward_backward is stage_forward, stage_head and
@@ -115,10 +130,12 @@ class LlamaModel {
   float run_whole(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run,
                   bool backward);
   // fp32 view of an attention slot for the whole batch: the stored tensor when fp32, else the workspace buffer.
-  float* attention_buffer(int l, ActSlot s, Buffer<float>& workspace);
+  float* attention_buffer(int l, ActSlot s, const BackendBuffer<float>& workspace);
   // Where a producer writes rows from r0 of a slot: straight into an fp32 slot, else into its tile buffer (then
   // save_rows stores the tile).
-  float* slot_out_rows(int l, ActSlot s, int r0, Buffer<float>& tile);
+  float* slot_out_rows(int l, ActSlot s, int r0, const BackendBuffer<float>& tile);
+  // Host token ids (n) where the backend's ops read them: themselves on the host, else copied into `dev`.
+  const int32_t* ids_on_backend(const int32_t* host, const BackendBuffer<int32_t>& dev, int n);
   // A norm output's rows: the stored slot `out`, or rebuilt from its input x and rstd into buf.
   const float* norm_out_rows(int l, ActSlot out, const float* x, const float* rstd, const float* w, int r0, int rows,
                              float* buf);
@@ -152,26 +169,29 @@ class LlamaModel {
   LlamaConfig cfg_;
   ShardDims d_;  // the widths of this rank's shard
   TensorGroup* tensor_;
+  ModelBackend& be_;
   int max_rows_, max_seq_;
+  BackendBuffer<float> params_mem_, grads_mem_;  // a device backend's flat parameters and gradients
   ParamSet params_, grads_;
-  std::vector<ActivationStore> stores_;
+  std::vector<std::unique_ptr<ActStoreApi>> stores_;
   int active_ = 0;
-  Buffer<float> rope_cos_, rope_sin_;  // (max_seq, hd/2)
+  BackendBuffer<int32_t> inputs_dev_, targets_dev_;  // (N) a device backend's copy of the token ids
+  BackendBuffer<float> rope_cos_, rope_sin_;  // (max_seq, hd/2)
   // Whole-batch workspace, shapes for N = B*T rows (widths of the shard: d_); n = stage().rows_held(N).
-  Buffer<float> resid_;                // (n, C)  the residual stream, updated in place layer by layer
-  Buffer<float> dx_;                   // (n, C)  its gradient
-  Buffer<float> q_, k_, v_, o_;        // attention inputs/output in fp32 when their slots are not fp32
-  Buffer<float> dq_, dk_, dv_, do_;    // (N, Q), (N, KV), (N, KV), (N, Q)
+  BackendBuffer<float> resid_;                // (n, C)  the residual stream, updated in place layer by layer
+  BackendBuffer<float> dx_;                   // (n, C)  its gradient
+  BackendBuffer<float> q_, k_, v_, o_;        // attention inputs/output in fp32 when their slots are not fp32
+  BackendBuffer<float> dq_, dk_, dv_, do_;    // (N, Q), (N, KV), (N, KV), (N, Q)
   // Tile workspace: a few rows at a time. (R, C): x, xn, c; (R, Q): o; (R, F): the MLP's.
-  Buffer<float> t_x_, t_xn_, t_c_, t_o_;
-  Buffer<float> t_gate_, t_up_, t_s_, t_ds_, t_dgate_, t_dup_;
+  BackendBuffer<float> t_x_, t_xn_, t_c_, t_o_;
+  BackendBuffer<float> t_gate_, t_up_, t_s_, t_ds_, t_dgate_, t_dup_;
   // Sequence-parallel only: (N, C) the gathered norm output / the row-parallel GEMMs' partial sums; (N, C) the
   // gathered norm output in backward; (n, C) the reduce-scatter's rows; (C) a norm's weight gradient.
-  Buffer<float> sp_whole_, sp_whole2_, sp_part_, norm_dw_;
-  Buffer<float> head_norm_, head_rstd_, head_dnorm_;  // (chunk, C), (chunk; sp: n), (chunk, C); sp: rstd only
-  Buffer<float> head_logits_;                         // (chunk, V)
-  Buffer<float> head_stats_;                          // (chunk, 3): the cross-entropy's row max, sum, target logit
-  Buffer<float> losses_;                              // (N)
+  BackendBuffer<float> sp_whole_, sp_whole2_, sp_part_, norm_dw_;
+  BackendBuffer<float> head_norm_, head_rstd_, head_dnorm_;  // (chunk, C), (chunk; sp: n), (chunk, C); sp: rstd only
+  BackendBuffer<float> head_logits_;                         // (chunk, V)
+  BackendBuffer<float> head_stats_;  // (chunk, 3): the cross-entropy's row max, sum, target logit
+  BackendBuffer<float> losses_;      // (N)
 };
 
 }  // namespace agoq

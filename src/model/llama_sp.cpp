@@ -3,10 +3,10 @@
 // column-parallel GEMMs (q/k/v, gate/up, lm_head) need every row: the norm output is all-gathered before them;
 // the row-parallel ones (o_proj, down_proj) give partial sums of every row, reduce-scattered to each rank's rows
 // before the residual add. Backward mirrors it. Attention runs on the gathered rows of the rank's heads, unchanged.
+// Host memory only (the tensor group's collectives are the host's; the constructor checks).
 #include <algorithm>
 
 #include "model/llama.h"
-#include "model/ops.h"
 
 namespace agoq {
 
@@ -29,7 +29,7 @@ void LlamaModel::sp_scatter(const float* whole, float* part, int n) {
 void LlamaModel::forward_layer_sp(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   const int N = B * T, n = stage().rows_held(N), C = d_.C, Q = d_.Q, R = llama_tile_rows(T, N);
-  ActivationStore& S = store();
+  ActStoreApi& S = store();
   float* whole = sp_whole_.data();
   float* mine = whole + size_t(stage().tp_rank) * n * C;  // this rank's rows of the gathered tensor
   float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
@@ -38,7 +38,7 @@ void LlamaModel::forward_layer_sp(int l, int B, int T) {
   rows_tiled(n, R, [&](int r0, int rows) {
     const float* x = resid_.data() + size_t(r0) * C;
     float* xn = mine + size_t(r0) * C;
-    rmsnorm_forward(xn, rstd1 + r0, x, P.attn_norm, rows, C, cfg_.norm_eps);
+    be_.rmsnorm_forward(xn, rstd1 + r0, x, P.attn_norm, rows, C, cfg_.norm_eps);
     S.save_rows(l, ActSlot::attn_norm_in, r0, rows, x);
     S.save_rows(l, ActSlot::attn_norm_out, r0, rows, xn);
   });
@@ -51,15 +51,15 @@ void LlamaModel::forward_layer_sp(int l, int B, int T) {
   rows_tiled(N, R, [&](int r0, int rows) {
     const float* orow = o + size_t(r0) * Q;
     S.save_rows(l, ActSlot::attn_out, r0, rows, orow);
-    matmul_forward(whole + size_t(r0) * C, orow, P.wo, rows, Q, C);  // partial sums of every row
+    be_.matmul_forward(whole + size_t(r0) * C, orow, P.wo, rows, Q, C);  // partial sums of every row
   });
   sp_scatter(whole, sp_part_.data(), n);
   rows_tiled(n, R, [&](int r0, int rows) {
     float* h = resid_.data() + size_t(r0) * C;  // x becomes h, then x_next, in place
-    residual_add(h, h, sp_part_.data() + size_t(r0) * C, size_t(rows) * C);
+    be_.residual_add(h, h, sp_part_.data() + size_t(r0) * C, size_t(rows) * C);
     S.save_rows(l, ActSlot::mlp_norm_in, r0, rows, h);
     float* hn = mine + size_t(r0) * C;
-    rmsnorm_forward(hn, rstd2 + r0, h, P.mlp_norm, rows, C, cfg_.norm_eps);
+    be_.rmsnorm_forward(hn, rstd2 + r0, h, P.mlp_norm, rows, C, cfg_.norm_eps);
     S.save_rows(l, ActSlot::mlp_norm_out, r0, rows, hn);
   });
   sp_gather(mine, whole, n);
@@ -68,7 +68,7 @@ void LlamaModel::forward_layer_sp(int l, int B, int T) {
     mlp_forward_rows(l, r0, rows, rows_of, rows_of);  // hn's rows become down's partial sums
   });
   sp_scatter(whole, sp_part_.data(), n);
-  residual_add(resid_.data(), resid_.data(), sp_part_.data(), size_t(n) * C);
+  be_.residual_add(resid_.data(), resid_.data(), sp_part_.data(), size_t(n) * C);
 }
 
 // This rank's rows of a norm output (stored, or rebuilt from its input), gathered into sp_whole2_ (N, C).
@@ -88,13 +88,13 @@ void LlamaModel::norm_out_gather(int l, ActSlot in, ActSlot out, const float* rs
 void LlamaModel::norm_backward_sp(int l, ActSlot in, const float* dxn, const float* rstd, const float* w, float* dw,
                                   int n, int R) {
   const int C = d_.C;
-  std::fill(norm_dw_.begin(), norm_dw_.end(), 0.0f);
+  be_.zero(norm_dw_.data(), size_t(C));
   rows_tiled(n, R, [&](int r0, int rows) {
     const float* x = store().load_rows(l, in, r0, rows, t_x_.data());
-    rmsnorm_backward(dx_.data() + size_t(r0) * C, norm_dw_.data(), dxn + size_t(r0) * C, x, w, rstd + r0, rows, C);
+    be_.rmsnorm_backward(dx_.data() + size_t(r0) * C, norm_dw_.data(), dxn + size_t(r0) * C, x, w, rstd + r0, rows, C);
   });
   tp_sum(norm_dw_.data(), size_t(C));
-  residual_add_inplace(dw, norm_dw_.data(), size_t(C));
+  be_.residual_add(dw, dw, norm_dw_.data(), size_t(C));
 }
 
 // Backward: the mirror. dx_ (n, C) is all-gathered before each row-parallel GEMM's backward (into sp_whole_), the
@@ -104,7 +104,7 @@ void LlamaModel::backward_layer_sp(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   LayerParams& G = grads_.layers[l];
   const int N = B * T, n = stage().rows_held(N), C = d_.C, R = llama_tile_rows(T, N);
-  ActivationStore& S = store();
+  ActStoreApi& S = store();
   const float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
   const float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
   float* whole = sp_whole_.data();
@@ -139,7 +139,7 @@ void LlamaModel::head_rows_sp(const float* x, const int32_t* targets, int N, flo
   const int n = stage().rows_held(N), C = d_.C;
   float* whole = sp_whole_.data();
   float* mine = whole + size_t(stage().tp_rank) * n * C;
-  rmsnorm_forward(mine, head_rstd_.data(), x, params_.final_norm, n, C, cfg_.norm_eps);
+  be_.rmsnorm_forward(mine, head_rstd_.data(), x, params_.final_norm, n, C, cfg_.norm_eps);
   sp_gather(mine, whole, n);
   for (int r0 = 0; r0 < N; r0 += kLlamaHeadChunkRows) {
     const int rows = std::min(kLlamaHeadChunkRows, N - r0);
@@ -147,11 +147,11 @@ void LlamaModel::head_rows_sp(const float* x, const int32_t* targets, int N, flo
   }
   if (!dx) return;
   sp_scatter(sp_whole2_.data(), sp_part_.data(), n);
-  std::fill(dx, dx + size_t(n) * C, 0.0f);
-  std::fill(norm_dw_.begin(), norm_dw_.end(), 0.0f);
-  rmsnorm_backward(dx, norm_dw_.data(), sp_part_.data(), x, params_.final_norm, head_rstd_.data(), n, C);
+  be_.zero(dx, size_t(n) * C);
+  be_.zero(norm_dw_.data(), size_t(C));
+  be_.rmsnorm_backward(dx, norm_dw_.data(), sp_part_.data(), x, params_.final_norm, head_rstd_.data(), n, C);
   tp_sum(norm_dw_.data(), size_t(C));
-  residual_add_inplace(grads_.final_norm, norm_dw_.data(), size_t(C));
+  be_.residual_add(grads_.final_norm, grads_.final_norm, norm_dw_.data(), size_t(C));
 }
 
 }  // namespace agoq

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/act_store.h"
 #include "model/llama.h"
 #include "quant/stats.h"
 #include "model_test_util.h"
@@ -163,7 +164,7 @@ TEST(ActQuant, TileFusedEncodesEqualWholeTensorEncodes) {
   for (int l = 0; l < f.cfg.n_layers; ++l)
     for (ActSlot s : {ActSlot::attn_norm_in, ActSlot::attn_norm_out, ActSlot::q, ActSlot::k, ActSlot::attn_out,
                       ActSlot::mlp_norm_in, ActSlot::mlp_norm_out, ActSlot::gate, ActSlot::up, ActSlot::swiglu_out}) {
-      const QuantizedTensor& stored = q.store().tensor(l, s);
+      const QuantizedTensor& stored = dynamic_cast<ActivationStore&>(q.store()).tensor(l, s);
       QuantizedTensor whole(stored.format(), stored.rows(), stored.cols(), MemCategory::workspace);
       quant_encode(whole, a.store().fp32_data(l, s), q.store().slot_seed(l, s));
       ASSERT_EQ(whole.bytes(), stored.bytes());

@@ -9,6 +9,7 @@
 #include "comm/allreduce_q8.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/act_store.h"
 #include "model/llama.h"
 #include "plan/memory_model.h"
 #include "plan/presets.h"

@@ -1,0 +1,94 @@
+// The model's ops on the GPU (model/backend.h's CUDA backend): the kernels of cuda/ops_cuda.h, the cuBLASLt GEMMs of
+// cuda/matmul_cuda.h, the attention of cuda/attention_cuda.h and the device activation store, on one stream (the
+// default one, which orders every call after the previous). Memory is the device tracker's.
+//
+// Mixed precision, as Megatron does it: with GemmPrecision::bf16 every GEMM reads bf16 copies of its weights and of
+// its other input and accumulates in fp32; outputs, weight gradients, the masters and the optimizer stay fp32. The
+// copy of a weight is made by the first GEMM that reads it after weights_changed(), which the trainer calls after
+// each optimizer step. GemmPrecision::fp32 keeps every GEMM in fp32 (CUBLAS_COMPUTE_32F, never TF32): the CPU
+// model's numbers to rounding, which the tests check.
+#pragma once
+#include <map>
+#include <memory>
+#include <tuple>
+#include <unordered_map>
+
+#include "cuda/attention_cuda.h"
+#include "cuda/device_buffer.h"
+#include "cuda/matmul_cuda.h"
+#include "model/backend.h"
+
+namespace agoq {
+
+enum class GemmPrecision { fp32, bf16 };
+const char* gemm_precision_name(GemmPrecision p);
+
+class CudaBackend final : public ModelBackend {
+ public:
+  // Opens the GPU first (cuda_device_open: one error line where none is usable).
+  explicit CudaBackend(GemmPrecision precision);
+  GemmPrecision precision() const { return precision_; }
+  // The fp32 weights were updated: the bf16 copies are made again when next read.
+  void weights_changed() { ++weights_version_; }
+  // Waits for the work queued so far.
+  void synchronize();
+
+  MemDevice device() const override { return MemDevice::cuda; }
+  std::shared_ptr<void> allocate(size_t bytes, MemCategory cat, std::string_view tag) override;
+  void upload(void* dst, const void* host, size_t bytes) override;
+  void download(void* host, const void* src, size_t bytes) override;
+  void zero(float* x, size_t n) override;
+  std::unique_ptr<ActStoreApi> store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
+                                          const ModelStage& stage) override;
+
+  void matmul_forward(float* out, const float* in, const float* w, int N, int in_dim, int out_dim) override;
+  void matmul_backward(float* din, float* dw, const float* dout, const float* in, const float* w, int N, int in_dim,
+                       int out_dim, bool accumulate_din) override;
+  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) override;
+  void rmsnorm_apply(float* out, const float* x, const float* rstd, const float* w, int N, int C) override;
+  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
+                        int N, int C) override;
+  void rope_forward(float* x, const float* cos, const float* sin, int N, int T, int n_heads, int hd) override;
+  void rope_backward(float* dx, const float* cos, const float* sin, int N, int T, int n_heads, int hd) override;
+  void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override;
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                       size_t n) override;
+  void crossentropy_forward_backward(float* logits, float* losses, const int* targets, int N, int V,
+                                     float dloss_scale, float* stats) override;
+  // Tensor parallelism on the GPU is part 2 of the CUDA backend: these three say so (the model never calls them on
+  // an unsharded model).
+  void crossentropy_shard_max(const float* logits, int N, int V, float* row_max) override;
+  void crossentropy_shard_exp(float* logits, const int* targets, int N, int V, int v_begin, const float* row_max,
+                              float* sums) override;
+  void crossentropy_shard_finish(float* logits, float* losses, const int* targets, int N, int V, int v_begin,
+                                 const float* row_max, const float* sums, float dloss_scale) override;
+  void embedding_forward(float* out, const int* tokens, const float* table, int N, int C, int v_begin,
+                         int V) override;
+  void embedding_backward(float* dtable, const float* dout, const int* tokens, int N, int C, int v_begin,
+                          int V) override;
+  void residual_add(float* out, const float* a, const float* b, size_t n) override;
+  void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
+                         int Hkv, int hd) override;
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                          const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv,
+                          int hd) override;
+
+ private:
+  // bf16 GEMMs: the weight's copy (made again when stale), and an activation converted into scratch `slot`.
+  const void* weight_bf16(const float* w, size_t n);
+  const void* activation_bf16(const float* x, size_t n, int slot);
+  CudaAttention& attention(int B, int T, int H, int Hkv, int hd);  // one per shape, scratch kept
+
+  GemmPrecision precision_;
+  CudaMatmul mm_;
+  struct WeightCopy {
+    DeviceBuffer<uint16_t> bits;
+    long version = -1;
+  };
+  std::unordered_map<const float*, WeightCopy> weights_bf16_;
+  long weights_version_ = 0;
+  DeviceBuffer<uint16_t> scratch_bf16_[2];  // a GEMM's activation and output gradient, grown as needed
+  std::map<std::tuple<int, int, int, int, int>, std::unique_ptr<CudaAttention>> attention_;
+};
+
+}  // namespace agoq
