@@ -4,9 +4,6 @@
 
 #include "cli/commands.h"
 #include "comm/communicator.h"
-#if AGOQ_HAVE_CUDA
-#include "cuda/cuda_check.h"
-#endif
 #include "core/error.h"
 #include "arch/hf.h"
 #include "plan/memory_model.h"
@@ -18,7 +15,6 @@ namespace {
 struct TrainArgs {
   TrainOptions opt = agoq_defaults();
   std::string config_json;
-  std::string device = "cpu";
   bool baseline = false;
 
   // `agoq train` is AGoQ unless told otherwise: 4-bit activations (attention in bf16), 8-bit gradient store,
@@ -31,19 +27,6 @@ struct TrainArgs {
 };
 
 void cmd_train_body(TrainArgs& a);
-
-// --device cuda: one clear line for what this build and this machine cannot do (docs/cuda.md).
-void check_train_device(const std::string& device) {
-  if (device == "cpu") return;
-#if AGOQ_HAVE_CUDA
-  const CudaDeviceInfo gpu = cuda_device_open();  // "no usable GPU: <CUDA's reason>" where there is none
-  fail("--device cuda: the CUDA backend does not train yet on ", gpu.name,
-       ": its quantization kernels and the model's ops are built (agoq bench quant|ops --device cuda), the GPU model "
-       "is not");
-#else
-  fail("--device cuda: this agoq was built without the CUDA backend (no nvcc at configure time, or -DAGOQ_CUDA=OFF)");
-#endif
-}
 
 void cmd_train_run(TrainArgs& a) {
   // Under mpirun every rank runs this; started alone, the process is a world of one. A failure on one rank ends
@@ -162,11 +145,18 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   // Test hooks (tests/mpi_tests.cmake): that rank ends abruptly (_exit(3)) when the step begins. Hidden.
   c->add_option("--debug-exit-at-step", o.debug_exit_step)->group("");
   c->add_option("--debug-exit-rank", o.debug_exit_rank)->group("");
-  c->add_option("--device", args->device, "cpu, or cuda (docs/cuda.md)")
+  c->add_option("--device", o.device,
+                "cpu, or cuda: one GPU in one process, with fp32 gradients (the default --grad-store there) and "
+                "fp32 AdamW moments (docs/cuda.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  c->add_option("--gpu-gemm", o.gpu_gemm,
+                "with --device cuda: bf16 (GEMM inputs in bf16, fp32 accumulation and masters) or fp32")
+      ->check(CLI::IsMember({"bf16", "fp32"}))
+      ->capture_default_str();
   c->callback([args, c, kv_heads] {
-    check_train_device(args->device);
+    // The 8-bit gradient store is not on the GPU yet: there the default is fp32 (an explicit q8 is refused).
+    if (args->opt.device == "cuda" && c->count("--grad-store") == 0) args->opt.grad_store = "fp32";
     for (const char* f : {"--config", "--dim", "--layers", "--heads", "--kv-heads", "--ffn", "--rope-theta",
                           "--tie-embeddings"})
       if (c->count(f) > 0) args->opt.model_flags.push_back(f);

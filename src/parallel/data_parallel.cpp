@@ -18,12 +18,23 @@ GradReduceOptions reduce_options(const DpOptions& o) {
 DataParallel::DataParallel(Communicator& comm, ParamSet& params, GradStore& grads, const DpOptions& opts)
     : D_(comm.size()),
       rank_(comm.rank()),
+      params_(params),
       seed_(opts.seed),
       store_(grads),
       units_(grad_units_sharded(grads.units(), D_, rank_, opts.zero, grads.block())),
       reducer_(comm, grads, units_, reduce_options(opts)),
       optimizer_(comm, params, units_, {opts.adam, opts.clip, opts.zero, opts.stages, opts.tensor}),
       moments_(comm, params, units_, optimizer_, opts.zero, {opts.adam.state, opts.adam.q8}) {}
+
+NamedTensors DataParallel::weights_views() {
+  NamedTensors out;
+  for (const ParamTensor& t : params_.named()) out.push_back({t.name, t.shape, t.data});
+  return out;
+}
+
+uint64_t dp_act_seed(uint64_t seed, long step, uint64_t g) {
+  return philox4x32(seed, uint64_t(step), g)[0] | (uint64_t(step) << 32);
+}
 
 std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m) {
   step_ = step, m_ = m;
@@ -34,7 +45,7 @@ std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m) {
     MicroBatchRun& r = runs[j];
     // Stochastic rounding of saved activations and of the q8 store: fresh per micro-batch, reproducible from
     // (seed, step, g).
-    r.act_seed = philox4x32(seed_, uint64_t(step), g)[0] | (uint64_t(step) << 32);
+    r.act_seed = dp_act_seed(seed_, step, g);
     const uint64_t grad_seed = philox4x32(seed_ ^ 0x67726164ull, uint64_t(step), g)[0];  // "grad"
     r.grad_scale = 1.0f / float(D_ * m);
     r.grads_ready = [this, j, m, grad_seed](int layer) {

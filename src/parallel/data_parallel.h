@@ -21,6 +21,7 @@
 #include "parallel/dp_optimizer.h"
 #include "parallel/grad_reduce.h"
 #include "parallel/grad_store.h"
+#include "parallel/train_step.h"
 
 namespace agoq {
 
@@ -40,7 +41,11 @@ struct DpOptions {
   uint64_t seed = 1337;    // stochastic rounding streams (activations, q8 gradients)
 };
 
-class DataParallel {
+// The stochastic-rounding seed of the saved activations of global micro-batch g at `step`: fresh per micro-batch,
+// reproducible from (seed, step, g), the same whichever device or grid runs it.
+uint64_t dp_act_seed(uint64_t seed, long step, uint64_t g);
+
+class DataParallel final : public TrainStep {
  public:
   // params: this rank's (stage's) weights; grads: the store its model writes into.
   DataParallel(Communicator& comm, ParamSet& params, GradStore& grads, const DpOptions& opts);
@@ -50,20 +55,23 @@ class DataParallel {
   // Starts a step of m micro-batches on this rank and returns what micro-batch j (global micro-batch rank * m + j)
   // runs with: the activation rounding seed a single process running all D * m would give it, grad_scale
   // 1 / (D * m), and grads_ready feeding the store and the reduction. Backwards must run in order j = 0 .. m-1.
-  std::vector<MicroBatchRun> step_begin(long step, int m);
+  std::vector<MicroBatchRun> step_begin(long step, int m) override;
   // After the m micro-batches: reduction, norm, clipping, divergence check, AdamW. loss_sum: the sum of this rank's
   // micro-batch losses (0 on pipeline stages without the head). Collective.
-  DpStepResult step_end(float lr, double loss_sum);
+  DpStepResult step_end(float lr, double loss_sum) override;
 
   // Adam moments for checkpoints (dp_moments.h).
-  NamedTensors moments_views() { return moments_.views(); }
-  void moments_gather() { moments_.gather(); }
-  void moments_release() { moments_.release(); }
-  NamedTensors moments_load_views(const MomentsForm& file) { return moments_.load_views(file); }
-  void moments_scatter() { moments_.scatter(); }
+  // The weights are this rank's parameters themselves.
+  NamedTensors weights_views() override;
+  NamedTensors moments_views() override { return moments_.views(); }
+  void moments_gather() override { moments_.gather(); }
+  void moments_release() override { moments_.release(); }
+  NamedTensors moments_load_views(const MomentsForm& file) override { return moments_.load_views(file); }
+  void moments_scatter() override { moments_.scatter(); }
 
  private:
   int D_, rank_;
+  ParamSet& params_;
   uint64_t seed_;
   long step_ = 0;  // of the step running
   int m_ = 1;

@@ -98,8 +98,8 @@ void MetricsLog::finish() {
   bar_open_ = false;
 }
 
-nlohmann::json memory_json() {
-  auto& t = MemoryTracker::global();
+nlohmann::json memory_json(MemDevice device) {
+  auto& t = MemoryTracker::of(device);
   const MemSnapshot cur = t.current(), peak = t.peak_per_category(), at = t.at_peak_total();
   nlohmann::json j;
   for (int c = 0; c < kMemCategoryCount; ++c) {

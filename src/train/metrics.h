@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/memory.h"
+
 namespace agoq {
 
 // The pace of recent steps: remaining time from the mean duration of the last `window` steps, so a slow phase (a
@@ -47,7 +49,7 @@ class MetricsLog {
 // Rewrites the JSONL log at `path` (atomically) without the records of steps after `step`, and a torn last line.
 void metrics_log_truncate(const std::string& path, long step);
 
-// The tracker's current and peak bytes per category, as a JSON object.
-nlohmann::json memory_json();
+// A tracker's current and peak bytes per category, as a JSON object (the host's unless told).
+nlohmann::json memory_json(MemDevice device = MemDevice::host);
 
 }  // namespace agoq

@@ -16,6 +16,9 @@
 #include "train/dp_flags.h"
 #include "plan/memory_model.h"
 #include "train/replan.h"
+#if AGOQ_HAVE_CUDA
+#include "gpu/train_step_cuda.h"
+#endif
 
 namespace agoq {
 
@@ -47,6 +50,7 @@ TrainSession::TrainSession(const TrainOptions& opt)
   resume();
   // Peaks from here on describe training, not set-up transients (full-size moments read on a ZeRO resume).
   MemoryTracker::global().reset_peaks();
+  if (gpu_) MemoryTracker::of(MemDevice::cuda).reset_peaks();
   if (lead_) fs::create_directories(opt_.out_dir);
   log_ = std::make_unique<MetricsLog>(lead_ ? (fs::path(opt_.out_dir) / "metrics.jsonl").string() : std::string(),
                                       opt_.resume.empty() ? -1 : step_, opt_.steps, opt_.log_every, opt_.quiet || !lead_);
@@ -159,6 +163,7 @@ void TrainSession::memory_check() const {
 }
 
 void TrainSession::model_build() {
+  if (opt_.device == "cuda") return model_build_gpu();
   comm_agreed(world_, [&] { memory_check(); });
   // One global window stream, identical on every rank: each step draws D * m micro-batches and replica r trains
   // on r * m .. r * m + m - 1 (every stage of a replica the same ones). So D replicas x m equal 1 x D * m, and
@@ -171,11 +176,34 @@ void TrainSession::model_build() {
   model_ = std::make_unique<LlamaModel>(cfg_, B_, T_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers),
                                         stages_[grid_.stage], in_flight, grads_->model_storage(), tensor_group_.get());
   model_->init_weights(opt_.seed);
-  dp_ = std::make_unique<DataParallel>(*grid_.dp, model_->params(), *grads_, dp_options_);
+  engine_ = std::make_unique<DataParallel>(*grid_.dp, model_->params(), *grads_, dp_options_);
   if (grid_.P > 1) pipeline_ = std::make_unique<Pipeline>(*grid_.pipe, *model_, B_, T_);
   inputs_.resize(size_t(B_) * T_ * m_);
   targets_.resize(inputs_.size());
   skipped_.resize(2 * size_t(B_) * T_);
+}
+
+// One GPU in one process (docs/cuda.md): the model on the CUDA backend, with its gradients in its own fp32 buffer
+// and the optimizer step on the device; the flags that need more (ranks, 8-bit stores) were refused by
+// train_options_validate.
+void TrainSession::model_build_gpu() {
+#if AGOQ_HAVE_CUDA
+  AGOQ_CHECK(world_.size() == 1, "--device cuda trains on one GPU in one process (", world_.size(),
+             " ranks here): data parallelism over GPUs is not built yet");
+  auto gpu = std::make_unique<CudaBackend>(opt_.gpu_gemm == "fp32" ? GemmPrecision::fp32 : GemmPrecision::bf16);
+  CudaBackend& backend = *gpu;
+  gpu_ = std::move(gpu);
+  loader_ = std::make_unique<DataLoader>(train_set_, T_, opt_.seed);
+  val_loader_ = std::make_unique<DataLoader>(val_set_, T_, opt_.seed);
+  model_ = std::make_unique<LlamaModel>(backend, cfg_, B_, T_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers));
+  model_->init_weights(opt_.seed);
+  engine_ = std::make_unique<CudaTrainStep>(*model_, backend, opt_.adam, opt_.clip, opt_.seed);
+  inputs_.resize(size_t(B_) * T_ * m_);
+  targets_.resize(inputs_.size());
+  skipped_.resize(2 * size_t(B_) * T_);
+#else
+  fail("--device cuda: this agoq was built without the CUDA backend (no nvcc at configure time, or -DAGOQ_CUDA=OFF)");
+#endif
 }
 
 // A shard reads the whole weights of its stage and keeps its slices (train/session_checkpoint.cpp). The moments, in
@@ -188,15 +216,15 @@ void TrainSession::resume() {
     const MomentsForm file = moments_form_of(trainer);
     const int file_tp = moments_tp_of(trainer);
     const bool q8 = file.state == OptimState::q8, part = grid_.P > 1;
-    NamedTensors weights = named_tensors_of(model_->params());
+    NamedTensors weights = engine_->weights_views();
     WholeTensors whole_weights = whole_tensors_of(weights, model_->params(), grid_.T);
     CheckpointMeta meta;
-    if (q8 && file_tp == grid_.T) {
-      NamedTensors moments = dp_->moments_load_views(file);
+    if (q8 && file_tp == grid_.T && !gpu_) {  // the 8-bit moments as they are (the GPU keeps fp32 ones)
+      NamedTensors moments = engine_->moments_load_views(file);
       if (grid_.T > 1) moments = moments_of_shard(std::move(moments), grid_.tp_rank);
       meta = checkpoint_load(opt_.resume, cfg_, whole_weights.views, moments, part || grid_.T > 1);
     } else {
-      NamedTensors moments = dp_->moments_load_views(q8 ? MomentsForm{} : file);
+      NamedTensors moments = engine_->moments_load_views(q8 ? MomentsForm{} : file);
       WholeTensors whole_moments = whole_tensors_of(moments, model_->params(), grid_.T);
       if (q8) {
         Q8FileMoments stored(cfg_, stages_[grid_.stage], file, file_tp);
@@ -208,7 +236,7 @@ void TrainSession::resume() {
       whole_tensors_slice(whole_moments, moments, grid_.tp_rank);
     }
     whole_tensors_slice(whole_weights, weights, grid_.tp_rank);
-    dp_->moments_scatter();
+    engine_->moments_scatter();
     step_ = meta.step;
     loader_->set_state(resume_loader_state(meta, opt_.resume));
   }
@@ -272,6 +300,7 @@ TrainResult TrainSession::run() {
       log_->note(line);
     }
     rec["memory"] = memory_json();
+    if (gpu_) rec["device_memory"] = memory_json(MemDevice::cuda);
     log_->step(step, rec);
     step_ = step;
     if (step < last && (result.stop_signal = stop_agreed()) != 0) last = step;  // the final checkpoint, then out
@@ -280,8 +309,9 @@ TrainResult TrainSession::run() {
   }
   result.last_step = last;
   result.replan_log = replan_log_;
-  result.peak = MemoryTracker::global().peak_per_category();
-  result.peak_total = MemoryTracker::global().peak_total();
+  const MemoryTracker& tracker = MemoryTracker::of(gpu_ ? MemDevice::cuda : MemDevice::host);
+  result.peak = tracker.peak_per_category();
+  result.peak_total = tracker.peak_total();
   checkpoint(last);
   log_->finish();
   result.tokens_per_s = tokens * double(last - first + 1) / seconds_total_;
@@ -307,11 +337,11 @@ void TrainSession::batches_next() {
 
 DpStepResult TrainSession::train_step(long step, float lr) {
   batches_next();
-  const std::vector<MicroBatchRun> runs = dp_->step_begin(step, m_);
+  const std::vector<MicroBatchRun> runs = engine_->step_begin(step, m_);
   const double loss_sum =
       pipeline_ ? pipeline_->run(inputs_.data(), targets_.data(), B_, T_, runs)
                 : model_->forward_backward_micro_batches(inputs_.data(), targets_.data(), B_, T_, runs);
-  return dp_->step_end(lr, loss_sum);
+  return engine_->step_end(lr, loss_sum);
 }
 
 // On the first replica (replicas are identical), through the pipeline when there is one; broadcast to the others.

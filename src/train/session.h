@@ -17,6 +17,7 @@
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/train_step.h"
 #include "plan/memory_model.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
@@ -40,6 +41,7 @@ class TrainSession {
   PlanCpuOptions plan_options() const;  // this rank's run, as the memory model describes it
   void memory_check() const;
   void model_build();
+  void model_build_gpu();  // --device cuda
   void resume();
   // One optimizer step: this replica's micro-batches through the model (or the pipeline), reduction, AdamW.
   DpStepResult train_step(long step, float lr);
@@ -55,6 +57,7 @@ class TrainSession {
   void report(const TrainResult& r, long first) const;
   void report_stages(const std::vector<double>& stage_peaks) const;
   void report_memory(const TrainResult& r) const;
+  void report_memory_gpu(const TrainResult& r) const;
 
   const TrainOptions& opt_;
   Communicator& world_;
@@ -67,10 +70,11 @@ class TrainSession {
   std::vector<ModelStage> stages_;
   int B_, T_, m_;
   std::unique_ptr<DataLoader> loader_, val_loader_;
-  std::unique_ptr<GradStore> grads_;  // built before model_, which writes its gradients into it
+  std::unique_ptr<GradStore> grads_;  // built before model_, which writes its gradients into it (CPU)
   std::unique_ptr<CommTensorGroup> tensor_group_;  // T > 1: the collectives joining this rank's shard to the others
+  std::unique_ptr<ModelBackend> gpu_;  // --device cuda: where the model computes (else the CPU's ops)
   std::unique_ptr<LlamaModel> model_;
-  std::unique_ptr<DataParallel> dp_;
+  std::unique_ptr<TrainStep> engine_;  // the optimizer step: DataParallel, or CudaTrainStep on the GPU
   std::unique_ptr<Pipeline> pipeline_;  // P > 1
   std::unique_ptr<MetricsLog> log_;
   CpuThreads cpu_threads_;  // the cores other processes leave free, re-measured between steps
@@ -91,7 +95,6 @@ std::string train_run_description(const TrainOptions& o, const LlamaConfig& cfg,
 std::string model_flags_disagreeing(const TrainOptions& o, const LlamaConfig& checkpoint);
 // "name size bytes fnv <hash>": ranks compare file contents, not paths (machines may mount data differently).
 std::string file_digest(const std::filesystem::path& p);
-NamedTensors named_tensors_of(ParamSet& p);
 // A tensor-parallel shard's tensors (weights, or moments named adam.m./adam.v. + a weight's name) at the whole
 // model's shapes, in buffers of their own (workspace, tag ckpt.gather) that exist while a checkpoint is saved or
 // loaded (allocate: false, only the split dimensions, for a rank that sends); with T = 1 the views are the shard's

@@ -175,12 +175,6 @@ MomentsForm moments_form_of(const nlohmann::json& trainer) {
   return f;
 }
 
-NamedTensors named_tensors_of(ParamSet& p) {
-  NamedTensors out;
-  for (const ParamTensor& t : p.named()) out.push_back({t.name, t.shape, t.data});
-  return out;
-}
-
 WholeTensors whole_tensors_of(const NamedTensors& shard, const ParamSet& params, int T, bool allocate) {
   WholeTensors out;
   out.T = T;
@@ -327,12 +321,12 @@ DataLoader::State resume_loader_state(const CheckpointMeta& meta, const std::str
 }
 
 void TrainSession::checkpoint(long at_step) {
-  dp_->moments_gather();
+  engine_->moments_gather();
   NamedTensors weights, moments;
   GatheredTensors held;
   WholeTensors whole_weights, whole_moments;
   if (grid_.replica == 0) {
-    weights = named_tensors_of(model_->params()), moments = dp_->moments_views();
+    weights = engine_->weights_views(), moments = engine_->moments_views();
     if (grid_.T > 1) {  // the shards' tensors, whole on TP rank 0
       const bool root = grid_.tp_rank == 0;
       whole_weights = whole_tensors_of(weights, model_->params(), grid_.T, root);
@@ -373,7 +367,7 @@ void TrainSession::checkpoint(long at_step) {
   }
   held = {};
   whole_weights = {}, whole_moments = {};
-  dp_->moments_release();
+  engine_->moments_release();
   if (world_.size() > 1) world_.barrier();  // the checkpoint is complete when any rank returns
 }
 

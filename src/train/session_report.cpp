@@ -43,6 +43,7 @@ void TrainSession::report(const TrainResult& r, long first) const {
   if (opt_.quiet || !lead_) return;
 
   std::fprintf(stderr, "trained steps %ld..%ld at %.0f tokens/s", first, r.last_step, r.tokens_per_s);
+  if (gpu_) std::fprintf(stderr, " on the GPU");
   if (D > 1)
     std::fprintf(stderr, " on %d ranks (grad store %s, all-reduce %s%s; %.1f%% of step time waiting on it)", D,
                  opt_.grad_store.c_str(), opt_.allreduce.c_str(), opt_.zero ? ", ZeRO-1" : "",
@@ -89,6 +90,7 @@ void TrainSession::report_stages(const std::vector<double>& stage_peaks) const {
 // and the bf16-store baseline (bf16 activations) of the same run, from the memory model. The token files the run
 // holds in memory are the same for every configuration and count in each column's workspace.
 void TrainSession::report_memory(const TrainResult& r) const {
+  if (gpu_) return report_memory_gpu(r);
   PlanCpuOptions o = plan_options();
   o.grad_q8 = o.optim_q8 = false;  // the baselines keep fp32 gradients and fp32 AdamW moments
   const PlanMemory fp32 = plan_memory_cpu_trainer(cfg_, ActPolicy::parse("fp32", cfg_.n_layers), o);
@@ -111,6 +113,16 @@ void TrainSession::report_memory(const TrainResult& r) const {
                format_bytes(t16).c_str());
   std::fprintf(stderr, "  this run needs %.2fx the memory of the fp32 baseline and %.2fx that of the bf16 store\n",
                double(mine) / double(t32), double(mine) / double(t16));
+}
+
+// The GPU's peaks per category (the device tracker's), and the host's total beside them. The CPU's memory model does
+// not describe the device's workspaces, so no baseline columns here: the activation line above compares the stores.
+void TrainSession::report_memory_gpu(const TrainResult& r) const {
+  std::fprintf(stderr, "peak GPU memory by category (%s GEMMs)\n", opt_.gpu_gemm.c_str());
+  for (int c = 0; c < kCats; ++c)
+    std::fprintf(stderr, "  %-22s %14s\n", mem_category_name(MemCategory(c)), format_bytes(r.peak.bytes[c]).c_str());
+  std::fprintf(stderr, "  %-22s %14s   (host: %s)\n", "total", format_bytes(r.peak_total).c_str(),
+               format_bytes(MemoryTracker::global().peak_total()).c_str());
 }
 
 }  // namespace agoq

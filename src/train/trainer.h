@@ -51,6 +51,10 @@ struct TrainOptions {
   // bits are re-planned from the measured peaks (plan/bit_alloc.h) and the change is logged.
   size_t mem_budget = 0;
   long replan_after = 2;
+  // Where the model computes (docs/cuda.md): cpu, or cuda (one GPU in one process: fp32 gradients and AdamW moments
+  // on the device; GEMMs with bf16 inputs and fp32 accumulation, or fp32 throughout with gpu_gemm "fp32").
+  std::string device = "cpu";
+  std::string gpu_gemm = "bf16";
   Communicator* comm = nullptr;     // null: comm_world()
   // Test hook (hidden flags --debug-exit-at-step/--debug-exit-rank): that rank _exit(3)s when the step begins.
   long debug_exit_step = 0;
@@ -65,7 +69,7 @@ struct TrainResult {
   double act_bytes_per_token_layer = 0;  // saved activations under the policy
   std::vector<float> grad_norms;         // global gradient norm per step, before clipping
   std::string replan_log;                // the re-planning line, when one ran
-  MemSnapshot peak;                      // this rank's peak per category over the steps (before the last save)
+  MemSnapshot peak;  // this rank's (GPU's, with --device cuda) peak per category over the steps (before the last save)
   int stop_signal = 0;                   // the signal that stopped the run early (0: it ran to its last step)
   size_t peak_total = 0;
 };

@@ -12,6 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "data/token_file.h"
+#if AGOQ_HAVE_CUDA
+#include "cuda/cuda_check.h"
+#endif
 #include "tests/cli/cli_test_util.h"
 
 namespace agoq {
@@ -51,6 +54,23 @@ TEST_F(CliErrors, BadFlagValues) {
   expect_clean_error(train({{"--stepz", "3"}}), "--stepz");
   expect_clean_error(train({{"--optim-state", "int4"}}), "--optim-state must be fp32 or q8");
   expect_clean_error(train({{"--optim-state", "q8"}, {"--baseline", " "}}), "--optim-state");
+}
+
+// --device cuda takes what the GPU path builds (one GPU, fp32 gradients and moments) and says what it does not.
+TEST_F(CliErrors, GpuFlagsTheGpuPathDoesNotBuild) {
+  expect_clean_error(train({{"--device", "gpu"}}), "--device");
+  expect_clean_error(train({{"--device", "cuda"}, {"--pp", "2"}}), "--device cuda: pipeline parallelism (--pp)");
+  expect_clean_error(train({{"--device", "cuda"}, {"--tp", "2"}}), "--device cuda: tensor parallelism");
+  expect_clean_error(train({{"--device", "cuda"}, {"--grad-store", "q8"}}), "the 8-bit gradient store");
+  expect_clean_error(train({{"--device", "cuda"}, {"--optim-state", "q8"}}), "8-bit AdamW moments");
+  expect_clean_error(train({{"--device", "cuda"}, {"--gpu-gemm", "tf32"}}), "--gpu-gemm");
+#if AGOQ_HAVE_CUDA
+  const std::string why = cuda_unavailable_reason();
+  if (why.empty()) GTEST_SKIP() << "a GPU is usable here: --device cuda trains (tests/gpu)";
+  expect_clean_error(train({{"--device", "cuda"}}), "no usable GPU: " + why);
+#else
+  expect_clean_error(train({{"--device", "cuda"}}), "built without the CUDA backend");
+#endif
 }
 
 TEST_F(CliErrors, BadPipelineFlags) {

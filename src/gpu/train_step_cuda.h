@@ -1,0 +1,56 @@
+// One optimizer step of a model on the GPU, in one process: DataParallel's twin for a single replica
+// (parallel/data_parallel.h), in the same two calls around the micro-batches:
+//
+//   runs = step.step_begin(step, m)     the gradients zeroed; each micro-batch's seed (dp_act_seed) and 1/m scale
+//   loss_sum = model.forward_backward_micro_batches(..., runs)
+//   result = step.step_end(lr, loss_sum)   norm, clipping, divergence check, AdamW with fp32 moments, on the device
+//
+// The update is optim/adamw.h's, value for value (cuda_adamw_step runs adamw_update); the moments are the device
+// tracker's (category optimizer). Checkpoints read and write host copies (host tracker, workspace, tag ckpt.host)
+// named as DataParallel's views name them (the weights by their HF names; adam.m.<name>, adam.v.<name>), so a
+// checkpoint of either device resumes on the other.
+#pragma once
+#include <vector>
+
+#include "gpu/backend_cuda.h"
+#include "model/llama.h"
+#include "optim/adamw.h"
+#include "parallel/train_step.h"
+
+namespace agoq {
+
+class CudaTrainStep final : public TrainStep {
+ public:
+  // model: on `gpu`, with its own gradient buffer. adam.state must be fp32.
+  CudaTrainStep(LlamaModel& model, CudaBackend& gpu, const AdamWConfig& adam, float clip, uint64_t seed);
+
+  std::vector<MicroBatchRun> step_begin(long step, int m) override;
+  DpStepResult step_end(float lr, double loss_sum) override;
+
+  // moments_gather copies the weights and the moments to the host; moments_scatter sends them back (a resume).
+  NamedTensors weights_views() override;
+  NamedTensors moments_views() override;
+  void moments_gather() override;
+  void moments_release() override;
+  // fp32 moments only (the session decodes a checkpoint's 8-bit moments into these).
+  NamedTensors moments_load_views(const MomentsForm& file) override;
+  void moments_scatter() override;
+
+ private:
+  void host_allocate();
+
+  LlamaModel& model_;
+  CudaBackend& gpu_;
+  AdamWConfig adam_;
+  float clip_;
+  uint64_t seed_;
+  long step_ = 0;
+  int m_ = 1;
+  size_t n_;                              // values of the flat layout
+  BackendBuffer<float> moment1_, moment2_;  // (n_) on the device
+  std::vector<AdamDecayRun> runs_;        // where weight decay applies, in the flat layout
+  ParamSet host_params_;                  // the checkpoint's copies
+  Buffer<float> host_m_, host_v_;
+};
+
+}  // namespace agoq

@@ -1,0 +1,118 @@
+// Whole trainings on the GPU (`agoq train --device cuda`, train_run with device "cuda") against the CPU's: the loss
+// curve, an exact resume, and checkpoints that move between the devices. They skip without a usable GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "data/token_file.h"
+#include "tests/common/temp_path.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "train/trainer.h"
+
+namespace agoq {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A noisy periodic sequence, learnable but not trivial (tests/train/test_trainer.cpp's corpus).
+fs::path make_data(const std::string& name, int vocab = 50, int n = 8000) {
+  const fs::path dir = test_temp_path("train_cuda_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Rng rng(5);
+  std::vector<int32_t> tok(n);
+  for (int i = 0; i < n; ++i) tok[i] = rng.below(10) == 0 ? int32_t(rng.below(vocab)) : int32_t((i * 7) % vocab);
+  token_file_write((dir / "train.bin").string(), std::span(tok).subspan(0, n * 9 / 10), vocab);
+  token_file_write((dir / "val.bin").string(), std::span(tok).subspan(n * 9 / 10), vocab);
+  return dir;
+}
+
+TrainOptions options(const fs::path& data, const std::string& out, const std::string& device, long steps) {
+  TrainOptions o;
+  o.data_dir = data.string();
+  o.out_dir = (data / out).string();
+  o.device = device;
+  o.model.dim = 64, o.model.n_layers = 2, o.model.n_heads = 4, o.model.n_kv_heads = 2, o.model.ffn_dim = 96;
+  o.batch = 4, o.seq = 32, o.accum = 2, o.steps = steps, o.warmup = 5, o.lr = 1e-2f, o.min_lr = 1e-3f;
+  o.eval_every = 0, o.eval_batches = 2, o.quiet = true;
+  o.act_policy = "agoq";
+  return o;
+}
+
+// The bar: 50 steps of AGoQ with bf16 GEMMs within 2% of the CPU's loss at every step.
+TEST(TrainCuda, FiftyStepsFollowTheCpuLossCurve) {
+  AGOQ_REQUIRE_GPU();
+  const fs::path data = make_data("curve");
+  const TrainResult cpu = train_run(options(data, "cpu", "cpu", 50));
+  const TrainResult gpu = train_run(options(data, "gpu", "cuda", 50));
+  ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
+  for (size_t i = 0; i < cpu.losses.size(); ++i)
+    EXPECT_NEAR(gpu.losses[i], cpu.losses[i], 0.02 * cpu.losses[i]) << "step " << i + 1;
+  EXPECT_LT(gpu.losses.back(), 0.7 * gpu.losses.front());  // and it learns
+  EXPECT_NEAR(gpu.final_val_loss, cpu.final_val_loss, 0.02 * cpu.final_val_loss);
+  fs::remove_all(data);
+}
+
+// N steps straight vs N/2, a checkpoint, and a resume: the same losses, bit for bit.
+TEST(TrainCuda, ResumeIsBitIdentical) {
+  AGOQ_REQUIRE_GPU();
+  const fs::path data = make_data("resume");
+  const TrainResult straight = train_run(options(data, "straight", "cuda", 10));
+  TrainOptions first = options(data, "split", "cuda", 10);
+  first.stop_after = 5;
+  const TrainResult a = train_run(first);
+  TrainOptions second = options(data, "split", "cuda", 10);
+  second.resume = (data / "split" / "ckpt").string();
+  const TrainResult b = train_run(second);
+  ASSERT_EQ(a.losses.size(), 5u);
+  ASSERT_EQ(b.losses.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(a.losses[i], straight.losses[i]) << "step " << i + 1;
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(b.losses[i], straight.losses[5 + i]) << "step " << i + 6;
+  EXPECT_EQ(b.final_val_loss, straight.final_val_loss);
+  fs::remove_all(data);
+}
+
+// A CPU checkpoint resumes on the GPU and a GPU checkpoint on the CPU (HF safetensors, fp32 masters and moments):
+// the continued curves stay within the 2% the devices differ by.
+TEST(TrainCuda, CheckpointsMoveBetweenTheDevices) {
+  AGOQ_REQUIRE_GPU();
+  const fs::path data = make_data("move");
+  const TrainResult cpu = train_run(options(data, "cpu", "cpu", 10));
+  for (const auto& [from, to] : {std::pair{"cpu", "cuda"}, std::pair{"cuda", "cpu"}}) {
+    const std::string out = std::string(from) + "_to_" + to;
+    TrainOptions first = options(data, out, from, 10);
+    first.stop_after = 5;
+    train_run(first);
+    TrainOptions second = options(data, out, to, 10);
+    second.resume = (data / out / "ckpt").string();
+    const TrainResult b = train_run(second);
+    ASSERT_EQ(b.losses.size(), 5u);
+    for (int i = 0; i < 5; ++i)
+      EXPECT_NEAR(b.losses[i], cpu.losses[5 + i], 0.02 * cpu.losses[5 + i]) << out << " step " << i + 6;
+  }
+  fs::remove_all(data);
+}
+
+// The run's report counts the device's bytes: weights, gradients and moments of the model, by category.
+TEST(TrainCuda, PeaksAreTheDevicesBytes) {
+  AGOQ_REQUIRE_GPU();
+  const fs::path data = make_data("peaks");
+  TrainOptions o = options(data, "gpu", "cuda", 2);
+  o.gpu_gemm = "fp32";  // no bf16 copies of the weights: weights are the fp32 masters alone
+  const TrainResult r = train_run(o);
+  LlamaConfig cfg = o.model;
+  cfg.vocab_size = 50, cfg.max_seq_len = std::max(cfg.max_seq_len, o.seq);
+  const size_t params = cfg.param_count() * sizeof(float);
+  EXPECT_EQ(r.peak.bytes[size_t(MemCategory::weights)], params);
+  EXPECT_EQ(r.peak.bytes[size_t(MemCategory::gradients)], params);
+  EXPECT_EQ(r.peak.bytes[size_t(MemCategory::optimizer)], 2 * params);
+  EXPECT_GT(r.peak.bytes[size_t(MemCategory::activations)], 0u);
+  fs::remove_all(data);
+}
+
+}  // namespace
+}  // namespace agoq
