@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#if AGOQ_HAVE_GPU_MODEL
+#include "bench/cuda/bench_cuda.h"
+#endif
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -135,9 +138,33 @@ const CliCommand kBenchAct("bench", 25, [](CLI::App& bench) {
   c->add_option("--warmup", a->warmup, "untimed steps per policy")->capture_default_str();
   c->add_option("--policies", a->policies, "policies to compare (names or specs)")->delimiter(' ');
   c->add_flag("--json", a->json, "print a JSON array, one record per policy");
-  c->callback([a] {
+  auto device = std::make_shared<std::string>("cpu");
+  auto gpu = std::make_shared<std::pair<std::string, double>>("bf16", 989.0);  // --gpu-gemm, --peak-tflops
+  c->add_option("--device", *device, "cpu, or cuda (the 1B-class model unless the shape flags say; docs/cuda.md)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  c->add_option("--gpu-gemm", gpu->first, "--device cuda: bf16 or fp32 GEMM inputs")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
+  c->add_option("--peak-tflops", gpu->second, "--device cuda: the GPU's bf16 dense peak, for MFU");
+  c->callback([a, c, device, gpu] {
     a->model.max_seq_len = std::max(a->model.max_seq_len, a->seq);
-    bench_act_run(*a);
+    if (*device == "cpu") return bench_act_run(*a);
+#if AGOQ_HAVE_GPU_MODEL
+    BenchTrainCudaOptions g;  // the GPU's defaults, overridden by the flags given
+    g.policies = {"baseline-bf16", "fp32", "agoq", "uniform4"};
+    auto given = [&](const char* flag, auto& into, const auto& value) {
+      if (c->count(flag)) into = value;
+    };
+    given("--dim", g.dim, a->model.dim), given("--layers", g.layers, a->model.n_layers);
+    given("--heads", g.heads, a->model.n_heads), given("--kv-heads", g.kv_heads, a->model.n_kv_heads);
+    given("--ffn", g.ffn, a->model.ffn_dim), given("--vocab", g.vocab, a->model.vocab_size);
+    given("--seq", g.T, a->seq), given("--batch", g.B, a->batch), given("--steps", g.steps, a->steps);
+    given("--warmup", g.warmup, a->warmup), given("--policies", g.policies, a->policies);
+    g.gemm = gpu->first, g.peak_tflops = gpu->second, g.json = a->json;
+    bench_train_cuda(g);
+#else
+    (void)c, (void)gpu;
+    fail("--device cuda: this agoq was built without the CUDA backend (no nvcc at configure time, or -DAGOQ_CUDA=OFF)");
+#endif
   });
 });
 

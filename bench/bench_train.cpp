@@ -14,6 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "bench/bench_util.h"
+#if AGOQ_HAVE_GPU_MODEL
+#include "bench/cuda/bench_cuda.h"
+#endif
 #include "cli/commands.h"
 #include "core/cpu_share.h"
 #include "core/error.h"
@@ -79,6 +83,10 @@ struct Args {
   int steps = 10;
   bool skip_memory = false;
   bool busy_neighbour = false;
+  std::string device = "cpu";
+#if AGOQ_HAVE_GPU_MODEL
+  BenchTrainCudaOptions gpu;  // --device cuda
+#endif
 };
 
 // A CPU-bound process beside the benchmark (a spinning child), for as long as this object lives.
@@ -133,10 +141,7 @@ void bench_train_run(const Args& a) {
   const double peak = sgemm_peak_gflops();
   const StepStats s = bench_steps(ref, B, T, 2, a.steps, "fp32");
   const double tokens_per_s = B * T / s.seconds_per_step;
-  // Model FLOPs per token: 6 x (matmul parameters: all but the input embedding) + causal attention, whose two
-  // T x T products cost 2*T*C per token forward (half of the full square) and 3x that with backward.
-  const double matmul_params = double(ref.param_count()) - double(ref.vocab_size) * ref.dim * (ref.tie_embeddings ? 0 : 1);
-  const double flops_per_token = 6.0 * matmul_params + 6.0 * ref.n_layers * T * ref.dim;
+  const double flops_per_token = bench_flops_per_token(ref, T);
   const double achieved = flops_per_token * tokens_per_s / 1e9;
   const double mfu = achieved / peak;
 
@@ -179,7 +184,22 @@ const CliCommand kBenchTrain("bench", 20, [](CLI::App& bench) {
   c->add_flag("--skip-memory", args->skip_memory, "skip the (slow) large-config memory measurement");
   c->add_flag("--busy-neighbour", args->busy_neighbour,
               "tokens/s quiet and beside a busy-loop process: threads following the load vs one per core");
-  c->callback([args] { bench_train_run(*args); });
+  c->add_option("--device", args->device, "cpu, or cuda (the 1B-class model unless the shape flags say; docs/cuda.md)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+#if AGOQ_HAVE_GPU_MODEL
+  bench_train_cuda_flags(*c, args->gpu);
+#endif
+  c->callback([args, c] {
+    if (args->device == "cpu") return bench_train_run(*args);
+#if AGOQ_HAVE_GPU_MODEL
+    if (c->count("--steps")) args->gpu.steps = args->steps;
+    args->gpu.json = args->json;
+    bench_train_cuda(args->gpu);
+#else
+    (void)c;
+    fail("--device cuda: this agoq was built without the CUDA backend (no nvcc at configure time, or -DAGOQ_CUDA=OFF)");
+#endif
+  });
 });
 
 }  // namespace

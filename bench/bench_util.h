@@ -18,6 +18,14 @@ inline double bench_median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// Model FLOPs per token of a training step (forward and backward) on sequences of T: 6 x the GEMMs' parameters (all
+// but an untied input embedding) + causal attention, whose two T x T products cost 2·T·C per token forward (half
+// of the full square) and 3x that with backward.
+inline double bench_flops_per_token(const LlamaConfig& c, int T) {
+  const double gemm_params = double(c.param_count()) - (c.tie_embeddings ? 0.0 : double(c.vocab_size) * c.dim);
+  return 6.0 * gemm_params + 6.0 * c.n_layers * double(T) * c.dim;
+}
+
 // The flags and model of the grid benchmarks (bench pipe, bench tp): 8 heads (kv 4), a SwiGLU width of about 8/3 dim.
 struct BenchGridArgs {
   int dim = 256, layers = 8, vocab = 4096, batch = 4, seq = 128, micro = 8;

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The one-command GPU check (docs/cuda.md). On a machine with an NVIDIA GPU, CMake, ninja and nvcc, and nothing
-# agoq-specific: builds the GPU-only configuration (core, quant, cuda, their tests and the device benchmarks; no
-# OpenBLAS, Open MPI or SentencePiece needed) with all cores, runs `ctest -L gpu` and the CPU-side tests of the
+# agoq-specific: builds the GPU-only configuration (core, quant, cuda, their tests and the device benchmarks; with an
+# OpenBLAS -- packed by scripts/gpu-deps.sh -- also the GPU model, its tests and bench train|act; no Open MPI or
+# SentencePiece needed) with all cores, runs `ctest -L gpu` and the CPU-side tests of the
 # shared math, one GPU test under compute-sanitizer, the device benchmarks with --json, and PyTorch's bf16 reference
 # of the 1B-class model when PyTorch with CUDA is there. Everything goes under OUT.
 #   Usage: scripts/gpu-check.sh OUT [--deps DIR]
-# --deps DIR: GoogleTest, CLI11 and nlohmann-json packed by scripts/gpu-deps.sh on a Debian machine, for a GPU
+# --deps DIR: GoogleTest, CLI11, nlohmann-json and OpenBLAS packed by scripts/gpu-deps.sh on a Debian machine, for a GPU
 # machine that lacks them. CUDA libraries: the toolkit's, or those of the Python environment's nvidia-* wheels
 # (found below and put on LD_LIBRARY_PATH).
 set -euo pipefail
@@ -54,6 +55,11 @@ if command -v compute-sanitizer >/dev/null; then
   compute-sanitizer --error-exitcode 9 build-gpu/test_cuda \
     --gtest_filter='CudaQuant.*:CudaGradQ8.Allreduce*:CudaOps.*:CudaAttention.*' \
     > "$out/compute-sanitizer.log" 2>&1 || status=1
+  if [ -x build-gpu/test_gpu ]; then
+    compute-sanitizer --error-exitcode 9 build-gpu/test_gpu --gtest_filter='ModelCuda.Fp32*' \
+      > "$out/compute-sanitizer-model.log" 2>&1 || status=1
+    tail -3 "$out/compute-sanitizer-model.log" | tee -a "$out/summary.txt"
+  fi
   tail -3 "$out/compute-sanitizer.log" | tee -a "$out/summary.txt"
   log "compute-sanitizer"
 fi
@@ -65,7 +71,16 @@ log "bench quant --device cuda"
 build-gpu/agoq bench ops --device cuda --json > "$out/bench-ops-cuda.json" 2> "$out/bench-ops-cuda.err" || status=1
 build-gpu/agoq bench ops --device cuda > "$out/bench-ops-cuda.txt" 2>&1 || status=1
 log "bench ops --device cuda"
-# bench train and bench act --device cuda come with the GPU model (docs/cuda.md, "What is not done").
+# The GPU model's benchmarks, where the build has it (an OpenBLAS: from --deps, or the machine's).
+if [ -x build-gpu/test_gpu ]; then
+  timeout 300 build-gpu/agoq bench train --device cuda --json > "$out/bench-train-cuda.json" 2> "$out/bench-train-cuda.err" ||
+    status=1
+  log "bench train --device cuda: $(tr -d '\n ' < "$out/bench-train-cuda.json" | head -c 400)"
+  timeout 300 build-gpu/agoq bench act --device cuda --steps 3 > "$out/bench-act-cuda.txt" 2>&1 || status=1
+  log "bench act --device cuda"
+else
+  log "no OpenBLAS for the GPU model: its tests and bench train|act --device cuda were not built (scripts/gpu-deps.sh)"
+fi
 
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   timeout 180 python3 scripts/gpu_torch_reference.py --json > "$out/torch-reference.json" 2> "$out/torch-reference.err" ||

@@ -5,7 +5,6 @@
 #include "core/error.h"
 #include "cuda/ops_cuda.h"
 #include "opmath/adamw_math.h"
-#include "parallel/data_parallel.h"
 
 namespace agoq {
 

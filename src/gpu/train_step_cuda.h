@@ -15,7 +15,7 @@
 #include "gpu/backend_cuda.h"
 #include "model/llama.h"
 #include "optim/adamw.h"
-#include "parallel/train_step.h"
+#include "optim/train_step.h"
 
 namespace agoq {
 

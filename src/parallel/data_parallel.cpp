@@ -32,10 +32,6 @@ NamedTensors DataParallel::weights_views() {
   return out;
 }
 
-uint64_t dp_act_seed(uint64_t seed, long step, uint64_t g) {
-  return philox4x32(seed, uint64_t(step), g)[0] | (uint64_t(step) << 32);
-}
-
 std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m) {
   step_ = step, m_ = m;
   store_.step_begin();

@@ -21,7 +21,7 @@
 #include "parallel/dp_optimizer.h"
 #include "parallel/grad_reduce.h"
 #include "parallel/grad_store.h"
-#include "parallel/train_step.h"
+#include "optim/train_step.h"
 
 namespace agoq {
 
@@ -40,10 +40,6 @@ struct DpOptions {
   Communicator* tensor = nullptr;
   uint64_t seed = 1337;    // stochastic rounding streams (activations, q8 gradients)
 };
-
-// The stochastic-rounding seed of the saved activations of global micro-batch g at `step`: fresh per micro-batch,
-// reproducible from (seed, step, g), the same whichever device or grid runs it.
-uint64_t dp_act_seed(uint64_t seed, long step, uint64_t g);
 
 class DataParallel final : public TrainStep {
  public:

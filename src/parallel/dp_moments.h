@@ -13,16 +13,10 @@
 
 #include "comm/communicator.h"
 #include "arch/hf.h"
+#include "optim/train_step.h"  // MomentsForm
 #include "parallel/dp_optimizer.h"
 
 namespace agoq {
-
-// How a checkpoint (or a run) keeps the moments.
-struct MomentsForm {
-  OptimState state = OptimState::fp32;
-  AdamQ8Format q8;  // with state q8
-  bool operator==(const MomentsForm& o) const { return state == o.state && (state == OptimState::fp32 || q8 == o.q8); }
-};
 
 // The checkpoint's name of a stage's gradient unit u: embed, layers.<global layer> or head (the same on any
 // pipeline split and any tensor-parallel shard).

@@ -7,15 +7,10 @@
 
 #include "comm/communicator.h"
 #include "optim/adamw.h"
+#include "optim/train_step.h"  // DpStepResult
 #include "parallel/grad_reduce.h"
 
 namespace agoq {
-
-struct DpStepResult {
-  double loss = 0;       // mean over all ranks' micro-batches
-  double grad_norm = 0;  // global norm of the reduced gradient, before clipping
-  double wait_s = 0;     // communication not hidden behind backward
-};
 
 struct DpOptimizerOptions {
   AdamWConfig adam;

@@ -17,7 +17,7 @@
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
 #include "parallel/tensor_parallel.h"
-#include "parallel/train_step.h"
+#include "optim/train_step.h"
 #include "plan/memory_model.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"

@@ -1,0 +1,55 @@
+// What a training session asks of the engine around each optimizer step, whichever device runs it: DataParallel
+// (parallel/data_parallel.h: the CPU's ranks) or CudaTrainStep (gpu/train_step_cuda.h: one GPU). Here, below both,
+// so the GPU's step needs nothing of the ranks' modules (MPI).
+//
+//   runs = step.step_begin(step, m);  loss_sum = <the m micro-batches>;  result = step.step_end(lr, loss_sum)
+//
+// Checkpoints see the weights and the Adam moments as named host tensors: moments_gather() before a save makes
+// them current (a ZeRO gather, a copy from the device), moments_release() after it; for a load,
+// moments_load_views(form) are the tensors to read into and moments_scatter() puts them in place.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "arch/hf.h"
+#include "core/rng.h"
+#include "model/llama.h"
+#include "optim/adamw.h"
+
+namespace agoq {
+
+// What a step did, the same on every rank of the grid.
+struct DpStepResult {
+  double loss = 0;       // mean over all ranks' micro-batches
+  double grad_norm = 0;  // global norm of the reduced gradient, before clipping
+  double wait_s = 0;     // communication not hidden behind backward
+};
+
+// How a checkpoint (or a run) keeps the moments.
+struct MomentsForm {
+  OptimState state = OptimState::fp32;
+  AdamQ8Format q8;  // with state q8
+  bool operator==(const MomentsForm& o) const { return state == o.state && (state == OptimState::fp32 || q8 == o.q8); }
+};
+
+// The stochastic-rounding seed of the saved activations of global micro-batch g at `step`: fresh per micro-batch,
+// reproducible from (seed, step, g), the same whichever device or grid runs it.
+inline uint64_t dp_act_seed(uint64_t seed, long step, uint64_t g) {
+  return philox4x32(seed, uint64_t(step), g)[0] | (uint64_t(step) << 32);
+}
+
+class TrainStep {
+ public:
+  virtual ~TrainStep() = default;
+  virtual std::vector<MicroBatchRun> step_begin(long step, int m) = 0;
+  virtual DpStepResult step_end(float lr, double loss_sum) = 0;
+
+  virtual NamedTensors weights_views() = 0;
+  virtual NamedTensors moments_views() = 0;
+  virtual void moments_gather() = 0;
+  virtual void moments_release() = 0;
+  virtual NamedTensors moments_load_views(const MomentsForm& file) = 0;
+  virtual void moments_scatter() = 0;
+};
+
+}  // namespace agoq
