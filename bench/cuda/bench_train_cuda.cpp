@@ -21,14 +21,20 @@ struct PolicyRun {
   size_t peak_total = 0;
 };
 
-// Warm-up steps, then `steps` timed ones (each ends when the device has finished it) on random tokens.
-PolicyRun policy_run(const BenchTrainCudaOptions& o, const LlamaConfig& cfg, const std::string& policy) {
+// Warm-up steps, then `steps` timed ones (each ends when the device has finished it) on random tokens. `name`: an
+// activation policy, with "+q8" for the 8-bit gradient store (else fp32 gradients).
+PolicyRun policy_run(const BenchTrainCudaOptions& o, const LlamaConfig& cfg, const std::string& name) {
   MemoryTracker& device = MemoryTracker::of(MemDevice::cuda);
   device.reset_peaks();
+  const bool q8 = name.size() > 3 && name.compare(name.size() - 3, 3, "+q8") == 0;
+  const std::string policy = q8 ? name.substr(0, name.size() - 3) : name;
   CudaBackend gpu(o.gemm == "fp32" ? GemmPrecision::fp32 : GemmPrecision::bf16);
-  LlamaModel model(gpu, cfg, o.B, o.T, ActPolicy::parse(policy, cfg.n_layers));
+  const ModelStage whole = model_stage_whole(cfg);
+  auto grads = q8 ? std::make_unique<DeviceGradStore>(gpu, cfg, whole, 256, QuantRounding::stochastic) : nullptr;
+  LlamaModel model(cfg, o.B, o.T, ActPolicy::parse(policy, cfg.n_layers), whole, 1,
+                   grads ? grads->model_storage() : std::vector<ParamSegment>{}, nullptr, gpu);
   model.init_weights(7);
-  CudaTrainStep step(model, gpu, AdamWConfig{}, 1.0f, 7);
+  CudaTrainStep step(model, gpu, std::move(grads), AdamWConfig{}, 1.0f, 7);
   std::vector<int32_t> in(size_t(o.B) * o.T), tgt(in.size());
   Rng rng(3);
   for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
@@ -41,7 +47,7 @@ PolicyRun policy_run(const BenchTrainCudaOptions& o, const LlamaConfig& cfg, con
   const auto t0 = std::chrono::steady_clock::now();
   for (int s = 0; s < o.steps; ++s) one(o.warmup + s + 1);
   gpu.synchronize();
-  PolicyRun r{policy};
+  PolicyRun r{name};
   r.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.steps;
   r.act_bytes_per_token_layer = double(model.store().stored_bytes(true) + model.store().stored_bytes(false)) /
                                 (double(o.B) * o.T * cfg.n_layers);
@@ -52,7 +58,9 @@ PolicyRun policy_run(const BenchTrainCudaOptions& o, const LlamaConfig& cfg, con
 }  // namespace
 
 void bench_train_cuda_flags(CLI::App& c, BenchTrainCudaOptions& o) {
-  c.add_option("--policies", o.policies, "activation policies, compared with the first")->delimiter(',');
+  c.add_option("--policies", o.policies,
+               "activation policies, compared with the first; a name+q8 with the 8-bit gradient store")
+      ->delimiter(',');
   c.add_option("--dim", o.dim, "--device cuda: hidden size")->capture_default_str();
   c.add_option("--layers", o.layers, "--device cuda: decoder layers")->capture_default_str();
   c.add_option("--heads", o.heads, "--device cuda: attention heads")->capture_default_str();

@@ -24,7 +24,7 @@ void bench_train_cuda_command(CLI::App& bench, const char* name, const char* wha
 
 const CliCommand kBenchTrainCuda("bench", 20, [](CLI::App& bench) {
   bench_train_cuda_command(bench, "train", "training steps on the GPU: tokens/s, MFU, activation bytes, peak memory",
-                           {"baseline-bf16", "agoq"});
+                           {"baseline-bf16", "agoq", "agoq+q8"});
 });
 const CliCommand kBenchActCuda("bench", 25, [](CLI::App& bench) {
   bench_train_cuda_command(bench, "act", "activation policies on the GPU: saved bytes, step time, peak memory",

@@ -56,6 +56,22 @@ void ParamSet::carve(const LlamaConfig& cfg, At at) {
   AGOQ_CHECK(offset == model_stage_param_count(cfg, stage_), "parameter layout and count disagree (internal)");
 }
 
+std::vector<ParamSegment> model_grad_units(const LlamaConfig& cfg, const ModelStage& stage) {
+  // The layout's tensors (arch/hf.h) grouped by the part they belong to: the embedding, a layer, the head.
+  std::vector<ParamSegment> units;
+  size_t at = 0;
+  int part = -2;
+  for (const HfTensor& t : hf_tensors(cfg, stage)) {
+    const int of = t.role == ModelTensor::final_norm || t.role == ModelTensor::lm_head ? cfg.n_layers : t.layer;
+    if (of != part) units.push_back({at, at}), part = of;
+    size_t n = 1;
+    for (int64_t d : t.shape) n *= size_t(d);
+    at += n, units.back().end = at;
+  }
+  AGOQ_CHECK(at == model_stage_param_count(cfg, stage), "gradient units and parameter count disagree (internal)");
+  return units;
+}
+
 ParamSet::ParamSet(const LlamaConfig& cfg, const ModelStage& stage, MemCategory cat, const char* tag) : stage_(stage) {
   check_stage(cfg, stage);
   buf_ = Buffer<float>(model_stage_param_count(cfg, stage), cat, tag);

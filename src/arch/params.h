@@ -42,6 +42,11 @@ struct ParamSegment {
   float* data = nullptr;
 };
 
+// The parts of a stage's flat layout whose gradients backward finishes at one moment, in forward order, data null:
+// the embedding, each decoder layer, the final norm with an untied lm_head (they tile [0, model_stage_param_count)).
+// The gradient stores' units (parallel/grad_store.h, gpu/grad_store_cuda.h).
+std::vector<ParamSegment> model_grad_units(const LlamaConfig& cfg, const ModelStage& stage);
+
 class ParamSet {
  public:
   ParamSet() = default;

@@ -146,8 +146,7 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   c->add_option("--debug-exit-at-step", o.debug_exit_step)->group("");
   c->add_option("--debug-exit-rank", o.debug_exit_rank)->group("");
   c->add_option("--device", o.device,
-                "cpu, or cuda: one GPU in one process, with fp32 gradients (the default --grad-store there) and "
-                "fp32 AdamW moments (docs/cuda.md)")
+                "cpu, or cuda: one GPU in one process, with fp32 AdamW moments (docs/cuda.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   c->add_option("--gpu-gemm", o.gpu_gemm,
@@ -155,8 +154,6 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
       ->check(CLI::IsMember({"bf16", "fp32"}))
       ->capture_default_str();
   c->callback([args, c, kv_heads] {
-    // The 8-bit gradient store is not on the GPU yet: there the default is fp32 (an explicit q8 is refused).
-    if (args->opt.device == "cuda" && c->count("--grad-store") == 0) args->opt.grad_store = "fp32";
     for (const char* f : {"--config", "--dim", "--layers", "--heads", "--kv-heads", "--ffn", "--rope-theta",
                           "--tie-embeddings"})
       if (c->count(f) > 0) args->opt.model_flags.push_back(f);

@@ -7,8 +7,11 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
 
 #include "cuda/device_buffer.h"
 
@@ -37,6 +40,19 @@ struct CudaGemm {
   CudaDtype type = CudaDtype::f32;
 };
 
+// One GEMM shape's cuBLASLt descriptors and the heuristic's algorithm for them (matmul_cuda.cu makes them once per
+// shape, operand alignments included, and destroys them with the CudaMatmul).
+struct GemmPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  GemmPlan() = default;
+  GemmPlan(const GemmPlan&) = delete;
+  GemmPlan& operator=(const GemmPlan&) = delete;
+  ~GemmPlan();
+};
+
 class CudaMatmul {
  public:
   // The cuBLASLt handle and its workspace (tracked, category workspace) for GEMMs on `stream`.
@@ -51,15 +67,21 @@ class CudaMatmul {
   // dw (out_dim, in_dim) += doutᵀ · in (ACCUMULATES; skipped when null). dout, in and w have type t.
   void backward(float* din, float* dw, const void* dout, const void* in, const void* w, CudaDtype t, int N,
                 int in_dim, int out_dim, bool accumulate_din = false);
-  // Any GEMM of the layers (attention's per-block products use this).
+  // Any GEMM of the layers (attention's per-block products use this). The first GEMM of a shape asks cuBLASLt's
+  // heuristic for its algorithm; later ones of that shape reuse it.
   void gemm(const CudaGemm& g);
   cudaStream_t stream() const { return stream_; }
 
  private:
 
+  // (m, n, k, lda, ldb, ldd, trans_a, trans_b, batch, strides a/b/d, type, alignments a/b/d)
+  using GemmKey = std::array<int64_t, 16>;
+  std::unique_ptr<GemmPlan> plan_make(const CudaGemm& g, uint32_t align_a, uint32_t align_b, uint32_t align_d);
+
   cublasLtHandle_t handle_ = nullptr;
   cudaStream_t stream_;
   DeviceBuffer<uint8_t> workspace_;
+  std::map<GemmKey, std::unique_ptr<GemmPlan>> plans_;
 };
 
 }  // namespace agoq

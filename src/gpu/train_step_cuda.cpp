@@ -1,5 +1,6 @@
 #include "gpu/train_step_cuda.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -8,16 +9,17 @@
 
 namespace agoq {
 
-CudaTrainStep::CudaTrainStep(LlamaModel& model, CudaBackend& gpu, const AdamWConfig& adam, float clip,
-                             uint64_t seed)
+CudaTrainStep::CudaTrainStep(LlamaModel& model, CudaBackend& gpu, std::unique_ptr<DeviceGradStore> q8_grads,
+                             const AdamWConfig& adam, float clip, uint64_t seed)
     : model_(model),
       gpu_(gpu),
+      q8_(std::move(q8_grads)),
       adam_(adam),
       clip_(clip),
       seed_(seed),
       n_(model_stage_param_count(model.config(), model.stage())) {
-  AGOQ_CHECK(&model.backend() == &gpu && model.grads_flat(), "the GPU step needs a model on its backend with its own "
-             "gradient buffer (internal)");
+  AGOQ_CHECK(&model.backend() == &gpu && (q8_ || model.grads_flat()), "the GPU step needs a model on its "
+             "backend with its own gradient buffer or the 8-bit store's (internal)");
   AGOQ_CHECK(adam.state == OptimState::fp32, "--device cuda keeps AdamW's moments in fp32 (8-bit moments are not "
              "built on the GPU yet): use --optim-state fp32");
   moment1_ = gpu.buffer<float>(n_, MemCategory::optimizer, "adam.m");
@@ -31,31 +33,64 @@ CudaTrainStep::CudaTrainStep(LlamaModel& model, CudaBackend& gpu, const AdamWCon
 
 std::vector<MicroBatchRun> CudaTrainStep::step_begin(long step, int m) {
   step_ = step, m_ = m;
-  gpu_.zero(model_.grads_flat(), n_);
+  if (!q8_) gpu_.zero(model_.grads_flat(), n_);  // the 8-bit store's first micro-batch overwrites instead
   std::vector<MicroBatchRun> runs(m);
-  for (int j = 0; j < m; ++j) runs[j].act_seed = dp_act_seed(seed_, step, uint64_t(j)), runs[j].grad_scale = 1.0f / m;
+  for (int j = 0; j < m; ++j) {
+    MicroBatchRun& r = runs[j];
+    r.act_seed = dp_act_seed(seed_, step, uint64_t(j)), r.grad_scale = 1.0f / m;
+    if (!q8_) continue;
+    const uint64_t grad_seed = dp_grad_seed(seed_, step, uint64_t(j));
+    r.grads_ready = [this, first = j == 0, grad_seed](int layer) {
+      q8_->unit_ready(q8_->unit_of_layer(layer), first, grad_seed);
+    };
+  }
   return runs;
 }
 
-// DpOptimizer::step on one replica: the norm of the whole gradient, clipping, then AdamW run by run.
+// DpOptimizer::step on one replica: the norm of the whole gradient, clipping, then AdamW run by run (the 8-bit
+// store: unit by unit, each dequantized into its scratch once for the norm and once for the update).
 DpStepResult CudaTrainStep::step_end(float lr, double loss_sum) {
-  float* g = model_.grads_flat();
   DpStepResult res;
   res.loss = loss_sum / double(m_);
-  res.grad_norm = std::sqrt(cuda_grad_sum_squares(g, n_));
+  double sum_squares = 0;
+  if (!q8_) sum_squares = cuda_grad_sum_squares(model_.grads_flat(), n_);
+  for (int u = 0; q8_ && u < q8_->unit_count(); ++u) {
+    const ParamSegment& r = q8_->unit(u);
+    sum_squares += cuda_grad_sum_squares(q8_->unit_fp32(u), r.end - r.begin);
+  }
+  res.grad_norm = std::sqrt(sum_squares);
   if (!std::isfinite(res.loss) || !std::isfinite(res.grad_norm))
     fail("training diverged at step ", step_, ": ", std::isfinite(res.loss) ? "the gradient norm is " : "the loss is ",
          std::isfinite(res.loss) ? res.grad_norm : res.loss, " (loss ", res.loss, ", gradient norm ", res.grad_norm,
          ")");
-  if (res.grad_norm > clip_) cuda_grad_scale(g, n_, float(clip_ / res.grad_norm));
+  const float scale = res.grad_norm > clip_ ? float(clip_ / res.grad_norm) : 1.0f;
   const AdamStepCoeffs k = adam_step_coeffs(adam_.beta1, adam_.beta2, adam_.eps, lr, step_);
   const float decay = 1.0f - lr * adam_.weight_decay;
-  float* p = model_.params_flat();
-  for (const AdamDecayRun& r : runs_)
-    cuda_adamw_step(p + r.begin, moment1_.data() + r.begin, moment2_.data() + r.begin, g + r.begin, r.end - r.begin,
-                    r.decay ? decay : 1.0f, k);
+  if (!q8_) {
+    float* g = model_.grads_flat();
+    if (scale != 1.0f) cuda_grad_scale(g, n_, scale);
+    adam_range(g, 0, n_, decay, k);
+  }
+  for (int u = 0; q8_ && u < q8_->unit_count(); ++u) {
+    const ParamSegment& r = q8_->unit(u);
+    float* g = q8_->unit_fp32(u);
+    if (scale != 1.0f) cuda_grad_scale(g, r.end - r.begin, scale);
+    adam_range(g, r.begin, r.end, decay, k);
+    q8_->unit_release(u);
+  }
   gpu_.weights_changed();
   return res;
+}
+
+// AdamW on [begin, end) of the flat layout, run by run of its weight decay; g holds the gradient of [begin, end).
+void CudaTrainStep::adam_range(const float* g, size_t begin, size_t end, float decay, const AdamStepCoeffs& k) {
+  float* p = model_.params_flat();
+  for (const AdamDecayRun& r : runs_) {
+    const size_t a = std::max(r.begin, begin), b = std::min(r.end, end);
+    if (a < b)
+      cuda_adamw_step(p + a, moment1_.data() + a, moment2_.data() + a, g + (a - begin), b - a, r.decay ? decay : 1.0f,
+                      k);
+  }
 }
 
 // ---- checkpoints ----

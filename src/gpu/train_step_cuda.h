@@ -1,7 +1,8 @@
 // One optimizer step of a model on the GPU, in one process: DataParallel's twin for a single replica
 // (parallel/data_parallel.h), in the same two calls around the micro-batches:
 //
-//   runs = step.step_begin(step, m)     the gradients zeroed; each micro-batch's seed (dp_act_seed) and 1/m scale
+//   runs = step.step_begin(step, m)     each micro-batch's seeds (dp_act_seed, dp_grad_seed) and 1/m scale; with
+//                                        the 8-bit store, grads_ready folds each finished unit into it
 //   loss_sum = model.forward_backward_micro_batches(..., runs)
 //   result = step.step_end(lr, loss_sum)   norm, clipping, divergence check, AdamW with fp32 moments, on the device
 //
@@ -10,10 +11,13 @@
 // named as DataParallel's views name them (the weights by their HF names; adam.m.<name>, adam.v.<name>), so a
 // checkpoint of either device resumes on the other.
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "gpu/backend_cuda.h"
+#include "gpu/grad_store_cuda.h"
 #include "model/llama.h"
+#include "opmath/adamw_math.h"
 #include "optim/adamw.h"
 #include "optim/train_step.h"
 
@@ -21,8 +25,10 @@ namespace agoq {
 
 class CudaTrainStep final : public TrainStep {
  public:
-  // model: on `gpu`, with its own gradient buffer. adam.state must be fp32.
-  CudaTrainStep(LlamaModel& model, CudaBackend& gpu, const AdamWConfig& adam, float clip, uint64_t seed);
+  // model: on `gpu`, writing its gradients into its own fp32 buffer (q8_grads null) or into q8_grads' storage
+  // (the store the model was built on, kept here). adam.state must be fp32.
+  CudaTrainStep(LlamaModel& model, CudaBackend& gpu, std::unique_ptr<DeviceGradStore> q8_grads,
+                const AdamWConfig& adam, float clip, uint64_t seed);
 
   std::vector<MicroBatchRun> step_begin(long step, int m) override;
   DpStepResult step_end(float lr, double loss_sum) override;
@@ -38,9 +44,11 @@ class CudaTrainStep final : public TrainStep {
 
  private:
   void host_allocate();
+  void adam_range(const float* g, size_t begin, size_t end, float decay, const AdamStepCoeffs& k);
 
   LlamaModel& model_;
   CudaBackend& gpu_;
+  std::unique_ptr<DeviceGradStore> q8_;
   AdamWConfig adam_;
   float clip_;
   uint64_t seed_;

@@ -61,17 +61,21 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
       max_rows_(max_batch * max_seq),
       max_seq_(max_seq) {
   cfg.validate();
-  AGOQ_CHECK(be_.host_memory() || (stage.tp == 1 && grad_storage.empty()),
-             "a model on ", mem_device_name(be_.device()), " runs unsharded (tp 1) with its own gradient buffer");
+  const bool sparse_embedding = std::any_of(grad_storage.begin(), grad_storage.end(),
+                                            [](const ParamSegment& g) { return g.data == nullptr; });
+  AGOQ_CHECK(be_.host_memory() || (stage.tp == 1 && !sparse_embedding), "a model on ", mem_device_name(be_.device()),
+             " runs unsharded (tp 1), with its gradients in device memory (its own or a store's)");
   if (be_.host_memory()) {  // the flat buffers as ParamSet owns them (the memory model counts them so)
     params_ = ParamSet(cfg, stage, MemCategory::weights);
+  } else {
+    params_mem_ = be_.buffer<float>(model_stage_param_count(cfg, stage), MemCategory::weights);
+    params_ = ParamSet(cfg, stage, {{0, params_mem_.size(), params_mem_.data()}});
+  }
+  if (be_.host_memory() || !grad_storage.empty()) {
     grads_ = grad_storage.empty() ? ParamSet(cfg, stage, MemCategory::gradients) : ParamSet(cfg, stage, grad_storage);
   } else {
-    const size_t count = model_stage_param_count(cfg, stage);
-    params_mem_ = be_.buffer<float>(count, MemCategory::weights);
-    grads_mem_ = be_.buffer<float>(count, MemCategory::gradients);
-    params_ = ParamSet(cfg, stage, {{0, count, params_mem_.data()}});
-    grads_ = ParamSet(cfg, stage, {{0, count, grads_mem_.data()}});
+    grads_mem_ = be_.buffer<float>(model_stage_param_count(cfg, stage), MemCategory::gradients);
+    grads_ = ParamSet(cfg, stage, {{0, grads_mem_.size(), grads_mem_.data()}});
   }
   AGOQ_CHECK(max_batch >= 1, "batch size must be positive (got ", max_batch, ")");
   AGOQ_CHECK(max_seq >= 1 && max_seq <= cfg.max_seq_len, "sequence length ", max_seq,

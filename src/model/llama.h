@@ -58,7 +58,8 @@ class LlamaModel {
   // the group of stage.tp ranks in which it is rank stage.tp_rank (docs/parallel.md: the collectives per layer).
   // `backend`: where the model computes and its buffers live (model/backend.h). Parameters, gradients, stores and
   // workspaces are that device's memory; token ids, targets and the returned losses are the host's. A device
-  // backend runs the whole model or a stage of it, unsharded (tp 1), with its gradients in the model's own buffer.
+  // backend runs unsharded (tp 1), its gradients in device memory (its own buffer, or a store's without a sparse
+  // embedding).
   LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy, const ModelStage& stage,
              int in_flight, const std::vector<ParamSegment>& grad_storage = {}, TensorGroup* tensor = nullptr,
              ModelBackend& backend = model_backend_cpu());

@@ -38,6 +38,11 @@ inline uint64_t dp_act_seed(uint64_t seed, long step, uint64_t g) {
   return philox4x32(seed, uint64_t(step), g)[0] | (uint64_t(step) << 32);
 }
 
+// The stochastic-rounding seed of global micro-batch g's gradients in an 8-bit store at `step`.
+inline uint64_t dp_grad_seed(uint64_t seed, long step, uint64_t g) {
+  return philox4x32(seed ^ 0x67726164ull, uint64_t(step), g)[0];  // "grad"
+}
+
 class TrainStep {
  public:
   virtual ~TrainStep() = default;

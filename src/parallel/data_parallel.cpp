@@ -1,6 +1,5 @@
 #include "parallel/data_parallel.h"
 
-#include "core/rng.h"
 
 namespace agoq {
 
@@ -42,7 +41,7 @@ std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m) {
     // Stochastic rounding of saved activations and of the q8 store: fresh per micro-batch, reproducible from
     // (seed, step, g).
     r.act_seed = dp_act_seed(seed_, step, g);
-    const uint64_t grad_seed = philox4x32(seed_ ^ 0x67726164ull, uint64_t(step), g)[0];  // "grad"
+    const uint64_t grad_seed = dp_grad_seed(seed_, step, g);
     r.grad_scale = 1.0f / float(D_ * m);
     r.grads_ready = [this, j, m, grad_seed](int layer) {
       reducer_.unit_ready(grad_unit_of_layer(store_.stage(), layer), j == 0, j == m - 1, grad_seed);

@@ -11,18 +11,8 @@
 namespace agoq {
 
 std::vector<GradRange> grad_units_of(const LlamaConfig& cfg, const ModelStage& stage) {
-  // The layout's tensors (arch/hf.h) grouped by the part they belong to: the embedding, a layer, the head.
   std::vector<GradRange> units;
-  size_t at = 0;
-  int part = -2;
-  for (const HfTensor& t : hf_tensors(cfg, stage)) {
-    const int of = t.role == ModelTensor::final_norm || t.role == ModelTensor::lm_head ? cfg.n_layers : t.layer;
-    if (of != part) units.push_back({at, at}), part = of;
-    size_t n = 1;
-    for (int64_t d : t.shape) n *= size_t(d);
-    at += n, units.back().end = at;
-  }
-  AGOQ_CHECK(at == model_stage_param_count(cfg, stage), "gradient units and parameter count disagree (internal)");
+  for (const ParamSegment& u : model_grad_units(cfg, stage)) units.push_back({u.begin, u.end});
   return units;
 }
 

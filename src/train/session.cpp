@@ -183,9 +183,9 @@ void TrainSession::model_build() {
   skipped_.resize(2 * size_t(B_) * T_);
 }
 
-// One GPU in one process (docs/cuda.md): the model on the CUDA backend, with its gradients in its own fp32 buffer
-// and the optimizer step on the device; the flags that need more (ranks, 8-bit stores) were refused by
-// train_options_validate.
+// One GPU in one process (docs/cuda.md): the model on the CUDA backend, its gradients in its own fp32 buffer or in
+// the device's 8-bit store, and the optimizer step on the device; the flags that need more (ranks, 8-bit moments)
+// were refused by train_options_validate.
 void TrainSession::model_build_gpu() {
 #if AGOQ_HAVE_CUDA
   AGOQ_CHECK(world_.size() == 1, "--device cuda trains on one GPU in one process (", world_.size(),
@@ -195,9 +195,14 @@ void TrainSession::model_build_gpu() {
   gpu_ = std::move(gpu);
   loader_ = std::make_unique<DataLoader>(train_set_, T_, opt_.seed);
   val_loader_ = std::make_unique<DataLoader>(val_set_, T_, opt_.seed);
-  model_ = std::make_unique<LlamaModel>(backend, cfg_, B_, T_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers));
+  const ModelStage whole = model_stage_whole(cfg_);
+  std::unique_ptr<DeviceGradStore> q8;  // --grad-store q8: the model writes into its scratch
+  if (dp_options_.store.kind == GradStoreKind::q8)
+    q8 = std::make_unique<DeviceGradStore>(backend, cfg_, whole, dp_options_.store.block, dp_options_.store.rounding);
+  model_ = std::make_unique<LlamaModel>(cfg_, B_, T_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers), whole, 1,
+                                        q8 ? q8->model_storage() : std::vector<ParamSegment>{}, nullptr, backend);
   model_->init_weights(opt_.seed);
-  engine_ = std::make_unique<CudaTrainStep>(*model_, backend, opt_.adam, opt_.clip, opt_.seed);
+  engine_ = std::make_unique<CudaTrainStep>(*model_, backend, std::move(q8), opt_.adam, opt_.clip, opt_.seed);
   inputs_.resize(size_t(B_) * T_ * m_);
   targets_.resize(inputs_.size());
   skipped_.resize(2 * size_t(B_) * T_);

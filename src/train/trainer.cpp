@@ -44,14 +44,13 @@ void train_options_validate(const TrainOptions& o) {
   AGOQ_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda (got '", o.device, "')");
   AGOQ_CHECK(o.gpu_gemm == "bf16" || o.gpu_gemm == "fp32", "--gpu-gemm must be bf16 or fp32 (got '", o.gpu_gemm,
              "')");
-  if (o.device == "cuda") {  // one GPU, fp32 gradients and moments: what the CUDA backend builds so far
+  if (o.device == "cuda") {  // one GPU, fp32 moments: what the CUDA backend builds so far
     auto gpu_lacks = [](bool refused, const char* what) {
       AGOQ_CHECK(!refused, "--device cuda: ", what, " is not built on the GPU yet (docs/cuda.md)");
     };
     gpu_lacks(o.pp > 1, "pipeline parallelism (--pp)");
     gpu_lacks(o.tp > 1 || o.sp, "tensor parallelism (--tp, --sp)");
     gpu_lacks(o.zero != 0, "ZeRO-1 (--zero)");
-    gpu_lacks(o.grad_store != "fp32", "the 8-bit gradient store (--grad-store q8)");
     gpu_lacks(o.adam.state != OptimState::fp32, "8-bit AdamW moments (--optim-state q8)");
     gpu_lacks(o.mem_budget > 0, "re-planning the activation bits (--mem-budget)");
   }

@@ -56,12 +56,11 @@ TEST_F(CliErrors, BadFlagValues) {
   expect_clean_error(train({{"--optim-state", "q8"}, {"--baseline", " "}}), "--optim-state");
 }
 
-// --device cuda takes what the GPU path builds (one GPU, fp32 gradients and moments) and says what it does not.
+// --device cuda takes what the GPU path builds (one GPU, fp32 moments) and says what it does not.
 TEST_F(CliErrors, GpuFlagsTheGpuPathDoesNotBuild) {
   expect_clean_error(train({{"--device", "gpu"}}), "--device");
   expect_clean_error(train({{"--device", "cuda"}, {"--pp", "2"}}), "--device cuda: pipeline parallelism (--pp)");
   expect_clean_error(train({{"--device", "cuda"}, {"--tp", "2"}}), "--device cuda: tensor parallelism");
-  expect_clean_error(train({{"--device", "cuda"}, {"--grad-store", "q8"}}), "the 8-bit gradient store");
   expect_clean_error(train({{"--device", "cuda"}, {"--optim-state", "q8"}}), "8-bit AdamW moments");
   expect_clean_error(train({{"--device", "cuda"}, {"--gpu-gemm", "tf32"}}), "--gpu-gemm");
 #if AGOQ_HAVE_CUDA

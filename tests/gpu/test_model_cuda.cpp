@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "gpu/backend_cuda.h"
+#include "gpu/grad_store_cuda.h"
 #include "model/llama.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -154,6 +155,46 @@ TEST(ModelCuda, DeviceBytesAreTheCpuModelsBytes) {
     EXPECT_EQ(grew(MemCategory::gradients), params);
     EXPECT_EQ(grew(MemCategory::activations), c.store().stored_bytes(false) + c.store().stored_bytes(true));
   }
+}
+
+// The 8-bit store on the device: two micro-batches folded into INT8 blocks against the same two accumulated in fp32,
+// unit by unit. Each fold rounds a value by at most half a step of its block (max |block| / 127), two folds here
+// (stochastic rounding: a whole step each): the bound is 2 / 127 of the unit's largest value. Its device bytes are
+// ~1 per parameter plus one unit's fp32 scratch, not 4 per parameter.
+TEST(ModelCuda, EightBitGradientStoreHoldsTheFp32Gradients) {
+  AGOQ_REQUIRE_GPU();
+  CudaBackend gpu(GemmPrecision::fp32);
+  const LlamaConfig cfg = small_config();
+  const Batch b1(cfg.vocab_size, 5), b2(cfg.vocab_size, 6);
+  const ActPolicy policy = ActPolicy::parse("fp32", cfg.n_layers);
+  const ModelStage whole = model_stage_whole(cfg);
+  LlamaModel plain(gpu, cfg, kB, kT, policy);
+  plain.init_weights(4);
+  const MemSnapshot before = MemoryTracker::of(MemDevice::cuda).current();
+  DeviceGradStore store(gpu, cfg, whole, 256, QuantRounding::stochastic);
+  LlamaModel q8(cfg, kB, kT, policy, whole, 1, store.model_storage(), nullptr, gpu);
+  const MemSnapshot after = MemoryTracker::of(MemDevice::cuda).current();
+  q8.init_weights(4);
+  for (const Batch* b : {&b1, &b2}) {
+    plain.forward_backward(b->in.data(), b->tgt.data(), kB, kT, {.act_seed = 1});
+    MicroBatchRun run{.act_seed = 1};
+    run.grads_ready = [&, first = b == &b1](int layer) { store.unit_ready(store.unit_of_layer(layer), first, 99); };
+    q8.forward_backward(b->in.data(), b->tgt.data(), kB, kT, run);
+  }
+  const std::vector<float> want = flat_download(plain, plain.grads_flat());
+  for (int u = 0; u < store.unit_count(); ++u) {
+    const ParamSegment& r = store.unit(u);
+    std::vector<float> got(r.end - r.begin);
+    gpu.download(got.data(), store.unit_fp32(u), got.size() * sizeof(float));
+    float scale = 0, diff = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      scale = std::max(scale, std::fabs(want[r.begin + i])), diff = std::max(diff, std::fabs(got[i] - want[r.begin + i]));
+    EXPECT_LE(diff, 2.0f / 127 * scale) << "unit " << u;
+  }
+  const size_t params = model_stage_param_count(cfg, whole);
+  const size_t grew = after.bytes[size_t(MemCategory::gradients)] - before.bytes[size_t(MemCategory::gradients)];
+  EXPECT_LT(grew, 2 * params);  // vs 4 bytes per parameter in fp32
+  EXPECT_GE(grew, params);
 }
 
 TEST(ModelCuda, RefusesWhatOnlyTheHostCanDo) {

@@ -57,6 +57,22 @@ TEST(TrainCuda, FiftyStepsFollowTheCpuLossCurve) {
   fs::remove_all(data);
 }
 
+// With the 8-bit gradient store on both devices (AGoQ's whole recipe on one GPU: agoq activations, q8 gradients).
+TEST(TrainCuda, EightBitGradientsFollowTheCpuLossCurve) {
+  AGOQ_REQUIRE_GPU();
+  const fs::path data = make_data("q8");
+  TrainOptions c = options(data, "cpu", "cpu", 30), g = options(data, "gpu", "cuda", 30);
+  c.grad_store = g.grad_store = "q8";
+  const TrainResult cpu = train_run(c), gpu = train_run(g);
+  ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
+  for (size_t i = 0; i < cpu.losses.size(); ++i)
+    EXPECT_NEAR(gpu.losses[i], cpu.losses[i], 0.02 * cpu.losses[i]) << "step " << i + 1;
+  LlamaConfig cfg = g.model;
+  cfg.vocab_size = 50;  // the data's
+  EXPECT_LT(gpu.peak.bytes[size_t(MemCategory::gradients)], 2 * cfg.param_count());  // ~1 byte per parameter + scratch
+  fs::remove_all(data);
+}
+
 // N steps straight vs N/2, a checkpoint, and a resume: the same losses, bit for bit.
 TEST(TrainCuda, ResumeIsBitIdentical) {
   AGOQ_REQUIRE_GPU();
