@@ -1,0 +1,181 @@
+// The model's device paths, on the CPU: a backend with the CPU's ops that presents its memory as a device's
+// (MemDevice::cuda's tracker, host_memory() false). The model then takes every path a GPU backend takes -- token
+// ids and targets copied in, per-row losses and logits copied out, weights made on the host and uploaded,
+// parameters and gradients as views of backend buffers, activation stores from the backend -- and, computing with
+// the same ops in the same order, must give the CPU model's bits.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/llama.h"
+
+namespace agoq {
+namespace {
+
+class DeviceLikeBackend final : public ModelBackend {
+ public:
+  size_t uploads = 0, downloads = 0;
+
+  MemDevice device() const override { return MemDevice::cuda; }
+  std::shared_ptr<void> allocate(size_t bytes, MemCategory cat, std::string_view tag) override {
+    void* p = std::calloc(bytes, 1);
+    MemoryTracker::of(MemDevice::cuda).record(p, bytes, cat, tag);
+    return std::shared_ptr<void>(p, [](void* q) {
+      MemoryTracker::of(MemDevice::cuda).forget(q);
+      std::free(q);
+    });
+  }
+  void upload(void* dst, const void* host, size_t bytes) override { std::memcpy(dst, host, bytes), ++uploads; }
+  void download(void* host, const void* src, size_t bytes) override { std::memcpy(host, src, bytes), ++downloads; }
+  void zero(float* x, size_t n) override { cpu().zero(x, n); }
+  std::unique_ptr<ActStoreApi> store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
+                                          const ModelStage& stage) override {
+    return cpu().store_make(cfg, max_rows, policy, stage);
+  }
+  void matmul_forward(float* out, const float* in, const float* w, int N, int i, int o) override {
+    cpu().matmul_forward(out, in, w, N, i, o);
+  }
+  void matmul_backward(float* din, float* dw, const float* dout, const float* in, const float* w, int N, int i, int o,
+                       bool acc) override {
+    cpu().matmul_backward(din, dw, dout, in, w, N, i, o, acc);
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) override {
+    cpu().rmsnorm_forward(out, rstd, x, w, N, C, eps);
+  }
+  void rmsnorm_apply(float* out, const float* x, const float* rstd, const float* w, int N, int C) override {
+    cpu().rmsnorm_apply(out, x, rstd, w, N, C);
+  }
+  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
+                        int N, int C) override {
+    cpu().rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
+  }
+  void rope_forward(float* x, const float* c, const float* s, int N, int T, int h, int hd) override {
+    cpu().rope_forward(x, c, s, N, T, h, hd);
+  }
+  void rope_backward(float* x, const float* c, const float* s, int N, int T, int h, int hd) override {
+    cpu().rope_backward(x, c, s, N, T, h, hd);
+  }
+  void swiglu_forward(float* out, const float* g, const float* u, size_t n) override { cpu().swiglu_forward(out, g, u, n); }
+  void swiglu_backward(float* dg, float* du, const float* d, const float* g, const float* u, size_t n) override {
+    cpu().swiglu_backward(dg, du, d, g, u, n);
+  }
+  void crossentropy_forward_backward(float* z, float* l, const int* t, int N, int V, float s, float* st) override {
+    cpu().crossentropy_forward_backward(z, l, t, N, V, s, st);
+  }
+  void crossentropy_shard_max(const float*, int, int, float*) override { fail("device-like backend: no shards"); }
+  void crossentropy_shard_exp(float*, const int*, int, int, int, const float*, float*) override {
+    fail("device-like backend: no shards");
+  }
+  void crossentropy_shard_finish(float*, float*, const int*, int, int, int, const float*, const float*,
+                                 float) override {
+    fail("device-like backend: no shards");
+  }
+  void embedding_forward(float* out, const int* t, const float* table, int N, int C, int v0, int V) override {
+    cpu().embedding_forward(out, t, table, N, C, v0, V);
+  }
+  void embedding_backward(float* d, const float* dout, const int* t, int N, int C, int v0, int V) override {
+    cpu().embedding_backward(d, dout, t, N, C, v0, V);
+  }
+  void residual_add(float* out, const float* a, const float* b, size_t n) override { cpu().residual_add(out, a, b, n); }
+  void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
+                         int Hkv, int hd) override {
+    cpu().attention_forward(o, lse, q, k, v, B, T, H, Hkv, hd);
+  }
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                          const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv,
+                          int hd) override {
+    cpu().attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, hd);
+  }
+
+ private:
+  static ModelBackend& cpu() { return model_backend_cpu(); }
+};
+
+constexpr int kB = 2, kT = 16;
+
+LlamaConfig small_config(bool tied) {
+  LlamaConfig c;
+  c.vocab_size = 80, c.dim = 32, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.ffn_dim = 48;
+  c.max_seq_len = kT, c.tie_embeddings = tied;
+  return c;
+}
+
+std::vector<float> flat(ModelBackend& be, LlamaModel& m, float* p) {
+  std::vector<float> h(model_stage_param_count(m.config(), m.stage()));
+  be.download(h.data(), p, h.size() * sizeof(float));
+  return h;
+}
+
+TEST(ModelBackend, DevicePathsGiveTheCpuModelsBits) {
+  for (bool tied : {false, true})
+    for (const char* policy : {"fp32", "agoq"}) {
+      const LlamaConfig cfg = small_config(tied);
+      Rng rng(9);
+      std::vector<int32_t> in(kB * kT), tgt(kB * kT);
+      for (int i = 0; i < kB * kT; ++i) in[i] = int32_t(rng.below(80)), tgt[i] = int32_t(rng.below(80));
+      tgt[5] = -1;
+      DeviceLikeBackend dev;
+      const MemSnapshot before = MemoryTracker::of(MemDevice::cuda).current();
+      LlamaModel c(cfg, kB, kT, ActPolicy::parse(policy, cfg.n_layers));
+      LlamaModel d(dev, cfg, kB, kT, ActPolicy::parse(policy, cfg.n_layers));
+      const MemSnapshot after = MemoryTracker::of(MemDevice::cuda).current();
+      c.init_weights(5), d.init_weights(5);
+      const float lc = c.forward_backward(in.data(), tgt.data(), kB, kT, {.act_seed = 3});
+      const size_t uploads = dev.uploads;
+      const float ld = d.forward_backward(in.data(), tgt.data(), kB, kT, {.act_seed = 3});
+      const std::string what = std::string(policy) + (tied ? ", tied" : "");
+      EXPECT_EQ(ld, lc) << what;
+      EXPECT_GT(dev.uploads, uploads) << what;  // the ids went to the "device"
+      EXPECT_EQ(flat(dev, d, d.params_flat()), std::vector<float>(c.params().data(), c.params().data() + c.params().size()))
+          << what;
+      EXPECT_EQ(flat(dev, d, d.grads_flat()), std::vector<float>(c.grads().data(), c.grads().data() + c.grads().size()))
+          << what;
+      EXPECT_EQ(d.forward_loss(in.data(), tgt.data(), kB, kT), c.forward_loss(in.data(), tgt.data(), kB, kT)) << what;
+      std::vector<float> zc(cfg.vocab_size), zd(cfg.vocab_size);
+      c.forward_last_logits(in.data(), kT, zc.data());
+      d.forward_last_logits(in.data(), kT, zd.data());
+      EXPECT_EQ(zd, zc) << what;
+      // Every buffer of the model is the backend's (the store is the one store_make gave, here the CPU's): its
+      // weights, gradients, and the workspace the memory model counts plus the two copies of the token ids.
+      auto grew = [&](MemCategory k) { return after.bytes[size_t(k)] - before.bytes[size_t(k)]; };
+      const size_t params = model_stage_param_count(cfg, d.stage()) * sizeof(float);
+      EXPECT_EQ(grew(MemCategory::weights), params);
+      EXPECT_EQ(grew(MemCategory::gradients), params);
+      EXPECT_EQ(grew(MemCategory::workspace),
+                llama_workspace_bytes(cfg, kB, kT, ActPolicy::parse(policy, cfg.n_layers), d.stage()) +
+                    2 * size_t(kB) * kT * sizeof(int32_t));
+    }
+}
+
+TEST(ModelBackend, ADeviceRefusesWhatOnlyTheHostDoes) {
+  DeviceLikeBackend dev;
+  const LlamaConfig cfg = small_config(false);
+  const ActPolicy policy = ActPolicy::parse("fp32", cfg.n_layers);
+  const ModelStage whole = model_stage_whole(cfg);
+  const ModelStage shard = model_stage_shard(cfg, whole, 2, 0, false);
+  auto refused = [&](const ModelStage& stage, const std::vector<ParamSegment>& storage) {
+    try {
+      LlamaModel m(cfg, kB, kT, policy, stage, 1, storage, nullptr, dev);
+    } catch (const Error& e) {
+      return std::string(e.what()).find("runs unsharded") != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_TRUE(refused(shard, {}));
+  const size_t n = model_stage_param_count(cfg, whole);
+  std::vector<float> storage(n);
+  EXPECT_TRUE(refused(whole, {{0, 100, nullptr}, {100, n, storage.data() + 100}}));  // a sparse embedding
+  LlamaModel ok(cfg, kB, kT, policy, whole, 1, {{0, n, storage.data()}}, nullptr, dev);  // a store's dense storage
+  EXPECT_EQ(ok.grads_flat(), nullptr);  // the store holds them
+  LlamaModel m(dev, cfg, kB, kT, ActPolicy::parse("agoq", cfg.n_layers));
+  m.store().set_calibration(true);  // the CPU store: calibration works wherever its memory is
+  EXPECT_GT(m.store().stored_bytes(false), 0u);
+}
+
+}  // namespace
+}  // namespace agoq
