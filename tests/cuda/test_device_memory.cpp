@@ -32,14 +32,22 @@ TEST(CudaMemory, TrackerBytesEqualTheDriversUse) {
   EXPECT_EQ(t.tag_peak("act.test"), kBytes);
 }
 
-TEST(CudaMemory, FailuresNameTheCall) {
+// Running out of device memory is one line naming the request, what agoq holds and what the device has free; the
+// tracker is unchanged and the next allocation works (the error is not sticky).
+TEST(CudaMemory, OutOfMemoryNamesTheRequest) {
   AGOQ_REQUIRE_GPU();
+  const size_t held = MemoryTracker::of(MemDevice::cuda).current().total();
   try {
-    DeviceBuffer<float> huge(size_t(1) << 50, MemCategory::workspace);  // 4 PiB
+    DeviceBuffer<float> huge(size_t(1) << 50, MemCategory::workspace, "huge");  // 4 PiB
     FAIL() << "allocated 4 PiB";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cudaMalloc"), std::string::npos) << e.what();
+    const std::string m = e.what();
+    EXPECT_NE(m.find("out of GPU memory: 4194304.00 GiB for workspace (huge)"), std::string::npos) << m;
+    EXPECT_NE(m.find("free on the device"), std::string::npos) << m;
   }
+  EXPECT_EQ(MemoryTracker::of(MemDevice::cuda).current().total(), held);
+  DeviceBuffer<float> small(1024, MemCategory::workspace);
+  EXPECT_EQ(MemoryTracker::of(MemDevice::cuda).current().total(), held + 4096);
 }
 
 // On this machine (no usable GPU) the reason is reported, never an empty string or a crash.
