@@ -86,6 +86,21 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
   timeout 180 python3 scripts/gpu_torch_reference.py --json > "$out/torch-reference.json" 2> "$out/torch-reference.err" ||
     status=1
   log "PyTorch reference: $(tr -d '\n ' < "$out/torch-reference.json" | head -c 300)"
+  # The issue's bar, from the two files: agoq's whole recipe (agoq+q8) against PyTorch bf16 on the same model.
+  if [ -s "$out/bench-train-cuda.json" ]; then
+    python3 - "$out/bench-train-cuda.json" "$out/torch-reference.json" <<'PY' | tee -a "$out/summary.txt" || true
+import json, sys
+runs = {r["policy"]: r for r in json.load(open(sys.argv[1]))}
+torch = json.load(open(sys.argv[2]))
+for name in ("agoq+q8", "agoq"):
+    if name in runs:
+        r = runs[name]
+        print(f"gpu-check: {name} vs PyTorch bf16: {r['tokens_per_s'] / torch['tokens_per_s']:.2f}x tokens/s "
+              f"at {r['peak_bytes'] / 2**30 / torch['peak_allocated_gib']:.2f}x peak memory "
+              f"(goal: >= 1.0x at <= 0.5x); act bytes {r['act_vs_first']:.2f}x and step {r['step_vs_first']:.2f}x "
+              f"the bf16 store's (goals <= 0.40x, <= 1.05x); MFU {100 * r['mfu']:.1f}% (goal >= 45%)")
+PY
+  fi
 fi
 log "done, status $status"
 exit $status
