@@ -7,9 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.h"
-#include "data/token_file.h"
-#include "tests/common/temp_path.h"
+#include "tests/common/synthetic_corpus.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "train/trainer.h"
 
@@ -18,18 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A noisy periodic sequence, learnable but not trivial (tests/train/test_trainer.cpp's corpus).
-fs::path make_data(const std::string& name, int vocab = 50, int n = 8000) {
-  const fs::path dir = test_temp_path("train_cuda_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  Rng rng(5);
-  std::vector<int32_t> tok(n);
-  for (int i = 0; i < n; ++i) tok[i] = rng.below(10) == 0 ? int32_t(rng.below(vocab)) : int32_t((i * 7) % vocab);
-  token_file_write((dir / "train.bin").string(), std::span(tok).subspan(0, n * 9 / 10), vocab);
-  token_file_write((dir / "val.bin").string(), std::span(tok).subspan(n * 9 / 10), vocab);
-  return dir;
-}
+fs::path make_data(const std::string& name) { return synthetic_corpus_make("train_cuda_" + name, 50, 8000); }
 
 TrainOptions options(const fs::path& data, const std::string& out, const std::string& device, long steps) {
   TrainOptions o;

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "data/token_file.h"
 #include "train/trainer.h"
+#include "tests/common/synthetic_corpus.h"
 #include "tests/common/temp_path.h"
 
 namespace agoq {
@@ -17,17 +17,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A small synthetic corpus: a noisy periodic sequence, learnable but not trivial.
 fs::path make_synthetic_data(const std::string& name, int vocab = 50, int n = 6000) {
-  const fs::path dir = test_temp_path("trainer_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  Rng rng(5);
-  std::vector<int32_t> tok(n);
-  for (int i = 0; i < n; ++i) tok[i] = rng.below(10) == 0 ? int32_t(rng.below(vocab)) : int32_t((i * 7) % vocab);
-  token_file_write((dir / "train.bin").string(), std::span(tok).subspan(0, n * 9 / 10), vocab);
-  token_file_write((dir / "val.bin").string(), std::span(tok).subspan(n * 9 / 10), vocab);
-  return dir;
+  return synthetic_corpus_make("trainer_" + name, vocab, n);
 }
 
 TrainOptions tiny_options(const fs::path& data, const std::string& out) {
