@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.h"
 #include "train/trainer.h"
 #include "tests/common/synthetic_corpus.h"
 #include "tests/common/temp_path.h"
