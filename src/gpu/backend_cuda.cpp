@@ -23,6 +23,7 @@ CudaBackend::CudaBackend(GemmPrecision precision) : precision_(device_opened(pre
 void CudaBackend::synchronize() { AGOQ_CUDA_CHECK(cudaStreamSynchronize(mm_.stream())); }
 
 std::shared_ptr<void> CudaBackend::allocate(size_t bytes, MemCategory cat, std::string_view tag) {
+  weights_bf16_.clear();  // an address a copy is keyed by may be reused from here on
   return std::shared_ptr<void>(cuda_alloc_tracked(bytes, cat, tag), [](void* p) { cuda_free_tracked(p); });
 }
 void CudaBackend::upload(void* dst, const void* host, size_t bytes) {

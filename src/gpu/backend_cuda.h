@@ -4,8 +4,9 @@
 //
 // Mixed precision, as Megatron does it: with GemmPrecision::bf16 every GEMM reads bf16 copies of its weights and of
 // its other input and accumulates in fp32; outputs, weight gradients, the masters and the optimizer stay fp32. The
-// copy of a weight is made by the first GEMM that reads it after weights_changed(), which the trainer calls after
-// each optimizer step. GemmPrecision::fp32 keeps every GEMM in fp32 (CUBLAS_COMPUTE_32F, never TF32): the CPU
+// copy of a weight is made by the first GEMM that reads it after weights_changed(), which the model calls when it
+// writes its weights and the optimizer step after each update. The copies are keyed by the weight's address, so a
+// new allocation (which may reuse a freed one's) drops them all. GemmPrecision::fp32 keeps every GEMM in fp32 (CUBLAS_COMPUTE_32F, never TF32): the CPU
 // model's numbers to rounding, which the tests check.
 #pragma once
 #include <map>
@@ -29,7 +30,7 @@ class CudaBackend final : public ModelBackend {
   explicit CudaBackend(GemmPrecision precision);
   GemmPrecision precision() const { return precision_; }
   // The fp32 weights were updated: the bf16 copies are made again when next read.
-  void weights_changed() { ++weights_version_; }
+  void weights_changed() override { ++weights_version_; }
   // Waits for the work queued so far.
   void synchronize();
 

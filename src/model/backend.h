@@ -54,6 +54,9 @@ class ModelBackend {
                                                   const ModelStage& stage) = 0;
   // Tensor parallelism's collectives (model/tensor_group.h) work on host memory: a backend says if it can join them.
   virtual bool host_memory() const { return device() == MemDevice::host; }
+  // The weights were written (an optimizer step, new values uploaded): a backend that keeps copies of them (bf16
+  // for the GEMMs) makes them again. The CPU keeps none.
+  virtual void weights_changed() {}
 
   // ---- the ops (model/ops.h, model/attention.h) ----
   virtual void matmul_forward(float* out, const float* in, const float* w, int N, int in_dim, int out_dim) = 0;

@@ -164,6 +164,7 @@ void LlamaModel::init_weights(uint64_t seed) {
       }
   }
   if (!be_.host_memory()) be_.upload(params_flat(), host.data(), host.size() * sizeof(float));
+  be_.weights_changed();
 }
 
 float* LlamaModel::attention_buffer(int l, ActSlot s, const BackendBuffer<float>& workspace) {
