@@ -44,7 +44,7 @@ std::unique_ptr<ActStoreApi> CudaBackend::store_make(const LlamaConfig& cfg, int
 
 const void* CudaBackend::weight_bf16(const float* w, size_t n) {
   WeightCopy& c = weights_bf16_[w];
-  if (c.bits.size() != n) c.bits = DeviceBuffer<uint16_t>(n, MemCategory::weights, "weights.bf16");
+  if (c.bits.size() != n) c.bits = DeviceBuffer<uint16_t>(n, MemCategory::weights, "weights.bf16"), c.version = -1;
   if (c.version != weights_version_) cuda_f32_to_bf16(w, n, c.bits.data(), mm_.stream()), c.version = weights_version_;
   return c.bits.data();
 }

@@ -114,6 +114,7 @@ void CudaTrainStep::moments_scatter() {
   gpu_.upload(moment1_.data(), host_m_.data(), n_ * sizeof(float));
   gpu_.upload(moment2_.data(), host_v_.data(), n_ * sizeof(float));
   gpu_.weights_changed();
+  moments_release();  // as DpMoments::scatter: the host copies live only while a checkpoint is read or written
 }
 
 void CudaTrainStep::moments_release() { host_params_ = ParamSet(), host_m_.reset(), host_v_.reset(); }
