@@ -4,7 +4,7 @@
 # --sanitize clang and its sanitizer and libFuzzer runtimes for scripts/sanitize.sh)
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin
-      libsentencepiece-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev
+      libsentencepiece-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev libxxhash-dev
       python3 python3-matplotlib iproute2)
 [ "${1:-}" = "--test" ] && pkgs+=(python3-torch python3-numpy)
 [ "${1:-}" = "--sanitize" ] && pkgs+=(clang libclang-rt-14-dev libomp-14-dev)

@@ -8,8 +8,10 @@
 
 #include "cli/commands.h"
 #include "core/atomic_file.h"
+#include "core/dir_lock.h"
 #include "core/error.h"
 #include "data/corpus.h"
+#include "data/prepared_dir.h"
 #include "data/token_file.h"
 #include "data/tokenizer.h"
 
@@ -24,6 +26,7 @@ struct PrepareArgs {
   bool vocab_given = false;
   double val_fraction = 0.05;
   int64_t max_chars = 0;
+  bool overwrite = false;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -106,6 +109,12 @@ void prepare_run(const PrepareArgs& a) {
              ")");
   AGOQ_CHECK(a.max_chars >= 0, "--max-chars must be >= 0 (got ", a.max_chars, ")");
   const auto t0 = std::chrono::steady_clock::now();
+  // The folder is this prepare's until it ends; an earlier set is replaced only when asked (checkpoints made from
+  // it resume only with its tokens).
+  const DirLock lock = DirLock::acquire(a.out, "--out");
+  const std::string earlier = prepared_dir_earlier_set(a.out);
+  AGOQ_CHECK(a.overwrite || earlier.empty(), "--out ", a.out, " already holds a prepared corpus (", earlier,
+             "); runs made from it resume only with it: choose another --out, or replace it with --overwrite");
   const Corpus corpus = corpus_read(a.input);
   const size_t chars = utf8_length(corpus.text);
   std::printf("prepare: %s (%s, %zu document%s): %zu chars, %zu bytes\n", a.input.c_str(), corpus.kind.c_str(),
@@ -124,17 +133,15 @@ void prepare_run(const PrepareArgs& a) {
   AGOQ_CHECK(n_train >= 1, "--val-fraction ", a.val_fraction, " leaves no training tokens");
   const std::span<const int32_t> all(ids);
 
-  std::error_code ec;
-  fs::create_directories(a.out, ec);
-  AGOQ_CHECK(!ec, "--out ", a.out, ": cannot create folder: ", ec.message());
-  const fs::path out(a.out);
+  const fs::path out(a.out), staging = prepared_dir_staging(out);
   const auto vocab = uint32_t(t.tok.vocab_size());
-  t.tok.save((out / "tokenizer.model").string());
-  token_file_write((out / "train.bin").string(), all.first(n_train), vocab);
-  token_file_write((out / "val.bin").string(), all.subspan(n_train), vocab);
+  t.tok.save((staging / "tokenizer.model").string());
+  token_file_write((staging / "train.bin").string(), all.first(n_train), vocab);
+  token_file_write((staging / "val.bin").string(), all.subspan(n_train), vocab);
   const double total_s = seconds_since(t0);
-  atomic_file_write((out / "meta.json").string(),
+  atomic_file_write((staging / "meta.json").string(),
                     prepare_meta(a, corpus, chars, t, ids.size(), n_train, exact, total_s).dump(2) + "\n");
+  prepared_dir_commit(out);
 
   std::printf("tokens: %zu (%.2f chars/token), encoded in %.1f s, round trip %s\n", ids.size(),
               double(chars) / double(ids.size()), enc_s, exact ? "exact" : "NOT exact (invalid UTF-8 in input?)");
@@ -154,6 +161,7 @@ const CliCommand kPrepare("", 10, [](CLI::App& app) {
   cmd->add_option("--val-fraction", a->val_fraction, "the last fraction of the token stream held out for validation")
       ->capture_default_str();
   cmd->add_option("--max-chars", a->max_chars, "train the tokenizer on at most the first N chars (0 = all)");
+  cmd->add_flag("--overwrite", a->overwrite, "replace the prepared corpus --out already holds");
   cmd->callback([a, vocab] {
     a->vocab_given = vocab->count() > 0;
     prepare_run(*a);

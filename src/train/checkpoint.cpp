@@ -109,9 +109,16 @@ json file_record(const std::string& bytes) {
   return {{"bytes", bytes.size()}, {"fnv1a64", std::to_string(hash_fnv1a64(bytes.data(), bytes.size()))}};
 }
 
-bool file_name_plain(const std::string& name) {
-  return !name.empty() && name.find('/') == std::string::npos && name != "." && name != ".." &&
-         name != kModelFile && name != kOptimizerFile && name != kConfigFile && name != kTrainerFile;
+bool file_name_carried(const std::string& name) {
+  return std::find(std::begin(kCheckpointCarriedFiles), std::end(kCheckpointCarriedFiles), name) !=
+         std::end(kCheckpointCarriedFiles);
+}
+
+// A file a checkpoint writes, or the temporary it writes it through.
+bool file_name_of_checkpoint(std::string name) {
+  if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) name.resize(name.size() - 4);
+  return name == kModelFile || name == kOptimizerFile || name == kConfigFile || name == kTrainerFile ||
+         file_name_carried(name);
 }
 
 // Every file trainer.json lists must be there with the recorded size and hash.
@@ -120,7 +127,7 @@ void files_check(const std::string& dir, const json& trainer, const std::string&
   const json& files = trainer["files"];
   AGOQ_CHECK(files.is_object(), what, ": trainer.json's \"files\" is not an object");
   for (const auto& [name, rec] : files.items()) {
-    AGOQ_CHECK(file_name_plain(name), what, ": trainer.json lists '", name, "', which is not a plain file name");
+    AGOQ_CHECK(file_name_carried(name), what, ": trainer.json lists '", name, "', which is not a file a checkpoint carries");
     std::ifstream in(path_join(dir, name.c_str()), std::ios::binary);
     AGOQ_CHECK(in, what, ": ", name, " missing (the save committed it; deleted since?)");
     std::ostringstream bytes;
@@ -128,6 +135,21 @@ void files_check(const std::string& dir, const json& trainer, const std::string&
     AGOQ_CHECK(file_record(std::move(bytes).str()) == rec, what, ": ", name,
                " is not the file this checkpoint saved (size or hash differ: damaged or replaced)");
   }
+}
+
+// What a loaded tensor's values must be, checksum or not (a file from elsewhere has none): finite (a NaN saved is a
+// NaN everywhere after it: sampling "⁇ ⁇ ⁇", a resumed run diverging at once), and AdamW's second moments and every
+// 8-bit scale (an absolute maximum) not negative. 8-bit codes cannot hold a bad value.
+void tensor_values_check(const NamedTensor& t, const std::string& what) {
+  if (t.raw) return;
+  const size_t n = size_t(safetensors_numel(t.shape));
+  const size_t bad = size_t(std::count_if(t.data, t.data + n, [](float x) { return !std::isfinite(x); }));
+  AGOQ_CHECK(bad == 0, what, ": tensor '", t.name, "' holds ", bad, " non-finite values (NaN or infinity) of ", n);
+  const bool signless = t.name.find("adam.v.") != std::string::npos || t.name.find(".scales.") != std::string::npos;
+  if (!signless) return;
+  const size_t negative = size_t(std::count_if(t.data, t.data + n, [](float x) { return x < 0; }));
+  AGOQ_CHECK(negative == 0, what, ": tensor '", t.name, "' holds ", negative, " negative values of ", n,
+             ", which it cannot (a second moment or a scale): the file is damaged");
 }
 
 struct OpenCheckpoint {
@@ -169,6 +191,8 @@ OpenCheckpoint checkpoint_open(const std::string& dir) {
     AGOQ_CHECK(f.metadata_value("agoq.commit") == meta.commit, what, ": ", file, " belongs to save '",
                f.metadata_value("agoq.commit"), "', trainer.json committed '", meta.commit,
                "' (interrupted save?)");
+    AGOQ_CHECK(f.metadata_value("agoq.step") == std::to_string(meta.step), what, ": ", file, " was saved at step ",
+               f.metadata_value("agoq.step"), ", trainer.json says step ", meta.step, " (edited by hand?)");
     return f;
   };
   SafetensorsFile model = open_part(kModelFile), optimizer = open_part(kOptimizerFile);
@@ -221,7 +245,7 @@ void checkpoint_write(const std::string& dir, const LlamaConfig& config, const N
   std::vector<AtomicFile> carried;
   json file_records = json::object();
   for (const CheckpointFile& f : files) {
-    AGOQ_CHECK(file_name_plain(f.name) && !file_records.contains(f.name), what, ": cannot carry a file named '",
+    AGOQ_CHECK(file_name_carried(f.name) && !file_records.contains(f.name), what, ": cannot carry a file named '",
                f.name, "'");
     AtomicFile& a = carried.emplace_back(path_join(dir, f.name.c_str()));
     a.write(f.bytes);
@@ -253,6 +277,11 @@ void checkpoint_save(const std::string& dir, const LlamaConfig& config, const Na
   weights_check(config, weights, what, false);
   tensors_by_name(optimizer, what);
   std::error_code ec, ec_stat;
+  AGOQ_CHECK(!fs::is_symlink(dir, ec), what, ": it is a link; agoq writes checkpoints only into folders of its own");
+  if (fs::is_directory(dir, ec)) {
+    const std::string foreign = checkpoint_foreign_entry(dir);
+    AGOQ_CHECK(foreign.empty(), what, ": the folder holds '", foreign, "', which is not a checkpoint's file");
+  }
   const bool created = fs::create_directories(dir, ec);
   AGOQ_CHECK(fs::is_directory(dir, ec_stat), what, ": cannot create the directory", ec ? ": " + ec.message() : "");
   try {
@@ -263,15 +292,52 @@ void checkpoint_save(const std::string& dir, const LlamaConfig& config, const Na
   }
 }
 
-void checkpoint_remove(const std::string& dir) {
+std::string checkpoint_foreign_entry(const std::string& dir) {
   std::error_code ec;
-  if (!fs::exists(dir, ec)) return;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!file_name_of_checkpoint(name) || !e.is_regular_file(ec) || e.is_symlink(ec)) return name;
+  }
+  return {};
+}
+
+CheckpointMarker checkpoint_marker_read(const std::string& dir) {
+  CheckpointMarker m;
+  std::ifstream in(path_join(dir, kTrainerFile), std::ios::binary);
+  if (!in) return m;
+  std::stringstream text;
+  text << in.rdbuf();
+  const json j = json::parse(text.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("format") || j["format"] != kFormat) return m;
+  m.is_checkpoint = true;
+  if (j.contains("commit") && j["commit"].is_string()) m.commit = j["commit"].get<std::string>();
+  if (j.contains("trainer") && j["trainer"].is_object() && j["trainer"].contains("run") &&
+      j["trainer"]["run"].is_string())
+    m.run = j["trainer"]["run"].get<std::string>();
+  return m;
+}
+
+std::string checkpoint_remove(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return {};
   const std::string marker = path_join(dir, kTrainerFile);
   AGOQ_CHECK(::unlink(marker.c_str()) == 0 || errno == ENOENT, "checkpoint ", dir, ": cannot remove ", kTrainerFile,
              ": ", std::strerror(errno));
   dir_fsync(dir);
-  fs::remove_all(dir, ec);
-  AGOQ_CHECK(!ec, "checkpoint ", dir, ": cannot delete: ", ec.message());
+  std::string kept;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (file_name_of_checkpoint(name) && (e.is_symlink(ec) || e.is_regular_file(ec))) {
+      AGOQ_CHECK(::unlink(e.path().c_str()) == 0 || errno == ENOENT, "checkpoint ", dir, ": cannot remove ", name,
+                 ": ", std::strerror(errno));
+    } else if (kept.empty()) {
+      kept = name;
+    }
+  }
+  if (kept.empty())
+    AGOQ_CHECK(::rmdir(dir.c_str()) == 0 || errno == ENOENT, "checkpoint ", dir, ": cannot delete: ",
+               std::strerror(errno));
+  return kept;
 }
 
 CheckpointMeta checkpoint_inspect(const std::string& dir) { return checkpoint_open(dir).meta; }
@@ -291,15 +357,8 @@ CheckpointMeta checkpoint_load(const std::string& dir, const LlamaConfig& config
   for (const NamedTensor& t : optimizer)
     if (t.raw) ck.optimizer.read_raw(t.name, t.raw, raw_bytes(t));
     else ck.optimizer.read_f32(t.name, t.data, t.shape);
-  // A NaN saved is a NaN everywhere after it (sampling "⁇ ⁇ ⁇", a resumed run diverging at once): refused here.
-  // (8-bit codes cannot hold one; their scales can.)
   for (const NamedTensors* ts : {&weights, &optimizer})
-    for (const NamedTensor& t : *ts) {
-      if (t.raw) continue;
-      const size_t n = size_t(safetensors_numel(t.shape));
-      const size_t bad = size_t(std::count_if(t.data, t.data + n, [](float x) { return !std::isfinite(x); }));
-      AGOQ_CHECK(bad == 0, what, ": tensor '", t.name, "' holds ", bad, " non-finite values (NaN or infinity) of ", n);
-    }
+    for (const NamedTensor& t : *ts) tensor_values_check(t, what);
   return std::move(ck.meta);
 }
 

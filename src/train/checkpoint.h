@@ -32,11 +32,16 @@ struct CheckpointMeta {
 
 // A file a checkpoint carries as it is (the tokenizer); the commit covers it like the tensors.
 struct CheckpointFile {
-  std::string name;  // a plain file name
+  std::string name;  // one of kCheckpointCarriedFiles
   std::string bytes;
 };
 
-// Saves a checkpoint into dir (created if needed). `weights` must be exactly hf_tensors(config) (any
+// The files a checkpoint may carry besides its own four.
+inline constexpr const char* kCheckpointCarriedFiles[] = {"tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+                                                           "special_tokens_map.json"};
+
+// Saves a checkpoint into dir (created if needed; an existing one must be a real folder holding only checkpoint
+// files, see checkpoint_foreign_entry). `weights` must be exactly hf_tensors(config) (any
 // order); `optimizer` is free-form. Throws agoq::Error; an interrupted save never loads as valid, and a failed one
 // leaves no temporary file behind (nor the folder, when this save created it).
 void checkpoint_save(const std::string& dir, const LlamaConfig& config, const NamedTensors& weights,
@@ -44,8 +49,22 @@ void checkpoint_save(const std::string& dir, const LlamaConfig& config, const Na
                      const std::vector<CheckpointFile>& files = {});
 
 // Deletes a checkpoint: un-commits it first (trainer.json removed and synced), so a kill midway leaves a folder that
-// loading refuses ("trainer.json missing"), never one that looks complete.
-void checkpoint_remove(const std::string& dir);
+// loading refuses ("trainer.json missing"), never one that looks complete. Only a checkpoint's own files go (and
+// their temporaries); the folder is removed when nothing else is left in it. Returns the first other entry that
+// kept it, or "" when the folder is gone.
+std::string checkpoint_remove(const std::string& dir);
+
+// The first entry of `dir` that is not a file a checkpoint holds (or its temporary), or "" when there is none: a
+// folder with another entry is not agoq's to write over or delete.
+std::string checkpoint_foreign_entry(const std::string& dir);
+
+// What trainer.json says of its save, read without checking the rest: whether it is agoq's marker at all, its
+// commit id and the run that wrote it ("" before checkpoints named their run). Absent or unreadable: not one.
+struct CheckpointMarker {
+  bool is_checkpoint = false;
+  std::string commit, run;
+};
+CheckpointMarker checkpoint_marker_read(const std::string& dir);
 
 // Reads config + trainer state and checks that all four files belong to the same completed save (headers only).
 CheckpointMeta checkpoint_inspect(const std::string& dir);

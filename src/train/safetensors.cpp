@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <xxhash.h>
 
 #include "core/error.h"
 #include "quant/half.h"
@@ -17,6 +19,15 @@
 namespace agoq {
 
 namespace {
+
+// The metadata key of agoq's per-tensor checksums: a JSON object {tensor name: XXH3-64 of its bytes, 16 hex digits}.
+constexpr const char* kChecksumKey = "agoq.xxh3";
+
+std::string checksum_hex(const void* data, size_t bytes) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH3_64bits(data, bytes)));
+  return hex;
+}
 
 // Hugging Face's reader refuses headers above 100 MB; so do we, before allocating for a garbage length.
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
@@ -131,6 +142,24 @@ void ranges_check_tiling(std::vector<std::pair<std::pair<uint64_t, uint64_t>, st
 
 }  // namespace
 
+std::map<std::string, std::string> SafetensorsFile::checksums_parse(const SafetensorsFile& st,
+                                                                    const std::string& path) {
+  const auto it = st.metadata_.find(kChecksumKey);
+  if (it == st.metadata_.end()) return {};  // not written by agoq (or before checksums)
+  const nlohmann::json sums = nlohmann::json::parse(it->second, nullptr, false);
+  if (!sums.is_object()) bad_file(path, "__metadata__ '", kChecksumKey, "' is not a JSON object");
+  std::map<std::string, std::string> out;
+  for (const auto& [name, sum] : sums.items()) {
+    if (!sum.is_string() || sum.get<std::string>().size() != 16)
+      bad_file(path, "the checksum of tensor '", name, "' is not 16 hex digits");
+    if (!st.tensors_.count(name)) bad_file(path, "a checksum names tensor '", name, "', which the file lacks");
+    out[name] = sum.get<std::string>();
+  }
+  for (const auto& [name, info] : st.tensors_)
+    if (!out.count(name)) bad_file(path, "tensor '", name, "' has no checksum while the file's others do");
+  return out;
+}
+
 size_t safetensors_dtype_size(std::string_view dtype) {
   static const std::pair<std::string_view, size_t> kSizes[] = {
       {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},
@@ -180,7 +209,11 @@ void SafetensorsWriter::set_metadata(std::string key, std::string value) { metad
 AtomicFile SafetensorsWriter::write_tmp(const std::string& path) const {
   // ordered_json keeps the header in file order, which makes it readable with `head -c`.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  nlohmann::json sums = nlohmann::json::object();
+  for (const Entry& e : entries_) sums[e.name] = checksum_hex(e.data, e.bytes);
+  std::map<std::string, std::string> metadata = metadata_;
+  metadata[kChecksumKey] = sums.dump();
+  header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const Entry& e : entries_) {
     header[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes}}};
@@ -228,6 +261,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     st.tensors_.emplace(name, std::move(info));
   }
   ranges_check_tiling(ranges, data_size, path);
+  st.checksums_ = checksums_parse(st, path);
   return st;
 }
 
@@ -259,6 +293,9 @@ void SafetensorsFile::read_raw(const std::string& name, void* dst, size_t dst_by
   AGOQ_CHECK(::fstat(f.fd, &sb) == 0 && uint64_t(sb.st_size) == file_size_, "safetensors file ", path_,
              ": changed size since it was opened");
   fd_read_all(f.fd, dst, info.bytes, info.offset, path_);
+  const auto sum = checksums_.find(name);
+  AGOQ_CHECK(sum == checksums_.end() || sum->second == checksum_hex(dst, info.bytes), "safetensors file ", path_,
+             ": tensor '", name, "' does not match the checksum it was saved with (the file is damaged)");
 }
 
 void SafetensorsFile::read_f32(const std::string& name, float* dst, const std::vector<int64_t>& expected_shape) const {

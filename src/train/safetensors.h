@@ -2,8 +2,9 @@
 //   {name: {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ..., "__metadata__": {str: str}}
 // (padded with spaces to a multiple of 8, so the data starts aligned), then the byte buffer the offsets index.
 // The writer streams tensors from caller memory into a file written atomically (core/atomic_file.h), so a reader
-// never sees half a file. The reader validates the whole header on open and then reads tensors straight into
-// caller memory.
+// never sees half a file, and records each tensor's XXH3-64 in the metadata ("agoq.xxh3"). The reader validates the
+// whole header on open and then reads tensors straight into caller memory, checking each against its checksum
+// when the file has them (files agoq wrote), so a damaged tensor is refused by name.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -66,7 +67,8 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   std::string metadata_value(const std::string& key) const;  // "" when absent
 
-  // Raw bytes of a tensor into dst (dst_bytes must equal the tensor's size).
+  bool has_checksums() const { return !checksums_.empty(); }
+  // Raw bytes of a tensor into dst (dst_bytes must equal the tensor's size), checked against its checksum.
   void read_raw(const std::string& name, void* dst, size_t dst_bytes) const;
   // Reads a tensor as float32 into dst after checking its shape equals expected_shape. F16 and BF16 tensors are
   // widened in place (no extra buffer).
@@ -77,6 +79,8 @@ class SafetensorsFile {
   uint64_t file_size_ = 0;
   std::map<std::string, SafeTensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
+  std::map<std::string, std::string> checksums_;  // tensor -> XXH3-64 hex; empty when the file has none
+  static std::map<std::string, std::string> checksums_parse(const SafetensorsFile& st, const std::string& path);
 };
 
 }  // namespace agoq

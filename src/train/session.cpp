@@ -11,11 +11,13 @@
 #include "comm/comm_check.h"
 #include "core/error.h"
 #include "core/stop_signal.h"
+#include "data/prepared_dir.h"
 #include "data/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/dp_flags.h"
 #include "plan/memory_model.h"
 #include "train/replan.h"
+#include "train/run_dir.h"
 #if AGOQ_HAVE_CUDA
 #include "gpu/train_step_cuda.h"
 #endif
@@ -43,7 +45,7 @@ TrainSession::TrainSession(const TrainOptions& opt)
       B_(opt.batch),
       T_(opt.seq),
       m_(opt.accum) {
-  comm_lead_agreed(world_, [&] { out_dir_check(); });
+  comm_lead_agreed(world_, [&] { out_dir_claim(); });
   data_load();
   config_resolve();
   model_build();
@@ -51,7 +53,6 @@ TrainSession::TrainSession(const TrainOptions& opt)
   // Peaks from here on describe training, not set-up transients (full-size moments read on a ZeRO resume).
   MemoryTracker::global().reset_peaks();
   if (gpu_) MemoryTracker::of(MemDevice::cuda).reset_peaks();
-  if (lead_) fs::create_directories(opt_.out_dir);
   log_ = std::make_unique<MetricsLog>(lead_ ? (fs::path(opt_.out_dir) / "metrics.jsonl").string() : std::string(),
                                       opt_.resume.empty() ? -1 : step_, opt_.steps, opt_.log_every, opt_.quiet || !lead_);
   // Dynamic bit allocation (train/replan.h): the stores calibrate sensitivities until the re-planning step.
@@ -59,44 +60,26 @@ TrainSession::TrainSession(const TrainOptions& opt)
     for (int i = model_->store_count() - 1; i >= 0; --i) model_->select_store(i), model_->store().set_calibration(true);
 }
 
-namespace {
-
-// What in `out` belongs to an earlier run: the checkpoint link, a checkpoint directory, or the metrics log.
-std::string earlier_run_in(const fs::path& out) {
-  std::error_code ec;
-  if (fs::is_symlink(out / "ckpt", ec)) return (out / fs::read_symlink(out / "ckpt", ec)).string();
-  for (const fs::directory_entry& e : fs::directory_iterator(out, ec))
-    if (e.path().filename().string().rfind("ckpt-step", 0) == 0) return e.path().string();
-  if (fs::exists(out / "metrics.jsonl", ec)) return (out / "metrics.jsonl").string();
-  return {};
-}
-
-// Whether `path` lies inside `dir` (both resolved).
-bool path_within(const fs::path& path, const fs::path& dir) {
-  std::error_code ec;
-  const fs::path p = fs::weakly_canonical(path, ec), d = fs::weakly_canonical(dir, ec);
-  const auto [end, _] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
-  return end == d.end();
-}
-
-}  // namespace
-
-// A run never deletes or appends to what it did not write: a fresh run (or one resumed from elsewhere) into an
-// --out that holds an earlier run stops here, before anything is allocated, unless --overwrite says so.
-void TrainSession::out_dir_check() const {
-  const fs::path out(opt_.out_dir);
-  std::error_code ec;
-  AGOQ_CHECK(!fs::exists(out / "ckpt", ec) || fs::is_symlink(out / "ckpt", ec), "--out ", out.string(),
-             ": ckpt is not the link agoq keeps to its latest checkpoint; move it away or choose another --out");
-  if (opt_.overwrite) return;
-  const bool continues = !opt_.resume.empty() && path_within(opt_.resume, out);
-  const std::string earlier = continues ? std::string() : earlier_run_in(out);
-  AGOQ_CHECK(earlier.empty(), "--out ", out.string(), " already holds a run (", earlier, "); continue it with --resume ",
-             (out / "ckpt").string(), ", or replace it with --overwrite");
+// One run per --out (its lock, held until the session ends), and nothing there that agoq would misuse
+// (train/run_dir.h). A run continues its checkpoint's identity only when it resumes inside --out.
+void TrainSession::out_dir_claim() {
+  out_lock_ = DirLock::acquire(opt_.out_dir, "--out");
+  run_dir_check(opt_.out_dir, opt_.overwrite, opt_.resume);
+  who_.overwrite = opt_.overwrite;
+  who_.run = run_id_new();
+  if (!opt_.resume.empty()) {
+    const CheckpointMarker m = checkpoint_marker_read(opt_.resume);
+    who_.resume_commit = m.commit;
+    std::error_code ec;
+    const bool inside = fs::equivalent(fs::weakly_canonical(opt_.resume, ec).parent_path(),
+                                       fs::weakly_canonical(opt_.out_dir, ec), ec);
+    if (inside && !m.run.empty()) who_.run = m.run;
+  }
 }
 
 void TrainSession::data_load() {
   const fs::path data(opt_.data_dir);
+  prepared_dir_check_complete(data);
   train_set_ = TokenDataset::load((data / "train.bin").string());
   val_set_ = TokenDataset::load((data / "val.bin").string());
   // The tokenizer the checkpoints will carry must be the one that made the tokens (`agoq sample` decodes with it).

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/cpu_share.h"
+#include "core/dir_lock.h"
 #include "data/data_loader.h"
 #include "parallel/data_parallel.h"
 #include "parallel/grid.h"
@@ -21,6 +22,7 @@
 #include "plan/memory_model.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
+#include "train/run_dir.h"
 #include "train/trainer.h"
 
 namespace agoq {
@@ -35,7 +37,7 @@ class TrainSession {
   TrainResult run();
 
  private:
-  void out_dir_check() const;
+  void out_dir_claim();  // lead only
   void data_load();
   void config_resolve();
   PlanCpuOptions plan_options() const;  // this rank's run, as the memory model describes it
@@ -62,6 +64,8 @@ class TrainSession {
   const TrainOptions& opt_;
   Communicator& world_;
   const bool lead_;  // world rank 0: writes metrics and checkpoints, prints
+  DirLock out_lock_;  // lead: --out is this run's until the session ends
+  RunIdentity who_;   // lead: what its checkpoints record, and what it may delete
   ParallelGrid grid_;
   DpOptions dp_options_;
   TokenDataset train_set_, val_set_;

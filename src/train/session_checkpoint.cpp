@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "parallel/grad_store.h"
 #include "train/checkpoint.h"
+#include "train/run_dir.h"
 #include "train/safetensors.h"
 #include "train/session.h"
 
@@ -136,16 +137,6 @@ void shard_copy(float* shard, float* whole, const std::vector<int64_t>& shape, i
     if (into_whole) std::copy(s, s + t.cols, w);
     else std::copy(w, w + t.cols, s);
   }
-}
-
-// Each checkpoint is a new directory; the link `ckpt` is then switched to it with one atomic rename, and only after
-// that is the previous one removed, un-committed first. A crash at any point leaves `ckpt` naming a complete
-// checkpoint, and any other folder either complete or without its trainer.json.
-void ckpt_link_switch(const fs::path& out_dir, const std::string& name) {
-  const fs::path link = out_dir / "ckpt";
-  const fs::path previous = fs::is_symlink(link) ? fs::read_symlink(link) : fs::path();
-  atomic_symlink(name, link.string());
-  if (!previous.empty() && previous != name) checkpoint_remove((out_dir / previous).string());
 }
 
 std::string file_read(const fs::path& p) {
@@ -320,6 +311,9 @@ DataLoader::State resume_loader_state(const CheckpointMeta& meta, const std::str
   }
 }
 
+// Each checkpoint is a new folder; the link `ckpt` is then switched to it with one atomic rename, and only after that
+// is the previous one removed, un-committed first (train/run_dir.h: only when this run may). A crash at any point
+// leaves `ckpt` naming a complete checkpoint, and any other folder either complete or without its trainer.json.
 void TrainSession::checkpoint(long at_step) {
   engine_->moments_gather();
   NamedTensors weights, moments;
@@ -345,7 +339,8 @@ void TrainSession::checkpoint(long at_step) {
   if (lead_) {
     const std::string name = "ckpt-step" + std::to_string(at_step);
     const fs::path out(opt_.out_dir), dir = out / name;
-    nlohmann::json trainer = {{"loader", loader_->state().to_string()},
+    nlohmann::json trainer = {{"run", who_.run},
+                              {"loader", loader_->state().to_string()},
                               {"seed", opt_.seed},
                               {"world_size", world_.size()},
                               {"pp", grid_.P},
@@ -362,7 +357,7 @@ void TrainSession::checkpoint(long at_step) {
     const fs::path tok = fs::path(opt_.data_dir) / "tokenizer.model";
     if (fs::exists(tok)) files.push_back({"tokenizer.model", file_read(tok)});
     checkpoint_save(dir.string(), cfg_, weights, moments, trainer, at_step, files);
-    ckpt_link_switch(out, name);
+    if (const std::string kept = ckpt_link_switch(out.string(), name, who_); !kept.empty()) log_->note(kept);
     log_->note("checkpoint: step " + std::to_string(at_step) + " -> " + (out / "ckpt").string());
   }
   held = {};

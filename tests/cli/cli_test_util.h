@@ -40,6 +40,11 @@ inline RunResult run_agoq(const std::string& args) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, err};
 }
 
+inline std::string file_text(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
 inline void expect_clean_error(const std::string& args, const std::string& needle) {
   const RunResult r = run_agoq(args);
   EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.err;

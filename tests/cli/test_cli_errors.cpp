@@ -220,10 +220,17 @@ TEST_F(CliErrors, CkptThatIsNotTheLinkIsRefusedBeforeTraining) {
 }
 
 // Every metrics record must reach the file: a full disk is an error, not a silent gap.
-TEST_F(CliErrors, MetricsWriteErrorIsReported) {
+// The log is written only to a plain file of --out: a link there (to /dev/full, or to a user's file) is refused
+// before training, and what it names is left as it was.
+TEST_F(CliErrors, MetricsLogThatIsALinkIsRefused) {
   fs::create_directories(d("run"));
   fs::create_symlink("/dev/full", d("run/metrics.jsonl"));
-  expect_clean_error(train({{"--overwrite", " "}}), "cannot write metrics file");
+  expect_clean_error(train({{"--overwrite", " "}}), "metrics.jsonl is not a plain file");
+  fs::remove(d("run/metrics.jsonl"));
+  std::ofstream(d("notes.txt")) << "mine";
+  fs::create_symlink(d("notes.txt"), d("run/metrics.jsonl"));
+  expect_clean_error(train({{"--overwrite", " "}}), "metrics.jsonl is not a plain file");
+  EXPECT_EQ(file_text(d("notes.txt")), "mine");
 }
 
 }  // namespace

@@ -75,10 +75,6 @@ bool wait_for_steps(const std::string& metrics, size_t n, double seconds = 60) {
   return false;
 }
 
-std::string file_text(const std::string& p) {
-  std::ifstream f(p);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 
 // kill -9 at any moment: the link names a complete checkpoint, and the resumed run's log has every step once.
 TEST_F(CliRecovery, KilledRunResumesWithoutRepeatingSteps) {
@@ -184,17 +180,22 @@ TEST_F(CliRecovery, DiskTooSmallForACheckpointFailsCleanly) {
   EXPECT_EQ(resumed, 0);
 }
 
-TEST_F(CliRecovery, NonFiniteWeightsAreRefusedOnResume) {
+// A damaged tensor (a NaN, or one flipped exponent bit in lm_head that once resumed to a loss of 1e35) is refused by
+// name: its checksum no longer matches.
+TEST_F(CliRecovery, DamagedWeightsAreRefusedOnResume) {
   ASSERT_EQ(run_agoq(train({{"--steps", "2"}})).exit_code, 0);
-  // The first float of the first tensor becomes NaN; headers and commit ids stay valid.
-  std::fstream f(d("run/ckpt/model.safetensors"), std::ios::in | std::ios::out | std::ios::binary);
+  const std::string model = d("run/ckpt/model.safetensors"), saved = file_text(model);
   uint64_t header = 0;
-  f.read(reinterpret_cast<char*>(&header), 8);
-  const uint32_t nan_bits = 0x7fc00000u;
-  f.seekp(std::streamoff(8 + header));
-  f.write(reinterpret_cast<const char*>(&nan_bits), 4);
-  f.close();
-  expect_clean_error(train({{"--steps", "4"}, {"--resume", d("run/ckpt")}}), "non-finite values");
+  std::memcpy(&header, saved.data(), 8);
+  // The first tensor's first byte; the top byte of the last tensor's last float (an exponent bit).
+  for (const auto& [at, mask] : std::vector<std::pair<size_t, char>>{{8 + header, 0x7f}, {saved.size() - 1, 0x40}}) {
+    std::string damaged = saved;
+    damaged[at] = char(damaged[at] ^ mask);
+    std::ofstream(model, std::ios::binary) << damaged;
+    expect_clean_error(train({{"--steps", "4"}, {"--resume", d("run/ckpt")}}), "does not match the checksum");
+  }
+  std::ofstream(model, std::ios::binary) << saved;
+  EXPECT_EQ(run_agoq(train({{"--steps", "4"}, {"--resume", d("run/ckpt")}})).exit_code, 0);
 }
 
 TEST_F(CliRecovery, ResumeRefusesModelFlagsThatDisagree) {

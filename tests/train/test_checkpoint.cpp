@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <sstream>
+#include <xxhash.h>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -98,7 +99,11 @@ TEST(Safetensors, HeaderFollowsTheSpec) {
   uint64_t n = 0;
   std::memcpy(&n, raw.data(), 8);
   const json h = json::parse(raw.substr(8, n));
-  EXPECT_EQ(h["__metadata__"], (json{{"k", "v"}}));
+  // agoq's metadata: each tensor's XXH3-64, checked on every read.
+  char sum_a[17], sum_b[17];
+  std::snprintf(sum_a, sizeof sum_a, "%016llx", static_cast<unsigned long long>(XXH3_64bits(a.data(), 12)));
+  std::snprintf(sum_b, sizeof sum_b, "%016llx", static_cast<unsigned long long>(XXH3_64bits(b.data(), 8)));
+  EXPECT_EQ(h["__metadata__"], (json{{"k", "v"}, {"agoq.xxh3", json{{"a", sum_a}, {"b", sum_b}}.dump()}}));
   EXPECT_EQ(h["a"], (json{{"dtype", "F32"}, {"shape", {3}}, {"data_offsets", {0, 12}}}));
   EXPECT_EQ(h["b"], (json{{"dtype", "F32"}, {"shape", {1, 2}}, {"data_offsets", {12, 20}}}));
   for (size_t i = raw.substr(8, n).find_last_not_of(' ') + 1; i < n; ++i) EXPECT_EQ(raw[8 + i], ' ');
@@ -512,6 +517,113 @@ TEST(Checkpoint, CorruptOrMismatchedCheckpointsGiveOneClearError) {
     load();
   }, {"model.norm.weight"});
   EXPECT_EQ(back.params, untouched);
+}
+
+// Flips one bit of a tensor's data in place (headers, commit ids and checksums stay as saved).
+void bit_flip(const std::string& path, const std::string& tensor, uint64_t byte, int bit) {
+  const uint64_t at = SafetensorsFile::open(path).get(tensor).offset + byte;
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(std::streamoff(at));
+  char c = 0;
+  f.read(&c, 1);
+  c = char(c ^ (1 << bit));
+  f.seekp(std::streamoff(at));
+  f.write(&c, 1);
+}
+
+// Overwrites `to`'s data with `from`'s (same size), as a swapped or zeroed tensor would be.
+void data_copy(const std::string& path, const std::string& from, const std::string& to) {
+  const SafetensorsFile st = SafetensorsFile::open(path);
+  std::string bytes(st.get(from).bytes, '\0');
+  st.read_raw(from, bytes.data(), bytes.size());
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(std::streamoff(st.get(to).offset));
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+TEST(Checkpoint, DamagedTensorsAreRefusedByName) {
+  TmpDir d;
+  const std::string dir = d / "ck", model = dir + "/model.safetensors", optim = dir + "/optimizer.safetensors";
+  FakeModel m(tiny_config(false), 1);
+  FakeModel back(tiny_config(false), 2);
+  auto load = [&] { checkpoint_load(dir, back.config, back.weights, back.optimizer); };
+  const std::string q0 = "model.layers.0.self_attn.q_proj.weight", q1 = "model.layers.1.self_attn.q_proj.weight";
+  for (const auto& [bit_at, what] : std::vector<std::pair<uint64_t, int>>{{0, 0}, {3, 6}, {37, 7}}) {
+    save(dir, m, 7);
+    bit_flip(model, "lm_head.weight", bit_at, what);  // 3, 6: an exponent bit, a loss of 1e35 before checksums
+    expect_error(load, {"model.safetensors", "tensor 'lm_head.weight'", "checksum", "damaged"});
+  }
+  save(dir, m, 7);
+  bit_flip(optim, "adam.m." + q1, 5, 2);
+  expect_error(load, {"optimizer.safetensors", "tensor 'adam.m." + q1 + "'", "checksum"});
+  save(dir, m, 7);
+  data_copy(model, q0, q1);  // swapped (or duplicated) tensors of one shape
+  expect_error(load, {"tensor '" + q1 + "'", "checksum"});
+  save(dir, m, 7);
+  const std::string raw = file_read(model);
+  file_write(model, raw.substr(0, raw.size() - 64) + std::string(64, '\0'));  // a zeroed tail
+  expect_error(load, {"tensor 'lm_head.weight'", "checksum"});
+  save(dir, m, 7);
+  load();
+  EXPECT_EQ(back.params, m.params);
+
+  // The checksums themselves are checked: one missing, one malformed.
+  auto sums_edit = [&](const std::function<void(json&)>& edit) {
+    save(dir, m, 7);
+    SafetensorsFile st = SafetensorsFile::open(model);
+    json sums = json::parse(st.metadata_value("agoq.xxh3"));
+    edit(sums);
+    std::string text = file_read(model);
+    uint64_t n = 0;
+    std::memcpy(&n, text.data(), 8);
+    json header = json::parse(text.substr(8, n));
+    header["__metadata__"]["agoq.xxh3"] = sums.dump();
+    std::string h = header.dump();
+    ASSERT_LE(h.size(), n);
+    h.append(n - h.size(), ' ');
+    file_write(model, text.substr(0, 8) + h + text.substr(8 + n));
+  };
+  sums_edit([](json& s) { s.erase("lm_head.weight"); });
+  expect_error(load, {"tensor 'lm_head.weight' has no checksum"});
+  sums_edit([](json& s) { s["lm_head.weight"] = 7; });
+  expect_error(load, {"checksum of tensor 'lm_head.weight'", "16 hex"});
+}
+
+// What no file may hold, checksum or not: non-finite values, negative second moments or scales.
+TEST(Checkpoint, ImpossibleValuesAreRefusedEvenWithValidChecksums) {
+  TmpDir d;
+  const std::string dir = d / "ck";
+  const LlamaConfig c = tiny_config(false);
+  for (const char* name : {"adam.v.model.norm.weight", "tp1.adam.v.model.norm.weight", "adam.m.scales.layer0"}) {
+    SCOPED_TRACE(name);
+    FakeModel m(c, 1);
+    std::vector<float> bad(8, 0.5f);
+    bad[3] = -1e-30f;
+    NamedTensors opt = {{name, {8}, bad.data()}};
+    checkpoint_save(dir, c, m.weights, opt, json::object(), 3);
+    FakeModel back(c, 2);
+    std::vector<float> into(8);
+    expect_error([&] { checkpoint_load(dir, c, back.weights, {{name, {8}, into.data()}}); },
+                 {std::string("tensor '") + name + "'", "1 negative values of 8"});
+  }
+  FakeModel m(c, 1);
+  m.params[2][1] = std::numeric_limits<float>::quiet_NaN();
+  save(dir, m, 3);
+  FakeModel back(c, 2);
+  expect_error([&] { checkpoint_load(dir, c, back.weights, {}); }, {"non-finite values"});
+}
+
+// trainer.json and the tensors' own record of their step must agree.
+TEST(Checkpoint, AStepThatDisagreesWithTheTensorsIsRefused) {
+  TmpDir d;
+  const std::string dir = d / "ck";
+  FakeModel m(tiny_config(false), 1);
+  save(dir, m, 20);
+  json marker = json::parse(file_read(dir + "/trainer.json"));
+  marker["step"] = 40;
+  file_write(dir + "/trainer.json", marker.dump());
+  FakeModel back(tiny_config(false), 2);
+  expect_error([&] { checkpoint_inspect(dir); }, {"model.safetensors was saved at step 20", "trainer.json says step 40"});
 }
 
 TEST(Checkpoint, SaveRefusesWeightsThatDoNotMatchTheConfig) {
