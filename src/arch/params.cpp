@@ -72,6 +72,26 @@ std::vector<ParamSegment> model_grad_units(const LlamaConfig& cfg, const ModelSt
   return units;
 }
 
+int model_block_isolating_replicated(const LlamaConfig& cfg, const std::vector<ModelStage>& shards, int block) {
+  int b = block;
+  for (const ModelStage& stage : shards) {
+    if (stage.tp <= 1) continue;
+    const std::vector<ParamSegment> units = model_grad_units(cfg, stage);
+    size_t at = 0, unit = 0;
+    for (const HfTensor& t : hf_tensors(cfg, stage)) {
+      while (at >= units[unit].end) ++unit;
+      size_t n = 1;
+      for (int64_t d : t.shape) n *= size_t(d);
+      const size_t begin = at - units[unit].begin, end = begin + n;
+      at += n;
+      if (model_tensor_split_dim(t.role) >= 0) continue;
+      const bool last = at == units[unit].end;
+      while (b > 1 && (begin % size_t(b) != 0 || (!last && end % size_t(b) != 0))) b /= 2;
+    }
+  }
+  return b;
+}
+
 ParamSet::ParamSet(const LlamaConfig& cfg, const ModelStage& stage, MemCategory cat, const char* tag) : stage_(stage) {
   check_stage(cfg, stage);
   buf_ = Buffer<float>(model_stage_param_count(cfg, stage), cat, tag);

@@ -47,6 +47,13 @@ struct ParamSegment {
 // The gradient stores' units (parallel/grad_store.h, gpu/grad_store_cuda.h).
 std::vector<ParamSegment> model_grad_units(const LlamaConfig& cfg, const ModelStage& stage);
 
+// The largest power of two <= `block` for which no quantization block of a grad unit (blocks of that many values from
+// the unit's start) holds both a replicated tensor (the norms) and a slice of a split one, on any of these shards:
+// then every tensor-parallel rank computes the same bits for its copy of the norms (their gradients, reductions and
+// 8-bit moments), so the copies never drift apart. `block` itself when nothing is split, or when it already fits
+// (every model whose width is a multiple of 256).
+int model_block_isolating_replicated(const LlamaConfig& cfg, const std::vector<ModelStage>& shards, int block);
+
 class ParamSet {
  public:
   ParamSet() = default;

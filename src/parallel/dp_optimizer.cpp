@@ -88,11 +88,6 @@ void DpOptimizer::apply(long step, float lr, float scale, GradReducer& reducer) 
     float* p = params + u.range.begin;
     comm_.allgatherv(p + u.own.begin, bytes[rank_], p, bytes.data(), displs.data());
   }
-  // 8-bit moments under tensor parallelism: a block may hold a norm and a slice of a split matrix, so its scale, and
-  // the norm's rounding, differ by shard. TP rank 0's norms (the ones checkpoints keep) are the model's.
-  if (opts_.tensor && opts_.adam.state == OptimState::q8)
-    for (const ParamTensor& t : params_.named())
-      if (t.split_dim < 0) opts_.tensor->broadcast(t.data, t.numel() * sizeof(float), 0);
 }
 
 }  // namespace agoq

@@ -20,8 +20,8 @@ struct DpOptimizerOptions {
   // norm are summed over them too, so every rank of the grid sees the same values.
   Communicator* stages = nullptr;
   // The T tensor-parallel shards of this rank's layers (null: unsharded): the gradient norm sums their shards'
-  // squares, counting the replicated tensors (the norms, alike on every shard) once; with 8-bit moments TP rank 0's
-  // updated norms are broadcast to the others after each step (dp_optimizer.cpp says why).
+  // squares, counting the replicated tensors (the norms, alike on every shard: no quantization block mixes them with
+  // a shard's slice, arch/params.h model_block_isolating_replicated) once.
   Communicator* tensor = nullptr;
 };
 

@@ -55,6 +55,7 @@ TrainSession::TrainSession(const TrainOptions& opt)
   if (gpu_) MemoryTracker::of(MemDevice::cuda).reset_peaks();
   log_ = std::make_unique<MetricsLog>(lead_ ? (fs::path(opt_.out_dir) / "metrics.jsonl").string() : std::string(),
                                       opt_.resume.empty() ? -1 : step_, opt_.steps, opt_.log_every, opt_.quiet || !lead_);
+  if (!block_notes_.empty()) log_->note(block_notes_);
   // Dynamic bit allocation (train/replan.h): the stores calibrate sensitivities until the re-planning step.
   if (opt_.mem_budget > 0)
     for (int i = model_->store_count() - 1; i >= 0; --i) model_->select_store(i), model_->store().set_calibration(true);
@@ -120,13 +121,43 @@ void TrainSession::config_resolve() {
     if (opt_.sp) model_sp_check(grid_.T, B_, T_);
     return stages;
   });
+  blocks_isolate_replicated();
+}
+
+// Under tensor parallelism the norms' copies must get the same bits on every shard (their gradients, reductions and
+// 8-bit moments): the quantization blocks shrink until no block holds a norm and a shard's slice (arch/params.h).
+// Every model whose width is a multiple of 256 keeps the defaults; the small ones get a note, or a refusal when
+// the blocks would be smaller than the 8-bit formats allow.
+void TrainSession::blocks_isolate_replicated() {
+  std::vector<ModelStage> all = model_stages_split(cfg_, grid_.P, opt_.stage_layers);  // every stage: one format
+  for (ModelStage& s : all) s = model_stage_shard(cfg_, s, grid_.T, 0, opt_.sp);
+  const bool grad_q8 = dp_options_.store.kind == GradStoreKind::q8 || dp_options_.reduce == GradReduce::q8;
+  const bool optim_q8 = dp_options_.adam.state == OptimState::q8;
+  auto isolate = [&](int& block, const char* what, int least) {
+    const int b = model_block_isolating_replicated(cfg_, all, block);
+    if (b == block) return;
+    comm_agreed(world_, [&] {
+      AGOQ_CHECK(b >= least, "--tp ", grid_.T, ": ", what, " blocks of ", block, " values would mix the norms (dim ",
+                 cfg_.dim, ") with the shards' slices, and the largest block that does not (", b,
+                 ") is below the format's ", least, ": use a --dim that is a multiple of ", least, " or ",
+                 what == std::string("8-bit gradient") ? "--grad-store fp32 --allreduce mpi" : "--optim-state fp32");
+    });
+    block_notes_ += std::string(block_notes_.empty() ? "" : "; ") + what + " blocks of " + std::to_string(b) +
+                    " values (not " + std::to_string(block) + "), so no block mixes a norm with a shard's slice";
+    block = b;
+  };
+  if (grad_q8) isolate(dp_options_.store.block, "8-bit gradient", 32);
+  if (optim_q8) isolate(dp_options_.adam.q8.block, "8-bit optimizer", 32);
+  if (optim_q8 && dp_options_.zero)  // ZeRO's shards start on gradient blocks, which the moments' must divide
+    dp_options_.adam.q8.block = std::min(dp_options_.adam.q8.block, dp_options_.store.block);
 }
 
 PlanCpuOptions TrainSession::plan_options() const {
   PlanCpuOptions o;
   o.batch = B_, o.seq = T_, o.zero = dp_options_.zero, o.dp = dp_options_.zero ? grid_.D : 1;
   o.grad_q8 = dp_options_.store.kind == GradStoreKind::q8;
-  o.optim_q8 = opt_.adam.state == OptimState::q8, o.optim_block = opt_.adam.q8.block;
+  o.grad_block = dp_options_.store.block;
+  o.optim_q8 = dp_options_.adam.state == OptimState::q8, o.optim_block = dp_options_.adam.q8.block;
   o.pp = grid_.P, o.stage = stages_[grid_.stage], o.in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
   return o;
 }
@@ -185,7 +216,7 @@ void TrainSession::model_build_gpu() {
   model_ = std::make_unique<LlamaModel>(cfg_, B_, T_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers), whole, 1,
                                         q8 ? q8->model_storage() : std::vector<ParamSegment>{}, nullptr, backend);
   model_->init_weights(opt_.seed);
-  engine_ = std::make_unique<CudaTrainStep>(*model_, backend, std::move(q8), opt_.adam, opt_.clip, opt_.seed);
+  engine_ = std::make_unique<CudaTrainStep>(*model_, backend, std::move(q8), dp_options_.adam, opt_.clip, opt_.seed);
   inputs_.resize(size_t(B_) * T_ * m_);
   targets_.resize(inputs_.size());
   skipped_.resize(2 * size_t(B_) * T_);

@@ -40,6 +40,7 @@ class TrainSession {
   void out_dir_claim();  // lead only
   void data_load();
   void config_resolve();
+  void blocks_isolate_replicated();  // dp_options_'s blocks, so every TP rank's norms get the same bits
   PlanCpuOptions plan_options() const;  // this rank's run, as the memory model describes it
   void memory_check() const;
   void model_build();
@@ -86,6 +87,7 @@ class TrainSession {
   std::vector<int32_t> inputs_, targets_;  // this replica's m micro-batches of the step, back to back
   std::vector<int32_t> skipped_;           // where the other replicas' micro-batches are drawn to (inputs, targets)
   std::string replan_log_;
+  std::string block_notes_;  // blocks_isolate_replicated's, for the log
   double seconds_total_ = 0, wait_total_ = 0;  // step time and communication not hidden behind it, over the run
 };
 

@@ -326,7 +326,7 @@ void TrainSession::checkpoint(long at_step) {
       whole_weights = whole_tensors_of(weights, model_->params(), grid_.T, root);
       whole_tensors_gather(whole_weights, weights, *grid_.tp);
       weights = whole_weights.views;
-      if (opt_.adam.state == OptimState::q8) {
+      if (dp_options_.adam.state == OptimState::q8) {
         moments = shards_gather_moments(*grid_.tp, moments, held);
       } else {
         whole_moments = whole_tensors_of(moments, model_->params(), grid_.T, root);
@@ -349,10 +349,10 @@ void TrainSession::checkpoint(long at_step) {
                               {"grad_store", opt_.grad_store},
                               {"allreduce", opt_.allreduce},
                               {"zero", opt_.zero},
-                              {"optim_state", optim_state_name(opt_.adam.state)}};
-    if (opt_.adam.state == OptimState::q8)  // the 8-bit format, which moments_form_of reads back
-      trainer["optim_q8"] = {{"block", opt_.adam.q8.block}, {"m_root", opt_.adam.q8.m_root},
-                             {"v_root", opt_.adam.q8.v_root}};
+                              {"optim_state", optim_state_name(dp_options_.adam.state)}};
+    if (dp_options_.adam.state == OptimState::q8)  // the 8-bit format, which moments_form_of reads back
+      trainer["optim_q8"] = {{"block", dp_options_.adam.q8.block}, {"m_root", dp_options_.adam.q8.m_root},
+                             {"v_root", dp_options_.adam.q8.v_root}};
     std::vector<CheckpointFile> files;  // the tokenizer travels with the model, so `agoq sample` needs nothing else
     const fs::path tok = fs::path(opt_.data_dir) / "tokenizer.model";
     if (fs::exists(tok)) files.push_back({"tokenizer.model", file_read(tok)});

@@ -286,3 +286,41 @@ TEST(TensorParallel, ShardLayoutAndErrors) {
 
 }  // namespace
 }  // namespace agoq
+
+namespace agoq {
+namespace {
+
+// The blocks under which every shard's norms lie alone: checked against the layout itself, tensor by tensor.
+TEST(TensorParallel, BlocksNeverMixANormWithAShardsSlice) {
+  auto shards = [](const LlamaConfig& c, int T) {
+    std::vector<ModelStage> s;
+    for (ModelStage st : model_stages_split(c, 2, {})) s.push_back(model_stage_shard(c, st, T, 0, false));
+    return s;
+  };
+  LlamaConfig c;
+  c.vocab_size = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2;
+  for (const auto& [dim, ffn, T, want] : std::vector<std::tuple<int, int, int, int>>{
+           {256, 688, 2, 256}, {32, 48, 2, 32}, {64, 176, 2, 64}, {48, 64, 2, 16}, {32, 48, 1, 256}}) {
+    SCOPED_TRACE("dim " + std::to_string(dim) + ", T " + std::to_string(T));
+    c.dim = dim, c.ffn_dim = ffn;
+    const std::vector<ModelStage> st = shards(c, T);
+    const int b = model_block_isolating_replicated(c, st, 256);
+    EXPECT_EQ(b, want);
+    for (const ModelStage& s : st) {  // every norm starts a block and ends one (or its unit)
+      const std::vector<ParamSegment> units = model_grad_units(c, s);
+      size_t at = 0, u = 0;
+      for (const HfTensor& t : hf_tensors(c, s)) {
+        while (at >= units[u].end) ++u;
+        const size_t n = size_t(t.shape.size() == 1 ? t.shape[0] : t.shape[0] * t.shape[1]);
+        if (T > 1 && model_tensor_split_dim(t.role) < 0) {
+          EXPECT_EQ((at - units[u].begin) % size_t(b), 0u) << t.name;
+          EXPECT_TRUE(at + n == units[u].end || (at + n - units[u].begin) % size_t(b) == 0) << t.name;
+        }
+        at += n;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace agoq
