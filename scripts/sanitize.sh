@@ -18,7 +18,7 @@ ninja -C build-san test_core test_quant test_model test_optim test_data test_pla
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # Full stacks for every allocation (fast unwinding stops at libraries built without frame pointers) and Open MPI's
 # plugins kept loaded, so that LeakSanitizer can name the library of each leak the suppressions allow.
-export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0
+export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0:allocator_may_return_null=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0
 export OMPI_MCA_mca_base_component_disable_dlclose=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <climits>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "core/error.h"
@@ -170,5 +172,21 @@ std::vector<HfTensor> hf_tensors(const LlamaConfig& c, const ModelStage& stage) 
 }
 
 std::vector<HfTensor> hf_tensors(const LlamaConfig& c) { return hf_tensors(c, model_stage_whole(c)); }
+
+nlohmann::json json_object_read_file(const std::string& path, const std::string& what) {
+  std::ifstream f(path, std::ios::binary);
+  AGOQ_CHECK(f, "cannot read ", what, " ", path);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  AGOQ_CHECK(!f.bad(), "cannot read ", what, " ", path);
+  AGOQ_CHECK(text.find_first_not_of(" \t\r\n") != std::string::npos, what, " ", path, " is empty");
+  try {
+    nlohmann::json j = nlohmann::json::parse(text);
+    AGOQ_CHECK(j.is_object(), what, " ", path, " is not a JSON object");
+    return j;
+  } catch (const nlohmann::json::parse_error& e) {
+    if (e.byte >= text.size()) fail(what, " ", path, " is not valid JSON (it ends before the JSON does)");
+    fail(what, " ", path, " is not valid JSON (at byte ", e.byte, " of ", text.size(), ")");
+  }
+}
 
 }  // namespace agoq

@@ -29,6 +29,9 @@ nlohmann::json config_to_hf_json(const LlamaConfig& c, std::optional<int> bos_to
 // Parses an HF LlamaConfig (missing required keys are all named in one error; features agoq lacks, e.g.
 // rope_scaling or attention_bias, are refused) and validates it.
 LlamaConfig config_from_hf_json(const nlohmann::json& j);
+// A JSON object read from a file (a model config): missing, unreadable, empty, not JSON (with the byte where it
+// stops) or not an object is one line naming `what` and the path.
+nlohmann::json json_object_read_file(const std::string& path, const std::string& what);
 // The first field in which two configs differ, as "hf_key a vs b"; "" when equal.
 std::string config_diff(const LlamaConfig& a, const LlamaConfig& b);
 

@@ -53,6 +53,8 @@ std::vector<ModelStage> model_stages_split(const LlamaConfig& cfg, int P, const 
   if (layers_per_stage.empty()) {
     for (int r = 0; r < P; ++r) counts.push_back(L / P + (r >= P - L % P ? 1 : 0));
   } else {
+    AGOQ_CHECK(layers_per_stage.back() != ',', "--stage-layers: '", layers_per_stage,
+               "' ends with a comma (expected e.g. 3,5)");
     std::stringstream ss(layers_per_stage);
     std::string part;
     while (std::getline(ss, part, ',')) {

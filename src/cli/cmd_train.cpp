@@ -37,14 +37,7 @@ void cmd_train_run(TrainArgs& a) {
 
 void cmd_train_body(TrainArgs& a) {
   if (!a.config_json.empty()) {
-    std::ifstream f(a.config_json);
-    AGOQ_CHECK(f, "cannot open model config ", a.config_json);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(f);
-    } catch (const nlohmann::json::exception& e) {
-      fail("model config ", a.config_json, " is not valid JSON: ", e.what());
-    }
+    nlohmann::json j = json_object_read_file(a.config_json, "model config");
     // The data decides the vocabulary; take the rest of the shape from the file.
     if (!j.contains("vocab_size")) j["vocab_size"] = 2;
     a.opt.model = config_from_hf_json(j);

@@ -2,10 +2,14 @@
 
 #include <unistd.h>
 
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <sstream>
+
+#include "core/error.h"
 
 namespace agoq {
 
@@ -30,9 +34,16 @@ MemoryTracker& MemoryTracker::of(MemDevice d) {
 }
 
 void* MemoryTracker::allocate(size_t bytes, MemCategory cat, std::string_view tag) {
-  const size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded);
-  if (!p) throw std::bad_alloc();
+  const size_t rounded = bytes > SIZE_MAX - 63 ? 0 : (bytes + 63) / 64 * 64;
+  void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
+  if (!p) {  // one line naming the request, as the device's allocator says it
+    std::ostringstream os;
+    os << "out of host memory: cannot allocate " << format_bytes(bytes) << " for " << mem_category_name(cat);
+    if (!tag.empty()) os << " (" << tag << ")";
+    os << "; agoq holds " << format_bytes(current().total());
+    if (const size_t have = memory_physical_bytes()) os << " of this machine's " << format_bytes(have);
+    throw Error(os.str());
+  }
   record(p, bytes, cat, tag);
   return p;
 }

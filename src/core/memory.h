@@ -1,6 +1,7 @@
 // Memory tracker: every large buffer in agoq is allocated here with a category (and optionally a finer tag, e.g.
 // an activation slot class), so a run can print exactly where its bytes go, now and at the peak.
 #pragma once
+#include <cstdint>
 #include <array>
 #include <cstddef>
 #include <cstring>
@@ -74,7 +75,8 @@ class Buffer {
   Buffer() = default;
   Buffer(size_t n, MemCategory cat, std::string_view tag = {}) : n_(n) {
     if (n) {
-      p_ = static_cast<T*>(MemoryTracker::global().allocate(n * sizeof(T), cat, tag));
+      const size_t bytes = n > SIZE_MAX / sizeof(T) ? SIZE_MAX : n * sizeof(T);  // SIZE_MAX: refused by allocate
+      p_ = static_cast<T*>(MemoryTracker::global().allocate(bytes, cat, tag));
       std::memset(static_cast<void*>(p_), 0, n * sizeof(T));
     }
   }

@@ -56,14 +56,7 @@ LlamaConfig plan_model_resolve(const std::string& name_or_path) {
     AGOQ_CHECK(!looks_like_path, "model config '", name_or_path, "' does not exist");
     return plan_preset(name_or_path);
   }
-  std::ifstream f(name_or_path);
-  AGOQ_CHECK(f, "cannot read model config '", name_or_path, "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    fail("model config '", name_or_path, "' is not valid JSON (", e.what(), ")");
-  }
+  const nlohmann::json j = json_object_read_file(name_or_path, "model config");
   try {
     return config_from_hf_json(j);
   } catch (const Error& e) {

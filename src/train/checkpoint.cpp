@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -168,13 +169,16 @@ OpenCheckpoint checkpoint_open(const std::string& dir) {
              ": trainer.json is not an agoq checkpoint marker");
   AGOQ_CHECK(trainer.contains("version") && trainer["version"] == kFormatVersion, what,
              ": unsupported checkpoint version ", trainer.contains("version") ? trainer["version"].dump() : "(none)");
-  AGOQ_CHECK((has("step", json::value_t::number_integer) || has("step", json::value_t::number_unsigned)) &&
-                 has("commit", json::value_t::string) && trainer.contains("config") && trainer.contains("trainer"),
-             what, ": trainer.json lacks step, commit, config or trainer");
+  for (const char* key : {"step", "commit", "config", "trainer"})
+    AGOQ_CHECK(trainer.contains(key), what, ": trainer.json lacks \"", key, "\"");
+  AGOQ_CHECK(has("commit", json::value_t::string), what, ": trainer.json's commit is not a string");
+  const json& step = trainer["step"];
+  const bool whole = step.is_number_integer() || step.is_number_unsigned();
+  AGOQ_CHECK(whole && (step.is_number_unsigned() ? step.get<uint64_t>() <= uint64_t(INT64_MAX) : step.get<int64_t>() >= 0),
+             what, ": trainer.json's step ", step.dump(), " is not a step count (a whole number from 0 to 2^63 - 1)");
 
   CheckpointMeta meta;
-  meta.step = trainer["step"].get<int64_t>();
-  AGOQ_CHECK(meta.step >= 0, what, ": trainer.json's step ", trainer["step"].dump(), " is negative");
+  meta.step = step.get<int64_t>();
   meta.commit = trainer["commit"].get<std::string>();
   meta.trainer = trainer["trainer"];
   const json config = json_read_file(path_join(dir, kConfigFile), what);

@@ -162,6 +162,17 @@ PlanCpuOptions TrainSession::plan_options() const {
   return o;
 }
 
+// The step's token ids (inputs and targets of its m micro-batches), on either device: --accum can ask for more than
+// any machine has (counted in double: the product of three ints overflows 64 bits).
+void TrainSession::step_ids_check() const {
+  const size_t have = memory_physical_bytes();
+  if (have == 0) return;
+  const double ids = 2.0 * sizeof(int32_t) * double(B_) * double(T_) * double(m_);
+  AGOQ_CHECK(ids <= double(have), "--batch ", B_, " x --seq ", T_, " x --accum ", m_, " tokens per step need ",
+             format_bytes(size_t(std::min(ids, 1e19))), " for their token ids alone; this machine has ",
+             format_bytes(have), ": lower --accum");
+}
+
 // The memory model first: a run this machine cannot hold stops with one line before anything is allocated.
 void TrainSession::memory_check() const {
   const size_t have = memory_physical_bytes();
@@ -177,6 +188,7 @@ void TrainSession::memory_check() const {
 }
 
 void TrainSession::model_build() {
+  comm_agreed(world_, [&] { step_ids_check(); });
   if (opt_.device == "cuda") return model_build_gpu();
   comm_agreed(world_, [&] { memory_check(); });
   // One global window stream, identical on every rank: each step draws D * m micro-batches and replica r trains
@@ -233,7 +245,7 @@ void TrainSession::resume() {
   if (!opt_.resume.empty()) {
     const nlohmann::json trainer = checkpoint_inspect(opt_.resume).trainer;
     const MomentsForm file = moments_form_of(trainer);
-    const int file_tp = moments_tp_of(trainer);
+    const int file_tp = moments_tp_of(trainer, cfg_);
     const bool q8 = file.state == OptimState::q8, part = grid_.P > 1;
     NamedTensors weights = engine_->weights_views();
     WholeTensors whole_weights = whole_tensors_of(weights, model_->params(), grid_.T);

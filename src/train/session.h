@@ -42,6 +42,7 @@ class TrainSession {
   void config_resolve();
   void blocks_isolate_replicated();  // dp_options_'s blocks, so every TP rank's norms get the same bits
   PlanCpuOptions plan_options() const;  // this rank's run, as the memory model describes it
+  void step_ids_check() const;
   void memory_check() const;
   void model_build();
   void model_build_gpu();  // --device cuda
@@ -121,7 +122,7 @@ void whole_tensors_gather(WholeTensors& whole, const NamedTensors& shard, Commun
 // the names of a one-shard run prefixed "tp<r>.". moments_of_shard renames a shard's views so; moments_tp_of reads
 // the checkpoint's TP degree (trainer.json "tp"; absent: 1).
 NamedTensors moments_of_shard(NamedTensors moments, int tp_rank);
-int moments_tp_of(const nlohmann::json& trainer);
+int moments_tp_of(const nlohmann::json& trainer, const LlamaConfig& cfg);
 // A checkpoint's 8-bit moments of one pipeline stage as written by a run of T shards (T = 1: whole tensors), in
 // buffers of their own (workspace, ckpt.moments) to checkpoint_load into (`tensors`), then decoded into the whole
 // fp32 moments adam.m.<name> / adam.v.<name> of the stage: the resume of another TP degree, converting.

@@ -3,6 +3,7 @@
 // tp<r>.*), a pipeline all stages' tensors to rank 0, and rank 0 writes. On resume every rank reads its stage's
 // whole tensors and keeps its shard's slices (8-bit moments of the same TP degree: its own; TrainSession::resume).
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -152,16 +153,28 @@ std::string file_read(const fs::path& p) {
 MomentsForm moments_form_of(const nlohmann::json& trainer) {
   MomentsForm f;  // checkpoints from before 8-bit states: fp32
   if (!trainer.contains("optim_state")) return f;
+  const char* what = "checkpoint's trainer.json";
+  const nlohmann::json& state = trainer["optim_state"];
+  AGOQ_CHECK(state.is_string(), what, ": optim_state is not a string (", state.dump(), ")");
   try {
-    f.state = optim_state_parse(trainer.at("optim_state").get<std::string>());
-    if (f.state == OptimState::q8) {
-      const nlohmann::json& q = trainer.at("optim_q8");
-      f.q8.block = q.at("block").get<int>(), f.q8.m_root = q.at("m_root").get<int>();
-      f.q8.v_root = q.at("v_root").get<int>();
-      adam_q8_format_check(f.q8);
-    }
-  } catch (const std::exception& e) {
-    fail("checkpoint's trainer.json: optimizer state: ", e.what());
+    f.state = optim_state_parse(state.get<std::string>());
+  } catch (const Error& e) {
+    fail(what, ": optim_state: ", e.what());
+  }
+  if (f.state != OptimState::q8) return f;
+  AGOQ_CHECK(trainer.contains("optim_q8") && trainer["optim_q8"].is_object(), what,
+             ": optim_state is q8 but optim_q8 (the 8-bit format: block, m_root, v_root) is missing");
+  const nlohmann::json& q = trainer["optim_q8"];
+  for (auto [key, into] : {std::pair{"block", &f.q8.block}, {"m_root", &f.q8.m_root}, {"v_root", &f.q8.v_root}}) {
+    AGOQ_CHECK(q.contains(key) && q[key].is_number_integer() && q[key].get<int64_t>() >= INT_MIN &&
+                   q[key].get<int64_t>() <= INT_MAX,
+               what, ": optim_q8.", key, " is missing or not an integer");
+    *into = q[key].get<int>();
+  }
+  try {
+    adam_q8_format_check(f.q8);
+  } catch (const Error& e) {
+    fail(what, ": optim_q8: ", e.what());
   }
   return f;
 }
@@ -225,9 +238,18 @@ NamedTensors moments_of_shard(NamedTensors moments, int tp_rank) {
   return moments;
 }
 
-int moments_tp_of(const nlohmann::json& trainer) {
-  const int T = trainer.is_object() && trainer.contains("tp") ? trainer["tp"].get<int>() : 1;
-  AGOQ_CHECK(T >= 1, "checkpoint's trainer.json: tp must be >= 1 (got ", T, ")");
+int moments_tp_of(const nlohmann::json& trainer, const LlamaConfig& cfg) {
+  if (!trainer.is_object() || !trainer.contains("tp")) return 1;
+  const nlohmann::json& tp = trainer["tp"];
+  AGOQ_CHECK(tp.is_number_integer() && tp.get<int64_t>() >= 1 && tp.get<int64_t>() <= 65536,
+             "checkpoint's trainer.json: tp must be a whole number from 1 to 65536 (got ", tp.dump(), ")");
+  const int T = tp.get<int>();
+  try {  // the shards its 8-bit moments were written as must exist for this model
+    model_stage_shard(cfg, model_stage_whole(cfg), T, 0);
+  } catch (const Error& e) {
+    fail("checkpoint's trainer.json says it was written with tensor parallelism ", T,
+         ", which this model cannot have been split into (damaged?): ", e.what());
+  }
   return T;
 }
 

@@ -76,12 +76,31 @@ TEST_F(CliErrors, BadPipelineFlags) {
   expect_clean_error(train({{"--pp", "0"}}), "--pp must be >= 1");
   expect_clean_error(train({{"--pp", "2"}}), "--pp 2 needs a multiple of 2 ranks");
   expect_clean_error(train({{"--stage-layers", "1,x"}}), "'x' is not a positive layer count");
+  expect_clean_error(train({{"--stage-layers", "1,"}}), "'1,' ends with a comma");
+  expect_clean_error(train({{"--stage-layers", ",1"}}), "'' is not a positive layer count");
   expect_clean_error(train({{"--mem-budget", "lots"}}), "bad memory size 'lots'");
 }
 
 TEST_F(CliErrors, BadTensorParallelFlags) {
   expect_clean_error(train({{"--tp", "0"}}), "--tp must be >= 1");
   expect_clean_error(train({{"--tp", "2"}}), "--tp 2 x --pp 1 needs a multiple of 2 ranks");
+}
+
+// A model config that is not one: each case named in agoq's words, not the JSON library's.
+TEST_F(CliErrors, BadModelConfigFiles) {
+  expect_clean_error(train({{"--config", "/dev/null"}}), "model config /dev/null is empty");
+  std::ofstream(d("cut.json")) << "{\"hidden_size\": 3,";
+  expect_clean_error(train({{"--config", d("cut.json")}}), "is not valid JSON (it ends before the JSON does)");
+  std::ofstream(d("bad.json")) << "{\"hidden_size\": x}";
+  expect_clean_error(train({{"--config", d("bad.json")}}), "is not valid JSON (at byte");
+  std::ofstream(d("list.json")) << "[1, 2]";
+  expect_clean_error(train({{"--config", d("list.json")}}), "is not a JSON object");
+  expect_clean_error(train({{"--config", d("none.json")}}), "cannot read model config");
+}
+
+// A step too large to hold is named with what it asks for, before anything is allocated.
+TEST_F(CliErrors, AStepTooLargeForTheMachineIsNamed) {
+  expect_clean_error(train({{"--accum", "2000000000"}}), "--batch 2 x --seq 8 x --accum 2000000000 tokens per step need");
 }
 
 TEST_F(CliErrors, DivergenceIsReported) {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -211,6 +212,7 @@ TEST_F(CliRecovery, DamagedTrainerJsonIsNamed) {
   ASSERT_EQ(run_agoq(train({{"--steps", "2"}})).exit_code, 0);
   const std::string marker = d("run/ckpt/trainer.json");
   json j = json::parse(std::ifstream(marker));
+  const json good = j;
   j["trainer"].erase("loader");
   std::ofstream(marker) << j.dump();
   expect_clean_error(train({{"--steps", "4"}, {"--resume", d("run/ckpt")}}), "trainer.json has no data-loader position");
@@ -220,6 +222,29 @@ TEST_F(CliRecovery, DamagedTrainerJsonIsNamed) {
   j["format"] = json::object();
   std::ofstream(marker) << j.dump();
   expect_clean_error(train({{"--steps", "4"}, {"--resume", d("run/ckpt")}}), "not an agoq checkpoint marker");
+  // Values of the wrong kind, each named in agoq's words (never a JSON library's exception text).
+  auto refused = [&](const std::function<void(json&)>& edit, const std::string& why) {
+    json k = good;
+    edit(k);
+    std::ofstream(marker) << k.dump();
+    const RunResult r = run_agoq(train({{"--steps", "4"}, {"--resume", d("run/ckpt")}}));
+    EXPECT_EQ(r.exit_code, 1) << why;
+    EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("json.exception"), std::string::npos) << r.err;
+  };
+  refused([](json& k) { k["step"] = 9223372036854775808ull; }, "step 9223372036854775808 is not a step count");
+  refused([](json& k) { k["step"] = 20.5; }, "step 20.5 is not a step count");
+  refused([](json& k) { k["step"] = -1; }, "step -1 is not a step count");
+  refused([](json& k) { k.erase("commit"); }, "trainer.json lacks \"commit\"");
+  refused([](json& k) { k["step"] = 3; }, "model.safetensors was saved at step 2, trainer.json says step 3");
+  refused([](json& k) { k["trainer"]["optim_state"] = "q8"; }, "optim_state is q8 but optim_q8");
+  refused([](json& k) { k["trainer"]["optim_state"] = 7; }, "optim_state is not a string");
+  refused([](json& k) { k["trainer"]["optim_state"] = "q8", k["trainer"]["optim_q8"] = {{"block", "x"}}; },
+          "optim_q8.block is missing or not an integer");
+  refused([](json& k) { k["trainer"]["optim_state"] = "q8", k["trainer"]["tp"] = 4,
+                        k["trainer"]["optim_q8"] = {{"block", 128}, {"m_root", 1}, {"v_root", 2}}; },
+          "says it was written with tensor parallelism 4, which this model cannot have been split into");
+  refused([](json& k) { k["trainer"]["tp"] = "two"; }, "tp must be a whole number");
 }
 
 TEST_F(CliRecovery, TokenizerMustHaveMadeTheTokenFiles) {

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "core/memory.h"
 #include "core/rng.h"
 
@@ -48,4 +49,24 @@ TEST(Rng, StreamsAreReproducible) {
   EXPECT_NE(Rng(42, 1).next_u64(), c.next_u64());
 }
 
+}  // namespace agoq
+
+namespace agoq {
+namespace {
+
+// An allocation that cannot be had is one line naming the request, not a bare "out of memory".
+TEST(MemoryTracker, AFailedAllocationNamesTheRequest) {
+  try {
+    Buffer<float> huge(size_t(1) << 60, MemCategory::activations, "act.test");
+    FAIL() << "2^60 floats were allocated";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("out of host memory: cannot allocate"), std::string::npos) << m;
+    EXPECT_NE(m.find("for activations (act.test)"), std::string::npos) << m;
+    EXPECT_NE(m.find("agoq holds"), std::string::npos) << m;
+  }
+  EXPECT_THROW(Buffer<double>(SIZE_MAX / 4, MemCategory::workspace), Error);  // n * sizeof(T) overflows
+}
+
+}  // namespace
 }  // namespace agoq
