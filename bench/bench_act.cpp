@@ -126,16 +126,16 @@ void bench_act_run(const Args& a) {
 const CliCommand kBenchAct("bench", 25, [](CLI::App& bench) {
   auto a = std::make_shared<Args>();
   CLI::App* c = bench.add_subcommand("act", "activation policies: saved bytes, peak memory by category, step time");
-  c->add_option("--dim", a->model.dim)->capture_default_str();
-  c->add_option("--layers", a->model.n_layers)->capture_default_str();
-  c->add_option("--heads", a->model.n_heads)->capture_default_str();
-  c->add_option("--kv-heads", a->model.n_kv_heads)->capture_default_str();
-  c->add_option("--ffn", a->model.ffn_dim)->capture_default_str();
-  c->add_option("--vocab", a->model.vocab_size)->capture_default_str();
-  c->add_option("--seq", a->seq)->capture_default_str();
-  c->add_option("--batch", a->batch)->capture_default_str();
-  c->add_option("--steps", a->steps, "timed steps per policy")->capture_default_str();
-  c->add_option("--warmup", a->warmup, "untimed steps per policy")->capture_default_str();
+  c->add_option("--dim", a->model.dim)->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--layers", a->model.n_layers)->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--heads", a->model.n_heads)->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--kv-heads", a->model.n_kv_heads)->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--ffn", a->model.ffn_dim)->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--vocab", a->model.vocab_size)->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--seq", a->seq)->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--batch", a->batch)->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--steps", a->steps, "timed steps per policy")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--warmup", a->warmup, "untimed steps per policy")->capture_default_str()->check(cli_at_least(0));
   c->add_option("--policies", a->policies, "policies to compare (names or specs)")->delimiter(' ');
   c->add_flag("--json", a->json, "print a JSON array, one record per policy");
   auto device = std::make_shared<std::string>("cpu");

@@ -191,14 +191,14 @@ const CliCommand kBenchOps("bench", 30, [](CLI::App& bench) {
   CLI::App* c = bench.add_subcommand("ops", "GFLOP/s (matmul, attention) and GB/s (the rest) of each model op");
   c->add_flag("--json", args->json, "print one JSON array");
   c->add_flag("--cpu-time", args->cpu_time, "time process CPU time instead of wall time (use with OMP_NUM_THREADS=1)");
-  c->add_option("--reps", args->reps, "timed runs per op (the best is reported)")->capture_default_str();
-  c->add_option("--batch", args->B, "batch size")->capture_default_str();
-  c->add_option("--seq", args->T, "sequence length")->capture_default_str();
-  c->add_option("--dim", args->dim, "model dimension")->capture_default_str();
-  c->add_option("--heads", args->heads, "attention heads")->capture_default_str();
-  c->add_option("--kv-heads", args->kv_heads, "key/value heads")->capture_default_str();
-  c->add_option("--ffn", args->ffn, "feed-forward dimension")->capture_default_str();
-  c->add_option("--vocab", args->vocab, "vocabulary size")->capture_default_str();
+  c->add_option("--reps", args->reps, "timed runs per op (the best is reported)")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--batch", args->B, "batch size")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--seq", args->T, "sequence length")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--dim", args->dim, "model dimension")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--heads", args->heads, "attention heads")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--kv-heads", args->kv_heads, "key/value heads")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--ffn", args->ffn, "feed-forward dimension")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--vocab", args->vocab, "vocabulary size")->capture_default_str()->check(cli_at_least(1));
   c->add_option("--device", args->device, "cpu, or cuda (a llama-8b layer's shapes unless given; docs/cuda.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   c->add_option("--peak-tflops", args->peak_tflops, "--device cuda: the GPU's bf16 dense peak, for MFU")

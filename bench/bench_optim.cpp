@@ -90,11 +90,11 @@ void run(const Options& o) {
 const CliCommand kBenchOptim("bench", 60, [](CLI::App& bench) {
   auto o = std::make_shared<Options>();
   CLI::App* c = bench.add_subcommand("optim", "AdamW step time: fp32 moments vs 8-bit moments (--optim-state q8)");
-  c->add_option("--dim", o->dim, "model width of the parameter layout")->capture_default_str();
-  c->add_option("--layers", o->layers, "decoder layers of the layout")->capture_default_str();
-  c->add_option("--vocab", o->vocab, "vocabulary of the layout")->capture_default_str();
-  c->add_option("--reps", o->reps, "timed steps per kind")->capture_default_str()->check(CLI::PositiveNumber);
-  c->add_option("--threads", o->threads, "OpenMP threads (0: default)");
+  c->add_option("--dim", o->dim, "model width of the parameter layout")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--layers", o->layers, "decoder layers of the layout")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--vocab", o->vocab, "vocabulary of the layout")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--reps", o->reps, "timed steps per kind")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--threads", o->threads, "OpenMP threads (0: default)")->check(cli_at_least(0));
   c->add_flag("--json", o->json, "print JSON");
   c->callback([o] { run(*o); });
 });

@@ -180,7 +180,7 @@ const CliCommand kBenchTrain("bench", 20, [](CLI::App& bench) {
   auto args = std::make_shared<Args>();
   CLI::App* c = bench.add_subcommand("train", "training tokens/s, MFU and peak memory by category");
   c->add_flag("--json", args->json, "print one JSON object");
-  c->add_option("--steps", args->steps, "timed steps")->capture_default_str();
+  c->add_option("--steps", args->steps, "timed steps")->capture_default_str()->check(cli_at_least(1));
   c->add_flag("--skip-memory", args->skip_memory, "skip the (slow) large-config memory measurement");
   c->add_flag("--busy-neighbour", args->busy_neighbour,
               "tokens/s quiet and beside a busy-loop process: threads following the load vs one per core");
@@ -190,7 +190,13 @@ const CliCommand kBenchTrain("bench", 20, [](CLI::App& bench) {
   bench_train_cuda_flags(*c, args->gpu);
 #endif
   c->callback([args, c] {
-    if (args->device == "cpu") return bench_train_run(*args);
+    if (args->device == "cpu") {
+      for (const char* gpu_only : {"--policies", "--dim", "--layers", "--heads", "--kv-heads", "--ffn", "--vocab",
+                                   "--batch", "--seq", "--gpu-gemm", "--peak-tflops"})
+        AGOQ_CHECK(!c->get_option_no_throw(gpu_only) || c->count(gpu_only) == 0, gpu_only,
+                   " applies to --device cuda (the CPU benchmark runs its reference model)");
+      return bench_train_run(*args);
+    }
 #if AGOQ_HAVE_GPU_MODEL
     if (c->count("--steps")) args->gpu.steps = args->steps;
     args->gpu.json = args->json;

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "cli/commands.h"
+#include "core/error.h"
 #include "bench/cuda/bench_cuda.h"
 #include "core/rng.h"
 #include "gpu/train_step_cuda.h"
@@ -61,14 +63,14 @@ void bench_train_cuda_flags(CLI::App& c, BenchTrainCudaOptions& o) {
   c.add_option("--policies", o.policies,
                "activation policies, compared with the first; a name+q8 with the 8-bit gradient store")
       ->delimiter(',');
-  c.add_option("--dim", o.dim, "--device cuda: hidden size")->capture_default_str();
-  c.add_option("--layers", o.layers, "--device cuda: decoder layers")->capture_default_str();
-  c.add_option("--heads", o.heads, "--device cuda: attention heads")->capture_default_str();
-  c.add_option("--kv-heads", o.kv_heads, "--device cuda: key/value heads")->capture_default_str();
-  c.add_option("--ffn", o.ffn, "--device cuda: SwiGLU width")->capture_default_str();
-  c.add_option("--vocab", o.vocab, "--device cuda: vocabulary")->capture_default_str();
-  c.add_option("--batch", o.B, "--device cuda: sequences per step")->capture_default_str();
-  c.add_option("--seq", o.T, "--device cuda: sequence length")->capture_default_str();
+  c.add_option("--dim", o.dim, "--device cuda: hidden size")->capture_default_str()->check(cli_at_least(1));
+  c.add_option("--layers", o.layers, "--device cuda: decoder layers")->capture_default_str()->check(cli_at_least(1));
+  c.add_option("--heads", o.heads, "--device cuda: attention heads")->capture_default_str()->check(cli_at_least(1));
+  c.add_option("--kv-heads", o.kv_heads, "--device cuda: key/value heads")->capture_default_str()->check(cli_at_least(1));
+  c.add_option("--ffn", o.ffn, "--device cuda: SwiGLU width")->capture_default_str()->check(cli_at_least(1));
+  c.add_option("--vocab", o.vocab, "--device cuda: vocabulary")->capture_default_str()->check(cli_at_least(1));
+  c.add_option("--batch", o.B, "--device cuda: sequences per step")->capture_default_str()->check(cli_at_least(1));
+  c.add_option("--seq", o.T, "--device cuda: sequence length")->capture_default_str()->check(cli_at_least(1));
   c.add_option("--gpu-gemm", o.gemm, "--device cuda: bf16 or fp32 GEMM inputs")
       ->check(CLI::IsMember({"bf16", "fp32"}))
       ->capture_default_str();
@@ -81,6 +83,10 @@ void bench_train_cuda(const BenchTrainCudaOptions& o) {
   cfg.dim = o.dim, cfg.n_layers = o.layers, cfg.n_heads = o.heads, cfg.n_kv_heads = o.kv_heads, cfg.ffn_dim = o.ffn;
   cfg.vocab_size = o.vocab, cfg.max_seq_len = o.T;
   cfg.validate();
+  AGOQ_CHECK(!o.policies.empty(), "--policies: give at least one");
+  for (const std::string& p : o.policies)  // every name checked before the first run
+    ActPolicy::parse(p.size() > 3 && p.compare(p.size() - 3, 3, "+q8") == 0 ? p.substr(0, p.size() - 3) : p,
+                     cfg.n_layers);
   std::vector<PolicyRun> runs;
   for (const std::string& p : o.policies) runs.push_back(policy_run(o, cfg, p));
   const double flops = bench_flops_per_token(cfg, o.T), tokens = double(o.B) * o.T;

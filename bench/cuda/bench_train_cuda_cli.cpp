@@ -16,7 +16,7 @@ void bench_train_cuda_command(CLI::App& bench, const char* name, const char* wha
   auto device = std::make_shared<std::string>("cuda");
   CLI::App* c = bench.add_subcommand(name, what);
   c->add_option("--device", *device, "cuda (this build has no CPU training)")->check(CLI::IsMember({"cuda"}));
-  c->add_option("--steps", g->steps, "timed steps per policy")->capture_default_str();
+  c->add_option("--steps", g->steps, "timed steps per policy")->capture_default_str()->check(cli_at_least(1));
   c->add_flag("--json", g->json, "print one JSON array");
   bench_train_cuda_flags(*c, *g);
   c->callback([g] { bench_train_cuda(*g); });

@@ -18,4 +18,11 @@ struct CliCommand {
 // Adds every registered command whose parent is `parent` to `app`, in order.
 void cli_add_registered(const std::string& parent, CLI::App& app);
 
+// A validator for a count flag: a whole number of at least `least`, said as "must be >= 1 (got 0)".
+CLI::Validator cli_at_least(long long least);
+
+// Where a command that needs a subcommand is given a word that is none of them ("agoq bench nosuch"): the line that
+// names the word and lists the choices; "" when the arguments have no such word.
+std::string cli_unknown_subcommand(CLI::App& app, int argc, char** argv);
+
 }  // namespace agoq

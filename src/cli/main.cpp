@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -11,6 +12,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "agoq 0.1");
   agoq::cli_add_registered("", app);
+  if (const std::string unknown = agoq::cli_unknown_subcommand(app, argc, argv); !unknown.empty()) {
+    std::fprintf(stderr, "agoq: error: %s\n", unknown.c_str());
+    return 1;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -103,6 +103,19 @@ TEST_F(CliErrors, AStepTooLargeForTheMachineIsNamed) {
   expect_clean_error(train({{"--accum", "2000000000"}}), "--batch 2 x --seq 8 x --accum 2000000000 tokens per step need");
 }
 
+// Benchmarks refuse counts that would print inf or negative figures, flags they would ignore, and unknown names.
+TEST_F(CliErrors, BenchFlagsAreCheckedBeforeRunning) {
+  expect_clean_error("bench train --steps 0", "--steps: must be >= 1 (got 0)");
+  expect_clean_error("bench train --steps -3", "--steps: must be >= 1 (got -3)");
+  expect_clean_error("bench ops --reps 0", "--reps: must be >= 1 (got 0)");
+  expect_clean_error("bench optim --reps 0", "--reps: must be >= 1 (got 0)");
+  expect_clean_error("bench optim --threads -4", "--threads: must be >= 0 (got -4)");
+  expect_clean_error("bench act --steps x", "--steps: must be a whole number (got 'x')");
+  expect_clean_error("bench train --policies nosuch", "--policies applies to --device cuda");
+  expect_clean_error("bench nosuch", "agoq bench: unknown command 'nosuch' (one of: quant, train, act, ops");
+  expect_clean_error("nosuch", "agoq: unknown command 'nosuch' (one of: prepare, train, sample, plan, bench)");
+}
+
 TEST_F(CliErrors, DivergenceIsReported) {
   expect_clean_error(train({{"--lr", "1e30"}, {"--min-lr", "0"}, {"--warmup", "0"}, {"--clip", "1e30"}, {"--steps", "20"}}),
                      "diverged");
