@@ -207,6 +207,27 @@ size_t CommQ8Plan::scales_offset(int k) const { return round_up(shards[k].size()
 
 CommQ8Plan comm_q8_plan(size_t n, int nranks, int block) { return comm_q8_plan_piece(n, 0, n, nranks, block); }
 
+// The shards of comm_shard_range come in three kinds: `extra` of per + 1 whole blocks, the rest of per whole blocks,
+// and the last non-empty one, whose last block holds the tail of n (and the empty ones, of 0 bytes).
+CommQ8PlanBytes comm_q8_plan_bytes(size_t n, int nranks, int block) {
+  AGOQ_CHECK(nranks >= 1 && block >= 1, "allreduce_q8: ", nranks, " ranks, block ", block, " (internal)");
+  const size_t B = size_t(block), D = size_t(nranks), nb = grad_q8_blocks(n, block);
+  if (nb == 0) return {};
+  const size_t per = nb / D, extra = nb % D, tail = n - (nb - 1) * B;
+  auto message = [&](size_t blocks, size_t values) {
+    return round_up(values, kAlign) + round_up(blocks * sizeof(float), kAlign);
+  };
+  const size_t last = per > 0 ? D - 1 : extra - 1;  // the last non-empty shard
+  const size_t last_blocks = per + (last < extra ? 1 : 0);
+  const size_t big = std::min(extra, last), small = per > 0 ? last - big : 0;  // whole shards before `last`
+  CommQ8PlanBytes out;
+  out.total = big * message(per + 1, (per + 1) * B) + small * message(per, per * B) +
+              message(last_blocks, (last_blocks - 1) * B + tail);
+  out.first_message = last == 0 ? message(last_blocks, (last_blocks - 1) * B + tail)
+                                  : message(per + (extra > 0 ? 1 : 0), (per + (extra > 0 ? 1 : 0)) * B);
+  return out;
+}
+
 CommQ8Plan comm_q8_plan_piece(size_t whole, size_t offset, size_t n, int nranks, int block) {
   AGOQ_CHECK(offset % size_t(block) == 0 && offset + n <= whole, "allreduce_q8: piece [", offset, ", ", offset + n,
              ") of ", whole, " values does not start a block of ", block, " (internal)");

@@ -51,6 +51,12 @@ struct CommQ8Plan {
   size_t scales_offset(int k) const;          // within message k
 };
 CommQ8Plan comm_q8_plan(size_t n, int nranks, int block);
+// comm_q8_plan(n, nranks, block)'s total_bytes and msg_bytes[0] without the per-rank lists, in constant time (the
+// planner asks for a million ranks).
+struct CommQ8PlanBytes {
+  size_t total = 0, first_message = 0;
+};
+CommQ8PlanBytes comm_q8_plan_bytes(size_t n, int nranks, int block);
 // The plan of a piece [offset, offset + n) of a tensor of `whole` values (offset on a block): the whole tensor's
 // shards clipped to the piece, relative to it (some ranks' may be empty).
 CommQ8Plan comm_q8_plan_piece(size_t whole, size_t offset, size_t n, int nranks, int block);

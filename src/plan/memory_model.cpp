@@ -61,6 +61,18 @@ int plan_padded_vocab(const LlamaConfig& cfg, int tp, int vocab_align) {
 
 void plan_parallel_check(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w) {
   cfg.validate();
+  // Bounds first, so no product below overflows (the largest are a micro-batch's logits and a stage's activations
+  // over its micro-batches in flight: kept under 2^62 bytes).
+  constexpr int kMaxGpus = 1 << 24, kMaxCount = 1 << 24;
+  AGOQ_CHECK(par.gpus <= kMaxGpus, "--gpus ", par.gpus, " is more than agoq plans for (", kMaxGpus, ")");
+  AGOQ_CHECK(w.seq <= kMaxCount && w.micro_batch <= kMaxCount && w.num_micro_batches <= kMaxCount, "--seq ", w.seq,
+             ", --micro-batch ", w.micro_batch, ", --num-micro-batches ", w.num_micro_batches,
+             ": each must be at most ", kMaxCount);
+  const double rows = double(w.seq) * double(w.micro_batch);
+  const double widest = std::max({double(cfg.vocab_size), double(cfg.ffn_dim), double(cfg.dim)});
+  AGOQ_CHECK(rows * widest * 8.0 * double(cfg.n_layers) * double(std::min(w.num_micro_batches, cfg.n_layers)) < 0x1p62,
+             "--seq ", w.seq, " x --micro-batch ", w.micro_batch, " = ", rows,
+             " tokens per micro-batch: this model's activations of them would exceed 2^62 bytes per GPU");
   AGOQ_CHECK(par.gpus >= 1 && par.tp >= 1 && par.pp >= 1, "--gpus, --tp and --pp must be positive (got ", par.gpus,
              ", ", par.tp, ", ", par.pp, ")");
   AGOQ_CHECK(par.gpus % (par.tp * par.pp) == 0, "--gpus ", par.gpus, " is not divisible by tp * pp = ",
@@ -139,8 +151,8 @@ PlanMemory plan_memory_static(const LlamaConfig& cfg, const PlanParallel& par, c
   if (agoq && D > 1) {
     // One bucket in flight: its fp32 staging copy, the all-to-all send/all-gather buffer and the receive buffer.
     const size_t nb = std::min(n, opt.bucket_bytes / 4);
-    const CommQ8Plan p = comm_q8_plan(nb, int(D), opt.grad_block);
-    comm += 4 * nb + p.total_bytes + p.msg_bytes[0] * D;
+    const CommQ8PlanBytes p = comm_q8_plan_bytes(nb, int(D), opt.grad_block);
+    comm += 4 * nb + p.total + p.first_message * D;
   }
   m[MemCategory::communication] = comm;
 

@@ -15,6 +15,7 @@
 #if AGOQ_HAVE_CUDA
 #include "cuda/cuda_check.h"
 #endif
+
 #include "tests/cli/cli_test_util.h"
 
 namespace agoq {
@@ -114,6 +115,17 @@ TEST_F(CliErrors, BenchFlagsAreCheckedBeforeRunning) {
   expect_clean_error("bench train --policies nosuch", "--policies applies to --device cuda");
   expect_clean_error("bench nosuch", "agoq bench: unknown command 'nosuch' (one of: quant, train, act, ops");
   expect_clean_error("nosuch", "agoq: unknown command 'nosuch' (one of: prepare, train, sample, plan, bench)");
+}
+
+// The planner bounds every count before it multiplies them; its cost does not grow with the GPU count
+// (tests/comm AllreduceQ8Plan.BytesInConstantTimeEqualThePlans).
+TEST_F(CliErrors, PlanBoundsItsCountsAndStaysFast) {
+  expect_clean_error("plan --model llama-8b --gpus 1073741824", "--gpus 1073741824 is more than agoq plans for");
+  expect_clean_error("plan --model llama-8b --micro-batch 2000000000 --num-micro-batches 2000000000",
+                     "each must be at most 16777216");
+  expect_clean_error("plan --model llama-8b --micro-batch 16777216 --seq 16777216", "would exceed 2^62 bytes");
+  // 16M GPUs (a plan that listed its ranks took 1.6 s and 1 GB here; constant time now: run_agoq's 60 s bound).
+  EXPECT_EQ(run_agoq("plan --model llama-8b --gpus 16777216").exit_code, 0);
 }
 
 TEST_F(CliErrors, DivergenceIsReported) {

@@ -495,3 +495,24 @@ TEST(AllreduceQ8, NonFiniteInputPoisonsOnlyItsBlock) {
 
 }  // namespace
 }  // namespace agoq
+
+namespace agoq {
+namespace {
+
+// The planner's constant-time byte count is the plan's, for every kind of split (more ranks than blocks, a tail
+// block, exact splits).
+TEST(AllreduceQ8Plan, BytesInConstantTimeEqualThePlans) {
+  for (const size_t n : {size_t(1), size_t(255), size_t(256), size_t(257), size_t(4096), size_t(100003)})
+    for (const int D : {1, 2, 3, 7, 16, 64, 1000})
+      for (const int block : {32, 256, 1000}) {
+        const CommQ8Plan p = comm_q8_plan(n, D, block);
+        const CommQ8PlanBytes b = comm_q8_plan_bytes(n, D, block);
+        EXPECT_EQ(b.total, p.total_bytes) << n << " " << D << " " << block;
+        EXPECT_EQ(b.first_message, p.msg_bytes[0]) << n << " " << D << " " << block;
+      }
+  EXPECT_EQ(comm_q8_plan_bytes(0, 4, 256).total, comm_q8_plan(0, 4, 256).total_bytes);
+  EXPECT_GT(comm_q8_plan_bytes(size_t(1) << 22, 1 << 30, 256).total, 0u);  // a billion ranks: no list of them
+}
+
+}  // namespace
+}  // namespace agoq
