@@ -56,6 +56,11 @@ PreparedTokenizer prepare_tokenizer(const PrepareArgs& a, const Corpus& corpus) 
     opt.vocab_size = a.vocab_size;
     opt.max_bytes = a.max_chars > 0 ? utf8_prefix_bytes(corpus.text, uint64_t(a.max_chars)) : 0;
     p.train_bytes = opt.max_bytes ? std::min(opt.max_bytes, corpus.text.size()) : corpus.text.size();
+    if (p.train_bytes > (size_t(16) << 20)) {
+      std::printf("tokenizer: training a %d-piece BPE vocabulary on %zu bytes (--max-chars N trains on fewer)...\n",
+                  a.vocab_size, p.train_bytes);
+      std::fflush(stdout);
+    }
     try {
       p.tok = Tokenizer::train(corpus.text, opt);
     } catch (const Error& e) {
@@ -119,14 +124,16 @@ void prepare_run(const PrepareArgs& a) {
   const size_t chars = utf8_length(corpus.text);
   std::printf("prepare: %s (%s, %zu document%s): %zu chars, %zu bytes\n", a.input.c_str(), corpus.kind.c_str(),
               corpus.documents.size(), corpus.documents.size() == 1 ? "" : "s", chars, corpus.text.size());
+  std::fflush(stdout);  // each status line as it happens (a long input takes minutes)
   const PreparedTokenizer t = prepare_tokenizer(a, corpus);
+  std::fflush(stdout);
 
   const auto t_enc = std::chrono::steady_clock::now();
-  const std::vector<int32_t> ids = t.tok.encode(corpus.text);
+  // Lossless by construction unless the input had invalid UTF-8 (SentencePiece replaces it); say so if it differs.
+  bool exact = false;
+  const std::vector<int32_t> ids = t.tok.encode(corpus.text, corpus.text.size() > (size_t(64) << 20), &exact);
   const double enc_s = seconds_since(t_enc);
   AGOQ_CHECK(ids.size() >= 2, "input ", a.input, ": only ", ids.size(), " token(s) after encoding");
-  // Lossless by construction unless the input had invalid UTF-8 (SentencePiece replaces it); say so if it differs.
-  const bool exact = t.tok.decode(ids) == corpus.text;
 
   const auto n_val = uint64_t(std::llround(double(ids.size()) * a.val_fraction));
   const uint64_t n_train = ids.size() - n_val;

@@ -27,6 +27,33 @@ std::string sentencepiece_reason(const sentencepiece::util::Status& st) {
 // paragraph per line) are cut at a space below this instead.
 constexpr size_t kMaxSentenceBytes = 4000;
 constexpr size_t kEncodeChunkBytes = 1 << 14;  // SentencePiece BPE encoding is superlinear in input length
+constexpr size_t kEncodeChunkMost = 1 << 16;   // where a chunk is cut when it has found no safe place
+
+// Where the chunk at the start of `text` ends (see Tokenizer::encode).
+size_t encode_chunk_end(std::string_view text, bool at_spaces) {
+  if (text.size() <= kEncodeChunkBytes) return text.size();
+  const std::string_view window = text.substr(0, kEncodeChunkMost);
+  if (const size_t nl = window.find('\n', kEncodeChunkBytes); nl != std::string_view::npos) return nl + 1;
+  if (at_spaces)
+    for (size_t p = window.find(' ', kEncodeChunkBytes); p != std::string_view::npos; p = window.find(' ', p + 1))
+      if (text[p - 1] != ' ') return p;
+  if (text.size() <= kEncodeChunkMost) return text.size();
+  size_t cut = kEncodeChunkMost;
+  while (cut > 0 && (uint8_t(text[cut]) & 0xC0) == 0x80) --cut;  // whole UTF-8 characters
+  return cut;
+}
+
+// Whether no piece holds U+2581 (SentencePiece's space) after another character: then no piece can cross a cut made
+// before a space that follows a non-space.
+bool pieces_start_words(const sentencepiece::SentencePieceProcessor& sp) {
+  static const std::string kSpace = "\xE2\x96\x81";
+  for (int i = 0; i < sp.GetPieceSize(); ++i) {
+    std::string_view p = sp.IdToPiece(i);
+    while (p.substr(0, kSpace.size()) == kSpace) p.remove_prefix(kSpace.size());
+    if (p.find(kSpace) != std::string_view::npos) return false;
+  }
+  return true;
+}
 
 // Feeds the lines of a text to the trainer without copying the text into a temp file.
 class LineIterator : public sentencepiece::SentenceIterator {
@@ -41,7 +68,9 @@ class LineIterator : public sentencepiece::SentenceIterator {
         done_ = true;
         return;
       }
-      size_t end = std::min(rest_.find('\n'), rest_.size());
+      // Look for the line's end only as far as a sentence may reach: a single 200 MB line is read once, not once
+      // per sentence cut from it.
+      size_t end = std::min(rest_.substr(0, kMaxSentenceBytes + 1).find('\n'), rest_.size());
       size_t next = end + (end < rest_.size());
       if (end > kMaxSentenceBytes) {
         size_t cut = rest_.rfind(' ', kMaxSentenceBytes);
@@ -123,6 +152,11 @@ Tokenizer Tokenizer::train(std::string_view text, const TokenizerTrainOptions& o
     if (std::regex_search(why, at_most, std::regex(R"(Vocabulary size too high.*<= (\d+))")))
       fail("the text (", text.size(), " bytes) is too small for a ", opt.vocab_size, "-piece vocabulary: give more ",
            "text, or --vocab-size ", at_most[1].str(), " or less");
+    std::smatch chars;  // SentencePiece's advice names a flag agoq does not have (--character_coverage)
+    if (std::regex_search(why, chars, std::regex(R"(smaller than required_chars\. (\d+) vs (\d+))")))
+      fail("the text has ", chars[2].str(), " distinct characters and every one needs a piece of its own, more than ",
+           "--vocab-size ", opt.vocab_size, " allows: give --vocab-size above ", chars[2].str(),
+           " (binary or many-script input has many characters; is this the text you meant?)");
     fail("tokenizer training (vocab size ", opt.vocab_size, ", ", text.size(), " bytes of text) failed: ", why);
   }
   return from_serialized(std::move(proto), "trained tokenizer");
@@ -138,6 +172,7 @@ Tokenizer Tokenizer::from_serialized(std::string serialized, const std::string& 
              ": not a valid SentencePiece model (", st.ok() ? "no pieces" : sentencepiece_reason(st), ")");
   t.proto_ = std::move(serialized);
   t.origin_ = what;
+  t.pieces_start_words_ = pieces_start_words(*t.sp_);
   return t;
 }
 
@@ -146,30 +181,42 @@ void Tokenizer::save(const std::string& path) const {
   atomic_file_write(path, proto_);
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool progress, bool* round_trips) const {
   const auto& sp = this->sp();
-  // Chunks end right after a '\n': newline is never inside a piece, so chunking does not change the result.
   std::vector<std::string_view> chunks;
+  const size_t total = text.size();
   while (!text.empty()) {
-    size_t end = text.size();
-    if (end > kEncodeChunkBytes) {
-      const size_t nl = text.find('\n', kEncodeChunkBytes);
-      end = nl == std::string_view::npos ? text.size() : nl + 1;
-    }
+    const size_t end = encode_chunk_end(text, pieces_start_words_);
     chunks.push_back(text.substr(0, end));
     text.remove_prefix(end);
   }
   std::vector<std::vector<int>> parts(chunks.size());
   std::string error;
+  size_t done = 0;
+  int reported = 0;  // tenths
+  bool exact = true;
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t i = 0; i < chunks.size(); ++i) {
-    const auto st = sp.Encode(chunks[i], &parts[i]);
-    if (!st.ok()) {
+    auto st = sp.Encode(chunks[i], &parts[i]);
+    bool same = true;
+    if (st.ok() && round_trips) {
+      std::string back;
+      st = sp.Decode(parts[i], &back);
+      same = back == chunks[i];
+    }
 #pragma omp critical
-      error = sentencepiece_reason(st);
+    {
+      if (!st.ok()) error = sentencepiece_reason(st);
+      exact = exact && same;
+      done += chunks[i].size();
+      if (progress && int(10 * done / total) > reported) {
+        reported = int(10 * done / total);
+        std::fprintf(stderr, "encoding: %d%% of %.1f MB\n", 10 * reported, double(total) / 1e6);
+      }
     }
   }
   AGOQ_CHECK(error.empty(), "tokenizer ", origin_, ": encode failed: ", error);
+  if (round_trips) *round_trips = exact;
   std::vector<int32_t> ids;
   size_t n = 0;
   for (const auto& p : parts) n += p.size();

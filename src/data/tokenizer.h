@@ -40,8 +40,13 @@ class Tokenizer {
   void save(const std::string& path) const;
   const std::string& serialized() const { return proto_; }
 
-  // Large texts are encoded in line-aligned chunks in parallel; the result equals encoding the whole text.
-  std::vector<int32_t> encode(std::string_view text) const;
+  // Large texts are encoded in chunks in parallel, cut where no piece can cross: after a newline, or (when every
+  // piece keeps its spaces at its start, as agoq's do) before a space that follows another character; the result
+  // equals encoding the whole text. Only a run of 64 KiB with neither is cut at a character boundary (the text still
+  // round-trips exactly; its tokens there may differ from one whole encode). Time is linear in the text.
+  // progress: a line on stderr every 10% (for long inputs). round_trips: also decode each chunk (in the same
+  // parallel pass) and say whether every one gives its text back (false only for invalid UTF-8 in the input).
+  std::vector<int32_t> encode(std::string_view text, bool progress = false, bool* round_trips = nullptr) const;
   std::string decode(std::span<const int32_t> ids) const;
 
   int vocab_size() const;
@@ -56,6 +61,7 @@ class Tokenizer {
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::string proto_;
   std::string origin_;  // path or description, for error messages
+  bool pieces_start_words_ = false;  // no piece holds a space (U+2581) after another character
   const sentencepiece::SentencePieceProcessor& sp() const;
 };
 

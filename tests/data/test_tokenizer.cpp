@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
 #include "tests/data/data_test_util.h"
+#include "core/error.h"
 #include "data/tokenizer.h"
+
+#include <sentencepiece_processor.h>
 
 namespace agoq {
 
@@ -68,6 +71,50 @@ TEST(Tokenizer, ChunkedEncodingEqualsWholeText) {
   parts.insert(parts.end(), rest.begin(), rest.end());
   EXPECT_EQ(whole, parts);
   EXPECT_EQ(tok.decode(whole), text);
+}
+
+// A text of one line (no newline to cut at) is cut before spaces: the same ids as SentencePiece encoding it whole.
+TEST(Tokenizer, OneLongLineEncodesAsSentencePieceDoesWhole) {
+  const Tokenizer& tok = small_tokenizer();
+  std::string line = synthetic_text(3000, 7);
+  for (char& c : line)
+    if (c == '\n') c = ' ';
+  line += "  double  spaces   and\ttabs\t\tat the end";
+  ASSERT_GT(line.size(), 4 * (size_t(1) << 14));  // several chunks
+  sentencepiece::SentencePieceProcessor sp;
+  ASSERT_TRUE(sp.LoadFromSerializedProto(tok.serialized()).ok());
+  std::vector<int> whole;
+  ASSERT_TRUE(sp.Encode(line, &whole).ok());
+  const std::vector<int32_t> ids = tok.encode(line);
+  EXPECT_EQ(ids, std::vector<int32_t>(whole.begin(), whole.end()));
+  EXPECT_EQ(tok.decode(ids), line);
+}
+
+// A run with neither newline nor space (64 KiB and more) still encodes in bounded chunks and round-trips.
+TEST(Tokenizer, ARunWithoutSpacesRoundTrips) {
+  const Tokenizer& tok = small_tokenizer();
+  std::string run;
+  for (int i = 0; run.size() < 300000; ++i) run += "abc\xC3\xA9\xE6\x97\xA5" + std::to_string(i % 10);
+  EXPECT_EQ(tok.decode(tok.encode(run)), run);
+}
+
+// SentencePiece's advice about a flag agoq does not have is said in agoq's terms.
+TEST(Tokenizer, TooManyCharactersForTheVocabularyIsSaidInAgoqsTerms) {
+  std::string text;
+  for (int rep = 0; rep < 20; ++rep)
+    for (uint32_t cp = 0x4E00; cp < 0x4E00 + 400; ++cp) {  // 400 distinct CJK characters
+      text += char(0xE0 | (cp >> 12)), text += char(0x80 | ((cp >> 6) & 0x3F)), text += char(0x80 | (cp & 0x3F));
+      if (cp % 16 == 0) text += ' ';
+    }
+  try {
+    Tokenizer::train(text, {.vocab_size = 300});
+    FAIL() << "trained 300 pieces over 400 characters";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("distinct characters"), std::string::npos) << m;
+    EXPECT_NE(m.find("--vocab-size above"), std::string::npos) << m;
+    EXPECT_EQ(m.find("character_coverage"), std::string::npos) << m;
+  }
 }
 
 TEST(Tokenizer, TrainingIsDeterministicAndSaveLoadRoundTrips) {
