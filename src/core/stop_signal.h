@@ -6,9 +6,10 @@
 
 namespace agoq {
 
-// `note` (copied; at most ~200 bytes) is written to stderr when the first signal arrives. Process-wide; calling it
-// again replaces the note.
+// `note` (copied; at most ~600 bytes) is written to stderr when the first signal arrives. Process-wide.
 void stop_signals_install(const char* note);
+// Replaces the note (e.g. with the newest good checkpoint); safe while a signal may arrive.
+void stop_signals_note(const char* note);
 // 0 until a stop signal arrives, then its number.
 int stop_signal_received();
 // "SIGTERM", "SIGINT", "SIGUSR1", or "signal N".

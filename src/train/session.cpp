@@ -268,7 +268,7 @@ void TrainSession::resume() {
     }
     whole_tensors_slice(whole_weights, weights, grid_.tp_rank);
     engine_->moments_scatter();
-    step_ = meta.step;
+    step_ = step_resumed_ = meta.step;
     loader_->set_state(resume_loader_state(meta, opt_.resume));
   }
   AGOQ_CHECK(step_ < opt_.steps, "checkpoint is already at step ", step_, " of --steps ", opt_.steps);
@@ -281,16 +281,24 @@ int TrainSession::stop_agreed() {
   return sig;
 }
 
-void TrainSession::stop_signals_arm() const {
-  char note[256];
+// What a rank says when a stop signal arrives. Under mpirun that is also how a lost peer shows (mpirun ends the
+// job): then no checkpoint can be written, so the note names the newest good one (updated after each checkpoint).
+std::string TrainSession::stop_note(long good_step) const {
+  const std::string ckpt = (fs::path(opt_.out_dir) / "ckpt").string();
+  const std::string good = good_step < 0 ? std::string("there is no checkpoint of this run yet")
+                           : "the last good checkpoint is step " + std::to_string(good_step) + " (" +
+                                 (good_step == step_resumed_ ? opt_.resume : ckpt) + ")";
   if (world_.size() == 1)
-    std::snprintf(note, sizeof note, "\nagoq: stop signal received: finishing this step, then a checkpoint "
-                                     "(a second signal stops at once)\n");
-  else
-    std::snprintf(note, sizeof note, "\nagoq: rank %d/%d: stop signal received (from the scheduler, or from mpirun "
-                  "because another rank failed: its report names that rank): finishing this step, then a "
-                  "checkpoint\n", world_.rank(), world_.size());
-  stop_signals_install(note);
+    return "\nagoq: stop signal received: finishing this step, then a checkpoint (a second signal stops at once; " +
+           good + ")\n";
+  return "\nagoq: rank " + std::to_string(world_.rank()) + "/" + std::to_string(world_.size()) +
+         ": stop signal received (from the scheduler, or from mpirun because another rank failed or a peer was lost: "
+         "its report names that rank): finishing this step, then a checkpoint; if a peer is lost none can be "
+         "written: " + good + "\n";
+}
+
+void TrainSession::stop_signals_arm() const {
+  stop_signals_install(stop_note(opt_.resume.empty() ? -1 : step_).c_str());
 }
 
 TrainResult TrainSession::run() {

@@ -56,6 +56,7 @@ class TrainSession {
   void checkpoint(long at_step);
   void replan();
   void stop_signals_arm() const;  // from here on a stop signal ends the run after its step (train_run)
+  std::string stop_note(long good_step) const;  // -1: no checkpoint yet
   int stop_agreed();              // the stop signal any rank received, or 0; collective
   // The end-of-run tables (train/session_report.cpp).
   void report(const TrainResult& r, long first) const;
@@ -85,6 +86,7 @@ class TrainSession {
   std::unique_ptr<MetricsLog> log_;
   CpuThreads cpu_threads_;  // the cores other processes leave free, re-measured between steps
   long step_ = 0;  // the last completed step
+  long step_resumed_ = -1;  // the checkpoint's step when resumed
   std::vector<int32_t> inputs_, targets_;  // this replica's m micro-batches of the step, back to back
   std::vector<int32_t> skipped_;           // where the other replicas' micro-batches are drawn to (inputs, targets)
   std::string replan_log_;

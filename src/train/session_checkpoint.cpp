@@ -12,6 +12,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/stop_signal.h"
 #include "parallel/grad_store.h"
 #include "train/checkpoint.h"
 #include "train/run_dir.h"
@@ -386,6 +387,7 @@ void TrainSession::checkpoint(long at_step) {
   whole_weights = {}, whole_moments = {};
   engine_->moments_release();
   if (world_.size() > 1) world_.barrier();  // the checkpoint is complete when any rank returns
+  stop_signals_note(stop_note(at_step).c_str());
 }
 
 }  // namespace agoq

@@ -116,6 +116,23 @@ TEST_F(CliRecovery, StopSignalCheckpointsAndExits) {
   }
 }
 
+// The note a stop signal prints names the newest good checkpoint (under mpirun the signal may mean a lost peer, and
+// then no new checkpoint can be written): none before the first, then the link's step, updated at each.
+TEST_F(CliRecovery, StopNoteNamesTheLastGoodCheckpoint) {
+  Started run(AGOQ_BIN_PATH " " + train({{"--steps", "100000"}, {"--eval-every", "0"}, {"--ckpt-every", "2"}}) + " 2>" +
+              d("err.txt"));
+  ASSERT_TRUE(wait_for_steps(d("run/metrics.jsonl"), 5));
+  kill(run.pid, SIGTERM);
+  EXPECT_EQ(run.wait_exit(60), 75) << file_text(d("err.txt"));
+  const std::string err = file_text(d("err.txt"));
+  const size_t at = err.find("the last good checkpoint is step ");
+  ASSERT_NE(at, std::string::npos) << err;
+  const long good = std::stol(err.substr(at + 33));
+  EXPECT_GE(good, 4) << err;
+  EXPECT_EQ(good % 2, 0) << err;
+  EXPECT_NE(err.find("(" + d("run/ckpt") + ")", at), std::string::npos) << err;
+}
+
 // Under mpirun every rank must stop at the same step: a signal to one rank (SIGTERM), or SIGUSR1 to mpirun, which
 // forwards it to all.
 TEST_F(CliRecovery, StopSignalUnderMpiStopsEveryRankAtOneStep) {

@@ -118,6 +118,9 @@ case_link() {
   start_long_run 12
   "$hosts_sh" link $h1 down
   expect_job_ends "$(date +%s)" "Remote daemon: .* on node agoqci-h1|rank 1/2 on agoqci-h1"
+  # Rank 0 cannot write a checkpoint without its peer; it says which one is the last good one.
+  grep -Eq "a peer is lost none can be written: the last good checkpoint is step [0-9]+ " "$work/run.log" ||
+    fail "rank 0 did not name the last good checkpoint"
 }
 
 case_kill() {
