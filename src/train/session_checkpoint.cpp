@@ -248,8 +248,10 @@ int moments_tp_of(const nlohmann::json& trainer, const LlamaConfig& cfg) {
   try {  // the shards its 8-bit moments were written as must exist for this model
     model_stage_shard(cfg, model_stage_whole(cfg), T, 0);
   } catch (const Error& e) {
+    std::string why = e.what();  // the shard check speaks of a flag; here no flag was given
+    if (why.rfind("--tp ", 0) == 0) why.erase(0, 2);
     fail("checkpoint's trainer.json says it was written with tensor parallelism ", T,
-         ", which this model cannot have been split into (damaged?): ", e.what());
+         ", which this model cannot have been split into (damaged?): ", why);
   }
   return T;
 }

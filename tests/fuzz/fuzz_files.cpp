@@ -118,6 +118,15 @@ int checkpoint(const uint8_t* data, size_t size) {
     std::ofstream((ck.dir / "trainer.json").string(), std::ios::trunc) << text;
     const CheckpointMeta meta = checkpoint_inspect(ck.dir.string());
     (void)resume_loader_state(meta, ck.dir.string());
+    (void)moments_form_of(meta.trainer);  // what a resume reads next: the moments' form, the TP degree, the tensors
+    (void)moments_tp_of(meta.trainer, meta.config);
+    std::vector<std::vector<float>> data;
+    NamedTensors weights;
+    for (const HfTensor& t : hf_tensors(meta.config)) {
+      data.emplace_back(size_t(safetensors_numel(t.shape)));
+      weights.push_back({t.name, t.shape, data.back().data()});
+    }
+    checkpoint_load(ck.dir.string(), meta.config, weights, {});
   } catch (const Error& e) {
     refused(e);
   }
