@@ -28,8 +28,48 @@ void LlamaConfig::validate() const {
   // Checked for finiteness too: an inf would train, then be written as null into config.json, unloadable.
   AGOQ_CHECK(std::isfinite(rope_theta) && rope_theta > 0, "config: rope_theta must be a positive number (got ",
              rope_theta, ")");
+  const RopeScaling& rs = rope_scaling;
+  AGOQ_CHECK(rs.type == RopeScaling::Type::none || (std::isfinite(rs.factor) && rs.factor >= 1),
+             "config: rope_scaling factor must be a number >= 1 (got ", rs.factor, ")");
+  AGOQ_CHECK(rs.type != RopeScaling::Type::llama3 ||
+                 (std::isfinite(rs.low_freq_factor) && std::isfinite(rs.high_freq_factor) && rs.low_freq_factor > 0 &&
+                  rs.high_freq_factor > rs.low_freq_factor && rs.original_max_positions >= 1),
+             "config: llama3 rope_scaling needs 0 < low_freq_factor < high_freq_factor and "
+             "original_max_position_embeddings >= 1 (got ",
+             rs.low_freq_factor, ", ", rs.high_freq_factor, ", ", rs.original_max_positions, ")");
   AGOQ_CHECK(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1, "config: norm_eps must be in (0, 1) (got ",
              norm_eps, ")");
+}
+
+const char* rope_scaling_name(RopeScaling::Type t) {
+  switch (t) {
+    case RopeScaling::Type::linear: return "linear";
+    case RopeScaling::Type::llama3: return "llama3";
+    default: return "none";
+  }
+}
+
+std::vector<double> LlamaConfig::rope_inv_freqs() const {
+  const int hd = head_dim(), half = hd / 2;
+  const RopeScaling& rs = rope_scaling;
+  std::vector<double> f(half);
+  for (int i = 0; i < half; ++i) {
+    double inv = std::pow(double(rope_theta), -2.0 * i / hd);
+    if (rs.type == RopeScaling::Type::linear) inv /= rs.factor;
+    if (rs.type == RopeScaling::Type::llama3) {
+      // Wavelengths longer than the original context / low_freq_factor are slowed by factor, shorter than
+      // context / high_freq_factor kept; between, a linear blend in context / wavelength.
+      const double wavelen = 2 * M_PI / inv, ctx = rs.original_max_positions;
+      if (wavelen > ctx / rs.low_freq_factor) {
+        inv /= rs.factor;
+      } else if (wavelen >= ctx / rs.high_freq_factor) {
+        const double smooth = (ctx / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+        inv = (1 - smooth) * inv / rs.factor + smooth * inv;
+      }
+    }
+    f[i] = inv;
+  }
+  return f;
 }
 
 size_t LlamaConfig::layer_param_count() const {

@@ -11,7 +11,7 @@
 #include "core/rng.h"
 #include "model/llama.h"
 #include "plan/memory_model.h"
-#include "train/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "data/tokenizer.h"
 
 namespace agoq {

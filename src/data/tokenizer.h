@@ -1,7 +1,11 @@
-// SentencePiece BPE tokenizer: train from text (deterministic), load/save .model files, encode/decode.
-// Models trained here use identity normalization, no dummy prefix and no whitespace folding, with byte fallback:
-// decode(encode(text)) == text for any valid UTF-8 (newlines, tabs and emoji become byte tokens when they are not
-// pieces), so token streams can be split and concatenated at line boundaries.
+// Tokenizers: one interface, two engines (docs/tokenizers.md).
+//  * SentencePiece (tokenizer.model): trained here from text (deterministic), or a model's own; or built from a GGUF
+//    `llama` vocabulary. Models trained here use identity normalization, no dummy prefix and no whitespace folding,
+//    with byte fallback: decode(encode(text)) == text for any valid UTF-8 (newlines, tabs and emoji become byte
+//    tokens when they are not pieces), so token streams can be split and concatenated at line boundaries.
+//  * Byte-level BPE (Hugging Face tokenizer.json: GPT-2, Llama 3, SmolLM, Qwen families; GGUF `gpt2` vocabularies):
+//    added tokens matched first, then the file's split regexes (PCRE2, UTF + UCP), the byte-to-unicode map and
+//    merges by rank, equal to HF `tokenizers` token for token.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -15,6 +19,37 @@ class SentencePieceProcessor;
 }
 
 namespace agoq {
+
+enum class TokenizerKind : uint8_t { sentencepiece, byte_bpe };
+
+// A byte-level BPE tokenizer as its files describe it (tokenizer.json + tokenizer_config.json, or GGUF metadata).
+struct BpeSpec {
+  std::vector<std::string> vocab;  // id -> token in the byte-to-unicode alphabet ("Ġthe"); "" for an unused id
+  std::vector<std::pair<std::string, std::string>> merges;  // by rank, first = highest priority
+  // The pre-tokenizer's split regexes, applied in order, each keeping matches and the text between as pieces
+  // (tokenizers' Split with behavior Isolated; ByteLevel with use_regex adds GPT-2's regex).
+  std::vector<std::string> split_regexes;
+  bool add_prefix_space = false;  // ByteLevel's: a space before the text when it does not start with one
+  bool ignore_merges = false;     // BPE model's: a piece that is itself in the vocabulary is one token
+  struct Added {
+    int id;
+    std::string content;
+    bool special = false, lstrip = false, rstrip = false, single_word = false, normalized = false;
+  };
+  std::vector<Added> added;  // matched in the text before splitting
+  int bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
+  bool add_bos = false, add_eos = false;  // what encode_for_model adds (post_processor / add_bos_token)
+};
+
+// A SentencePiece vocabulary as a GGUF `llama` tokenizer gives it: pieces with scores and types (GGUF's token_type:
+// 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte).
+struct SentencePieceVocab {
+  std::vector<std::string> pieces;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  int bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
+  bool add_bos = true, add_eos = false, add_dummy_prefix = true;
+};
 
 struct TokenizerTrainOptions {
   int vocab_size = 4096;
@@ -30,15 +65,31 @@ class Tokenizer {
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
-  // Trains a BPE model on `text` (split into lines as sentences; blank lines skipped).
+  // Trains a SentencePiece BPE model on `text` (split into lines as sentences; blank lines skipped).
   static Tokenizer train(std::string_view text, const TokenizerTrainOptions& opt = {});
-  // Loads a .model file; errors (missing, corrupt) name the path.
+  // Loads a tokenizer.model (SentencePiece), a tokenizer.json (byte-level BPE, with the tokenizer_config.json beside
+  // it when there is one), or a folder holding either (tokenizer.json preferred). Errors (missing, corrupt, a
+  // feature agoq does not implement: another model type, normalizer or pre-tokenizer) are one line naming the path
+  // and the field.
   static Tokenizer load(const std::string& path);
-  // Loads a serialized ModelProto; `what` names its origin in errors.
+  // Loads a serialized SentencePiece ModelProto; `what` names its origin in errors.
   static Tokenizer from_serialized(std::string serialized, const std::string& what);
-  // Writes the .model file atomically (core/atomic_file.h).
+  static Tokenizer from_bpe(BpeSpec spec, const std::string& what);
+  static Tokenizer from_sentencepiece_vocab(const SentencePieceVocab& vocab, const std::string& what);
+
+  // The files that hold this tokenizer, as a model folder carries them: {"tokenizer.model"} for SentencePiece,
+  // {"tokenizer.json", "tokenizer_config.json"} (as read, or made from a BpeSpec) for byte-level BPE.
+  std::vector<std::pair<std::string, std::string>> files() const;
+  // Writes files() into `dir` atomically (core/atomic_file.h).
+  void save_files(const std::string& dir) const;
+  // Writes the SentencePiece .model file atomically; byte-level BPE tokenizers refuse (use save_files).
   void save(const std::string& path) const;
-  const std::string& serialized() const { return proto_; }
+  const std::string& serialized() const { return proto_; }  // SentencePiece only
+  // What makes two tokenizers give the same ids: a hex hash over the kind, every id's token, merges or scores, added
+  // tokens and split rules, so the same tokenizer read from tokenizer.json or from a GGUF gives the same identity.
+  std::string identity() const;
+  TokenizerKind kind() const;
+  const char* kind_name() const;  // "sentencepiece" or "byte-level bpe"
 
   // Large texts are encoded in chunks in parallel, cut where no piece can cross: after a newline, or (when every
   // piece keeps its spaces at its start, as agoq's do) before a space that follows another character; the result
@@ -46,7 +97,10 @@ class Tokenizer {
   // round-trips exactly; its tokens there may differ from one whole encode). Time is linear in the text.
   // progress: a line on stderr every 10% (for long inputs). round_trips: also decode each chunk (in the same
   // parallel pass) and say whether every one gives its text back (false only for invalid UTF-8 in the input).
+  // encode gives the text's tokens only (added and special tokens written in the text are matched, as tokenizers
+  // does); encode_for_model adds the BOS/EOS the tokenizer's configuration adds (AutoTokenizer's default).
   std::vector<int32_t> encode(std::string_view text, bool progress = false, bool* round_trips = nullptr) const;
+  std::vector<int32_t> encode_for_model(std::string_view text) const;
   std::string decode(std::span<const int32_t> ids) const;
 
   int vocab_size() const;
@@ -55,7 +109,9 @@ class Tokenizer {
   int unk_id() const;
   int bos_id() const;
   int eos_id() const;
-  bool loaded() const { return sp_ != nullptr; }
+  bool add_bos() const;
+  bool add_eos() const;
+  bool loaded() const;
 
  private:
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;

@@ -94,7 +94,7 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
   rope_sin_ = ws(table);
   {  // the tables are made on the host (in double precision) for every backend
     std::vector<float> cos(table), sin(table);
-    rope_init_tables(cos.data(), sin.data(), max_seq, hd, cfg.rope_theta);
+    rope_init_tables(cos.data(), sin.data(), max_seq, cfg.rope_inv_freqs());
     be_.upload(rope_cos_.data(), cos.data(), table * sizeof(float));
     be_.upload(rope_sin_.data(), sin.data(), table * sizeof(float));
   }

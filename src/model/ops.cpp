@@ -168,10 +168,16 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
 
 void rope_init_tables(float* cos, float* sin, int T, int hd, float theta) {
   AGOQ_CHECK(hd % 2 == 0, "rope: head_dim ", hd, " is odd");
-  const int half = hd / 2;
+  std::vector<double> inv_freqs(hd / 2);
+  for (int i = 0; i < hd / 2; ++i) inv_freqs[i] = std::pow(double(theta), -2.0 * i / hd);
+  rope_init_tables(cos, sin, T, inv_freqs);
+}
+
+void rope_init_tables(float* cos, float* sin, int T, const std::vector<double>& inv_freqs) {
+  const size_t half = inv_freqs.size();
   for (int t = 0; t < T; ++t)
-    for (int i = 0; i < half; ++i) {
-      const double angle = double(t) * std::pow(double(theta), -2.0 * i / hd);
+    for (size_t i = 0; i < half; ++i) {
+      const double angle = double(t) * inv_freqs[i];
       cos[size_t(t) * half + i] = float(std::cos(angle));
       sin[size_t(t) * half + i] = float(std::sin(angle));
     }

@@ -11,6 +11,7 @@
 // matmul (OpenBLAS) also give the same bits for any thread count.
 // The flash attention lives in model/attention.h (included here).
 #pragma once
+#include <vector>
 #include <climits>
 #include <cstddef>
 
@@ -45,6 +46,8 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
 //   out_i = x_i cos − x_{i+hd/2} sin,   out_{i+hd/2} = x_{i+hd/2} cos + x_i sin,   pos = row % T.
 // Tables cos, sin: (T, hd/2), angles evaluated in double precision.
 void rope_init_tables(float* cos, float* sin, int T, int hd, float theta);
+// The same for any frequencies (hd/2 of them, LlamaConfig::rope_inv_freqs: rope scaling): angle pos · inv_freqs[i].
+void rope_init_tables(float* cos, float* sin, int T, const std::vector<double>& inv_freqs);
 // x (N, n_heads·hd) rotated in place (q with n_heads = H, k with n_heads = Hkv).
 void rope_forward(float* x, const float* cos, const float* sin, int N, int T, int n_heads, int hd);
 // dx (N, n_heads·hd) in place: the transpose (inverse) rotation, so dx OVERWRITES with d(loss)/d(input).

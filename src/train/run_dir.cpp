@@ -13,7 +13,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "train/checkpoint.h"
+#include "formats/checkpoint.h"
 
 namespace agoq {
 

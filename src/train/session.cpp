@@ -13,7 +13,7 @@
 #include "core/stop_signal.h"
 #include "data/prepared_dir.h"
 #include "data/tokenizer.h"
-#include "train/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "train/dp_flags.h"
 #include "plan/memory_model.h"
 #include "train/replan.h"

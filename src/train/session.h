@@ -20,7 +20,7 @@
 #include "parallel/tensor_parallel.h"
 #include "optim/train_step.h"
 #include "plan/memory_model.h"
-#include "train/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "train/metrics.h"
 #include "train/run_dir.h"
 #include "train/trainer.h"

@@ -14,9 +14,9 @@
 #include "core/error.h"
 #include "core/stop_signal.h"
 #include "parallel/grad_store.h"
-#include "train/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "train/run_dir.h"
-#include "train/safetensors.h"
+#include "formats/safetensors.h"
 #include "train/session.h"
 
 namespace agoq {

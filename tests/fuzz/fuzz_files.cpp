@@ -12,8 +12,8 @@
 #include "data/token_file.h"
 #include "arch/hf.h"
 #include "tests/fuzz/fuzz_target.h"
-#include "train/checkpoint.h"
-#include "train/safetensors.h"
+#include "formats/checkpoint.h"
+#include "formats/safetensors.h"
 #include "train/session.h"
 
 namespace agoq::fuzz {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "train/checkpoint.h"
-#include "train/safetensors.h"
+#include "formats/checkpoint.h"
+#include "formats/safetensors.h"
 
 namespace agoq::ckpt_test {
 

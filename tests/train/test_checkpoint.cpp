@@ -14,8 +14,8 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "../common/expect_error.h"
-#include "train/checkpoint.h"
-#include "train/safetensors.h"
+#include "formats/checkpoint.h"
+#include "formats/safetensors.h"
 #include "tests/train/checkpoint_test_util.h"
 #include "tests/common/bits_equal.h"
 

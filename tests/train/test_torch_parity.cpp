@@ -10,8 +10,8 @@
 
 #include "core/rng.h"
 #include "model/llama.h"
-#include "train/checkpoint.h"
-#include "train/safetensors.h"
+#include "formats/checkpoint.h"
+#include "formats/safetensors.h"
 #include "tests/common/temp_path.h"
 
 namespace agoq {

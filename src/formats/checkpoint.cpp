@@ -1,4 +1,4 @@
-#include "train/checkpoint.h"
+#include "formats/checkpoint.h"
 
 #include <unistd.h>
 
@@ -20,7 +20,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "arch/hf.h"
-#include "train/safetensors.h"
+#include "formats/safetensors.h"
 
 namespace agoq {
 
