@@ -28,6 +28,7 @@ void LlamaConfig::validate() const {
   // Checked for finiteness too: an inf would train, then be written as null into config.json, unloadable.
   AGOQ_CHECK(std::isfinite(rope_theta) && rope_theta > 0, "config: rope_theta must be a positive number (got ",
              rope_theta, ")");
+  AGOQ_CHECK(sliding_window >= 0, "config: sliding_window must be >= 0 (got ", sliding_window, ")");
   const RopeScaling& rs = rope_scaling;
   AGOQ_CHECK(rs.type == RopeScaling::Type::none || (std::isfinite(rs.factor) && rs.factor >= 1),
              "config: rope_scaling factor must be a number >= 1 (got ", rs.factor, ")");
@@ -51,6 +52,7 @@ const char* rope_scaling_name(RopeScaling::Type t) {
 
 std::vector<double> LlamaConfig::rope_inv_freqs() const {
   const int hd = head_dim(), half = hd / 2;
+  AGOQ_CHECK(sliding_window >= 0, "config: sliding_window must be >= 0 (got ", sliding_window, ")");
   const RopeScaling& rs = rope_scaling;
   std::vector<double> f(half);
   for (int i = 0; i < half; ++i) {

@@ -33,6 +33,7 @@ struct LlamaConfig {
   float norm_eps = 1e-5f;  // rms_norm_eps
   bool tie_embeddings = false;
   RopeScaling rope_scaling;
+  int sliding_window = 0;  // Mistral's attention window; 0: none. Sequences longer than it are refused.
 
   int head_dim() const { return dim / n_heads; }
   int kv_dim() const { return n_kv_heads * head_dim(); }

@@ -23,6 +23,51 @@ double float_clean(float f) {
   return std::strtod(buf, nullptr);
 }
 
+json rope_scaling_to_hf_json(const RopeScaling& r) {
+  switch (r.type) {
+    case RopeScaling::Type::linear: return {{"rope_type", "linear"}, {"factor", float_clean(r.factor)}};
+    case RopeScaling::Type::llama3:
+      return {{"rope_type", "llama3"},
+              {"factor", float_clean(r.factor)},
+              {"low_freq_factor", float_clean(r.low_freq_factor)},
+              {"high_freq_factor", float_clean(r.high_freq_factor)},
+              {"original_max_position_embeddings", r.original_max_positions}};
+    default: return nullptr;
+  }
+}
+
+// HF's rope_scaling: null, or {"rope_type" (or the older "type"): "default" | "linear" | "llama3", ...}. The types
+// that change more than the frequencies (dynamic, yarn, longrope: attention factors, per-length tables) are refused.
+RopeScaling rope_scaling_from_hf_json(const json& j) {
+  RopeScaling r;
+  if (j.is_null()) return r;
+  AGOQ_CHECK(j.is_object(), "LlamaConfig key rope_scaling must be null or an object (got ", j.dump(), ")");
+  const char* type_key = j.contains("rope_type") ? "rope_type" : "type";
+  AGOQ_CHECK(j.contains(type_key) && j[type_key].is_string(), "LlamaConfig rope_scaling has no rope_type (got ",
+             j.dump(), ")");
+  const std::string type = j[type_key].get<std::string>();
+  auto number = [&](const char* k) {
+    AGOQ_CHECK(j.contains(k) && j[k].is_number(), "LlamaConfig rope_scaling.", k, " must be a number for rope_type ",
+               type, " (got ", j.contains(k) ? j[k].dump() : "nothing", ")");
+    return j[k].get<double>();
+  };
+  if (type == "default") return r;
+  if (type == "linear") {
+    r.type = RopeScaling::Type::linear, r.factor = float(number("factor"));
+  } else if (type == "llama3") {
+    r.type = RopeScaling::Type::llama3, r.factor = float(number("factor"));
+    r.low_freq_factor = float(number("low_freq_factor")), r.high_freq_factor = float(number("high_freq_factor"));
+    const double ctx = number("original_max_position_embeddings");
+    AGOQ_CHECK(ctx >= 1 && ctx <= LlamaConfig::kMaxPositions && ctx == double(int(ctx)),
+               "LlamaConfig rope_scaling.original_max_position_embeddings must be a positive integer (got ", ctx, ")");
+    r.original_max_positions = int(ctx);
+  } else {
+    fail("LlamaConfig rope_scaling.rope_type = \"", type,
+         "\" is not supported (agoq computes \"default\", \"linear\" and \"llama3\")");
+  }
+  return r;
+}
+
 }  // namespace
 
 json config_to_hf_json(const LlamaConfig& c, std::optional<int> bos_token_id, std::optional<int> eos_token_id) {
@@ -39,7 +84,7 @@ json config_to_hf_json(const LlamaConfig& c, std::optional<int> bos_token_id, st
             {"max_position_embeddings", c.max_seq_len},
             {"rms_norm_eps", float_clean(c.norm_eps)},
             {"rope_theta", float_clean(c.rope_theta)},
-            {"rope_scaling", nullptr},
+            {"rope_scaling", rope_scaling_to_hf_json(c.rope_scaling)},
             {"tie_word_embeddings", c.tie_embeddings},
             {"hidden_act", "silu"},
             {"attention_bias", false},
@@ -49,6 +94,7 @@ json config_to_hf_json(const LlamaConfig& c, std::optional<int> bos_token_id, st
             {"initializer_range", 0.02},
             {"use_cache", true},
             {"torch_dtype", "float32"}};
+  if (c.sliding_window) j["sliding_window"] = c.sliding_window;
   if (bos_token_id) j["bos_token_id"] = *bos_token_id;
   if (eos_token_id) j["eos_token_id"] = *eos_token_id;
   return j;
@@ -79,11 +125,17 @@ LlamaConfig config_from_hf_json(const json& j) {
     AGOQ_CHECK(!j.contains(k) || j[k] == want, "LlamaConfig key ", k, " = ", j.contains(k) ? j[k].dump() : "",
                " is not supported (agoq needs ", want.dump(), ")");
   };
-  require("model_type", "llama");
+  // Mistral is LLaMA's architecture with a sliding attention window: exact while the window holds the sequence.
+  const bool mistral = j.value("model_type", "") == "mistral";
+  if (!mistral) require("model_type", "llama");
+  if (j.contains("architectures")) {
+    const json want = {mistral ? "MistralForCausalLM" : "LlamaForCausalLM"};
+    AGOQ_CHECK(j["architectures"] == want, "LlamaConfig key architectures = ", j["architectures"].dump(),
+               " is not supported (agoq computes LlamaForCausalLM and MistralForCausalLM)");
+  }
   require("hidden_act", "silu");
   require("attention_bias", false);
   require("mlp_bias", false);
-  require("rope_scaling", nullptr);
 
   LlamaConfig c;
   c.dim = get_int("hidden_size", 0);
@@ -95,6 +147,9 @@ LlamaConfig config_from_hf_json(const json& j) {
   c.max_seq_len = get_int("max_position_embeddings", 0);
   c.norm_eps = get_float("rms_norm_eps", 0);
   c.rope_theta = get_float("rope_theta", 10000.0f);
+  if (j.contains("rope_scaling")) c.rope_scaling = rope_scaling_from_hf_json(j["rope_scaling"]);
+  // (LlamaForCausalLM ignores the key; MistralConfig's default window is 4096, null means none)
+  if (mistral) c.sliding_window = j.contains("sliding_window") ? get_int("sliding_window", 0) : 4096;
   if (j.contains("tie_word_embeddings")) {
     AGOQ_CHECK(j["tie_word_embeddings"].is_boolean(), "LlamaConfig key tie_word_embeddings must be a boolean");
     c.tie_embeddings = j["tie_word_embeddings"].get<bool>();
@@ -123,6 +178,8 @@ std::string config_diff(const LlamaConfig& a, const LlamaConfig& b) {
   cmp("rope_theta", a.rope_theta, b.rope_theta);
   cmp("rms_norm_eps", a.norm_eps, b.norm_eps);
   cmp("tie_word_embeddings", a.tie_embeddings, b.tie_embeddings);
+  cmp("rope_scaling", rope_scaling_to_hf_json(a.rope_scaling).dump(), rope_scaling_to_hf_json(b.rope_scaling).dump());
+  cmp("sliding_window", a.sliding_window, b.sliding_window);
   return os.str();
 }
 

@@ -1,4 +1,5 @@
-// `agoq prepare`: text -> tokenizer.model + train.bin + val.bin + meta.json (formats: docs/data-format.md).
+// `agoq prepare`: text -> the tokenizer's files + train.bin + val.bin + meta.json (formats: docs/data-format.md). The
+// tokenizer is trained here (SentencePiece BPE) or a model's own (--tokenizer: a file, a model folder, a GGUF file).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "data/prepared_dir.h"
 #include "data/token_file.h"
 #include "data/tokenizer.h"
+#include "formats/model_source.h"
 
 namespace agoq {
 namespace {
@@ -67,7 +69,7 @@ PreparedTokenizer prepare_tokenizer(const PrepareArgs& a, const Corpus& corpus) 
       fail("--input ", a.input, ": ", e.what());
     }
   } else {
-    p.tok = Tokenizer::load(a.tokenizer);
+    p.tok = tokenizer_open(a.tokenizer);
   }
   p.seconds = seconds_since(t0);
   const auto vocab = uint32_t(p.tok.vocab_size());
@@ -78,6 +80,12 @@ PreparedTokenizer prepare_tokenizer(const PrepareArgs& a, const Corpus& corpus) 
   else
     std::printf("tokenizer: %s, vocab %u\n", a.tokenizer.c_str(), vocab);
   return p;
+}
+
+std::vector<std::string> tokenizer_file_names(const Tokenizer& tok) {
+  std::vector<std::string> names;
+  for (const auto& [name, bytes] : tok.files()) names.push_back(name);
+  return names;
 }
 
 // meta.json: where the data came from and how it was split (docs/data-format.md).
@@ -98,10 +106,11 @@ nlohmann::json prepare_meta(const PrepareArgs& a, const Corpus& corpus, size_t c
       {"val_tokens", tokens - n_train},
       {"round_trip_exact", exact},
       {"tokenizer",
-       {{"file", "tokenizer.model"},
+       {{"files", tokenizer_file_names(t.tok)},
         {"trained", a.tokenizer.empty()},
         {"source", a.tokenizer.empty() ? std::string("trained here") : a.tokenizer},
-        {"type", "sentencepiece bpe, byte fallback"},
+        {"type", t.tok.kind_name()},
+        {"identity", t.tok.identity()},
         {"training_bytes", t.train_bytes},
         {"seconds", t.seconds}}},
       {"files", {{"train", "train.bin"}, {"val", "val.bin"}}},
@@ -131,7 +140,10 @@ void prepare_run(const PrepareArgs& a) {
   const auto t_enc = std::chrono::steady_clock::now();
   // Lossless by construction unless the input had invalid UTF-8 (SentencePiece replaces it); say so if it differs.
   bool exact = false;
-  const std::vector<int32_t> ids = t.tok.encode(corpus.text, corpus.text.size() > (size_t(64) << 20), &exact);
+  // A model's own tokenizer gives it its BOS first, as it was trained (agoq's trained tokenizers add none).
+  const bool progress = corpus.text.size() > (size_t(64) << 20);
+  std::vector<int32_t> ids = t.tok.encode(corpus.text, progress, &exact);
+  if (t.tok.add_bos() && t.tok.bos_id() >= 0) ids.insert(ids.begin(), t.tok.bos_id());
   const double enc_s = seconds_since(t_enc);
   AGOQ_CHECK(ids.size() >= 2, "input ", a.input, ": only ", ids.size(), " token(s) after encoding");
 
@@ -142,7 +154,7 @@ void prepare_run(const PrepareArgs& a) {
 
   const fs::path out(a.out), staging = prepared_dir_staging(out);
   const auto vocab = uint32_t(t.tok.vocab_size());
-  t.tok.save((staging / "tokenizer.model").string());
+  t.tok.save_files(staging.string());
   token_file_write((staging / "train.bin").string(), all.first(n_train), vocab);
   token_file_write((staging / "val.bin").string(), all.subspan(n_train), vocab);
   const double total_s = seconds_since(t0);
@@ -154,7 +166,9 @@ void prepare_run(const PrepareArgs& a) {
               double(chars) / double(ids.size()), enc_s, exact ? "exact" : "NOT exact (invalid UTF-8 in input?)");
   std::printf("split: train %llu tokens, val %llu tokens (%.1f%%)\n", (unsigned long long)n_train,
               (unsigned long long)n_val, 100.0 * double(n_val) / double(ids.size()));
-  std::printf("wrote %s/{tokenizer.model,train.bin,val.bin,meta.json} in %.1f s\n", a.out.c_str(), total_s);
+  std::string files;
+  for (const std::string& name : tokenizer_file_names(t.tok)) files += name + ",";
+  std::printf("wrote %s/{%strain.bin,val.bin,meta.json} in %.1f s\n", a.out.c_str(), files.c_str(), total_s);
 }
 
 const CliCommand kPrepare("", 10, [](CLI::App& app) {
@@ -164,7 +178,9 @@ const CliCommand kPrepare("", 10, [](CLI::App& app) {
       ->required();
   cmd->add_option("--out", a->out, "output folder")->capture_default_str();
   CLI::Option* vocab = cmd->add_option("--vocab-size", a->vocab_size, "tokenizer vocabulary size")->capture_default_str();
-  cmd->add_option("--tokenizer", a->tokenizer, "reuse this SentencePiece .model instead of training one");
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "use this tokenizer instead of training one: tokenizer.model, tokenizer.json, a model folder or a "
+                  "GGUF file");
   cmd->add_option("--val-fraction", a->val_fraction, "the last fraction of the token stream held out for validation")
       ->capture_default_str();
   cmd->add_option("--max-chars", a->max_chars, "train the tokenizer on at most the first N chars (0 = all)");

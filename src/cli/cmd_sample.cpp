@@ -1,18 +1,17 @@
-// `agoq sample`: generate text from a checkpoint (temperature, top-k, seed).
+// `agoq sample`: generate text from a model (an agoq checkpoint, a Hugging Face folder or a GGUF file) with its
+// tokenizer (temperature, top-k, seed).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/model_load.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "model/llama.h"
-#include "plan/memory_model.h"
-#include "formats/checkpoint.h"
-#include "data/tokenizer.h"
 
 namespace agoq {
 namespace {
@@ -24,6 +23,7 @@ struct SampleArgs {
   int tokens = 200, top_k = 40;
   float temperature = 0.8f;
   uint64_t seed = 1;
+  bool json = false;
 };
 
 // Draws a token from softmax(logits / temperature) restricted to the top_k largest logits.
@@ -44,48 +44,35 @@ int sample_token(std::vector<float>& logits, float temperature, int top_k, Rng& 
   return idx[k - 1];
 }
 
-// The model for one sequence of `window` tokens (weights, their gradient buffer, activations, workspace; no
-// optimizer), from the memory model, against this machine: one line instead of the OOM killer.
-void memory_check(const LlamaConfig& cfg, const ActPolicy& policy, int window) {
-  PlanCpuOptions o;
-  o.batch = 1, o.seq = window;
-  const PlanMemory need = plan_memory_cpu_trainer(cfg, policy, o);
-  const size_t bytes = need.total() - need[MemCategory::optimizer], have = memory_physical_bytes();
-  AGOQ_CHECK(have == 0 || bytes <= have, "sampling this checkpoint (", cfg.param_count(), " parameters, a ", window,
-             "-token window) needs about ", format_bytes(bytes), "; this machine has ", format_bytes(have));
-}
-
 void cmd_sample_run(const SampleArgs& a) {
   AGOQ_CHECK(a.tokens >= 1, "--tokens must be >= 1");
   AGOQ_CHECK(std::isfinite(a.temperature) && a.temperature >= 0, "--temperature must be >= 0");
-  const std::string tok_path = a.tokenizer.empty() ? (fs::path(a.ckpt) / "tokenizer.model").string() : a.tokenizer;
-  const LlamaConfig cfg = checkpoint_inspect(a.ckpt).config;
-  const int window = cfg.max_seq_len;
-  const ActPolicy policy = ActPolicy::parse("fp32", cfg.n_layers);
-  memory_check(cfg, policy, window);
-  const Tokenizer tok = Tokenizer::load(tok_path);
-  AGOQ_CHECK(tok.vocab_size() == cfg.vocab_size, "tokenizer ", tok_path, " has ", tok.vocab_size(),
-             " tokens but the model's vocabulary is ", cfg.vocab_size);
-  LlamaModel model(cfg, 1, window, policy);
-  NamedTensors weights;
-  for (const ParamTensor& t : model.params().named()) weights.push_back({t.name, t.shape, t.data});
-  checkpoint_load(a.ckpt, cfg, weights, {});
-
-  std::vector<int32_t> ids = tok.encode(a.prompt);
-  if (ids.empty()) ids.push_back(0);
-  std::printf("%s", a.prompt.c_str());
+  InferenceModel m = inference_model_load(a.ckpt, a.tokenizer, 0);
+  const Tokenizer& tok = m.tok;
+  LlamaModel& model = *m.model;
+  const int window = m.window;
+  const LlamaConfig& cfg = m.source->config();
+  // The prompt as the model's tokenizer gives it to the model (with its BOS, when it adds one).
+  std::vector<int32_t> ids = tok.encode_for_model(a.prompt);
+  if (ids.empty()) ids.push_back(tok.bos_id() >= 0 ? tok.bos_id() : 0);
+  const std::vector<int32_t> prompt_ids = ids;
+  if (!a.json) std::printf("%s", a.prompt.c_str());
   Rng rng(a.seed);
   std::vector<float> logits(cfg.vocab_size);
+  const size_t ids_known = size_t(tok.vocab_size());  // (rows past the tokenizer's ids are padding: never drawn)
   std::vector<int32_t> generated;
   size_t printed = 0;
   for (int i = 0; i < a.tokens; ++i) {
     // Recompute over the last `window` tokens (no KV cache: simple, and fast enough for small models).
     const int T = std::min<int>(int(ids.size()), window);
+    logits.resize(size_t(cfg.vocab_size));
     model.forward_last_logits(ids.data() + ids.size() - T, T, logits.data());
+    logits.resize(ids_known);
     const int next = sample_token(logits, a.temperature, a.top_k, rng);
     ids.push_back(next);
     generated.push_back(next);
     // Byte-fallback tokens may hold part of a UTF-8 character: print once the text decodes cleanly.
+    if (a.json) continue;
     const std::string text = tok.decode(generated);
     if (text.size() >= printed && !text.ends_with("\xEF\xBF\xBD")) {
       std::printf("%s", text.c_str() + printed);
@@ -93,14 +80,20 @@ void cmd_sample_run(const SampleArgs& a) {
       printed = text.size();
     }
   }
+  if (a.json) {
+    const nlohmann::json j = {{"prompt_ids", prompt_ids}, {"ids", generated}, {"text", tok.decode(generated)}};
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
   std::printf("\n");
 }
 
 const CliCommand kSample("", 30, [](CLI::App& app) {
   auto a = std::make_shared<SampleArgs>();
-  CLI::App* c = app.add_subcommand("sample", "generate text from a checkpoint");
-  c->add_option("--ckpt", a->ckpt, "checkpoint directory (e.g. runs/demo/ckpt)")->required();
-  c->add_option("--tokenizer", a->tokenizer, "tokenizer .model (default: the one in the checkpoint)");
+  CLI::App* c = app.add_subcommand("sample", "generate text from a model");
+  c->add_option("--ckpt", a->ckpt, "the model: an agoq checkpoint (runs/demo/ckpt), a Hugging Face folder or a GGUF file")
+      ->required();
+  c->add_option("--tokenizer", a->tokenizer, "tokenizer.model, tokenizer.json or a folder (default: the model's own)");
   c->add_option("--prompt", a->prompt, "text to continue")->capture_default_str();
   c->add_option("--tokens", a->tokens, "tokens to generate")->capture_default_str();
   c->add_option("--temperature", a->temperature, "softmax temperature (0: greedy)")->capture_default_str();
@@ -108,6 +101,7 @@ const CliCommand kSample("", 30, [](CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   c->add_option("--seed", a->seed)->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_flag("--json", a->json, "print the prompt's and the generated token ids and the text as JSON");
   c->callback([a] { cmd_sample_run(*a); });
 });
 

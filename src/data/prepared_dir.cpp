@@ -50,6 +50,12 @@ void prepared_dir_commit(const fs::path& dir) {
   dir_fsync(dir.string());
   for (const char* name : kPreparedFiles) {  // meta.json is the last of them
     const fs::path from = staging / name, to = dir / name;
+    std::error_code ec;
+    if (!fs::exists(from, ec)) {
+      AGOQ_CHECK(::unlink(to.c_str()) == 0 || errno == ENOENT, to.string(), ": cannot remove the old set's: ",
+                 std::strerror(errno));
+      continue;
+    }
     AGOQ_CHECK(::rename(from.c_str(), to.c_str()) == 0, to.string(), ": cannot move the new file into place: ",
                std::strerror(errno));
     if (name == std::string(kMarker)) dir_fsync(dir.string());

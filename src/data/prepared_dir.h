@@ -1,5 +1,5 @@
-// A prepared data folder (`agoq prepare --out D`, docs/data-format.md): tokenizer.model, train.bin, val.bin and
-// meta.json, written as one set. The set is made in D/.prepare.tmp and then moved into D file by file, meta.json
+// A prepared data folder (`agoq prepare --out D`, docs/data-format.md): the tokenizer's files (tokenizer.model, or
+// tokenizer.json and tokenizer_config.json), train.bin, val.bin and meta.json, written as one set. The set is made in D/.prepare.tmp and then moved into D file by file, meta.json
 // last and after the old meta.json is gone, so meta.json is the set's commit marker: a folder with .prepare.tmp and
 // no meta.json is a replacement that was interrupted, and a training refuses it rather than mix two sets.
 #pragma once
@@ -8,7 +8,9 @@
 
 namespace agoq {
 
-inline constexpr const char* kPreparedFiles[] = {"tokenizer.model", "train.bin", "val.bin", "meta.json"};
+// Every file a set may hold, meta.json last; a set holds the tokenizer files of its tokenizer's kind.
+inline constexpr const char* kPreparedFiles[] = {"tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+                                                 "train.bin",       "val.bin",        "meta.json"};
 
 // The first file of a prepared set in `dir`, or "" when it holds none.
 std::string prepared_dir_earlier_set(const std::filesystem::path& dir);
@@ -16,7 +18,8 @@ std::string prepared_dir_earlier_set(const std::filesystem::path& dir);
 // Throws, naming the folder, when a replacement of its set was interrupted (see above).
 void prepared_dir_check_complete(const std::filesystem::path& dir);
 
-// Where the new set is written (`dir`/.prepare.tmp, made empty), then prepared_dir_commit moves it into place.
+// Where the new set is written (`dir`/.prepare.tmp, made empty), then prepared_dir_commit moves it into place (and
+// removes the old set's files the new one lacks: a tokenizer.model beside a new tokenizer.json).
 std::filesystem::path prepared_dir_staging(const std::filesystem::path& dir);
 void prepared_dir_commit(const std::filesystem::path& dir);
 

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "arch/hf.h"
+#include "formats/model_source.h"
 #include "formats/safetensors.h"
 
 namespace agoq {

@@ -47,6 +47,10 @@ std::unique_ptr<ModelReader> checkpoint_model_open(const std::string& dir);
 std::unique_ptr<ModelReader> hf_model_open(const std::string& dir);
 std::unique_ptr<ModelReader> gguf_model_open(const std::string& path);
 
+// A tokenizer from wherever a model keeps one: a tokenizer.model or tokenizer.json, a folder holding either (a
+// Hugging Face model, an agoq checkpoint or prepared data), or a GGUF file's metadata.
+Tokenizer tokenizer_open(const std::string& path);
+
 // Reads every tensor of `weights` (a subset of hf_tensors(config), by name; NamedTensor.shape must match) from src.
 void model_reader_load(const ModelReader& src, const NamedTensors& weights);
 

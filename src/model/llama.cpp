@@ -80,6 +80,9 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
   AGOQ_CHECK(max_batch >= 1, "batch size must be positive (got ", max_batch, ")");
   AGOQ_CHECK(max_seq >= 1 && max_seq <= cfg.max_seq_len, "sequence length ", max_seq,
              " must be between 1 and the model's max_seq_len ", cfg.max_seq_len);
+  AGOQ_CHECK(cfg.sliding_window == 0 || max_seq <= cfg.sliding_window, "sequence length ", max_seq,
+             " is beyond the model's sliding_window ", cfg.sliding_window,
+             " (agoq's attention is exact only while the window holds the whole sequence)");
   AGOQ_CHECK(in_flight >= 1, "micro-batches in flight must be >= 1 (got ", in_flight, ")");
   AGOQ_CHECK(stage.tp == 1 || (tensor && tensor->size() == stage.tp && tensor->rank() == stage.tp_rank),
              "tensor-parallel shard ", stage.tp_rank, " of ", stage.tp, " needs its group of ", stage.tp,

@@ -84,11 +84,10 @@ void TrainSession::data_load() {
   train_set_ = TokenDataset::load((data / "train.bin").string());
   val_set_ = TokenDataset::load((data / "val.bin").string());
   // The tokenizer the checkpoints will carry must be the one that made the tokens (`agoq sample` decodes with it).
-  const fs::path tok = data / "tokenizer.model";
-  if (fs::exists(tok)) {
-    const int pieces = Tokenizer::load(tok.string()).vocab_size();
-    AGOQ_CHECK(size_t(pieces) == train_set_.vocab_size(), "--data ", data.string(), ": tokenizer.model has ", pieces,
-               " pieces but train.bin's header says vocab ", train_set_.vocab_size(),
+  if (fs::exists(data / "tokenizer.model") || fs::exists(data / "tokenizer.json")) {
+    const int pieces = Tokenizer::load(data.string()).vocab_size();
+    AGOQ_CHECK(size_t(pieces) == train_set_.vocab_size(), "--data ", data.string(), ": its tokenizer has ", pieces,
+               " tokens but train.bin's header says vocab ", train_set_.vocab_size(),
                ": the token files were not made with this tokenizer (run `agoq prepare` again)");
   }
 }

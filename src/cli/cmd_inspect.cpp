@@ -1,0 +1,111 @@
+// `agoq inspect SRC`: what a model is (any source: an agoq checkpoint, a Hugging Face folder, a GGUF file): its
+// config, parameter count, how its weights are stored, its tokenizer, and the memory one CPU process needs to train
+// it (from the memory model, plan/memory_model.h) with AGoQ's default recipe, with 8-bit optimizer states too, and
+// with --baseline.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/model_load.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "plan/memory_model.h"
+
+namespace agoq {
+namespace {
+
+struct InspectArgs {
+  std::string src;
+  int seq = 0, batch = 1;
+  bool json = false;
+};
+
+struct Recipe {
+  const char* name;
+  bool agoq, optim_q8;
+};
+constexpr Recipe kRecipes[] = {{"agoq", true, false}, {"agoq+q8", true, true}, {"baseline", false, false}};
+
+PlanMemory recipe_memory(const LlamaConfig& cfg, const Recipe& r, int batch, int seq) {
+  PlanCpuOptions p;
+  p.batch = batch, p.seq = seq;
+  p.grad_q8 = r.agoq, p.optim_q8 = r.optim_q8;
+  return plan_memory_cpu_trainer(cfg, ActPolicy::parse(r.agoq ? "agoq" : "fp32", cfg.n_layers), p);
+}
+
+std::string rope_text(const LlamaConfig& c) {
+  std::string s = "theta " + std::to_string(c.rope_theta);
+  if (c.rope_scaling.type != RopeScaling::Type::none)
+    s += std::string(", ") + rope_scaling_name(c.rope_scaling.type) + " scaling x" +
+         std::to_string(c.rope_scaling.factor);
+  return s;
+}
+
+void cmd_inspect_run(const InspectArgs& a) {
+  const std::unique_ptr<ModelReader> src = model_reader_open(a.src);
+  const LlamaConfig& c = src->config();
+  const int seq = a.seq > 0 ? a.seq : inference_window_default(c);
+  AGOQ_CHECK(seq <= c.max_seq_len, "--seq ", seq, " is beyond the model's context of ", c.max_seq_len);
+  nlohmann::json j = {{"model", a.src}, {"source", model_source_kind_name(src->kind())},
+                      {"config", config_to_hf_json(c)}, {"parameters", c.param_count()}};
+  for (const auto& [type, n] : src->storage_types()) j["storage"][type] = n;
+  std::string tok_line;
+  try {
+    const Tokenizer tok = src->tokenizer();
+    j["tokenizer"] = {{"kind", tok.kind_name()}, {"vocab", tok.vocab_size()}, {"bos_id", tok.bos_id()},
+                      {"eos_id", tok.eos_id()},  {"add_bos", tok.add_bos()},  {"identity", tok.identity()}};
+    tok_line = std::string(tok.kind_name()) + ", vocab " + std::to_string(tok.vocab_size()) + ", bos " +
+               std::to_string(tok.bos_id()) + (tok.add_bos() ? " (added)" : "") + ", eos " +
+               std::to_string(tok.eos_id());
+  } catch (const Error& e) {
+    j["tokenizer"] = {{"error", e.what()}};
+    tok_line = std::string("none usable: ") + e.what();
+  }
+  for (const Recipe& r : kRecipes) {
+    const PlanMemory m = recipe_memory(c, r, a.batch, seq);
+    for (int k = 0; k < kMemCategoryCount; ++k)
+      j["train_memory"][r.name][mem_category_name(MemCategory(k))] = m.bytes[k];
+    j["train_memory"][r.name]["total"] = m.total();
+  }
+  if (a.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("model: %s (%s)\n", a.src.c_str(), model_source_kind_name(src->kind()));
+  std::printf("config: vocab %d, hidden %d, %d layers, %d heads (%d kv), ffn %d, context %d, rope %s, %s embeddings\n",
+              c.vocab_size, c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_dim, c.max_seq_len,
+              rope_text(c).c_str(), c.tie_embeddings ? "tied" : "untied");
+  std::printf("parameters: %zu (%.3f B)\n", c.param_count(), double(c.param_count()) / 1e9);
+  std::string storage;
+  for (const auto& [type, n] : src->storage_types()) storage += (storage.empty() ? "" : ", ") + type + " x" + std::to_string(n);
+  std::printf("weights: %s\n", storage.c_str());
+  std::printf("tokenizer: %s\n", tok_line.c_str());
+  std::printf("training memory of one CPU process, micro-batch %d x %d tokens (memory model):\n", a.batch, seq);
+  std::printf("  %-14s", "category");
+  for (const Recipe& r : kRecipes) std::printf(" %14s", r.name);
+  std::printf("\n");
+  for (int k = 0; k <= kMemCategoryCount; ++k) {
+    std::printf("  %-14s", k < kMemCategoryCount ? mem_category_name(MemCategory(k)) : "total");
+    for (const Recipe& r : kRecipes) {
+      const PlanMemory m = recipe_memory(c, r, a.batch, seq);
+      std::printf(" %14s", format_bytes(k < kMemCategoryCount ? m.bytes[k] : m.total()).c_str());
+    }
+    std::printf("\n");
+  }
+  std::printf("  (flags: agoq = train's default, agoq+q8 = --optim-state q8, baseline = --baseline; this machine has "
+              "%s)\n", format_bytes(memory_physical_bytes()).c_str());
+}
+
+const CliCommand kInspect("", 36, [](CLI::App& app) {
+  auto a = std::make_shared<InspectArgs>();
+  CLI::App* c = app.add_subcommand("inspect", "what a model is, and the memory training it needs");
+  c->add_option("src", a->src, "an agoq checkpoint, a Hugging Face folder or a GGUF file")->required();
+  c->add_option("--seq", a->seq, "training sequence length (default: the context, at most 2048)")
+      ->check(cli_at_least(1));
+  c->add_option("--batch", a->batch, "micro-batch size")->check(cli_at_least(1))->capture_default_str();
+  c->add_flag("--json", a->json, "print JSON");
+  c->callback([a] { cmd_inspect_run(*a); });
+});
+
+}  // namespace
+}  // namespace agoq

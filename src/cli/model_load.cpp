@@ -1,0 +1,47 @@
+#include "cli/model_load.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "plan/memory_model.h"
+
+namespace agoq {
+namespace {
+
+// The model for one sequence of `window` tokens (weights, their gradient buffer, activations, workspace; no
+// optimizer), from the memory model, against this machine: one line instead of the OOM killer.
+void memory_check(const LlamaConfig& cfg, const ActPolicy& policy, int window) {
+  PlanCpuOptions o;
+  o.batch = 1, o.seq = window;
+  const PlanMemory need = plan_memory_cpu_trainer(cfg, policy, o);
+  const size_t bytes = need.total() - need[MemCategory::optimizer], have = memory_physical_bytes();
+  AGOQ_CHECK(have == 0 || bytes <= have, "running this model (", cfg.param_count(), " parameters, a ", window,
+             "-token window) needs about ", format_bytes(bytes), "; this machine has ", format_bytes(have));
+}
+
+}  // namespace
+
+int inference_window_default(const LlamaConfig& cfg) { return std::min(cfg.max_seq_len, 2048); }
+
+InferenceModel inference_model_load(const std::string& src, const std::string& tokenizer_path, int window) {
+  InferenceModel m;
+  m.source = model_reader_open(src);
+  const LlamaConfig& cfg = m.source->config();
+  m.window = window > 0 ? window : inference_window_default(cfg);
+  AGOQ_CHECK(m.window <= cfg.max_seq_len, "--seq ", m.window, " is beyond the model's context of ", cfg.max_seq_len,
+             " tokens (max_position_embeddings)");
+  m.tok = tokenizer_path.empty() ? m.source->tokenizer() : Tokenizer::load(tokenizer_path);
+  // Models often pad their embedding beyond the tokenizer's ids (to a multiple of 64 or 128); never the reverse.
+  AGOQ_CHECK(m.tok.vocab_size() <= cfg.vocab_size, "tokenizer ", tokenizer_path.empty() ? src : tokenizer_path,
+             " has ", m.tok.vocab_size(), " tokens but the model's vocabulary is ", cfg.vocab_size);
+  const ActPolicy policy = ActPolicy::parse("fp32", cfg.n_layers);
+  memory_check(cfg, policy, m.window);
+  m.model = std::make_unique<LlamaModel>(cfg, 1, m.window, policy);
+  NamedTensors weights;
+  for (const ParamTensor& t : m.model->params().named()) weights.push_back({t.name, t.shape, t.data});
+  model_reader_load(*m.source, weights);
+  return m;
+}
+
+}  // namespace agoq

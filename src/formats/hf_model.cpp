@@ -1,0 +1,135 @@
+// A Hugging Face model folder as a model source (formats/model_source.h): config.json (arch/hf.h parses and refuses
+// what agoq does not compute), the weights in model.safetensors or in shards listed by model.safetensors.index.json
+// (F32, BF16 or F16, widened exactly), the tokenizer from tokenizer.json or tokenizer.model.
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "formats/model_source.h"
+#include "formats/safetensors.h"
+
+namespace agoq {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+// Tensors a LlamaForCausalLM file may hold that carry nothing agoq computes: the rotary table older versions saved,
+// and lm_head.weight beside tied embeddings (transformers ties it to the embedding and ignores the file's copy).
+bool tensor_ignorable(const std::string& name, const LlamaConfig& c) {
+  return name.ends_with("rotary_emb.inv_freq") || (c.tie_embeddings && name == "lm_head.weight");
+}
+
+// The shard files of the index, by tensor name; a shard must be a plain file name in the folder.
+std::map<std::string, std::string> index_read(const fs::path& dir) {
+  const std::string path = (dir / kIndexFile).string();
+  const json j = json_object_read_file(path, "safetensors index");
+  AGOQ_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), "safetensors index ", path,
+             " has no \"weight_map\" object");
+  std::map<std::string, std::string> where;
+  for (const auto& [name, file] : j["weight_map"].items()) {
+    AGOQ_CHECK(file.is_string(), "safetensors index ", path, ": the file of '", name, "' is not a string");
+    const std::string f = file.get<std::string>();
+    AGOQ_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..", "safetensors index ", path,
+               ": '", f, "' (the file of '", name, "') is not a file name in the folder");
+    where[name] = f;
+  }
+  AGOQ_CHECK(!where.empty(), "safetensors index ", path, " lists no tensors");
+  return where;
+}
+
+class HfModelReader final : public ModelReader {
+ public:
+  explicit HfModelReader(const std::string& dir) {
+    path_ = dir;
+    const fs::path d(dir);
+    const std::string cfg_path = (d / "config.json").string();
+    try {
+      config_ = config_from_hf_json(json_object_read_file(cfg_path, "model config"));
+    } catch (const Error& e) {
+      fail(cfg_path, ": ", e.what());
+    }
+    files_open(d);
+    tensors_check();
+  }
+
+  ModelSourceKind kind() const override { return ModelSourceKind::hf_dir; }
+
+  std::vector<std::pair<std::string, size_t>> storage_types() const override {
+    std::map<std::string, size_t> n;
+    for (const HfTensor& t : hf_tensors(config_)) ++n[file_of(t.name).get(t.name).dtype];
+    return {n.begin(), n.end()};
+  }
+
+  void read_f32(const HfTensor& t, float* dst) const override { file_of(t.name).read_f32(t.name, dst, t.shape); }
+
+  Tokenizer tokenizer() const override { return Tokenizer::load(path_); }
+
+ private:
+  std::vector<SafetensorsFile> files_;
+  std::map<std::string, size_t> file_by_tensor_;  // tensor -> index in files_
+
+  const SafetensorsFile& file_of(const std::string& name) const {
+    const auto it = file_by_tensor_.find(name);
+    AGOQ_CHECK(it != file_by_tensor_.end(), "model ", path_, " has no tensor '", name, "'");
+    return files_[it->second];
+  }
+
+  // One file, or the shards of the index, each header checked; every tensor in exactly one of them.
+  void files_open(const fs::path& d) {
+    std::error_code ec;
+    std::map<std::string, std::string> listed;
+    if (fs::exists(d / kIndexFile, ec)) {
+      listed = index_read(d);
+    } else {
+      AGOQ_CHECK(fs::exists(d / "model.safetensors", ec), "model ", path_, " has no model.safetensors nor ", kIndexFile,
+                 fs::exists(d / "pytorch_model.bin", ec) || fs::exists(d / "pytorch_model.bin.index.json", ec)
+                     ? " (its pytorch_model.bin is a pickle agoq does not read: save it with safe_serialization)"
+                     : "");
+    }
+    std::map<std::string, size_t> index_of_file;
+    auto open = [&](const std::string& file) {
+      if (const auto it = index_of_file.find(file); it != index_of_file.end()) return it->second;
+      files_.push_back(SafetensorsFile::open((d / file).string()));
+      return index_of_file[file] = files_.size() - 1;
+    };
+    if (listed.empty()) listed[""] = "model.safetensors";  // (the single file: its own header lists the tensors)
+    for (const auto& [name, file] : listed) open(file);
+    for (size_t i = 0; i < files_.size(); ++i)
+      for (const std::string& name : files_[i].names()) {
+        const auto [it, fresh] = file_by_tensor_.emplace(name, i);
+        AGOQ_CHECK(fresh, "model ", path_, ": tensor '", name, "' is in both ", files_[it->second].path(), " and ",
+                   files_[i].path());
+      }
+    for (const auto& [name, file] : listed)
+      AGOQ_CHECK(name.empty() || file_by_tensor_.count(name), "model ", path_, ": ", kIndexFile, " puts '", name,
+                 "' in ", file, ", which does not hold it");
+  }
+
+  // Exactly LlamaForCausalLM's tensors with their shapes, in a float type; anything else (a bias, another
+  // architecture's weights) refused by name rather than ignored.
+  void tensors_check() const {
+    std::set<std::string> left;
+    for (const auto& [name, i] : file_by_tensor_) left.insert(name);
+    for (const HfTensor& t : hf_tensors(config_)) {
+      const SafeTensorInfo& info = file_of(t.name).get(t.name);
+      AGOQ_CHECK(info.shape == t.shape, "model ", path_, ": tensor '", t.name, "' has shape ",
+                 safetensors_shape_str(info.shape), ", config.json needs ", safetensors_shape_str(t.shape));
+      AGOQ_CHECK(info.dtype == "F32" || info.dtype == "BF16" || info.dtype == "F16", "model ", path_, ": tensor '",
+                 t.name, "' is ", info.dtype, " (agoq reads F32, BF16 and F16)");
+      left.erase(t.name);
+    }
+    for (const std::string& name : left)
+      AGOQ_CHECK(tensor_ignorable(name, config_), "model ", path_, ": tensor '", name,
+                 "' is not part of the LLaMA architecture agoq computes");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ModelReader> hf_model_open(const std::string& dir) { return std::make_unique<HfModelReader>(dir); }
+
+}  // namespace agoq
