@@ -13,6 +13,7 @@
 #include "arch/hf.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "formats/checkpoint.h"
+#include "formats/model_source.h"
 #include "formats/safetensors.h"
 #include "train/session.h"
 
@@ -127,6 +128,40 @@ int checkpoint(const uint8_t* data, size_t size) {
       weights.push_back({t.name, t.shape, data.back().data()});
     }
     checkpoint_load(ck.dir.string(), meta.config, weights, {});
+  } catch (const Error& e) {
+    refused(e);
+  }
+  return 0;
+}
+
+// A Hugging Face folder of a tiny model in two shards, whose model.safetensors.index.json each input replaces
+// ("A" and "B" stand for the shard names).
+const fs::path& fuzz_hf_folder() {
+  static const fs::path dir = [] {
+    const fs::path d = scratch_dir() / "hf";
+    fs::create_directories(d);
+    LlamaConfig c;
+    c.vocab_size = 8, c.dim = 4, c.n_layers = 1, c.n_heads = 1, c.n_kv_heads = 1, c.ffn_dim = 4, c.max_seq_len = 4;
+    std::ofstream(d / "config.json") << config_to_hf_json(c).dump();
+    static std::vector<float> zeros(64, 0.25f);
+    SafetensorsWriter shard[2];
+    int i = 0;
+    for (const HfTensor& t : hf_tensors(c)) shard[i++ % 2].add_f32(t.name, t.shape, zeros.data());
+    shard[0].write((d / "A").string());
+    shard[1].write((d / "B").string());
+    return d;
+  }();
+  return dir;
+}
+
+int hf_index(const uint8_t* data, size_t size) {
+  const fs::path& dir = fuzz_hf_folder();
+  std::ofstream(dir / "model.safetensors.index.json", std::ios::binary).write(reinterpret_cast<const char*>(data),
+                                                                               std::streamsize(size));
+  try {
+    const std::unique_ptr<ModelReader> m = hf_model_open(dir.string());
+    std::vector<float> buf(64);
+    for (const HfTensor& t : hf_tensors(m->config())) m->read_f32(t, buf.data());
   } catch (const Error& e) {
     refused(e);
   }

@@ -19,6 +19,7 @@ int checkpoint(const uint8_t* data, size_t size);    // trainer.json of a checkp
 int token_file(const uint8_t* data, size_t size);    // a token file (train.bin): header and payload
 int act_policy(const uint8_t* data, size_t size);    // --act-policy specs
 int flags(const uint8_t* data, size_t size);         // size strings (--mem-budget) and --stage-layers
+int hf_index(const uint8_t* data, size_t size);      // model.safetensors.index.json of a sharded HF folder
 
 // The bytes as a file in a private temporary folder (for parsers that read paths); the same path every call.
 std::string file_of(std::string_view bytes, const char* name);

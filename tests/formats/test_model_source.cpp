@@ -1,0 +1,106 @@
+// The model reader's promises that need no Python: an HF folder of bf16 shards widens exactly, an import holds at
+// most one tensor besides the model it fills (peak resident memory, measured), and the path's kind is found.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "arch/hf.h"
+#include "core/rng.h"
+#include "formats/model_source.h"
+#include "formats/safetensors.h"
+#include "quant/half.h"
+#include "tests/common/expect_error.h"
+#include "tests/common/temp_path.h"
+
+namespace agoq {
+namespace {
+
+namespace fs = std::filesystem;
+
+// VmRSS / VmHWM of this process in bytes (/proc/self/status).
+size_t proc_status_bytes(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(key, 0) == 0) return size_t(std::stoull(line.substr(std::strlen(key)))) * 1024;
+  return 0;
+}
+
+// An HF folder holding `c` in bf16, in two shards with an index; returns the bf16 values of every tensor.
+std::map<std::string, std::vector<uint16_t>> hf_folder_write(const fs::path& dir, const LlamaConfig& c) {
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << config_to_hf_json(c).dump(2);
+  std::map<std::string, std::vector<uint16_t>> values;
+  SafetensorsWriter shard[2];
+  nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", nlohmann::json::object()}};
+  Rng rng(3);
+  int i = 0;
+  for (const HfTensor& t : hf_tensors(c)) {
+    std::vector<uint16_t>& v = values[t.name];
+    v.resize(size_t(safetensors_numel(t.shape)));
+    for (uint16_t& x : v) x = f32_to_bf16(float(rng.normal()) * 0.5f);
+    const int s = i++ % 2;
+    shard[s].add(t.name, "BF16", t.shape, v.data(), v.size() * 2);
+    index["weight_map"][t.name] = "model-0000" + std::to_string(s + 1) + "-of-00002.safetensors";
+  }
+  for (int s = 0; s < 2; ++s) shard[s].write((dir / ("model-0000" + std::to_string(s + 1) + "-of-00002.safetensors")).string());
+  std::ofstream(dir / "model.safetensors.index.json") << index.dump();
+  return values;
+}
+
+TEST(ModelSource, HfBf16ShardsWidenExactlyWithinOneTensorOfMemory) {
+  LlamaConfig c;
+  c.vocab_size = 32000, c.dim = 512, c.n_layers = 2, c.n_heads = 8, c.n_kv_heads = 4, c.ffn_dim = 1408;
+  c.max_seq_len = 128;
+  const fs::path dir = test_temp_path("hf_bf16");
+  fs::remove_all(dir);
+  size_t largest = 0;
+  {
+    const auto values = hf_folder_write(dir, c);
+    for (const auto& [name, v] : values) largest = std::max(largest, v.size() * sizeof(float));
+  }
+  const std::unique_ptr<ModelReader> src = model_reader_open(dir.string());
+  EXPECT_EQ(src->kind(), ModelSourceKind::hf_dir);
+  EXPECT_EQ(config_diff(src->config(), c), "");
+  std::vector<float> model(c.param_count());
+  NamedTensors weights;
+  size_t at = 0;
+  for (const HfTensor& t : hf_tensors(c)) {
+    weights.push_back({t.name, t.shape, model.data() + at});
+    at += size_t(safetensors_numel(t.shape));
+  }
+  std::memset(model.data(), 0, model.size() * sizeof(float));  // resident before the import starts
+  std::ofstream("/proc/self/clear_refs") << "5";                 // VmHWM := VmRSS
+  const size_t before = proc_status_bytes("VmRSS:");
+  model_reader_load(*src, weights);
+  const size_t peak = proc_status_bytes("VmHWM:");
+  EXPECT_LE(peak, before + largest + (size_t(64) << 20)) << "an import may hold one tensor besides the model";
+
+  Rng rng(3);  // the writer's values again: every float must be the bf16 widened
+  size_t wrong = 0;
+  for (const NamedTensor& w : weights)
+    for (size_t k = 0; k < size_t(safetensors_numel(w.shape)); ++k)
+      wrong += w.data[k] != bf16_to_f32(f32_to_bf16(float(rng.normal()) * 0.5f));
+  EXPECT_EQ(wrong, 0u);
+  fs::remove_all(dir);
+}
+
+TEST(ModelSource, PathsThatAreNoModelAreRefusedByName) {
+  const fs::path dir = test_temp_path("not_a_model");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  expect_error([&] { model_reader_open(dir.string()); }, {"neither trainer.json", "nor config.json"});
+  std::ofstream(dir / "x.bin") << "not a model";
+  expect_error([&] { model_reader_open((dir / "x.bin").string()); }, {"x.bin", "not a GGUF file"});
+  expect_error([&] { model_reader_open((dir / "missing").string()); }, {"missing", "no such file"});
+  std::ofstream(dir / "config.json") << "{\"model_type\": \"llama\"}";
+  expect_error([&] { model_reader_open(dir.string()); }, {"config.json", "missing"});
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace agoq
