@@ -4,12 +4,14 @@
 #include <sentencepiece_trainer.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <unordered_map>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace agoq {
 
@@ -162,7 +164,64 @@ Tokenizer Tokenizer::train(std::string_view text, const TokenizerTrainOptions& o
   return from_serialized(std::move(proto), "trained tokenizer");
 }
 
-Tokenizer Tokenizer::load(const std::string& path) { return from_serialized(file_read_bytes(path), path); }
+Tokenizer Tokenizer::load(const std::string& path) {
+  std::string file = path;
+  if (std::filesystem::is_directory(path)) file = path + "/tokenizer.model";
+  AGOQ_CHECK(file.size() < 5 || file.substr(file.size() - 5) != ".json", "tokenizer ", path,
+             ": byte-level BPE (tokenizer.json) is not supported yet");
+  return from_serialized(file_read_bytes(file), file);
+}
+
+Tokenizer Tokenizer::from_bpe(BpeSpec, const std::string& what) {
+  fail("tokenizer ", what, ": byte-level BPE is not supported yet");
+}
+
+Tokenizer Tokenizer::from_sentencepiece_vocab(const SentencePieceVocab&, const std::string& what) {
+  fail("tokenizer ", what, ": SentencePiece vocabularies from GGUF are not supported yet");
+}
+
+std::vector<std::pair<std::string, std::string>> Tokenizer::files() const {
+  AGOQ_CHECK(sp_, "tokenizer: no model loaded");
+  return {{"tokenizer.model", proto_}};
+}
+
+void Tokenizer::save_files(const std::string& dir) const {
+  for (const auto& [name, bytes] : files()) atomic_file_write(dir + "/" + name, bytes);
+}
+
+std::string Tokenizer::identity() const {
+  const auto& sp = this->sp();
+  uint64_t h = hash_fnv1a64("sentencepiece", 13);
+  auto mix = [&h](std::string_view s) {
+    const uint64_t n = s.size();
+    h = hash_fnv1a64(&n, sizeof n, h);
+    h = hash_fnv1a64(s.data(), s.size(), h);
+  };
+  for (int i = 0; i < sp.GetPieceSize(); ++i) {
+    mix(sp.IdToPiece(i));
+    const float score = sp.GetScore(i);
+    h = hash_fnv1a64(&score, sizeof score, h);
+  }
+  const int32_t ids[] = {sp.unk_id(), sp.bos_id(), sp.eos_id(), add_bos(), add_eos()};
+  h = hash_fnv1a64(ids, sizeof ids, h);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+TokenizerKind Tokenizer::kind() const { return TokenizerKind::sentencepiece; }
+const char* Tokenizer::kind_name() const { return "sentencepiece"; }
+
+std::vector<int32_t> Tokenizer::encode_for_model(std::string_view text) const {
+  std::vector<int32_t> ids = encode(text);
+  if (add_bos()) ids.insert(ids.begin(), bos_id());
+  if (add_eos()) ids.push_back(eos_id());
+  return ids;
+}
+
+bool Tokenizer::add_bos() const { return sp().bos_id() >= 0; }
+bool Tokenizer::add_eos() const { return false; }
+bool Tokenizer::loaded() const { return sp_ != nullptr; }
 
 Tokenizer Tokenizer::from_serialized(std::string serialized, const std::string& what) {
   Tokenizer t;
