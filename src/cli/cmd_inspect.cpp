@@ -34,11 +34,11 @@ PlanMemory recipe_memory(const LlamaConfig& cfg, const Recipe& r, int batch, int
 }
 
 std::string rope_text(const LlamaConfig& c) {
-  std::string s = "theta " + std::to_string(c.rope_theta);
-  if (c.rope_scaling.type != RopeScaling::Type::none)
-    s += std::string(", ") + rope_scaling_name(c.rope_scaling.type) + " scaling x" +
-         std::to_string(c.rope_scaling.factor);
-  return s;
+  char buf[128];
+  const RopeScaling& r = c.rope_scaling;
+  if (r.type == RopeScaling::Type::none) std::snprintf(buf, sizeof buf, "theta %g", c.rope_theta);
+  else std::snprintf(buf, sizeof buf, "theta %g, %s scaling x%g", c.rope_theta, rope_scaling_name(r.type), r.factor);
+  return buf;
 }
 
 void cmd_inspect_run(const InspectArgs& a) {
@@ -75,7 +75,9 @@ void cmd_inspect_run(const InspectArgs& a) {
   std::printf("config: vocab %d, hidden %d, %d layers, %d heads (%d kv), ffn %d, context %d, rope %s, %s embeddings\n",
               c.vocab_size, c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_dim, c.max_seq_len,
               rope_text(c).c_str(), c.tie_embeddings ? "tied" : "untied");
-  std::printf("parameters: %zu (%.3f B)\n", c.param_count(), double(c.param_count()) / 1e9);
+  const double params = double(c.param_count());
+  std::printf("parameters: %zu (%.3g %s)\n", c.param_count(), params >= 1e9 ? params / 1e9 : params / 1e6,
+              params >= 1e9 ? "B" : "M");
   std::string storage;
   for (const auto& [type, n] : src->storage_types()) storage += (storage.empty() ? "" : ", ") + type + " x" + std::to_string(n);
   std::printf("weights: %s\n", storage.c_str());

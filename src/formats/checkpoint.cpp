@@ -345,6 +345,35 @@ std::string checkpoint_remove(const std::string& dir) {
   return kept;
 }
 
+namespace {
+
+// An agoq checkpoint as a model source (formats/model_source.h): the save checked whole on open, tensors read with
+// their checksums one at a time.
+class CheckpointModelReader final : public ModelReader {
+ public:
+  explicit CheckpointModelReader(const std::string& dir) : ck_(checkpoint_open(dir)) {
+    path_ = dir, config_ = ck_.meta.config;
+    NamedTensors want;
+    for (const HfTensor& t : hf_tensors(config_)) want.push_back({t.name, t.shape, nullptr});
+    file_tensors_check(ck_.model, want, "checkpoint " + dir, false);
+  }
+  ModelSourceKind kind() const override { return ModelSourceKind::agoq_checkpoint; }
+  std::vector<std::pair<std::string, size_t>> storage_types() const override {
+    return {{"F32", hf_tensors(config_).size()}};
+  }
+  void read_f32(const HfTensor& t, float* dst) const override { ck_.model.read_f32(t.name, dst, t.shape); }
+  Tokenizer tokenizer() const override { return Tokenizer::load(path_); }
+
+ private:
+  OpenCheckpoint ck_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelReader> checkpoint_model_open(const std::string& dir) {
+  return std::make_unique<CheckpointModelReader>(dir);
+}
+
 CheckpointMeta checkpoint_inspect(const std::string& dir) { return checkpoint_open(dir).meta; }
 
 CheckpointMeta checkpoint_load(const std::string& dir, const LlamaConfig& config, const NamedTensors& weights,

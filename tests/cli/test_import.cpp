@@ -130,6 +130,23 @@ TEST_F(ImportHf, InspectSaysWhatTheModelIs) {
   EXPECT_LT(j["train_memory"]["agoq+q8"]["total"].get<size_t>(), j["train_memory"]["baseline"]["total"].get<size_t>());
 }
 
+TEST_F(ImportHf, PrepareWithAModelsTokenizerGivesItsTokens) {
+  const RefModel& m = model("--rope llama3");
+  const std::string out = (root() / "prepared").string();
+  fs::remove_all(out);
+  int st = 0;
+  const std::string log = agoq_stdout("prepare --input " + m.dir + "/text.txt --tokenizer " + m.dir + " --out " + out, &st);
+  ASSERT_EQ(st, 0) << log;
+  const json meta = json::parse(file_text(out + "/meta.json"));
+  EXPECT_EQ(meta["tokens"], m.ref["tokens"].get<size_t>() + 1);  // scored = all but the first (its BOS)
+  EXPECT_EQ(meta["tokenizer"]["type"], "byte-level bpe");
+  EXPECT_TRUE(fs::exists(out + "/tokenizer.json"));
+  EXPECT_FALSE(fs::exists(out + "/tokenizer.model"));
+  int st2 = 0;
+  const json from_model = last_json_line(agoq_stdout("inspect " + m.dir + " --json", &st2));
+  EXPECT_EQ(meta["tokenizer"]["identity"], from_model["tokenizer"]["identity"]);
+}
+
 TEST_F(ImportHf, WhatAgoqDoesNotComputeIsRefusedByName) {
   const RefModel& m = model("--rope llama3");
   expect_clean_error("inspect " + with_config(m, "bias", "attention_bias", true), "attention_bias");
