@@ -273,7 +273,7 @@ TEST_F(CliRecovery, TokenizerMustHaveMadeTheTokenFiles) {
   text.close();
   ASSERT_EQ(run_agoq("prepare --input " + d("text.txt") + " --out " + d("prep") + " --vocab-size 300").exit_code, 0);
   fs::copy_file(d("prep/tokenizer.model"), d("data/tokenizer.model"), fs::copy_options::overwrite_existing);
-  expect_clean_error(train(), "has 300 pieces but train.bin's header says vocab 64");
+  expect_clean_error(train(), "its tokenizer has 300 tokens but train.bin's header says vocab 64");
 }
 
 }  // namespace
