@@ -1,0 +1,294 @@
+// The GGUF reader (formats/gguf.h) and its dequantization (formats/gguf_quants.h): every tensor type bit-identical
+// to gguf-py's gguf.quants.dequantize on files gguf-py wrote (tests/formats/gguf_reference.py quants), every
+// metadata value type, version 2, and every malformed header refused in one line (files built byte by byte here).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "formats/gguf.h"
+#include "formats/gguf_quants.h"
+#include "tests/common/expect_error.h"
+#include "tests/common/python_ref.h"
+#include "tests/common/temp_path.h"
+
+namespace agoq {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string file_read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+void file_write(const fs::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+// The files of `gguf_reference.py quants`, made once per test process.
+// Made once per test process, removed when it exits.
+struct RefDir {
+  fs::path path;
+  explicit RefDir(const char* mode) : path(test_temp_path(std::string("gguf_") + mode)) {
+    fs::create_directories(path);
+    python_ref_run("tests/formats/gguf_reference.py", std::string(mode) + " " + path.string());
+  }
+  ~RefDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+const fs::path& quants_dir() {
+  static const RefDir dir("quants");
+  return dir.path;
+}
+
+struct QuantCase {
+  const char* type;
+  uint32_t id;
+};
+class GgufDequantize : public ::testing::TestWithParam<QuantCase> {};
+
+TEST_P(GgufDequantize, BitIdenticalToGgufPy) {
+  const QuantCase& q = GetParam();
+  const GgufFile f = GgufFile::open((quants_dir() / (std::string(q.type) + ".gguf")).string());
+  const std::string want = file_read(quants_dir() / (std::string(q.type) + ".f32"));
+  ASSERT_EQ(f.tensors().size(), 2u);
+  std::vector<float> got;
+  for (const GgufTensorInfo& t : f.tensors()) {
+    EXPECT_EQ(t.type, q.id) << t.name;
+    std::vector<uint8_t> raw(t.bytes);
+    f.read(t, 0, raw.data(), raw.size());
+    const size_t n = size_t(t.rows() * uint64_t(t.ne[0]));
+    got.resize(got.size() + n);
+    gguf_dequantize(t.type, raw.data(), got.data() + got.size() - n, n);
+  }
+  EXPECT_EQ(f.tensor("a")->shape(), (std::vector<int64_t>{4, 512}));
+  EXPECT_EQ(f.tensor("b")->shape(), (std::vector<int64_t>{2, 3, 256}));
+  ASSERT_EQ(want.size(), got.size() * 4);
+  size_t differ = 0, first = 0;
+  for (size_t i = got.size(); i-- > 0;)
+    if (std::memcmp(&got[i], want.data() + 4 * i, 4) != 0) ++differ, first = i;
+  EXPECT_EQ(differ, 0u) << q.type << ": first differing value " << first;
+  if (std::string(q.type) == "Q4_K") {
+    EXPECT_EQ(f.alignment(), 64u);  // the file with general.alignment
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GgufDequantize,
+                         ::testing::Values(QuantCase{"F32", 0}, QuantCase{"F16", 1}, QuantCase{"BF16", 30},
+                                           QuantCase{"Q8_0", 8}, QuantCase{"Q4_0", 2}, QuantCase{"Q4_1", 3},
+                                           QuantCase{"Q5_0", 6}, QuantCase{"Q5_1", 7}, QuantCase{"Q4_K", 12},
+                                           QuantCase{"Q5_K", 13}, QuantCase{"Q6_K", 14}),
+                         [](const auto& info) { return std::string(info.param.type); });
+
+TEST(GgufQuants, OtherTypesRefusedByName) {
+  float y[256];
+  const uint8_t block[256] = {};
+  expect_error([&] { gguf_dequantize(10, block, y, 256); }, {"Q2_K", "not supported", "Q6_K"});
+  expect_error([&] { gguf_dequantize(77, block, y, 256); }, {"type 77"});
+  expect_error([&] { gguf_dequantize(8, block, y, 16); }, {"Q8_0", "32-value blocks"});
+  EXPECT_EQ(ggml_type_name(23), "IQ4_XS");
+  EXPECT_EQ(ggml_type_info(4), nullptr);  // retired Q4_2
+}
+
+TEST(GgufFileTest, ReadsEveryValueType) {
+  const GgufFile f = GgufFile::open((quants_dir() / "meta.gguf").string());
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.get_string("general.architecture"), "agoq-test");
+  EXPECT_EQ(f.get_int("t.u8"), 200);
+  EXPECT_EQ(f.get_int("t.i8"), -100);
+  EXPECT_EQ(f.get_int("t.u16"), 60000);
+  EXPECT_EQ(f.get_int("t.i16"), -30000);
+  EXPECT_EQ(f.get_int("t.u32"), 4000000000ll);
+  EXPECT_EQ(f.get_int("t.i32"), -2000000000ll);
+  EXPECT_EQ(f.get_int("t.u64"), 1ll << 60);
+  EXPECT_EQ(f.get_int("t.i64"), -(1ll << 60));
+  EXPECT_EQ(f.get_float("t.f32"), double(0.1f));
+  EXPECT_EQ(f.get_float("t.f64"), 0.1);
+  EXPECT_EQ(f.get_bool("t.bool"), true);
+  EXPECT_EQ(f.get_string("t.str"), "h\xc3\xa9llo");
+  EXPECT_EQ(f.get_ints("t.ints"), (std::vector<int32_t>{1, -2, 3}));
+  EXPECT_EQ(f.get_floats("t.floats"), (std::vector<float>{0.5f, -1.25f}));
+  EXPECT_EQ(*f.get_strings("t.strs"), (std::vector<std::string>{"a", "", "ccc"}));
+  const GgufValue* nested = f.find("t.nested");
+  ASSERT_NE(nested, nullptr);
+  ASSERT_EQ(nested->elem, GgufValueType::array);
+  ASSERT_EQ(nested->arrays.size(), 3u);
+  EXPECT_EQ(nested->arrays[0].count, 2u);
+  EXPECT_EQ(nested->arrays[1].elem, GgufValueType::i32);
+  EXPECT_EQ(nested->arrays[2].strs, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(f.get_int("absent"), std::nullopt);
+  expect_error([&] { (void)f.get_int("t.str"); }, {"meta.gguf", "'t.str' is string, not an integer"});
+  expect_error([&] { (void)f.get_int("t.floats"); }, {"'t.floats' is array"});
+  expect_error([&] { (void)f.get_strings("t.ints"); }, {"'t.ints' is not an array of strings"});
+  const GgufTensorInfo* z = f.tensor("z");
+  ASSERT_NE(z, nullptr);
+  EXPECT_EQ(z->ne, (std::vector<int64_t>{3, 2}));
+  float v[6];
+  f.read(*z, 0, v, sizeof v);
+  EXPECT_EQ(v[5], 5.0f);
+  expect_error([&] { f.read(*z, 4, v, sizeof v); }, {"exceeds tensor 'z'"});
+}
+
+TEST(GgufFileTest, ReadsVersion2) {
+  std::string bytes = file_read(quants_dir() / "meta.gguf");
+  bytes[4] = 2;
+  const fs::path p = test_temp_path("gguf_v2.gguf");
+  file_write(p, bytes);
+  const GgufFile f = GgufFile::open(p.string());
+  EXPECT_EQ(f.version(), 2u);
+  EXPECT_EQ(f.get_int("t.u8"), 200);
+  fs::remove(p);
+}
+
+// ---- malformed files, built byte by byte ----
+
+// A valid two-tensor GGUF ("a": F32 [8], "b": F16 [2, 4]) whose fields a test changes.
+struct Spec {
+  uint32_t version = 3;
+  uint64_t n_tensors = 2, n_kv = 2;
+  uint32_t arch_type = 8;         // the value type of general.architecture
+  uint64_t arch_len = 1;          // its string length
+  uint32_t alignment = 32;
+  uint32_t b_dims = 2, b_type = 1;
+  uint64_t b_ne0 = 4, b_offset = 32;
+  size_t data_bytes = 48;         // bytes written after the padding
+};
+
+struct Bytes {
+  std::string s;
+  void u32(uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
+  void u64(uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
+  void str(const std::string& v) { u64(v.size()), s += v; }
+};
+
+std::string spec_bytes(const Spec& sp) {
+  Bytes b;
+  b.s = "GGUF";
+  b.u32(sp.version);
+  b.u64(sp.n_tensors), b.u64(sp.n_kv);
+  b.str("general.architecture"), b.u32(sp.arch_type), b.u64(sp.arch_len), b.s += "x";
+  b.str("general.alignment"), b.u32(4), b.u32(sp.alignment);
+  b.str("a"), b.u32(1), b.u64(8), b.u32(0), b.u64(0);
+  b.str("b"), b.u32(sp.b_dims);
+  for (uint32_t d = 0; d < sp.b_dims; ++d) b.u64(d == 0 ? sp.b_ne0 : 2);
+  b.u32(sp.b_type), b.u64(sp.b_offset);
+  while (b.s.size() % 32) b.s += '\0';
+  b.s += std::string(sp.data_bytes, '\x3c');
+  return b.s;
+}
+
+// Opens the bytes as a file; returns the error message ("" when it opened).
+std::string open_error(const std::string& bytes) {
+  const fs::path p = test_temp_path("gguf_bad.gguf");
+  file_write(p, bytes);
+  std::string m;
+  try {
+    (void)GgufFile::open(p.string());
+  } catch (const Error& e) {
+    m = e.what();
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    EXPECT_NE(m.find(p.string()), std::string::npos) << m;
+  }
+  fs::remove(p);
+  return m;
+}
+
+#define EXPECT_REFUSED(bytes, part) EXPECT_NE(open_error(bytes).find(part), std::string::npos) << open_error(bytes)
+
+template <class F>
+std::string with(F f) {
+  Spec s;
+  f(s);
+  return spec_bytes(s);
+}
+
+TEST(GgufFileTest, BuiltFileOpens) {
+  EXPECT_EQ(open_error(spec_bytes({})), "");
+  const fs::path p = test_temp_path("gguf_ok.gguf");
+  file_write(p, spec_bytes({}));
+  const GgufFile f = GgufFile::open(p.string());
+  EXPECT_EQ(f.tensor("b")->offset, f.data_offset() + 32);
+  EXPECT_EQ(f.tensor("b")->bytes, 16u);
+  fs::remove(p);
+}
+
+TEST(GgufFileTest, RefusesBadHeaders) {
+  std::string bad_magic = spec_bytes({});
+  bad_magic[0] = 'X';
+  EXPECT_REFUSED(bad_magic, "not a GGUF file (magic 'XGUF'");
+  EXPECT_REFUSED("GG", "too short");
+  EXPECT_REFUSED(with([](Spec& s) { s.version = 1; }), "version 1 is not supported");
+  EXPECT_REFUSED(with([](Spec& s) { s.version = 4; }), "unsupported GGUF version 4");
+  EXPECT_REFUSED(with([](Spec& s) { s.version = 0x03000000; }), "big-endian");
+  EXPECT_REFUSED(with([](Spec& s) { s.n_tensors = 1ull << 40; }), "tensor count is 1099511627776, more than");
+  EXPECT_REFUSED(with([](Spec& s) { s.n_kv = ~0ull; }), "metadata count");
+  EXPECT_REFUSED(with([](Spec& s) { s.arch_type = 13; }), "metadata 'general.architecture' has unknown value type id 13");
+  EXPECT_REFUSED(with([](Spec& s) { s.arch_len = 1ull << 62; }), "truncated: string of metadata 'general.architecture'");
+  EXPECT_REFUSED(with([](Spec& s) { s.alignment = 48; }), "general.alignment 48 is not a power of two");
+  EXPECT_REFUSED(with([](Spec& s) { s.alignment = 0; }), "general.alignment 0");
+  EXPECT_REFUSED(with([](Spec& s) { s.b_type = 4; }), "tensor 'b' has unknown type id 4");
+  EXPECT_REFUSED(with([](Spec& s) { s.b_type = 8; }), "tensor 'b' (Q8_0) has rows of 4 values");
+  EXPECT_REFUSED(with([](Spec& s) { s.b_dims = 5; }), "tensor 'b' has 5 dimensions");
+  EXPECT_REFUSED(with([](Spec& s) { s.b_offset = 16; }), "offset 16 is not a multiple of the alignment 32");
+  EXPECT_REFUSED(with([](Spec& s) { s.b_offset = 0; }), "tensors 'a' and 'b' overlap");
+  EXPECT_REFUSED(with([](Spec& s) { s.b_offset = 64; }), "tensor 'b' (16 bytes at data offset 64) lies beyond");
+  EXPECT_REFUSED(with([](Spec& s) { s.b_ne0 = 1ull << 62; }), "too large");
+  EXPECT_REFUSED(with([](Spec& s) { s.data_bytes = 40; }), "lies beyond the end of the file");
+  EXPECT_REFUSED(with([](Spec& s) { s.b_ne0 = ~0ull; }), "tensor 'b' has dimension");
+}
+
+TEST(GgufFileTest, RefusesEveryTruncation) {
+  const std::string whole = spec_bytes({});
+  for (size_t n = 0; n < whole.size(); ++n) {
+    const std::string m = open_error(whole.substr(0, n));
+    EXPECT_FALSE(m.empty()) << "a file cut to " << n << " bytes opened";
+  }
+}
+
+TEST(GgufFileTest, RefusesBadMetadataValues) {
+  auto one_kv = [](const std::function<void(Bytes&)>& value) {
+    Bytes b;
+    b.s = "GGUF";
+    b.u32(3), b.u64(0), b.u64(1);
+    b.str("k");
+    value(b);
+    return b.s;
+  };
+  EXPECT_REFUSED(one_kv([](Bytes& b) { b.u32(7), b.s += '\x02'; }), "'k': bool value 2 is neither 0 nor 1");
+  EXPECT_REFUSED(one_kv([](Bytes& b) { b.u32(9), b.u32(0), b.u64(1ull << 50), b.s += "xx"; }),
+                 "array length of metadata 'k' is 1125899906842624");
+  EXPECT_REFUSED(one_kv([](Bytes& b) { b.u32(9), b.u32(8), b.u64(2), b.u64(1), b.s += "a", b.u64(5), b.s += "b"; }),
+                 "truncated: array string of metadata 'k'");
+  EXPECT_REFUSED(one_kv([](Bytes& b) { b.u32(9), b.u32(99), b.u64(0); }), "unknown value type id 99");
+  EXPECT_REFUSED(one_kv([](Bytes& b) {
+                   b.u32(9);
+                   for (int i = 0; i < 9; ++i) b.u32(9), b.u64(1);
+                   b.s += std::string(64, '\0');
+                 }),
+                 "arrays nested deeper than 8");
+  Bytes twice;
+  twice.s = "GGUF";
+  twice.u32(3), twice.u64(0), twice.u64(2);
+  for (int i = 0; i < 2; ++i) twice.str("k"), twice.u32(0), twice.s += '\1';
+  EXPECT_REFUSED(twice.s, "metadata key 'k' appears twice");
+  EXPECT_EQ(open_error(one_kv([](Bytes& b) { b.u32(9), b.u32(9), b.u64(1), b.u32(0), b.u64(2), b.s += "ab"; })), "");
+}
+
+TEST(GgufFileTest, MissingFileNamed) {
+  try {
+    (void)GgufFile::open("/nonexistent/m.gguf");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("GGUF file /nonexistent/m.gguf: cannot open"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace agoq
