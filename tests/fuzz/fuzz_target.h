@@ -20,6 +20,7 @@ int token_file(const uint8_t* data, size_t size);    // a token file (train.bin)
 int act_policy(const uint8_t* data, size_t size);    // --act-policy specs
 int flags(const uint8_t* data, size_t size);         // size strings (--mem-budget) and --stage-layers
 int hf_index(const uint8_t* data, size_t size);      // model.safetensors.index.json of a sharded HF folder
+int gguf(const uint8_t* data, size_t size);          // a GGUF file: header, metadata, tensors, model, tokenizer
 
 // The bytes as a file in a private temporary folder (for parsers that read paths); the same path every call.
 std::string file_of(std::string_view bytes, const char* name);

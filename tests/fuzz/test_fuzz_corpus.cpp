@@ -24,7 +24,8 @@ struct Target {
 constexpr Target kTargets[] = {{"rdata", fuzz::rdata},           {"safetensors", fuzz::safetensors},
                                {"hf_config", fuzz::hf_config},   {"checkpoint", fuzz::checkpoint},
                                {"token_file", fuzz::token_file}, {"act_policy", fuzz::act_policy},
-                               {"flags", fuzz::flags},           {"hf_index", fuzz::hf_index}};
+                               {"flags", fuzz::flags},           {"hf_index", fuzz::hf_index},
+                               {"gguf", fuzz::gguf}};
 
 std::string file_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
