@@ -1,16 +1,20 @@
 // The GGUF reader (formats/gguf.h) and its dequantization (formats/gguf_quants.h): every tensor type bit-identical
 // to gguf-py's gguf.quants.dequantize on files gguf-py wrote (tests/formats/gguf_reference.py quants), every
-// metadata value type, version 2, and every malformed header refused in one line (files built byte by byte here).
+// metadata value type, version 2, and every malformed header refused in one line (files built byte by byte here);
+// a larger model imported within a few MiB of memory besides the model.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <sstream>
 
 #include "formats/gguf.h"
 #include "formats/gguf_quants.h"
+#include "formats/model_source.h"
+#include "formats/safetensors.h"
 #include "tests/common/expect_error.h"
 #include "tests/common/python_ref.h"
 #include "tests/common/temp_path.h"
@@ -279,6 +283,93 @@ TEST(GgufFileTest, RefusesBadMetadataValues) {
   for (int i = 0; i < 2; ++i) twice.str("k"), twice.u32(0), twice.s += '\1';
   EXPECT_REFUSED(twice.s, "metadata key 'k' appears twice");
   EXPECT_EQ(open_error(one_kv([](Bytes& b) { b.u32(9), b.u32(9), b.u64(1), b.u32(0), b.u64(2), b.s += "ab"; })), "");
+}
+
+// ---- memory: a model streams in a few MiB at a time ----
+
+// VmRSS / VmHWM of this process in bytes (/proc/self/status).
+size_t proc_status_bytes(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(key, 0) == 0) return size_t(std::stoull(line.substr(std::strlen(key)))) * 1024;
+  return 0;
+}
+
+std::string gguf_name_of(const HfTensor& t) {
+  static const char* kNames[] = {"token_embd", "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                                 "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "output_norm", "output"};
+  const std::string n = kNames[int(t.role)];
+  return (t.layer >= 0 ? "blk." + std::to_string(t.layer) + "." + n : n) + ".weight";
+}
+
+// A llama GGUF of config c without a tokenizer: norms F32 (all 1), matrices Q8_0 (scale 1, codes (row + col) % 97).
+std::string llama_q8_gguf(const LlamaConfig& c) {
+  const std::vector<HfTensor> ts = hf_tensors(c);
+  Bytes b;
+  b.s = "GGUF";
+  b.u32(3), b.u64(ts.size()), b.u64(9);
+  b.str("general.architecture"), b.u32(8), b.str("llama");
+  const std::pair<const char*, int> ints[] = {{"context_length", c.max_seq_len}, {"embedding_length", c.dim},
+                                              {"block_count", c.n_layers},       {"feed_forward_length", c.ffn_dim},
+                                              {"attention.head_count", c.n_heads}, {"attention.head_count_kv", c.n_kv_heads}};
+  for (const auto& [key, v] : ints) b.str(std::string("llama.") + key), b.u32(4), b.u32(uint32_t(v));
+  for (const auto& [key, v] : {std::pair{"llama.rope.freq_base", c.rope_theta},
+                               std::pair{"llama.attention.layer_norm_rms_epsilon", c.norm_eps}}) {
+    b.str(key), b.u32(6);
+    b.s.append(reinterpret_cast<const char*>(&v), 4);
+  }
+  uint64_t offset = 0;
+  std::vector<uint64_t> bytes;
+  for (const HfTensor& t : ts) {
+    const std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
+    b.str(gguf_name_of(t)), b.u32(uint32_t(ne.size()));
+    for (int64_t d : ne) b.u64(uint64_t(d));
+    const uint64_t n = uint64_t(safetensors_numel(t.shape));
+    bytes.push_back(ne.size() == 1 ? n * 4 : n / 32 * 34);
+    b.u32(ne.size() == 1 ? 0 : 8), b.u64(offset);
+    offset += (bytes.back() + 31) / 32 * 32;
+  }
+  for (size_t i = 0; i < ts.size(); ++i) {
+    while (b.s.size() % 32) b.s += '\0';
+    if (ts[i].shape.size() == 1) {
+      for (int64_t k = 0; k < ts[i].shape[0]; ++k) b.u32(0x3f800000u);
+      continue;
+    }
+    for (int64_t r = 0; r < ts[i].shape[0]; ++r)
+      for (int64_t blk = 0; blk < ts[i].shape[1] / 32; ++blk) {
+        b.s.append("\x00\x3c", 2);  // fp16 1.0
+        for (int64_t j = 0; j < 32; ++j) b.s += char((r + blk * 32 + j) % 97);
+      }
+  }
+  return b.s;
+}
+
+TEST(GgufModelMemory, Q8_0ImportHoldsAFewMiBBesidesTheModel) {
+  LlamaConfig c;
+  c.vocab_size = 32000, c.dim = 512, c.n_layers = 2, c.n_heads = 8, c.n_kv_heads = 4, c.ffn_dim = 1408;
+  c.max_seq_len = 128;
+  const fs::path p = test_temp_path("gguf_q8_model.gguf");
+  file_write(p, llama_q8_gguf(c));
+  const std::unique_ptr<ModelReader> src = gguf_model_open(p.string());
+  EXPECT_EQ(config_diff(src->config(), c), "");
+  std::vector<float> model(src->config().param_count());
+  NamedTensors weights;
+  size_t at = 0;
+  for (const HfTensor& t : hf_tensors(src->config())) {
+    weights.push_back({t.name, t.shape, model.data() + at});
+    at += size_t(safetensors_numel(t.shape));
+  }
+  std::memset(model.data(), 0, model.size() * sizeof(float));  // resident before the import starts
+  std::ofstream("/proc/self/clear_refs") << "5";                 // VmHWM := VmRSS
+  const size_t before = proc_status_bytes("VmRSS:");
+  model_reader_load(*src, weights);
+  const size_t peak = proc_status_bytes("VmHWM:");
+  // the promise is the model + its largest tensor (65 MB here) + 64 MiB; a GGUF import needs only its read chunk
+  EXPECT_LE(peak, before + (size_t(16) << 20)) << "peak " << peak << ", before " << before;
+  std::cout << "import peak: " << (peak - before) / 1024 << " KiB besides the model\n";
+  EXPECT_EQ(weights[0].data[5 * 512 + 40], float((5 + 40) % 97));  // embedding row 5, column 40
+  fs::remove(p);
 }
 
 TEST(GgufFileTest, MissingFileNamed) {
