@@ -3,6 +3,9 @@
   make-hf OUT [--tied] [--rope llama3|linear|none] [--mistral]
       a random LlamaForCausalLM (GQA) saved by transformers in bf16, sharded, with a byte-level BPE tokenizer
       (trained here by `tokenizers`, BOS added by its post-processor as Llama 3's is) and a text to score
+  f16-round HF OUT
+      a copy of an HF folder whose matrices are rounded to fp16 (kept in fp32), as a GGUF F16 file holds them (its
+      1-D tensors stay F32)
   score MODEL TEXT SEQ PROMPT N
       transformers' fp32 forward on the text as AutoTokenizer encodes it, scored in windows of SEQ tokens that do not
       overlap (as `agoq eval`): JSON {tokens, loss, last_logits, prompt_ids, greedy_ids (N tokens)}
@@ -107,11 +110,23 @@ def score(model_dir, text_path, seq, prompt, n):
                       "greedy_ids": greedy}))
 
 
+def f16_round(hf, out):
+    model = AutoModelForCausalLM.from_pretrained(hf, torch_dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.copy_(p.half().float())
+    model.save_pretrained(out, safe_serialization=True)
+    AutoTokenizer.from_pretrained(hf).save_pretrained(out)
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "make-hf":
         rope = sys.argv[sys.argv.index("--rope") + 1] if "--rope" in sys.argv else "none"
         make_hf(sys.argv[2], "--tied" in sys.argv, rope, "--mistral" in sys.argv)
+    elif cmd == "f16-round":
+        f16_round(sys.argv[2], sys.argv[3])
     elif cmd == "score":
         score(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6]))
     else:

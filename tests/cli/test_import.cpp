@@ -200,5 +200,28 @@ TEST_F(ImportHf, BrokenFoldersAreRefusedInOneLine) {
   expect_clean_error("inspect " + (root() / "nothing-here").string(), "no such file or folder");
 }
 
+// GGUF files written by gguf-py from a random HF model (tests/formats/gguf_reference.py: llama.cpp's names and q/k
+// row order, a gpt2 tokenizer): the F32 file's loss must equal the HF folder's, the F16 file's that of the folder
+// with its matrices rounded to fp16; a q/k row order read wrongly changes every attention score.
+TEST(ImportGguf, LossEqualsTheHfModelItWasMadeFrom) {
+  const fs::path dir = fs::temp_directory_path() / ("agoq_import_gguf_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  python_ref_run("tests/formats/gguf_reference.py", "model " + dir.string());
+  python_ref_run("tests/cli/import_reference.py", "f16-round " + (dir / "hf").string() + " " + (dir / "hf_f16").string());
+  const std::string text = "/usr/share/common-licenses/GPL-3";
+  auto loss = [&](const std::string& model) {
+    int st = 0;
+    const std::string out = agoq_stdout("eval --ckpt " + model + " --text " + text + " --seq 64 --max-tokens 3000 --json", &st);
+    EXPECT_EQ(st, 0) << model << "\n" << out;
+    return st == 0 ? last_json_line(out)["loss"].get<double>() : -1.0;
+  };
+  for (const auto& [gguf, hf] : {std::pair{"untied-F32.gguf", "hf"}, {"tied-F32.gguf", "hf_tied"}, {"untied-F16.gguf", "hf_f16"}}) {
+    const double a = loss((dir / gguf).string()), b = loss((dir / hf).string());
+    EXPECT_GT(b, 0) << hf;
+    EXPECT_LE(std::abs(a - b), 1e-5 * b) << gguf << " " << a << " vs " << hf << " " << b;
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace agoq
