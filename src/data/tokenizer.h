@@ -14,11 +14,9 @@
 #include <string_view>
 #include <vector>
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
-
 namespace agoq {
+
+class TokenizerEngine;  // data/tokenizer_engine.h
 
 enum class TokenizerKind : uint8_t { sentencepiece, byte_bpe };
 
@@ -84,7 +82,7 @@ class Tokenizer {
   void save_files(const std::string& dir) const;
   // Writes the SentencePiece .model file atomically; byte-level BPE tokenizers refuse (use save_files).
   void save(const std::string& path) const;
-  const std::string& serialized() const { return proto_; }  // SentencePiece only
+  const std::string& serialized() const;  // SentencePiece's ModelProto; empty for byte-level BPE
   // What makes two tokenizers give the same ids: a hex hash over the kind, every id's token, merges or scores, added
   // tokens and split rules, so the same tokenizer read from tokenizer.json or from a GGUF gives the same identity.
   std::string identity() const;
@@ -114,11 +112,16 @@ class Tokenizer {
   bool loaded() const;
 
  private:
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
-  std::string proto_;
+  std::unique_ptr<const TokenizerEngine> engine_;  // tokenizer_sentencepiece.cpp or tokenizer_bpe.cpp
   std::string origin_;  // path or description, for error messages
-  bool pieces_start_words_ = false;  // no piece holds a space (U+2581) after another character
-  const sentencepiece::SentencePieceProcessor& sp() const;
+  const TokenizerEngine& engine() const;
 };
+
+// GGUF `gpt2` vocabularies: the split regexes that llama.cpp's tokenizer.ggml.pre name stands for ("gpt-2" and
+// "default": GPT-2's; "llama-bpe"/"llama3": Llama 3's; "qwen2"; "smollm": digits one by one, then GPT-2's), as the
+// models' tokenizer.json spells them, so a GGUF and its tokenizer.json have the same identity. Other names are
+// refused in one line. bpe_ignore_merges_for_gguf_pre: whether that pre-tokenizer's BPE has ignore_merges (Llama 3).
+std::vector<std::string> bpe_split_regexes_for_gguf_pre(const std::string& pre);
+bool bpe_ignore_merges_for_gguf_pre(const std::string& pre);
 
 }  // namespace agoq
