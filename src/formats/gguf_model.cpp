@@ -218,10 +218,14 @@ std::vector<int32_t> token_types_read(const GgufFile& f, size_t n_tokens) {
   return types;
 }
 
-// (interim, until data/tokenizer.h maps every tokenizer.ggml.pre: GPT-2's own split)
+// The split regexes (and ignore_merges) the pre-tokenizer name stands for (data/tokenizer.h).
 void bpe_pre_apply(const GgufFile& f, BpeSpec& s, const std::string& pre) {
-  if (pre != "gpt-2" && pre != "default") f.fail_here("tokenizer.ggml.pre '", pre, "' is not supported");
-  s.split_regexes = {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"};
+  try {
+    s.split_regexes = bpe_split_regexes_for_gguf_pre(pre);
+    s.ignore_merges = bpe_ignore_merges_for_gguf_pre(pre);
+  } catch (const Error& e) {
+    f.fail_here(e.what());
+  }
 }
 
 Tokenizer bpe_read(const GgufFile& f, const std::vector<std::string>& tokens) {
