@@ -10,7 +10,9 @@
                                  ...) the way llama.cpp's convert_hf_to_gguf.py writes them (its tensor names, its
                                  q/k row order, a gpt2 tokenizer in the metadata), plus variants agoq must refuse
                                  (OUT/bad-<what>.gguf), OUT/untied-Q8_0.gguf with the values it must give in
-                                 OUT/untied-Q8_0.safetensors, and OUT/tokens.json: a text and the tokenizer's ids.
+                                 OUT/untied-Q8_0.safetensors, OUT/tokens.json: a text and the tokenizer's ids, and
+                                 OUT/spm.gguf with a `llama` (SentencePiece) vocabulary and its ids in
+                                 OUT/tokens-spm.json.
   gguf_reference.py seeds OUT    the seed inputs of the fuzz target gguf (tests/fuzz/corpus/gguf/seed-*).
 """
 import json
@@ -272,6 +274,46 @@ def bad_variants(out, cfg, tensors, fields):
         gguf_model_write(os.path.join(out, f"bad-{what}.gguf"), cfg, ts, fields, "F32", arch, extra)
 
 
+def spm_write(out, cfg, tensors):
+    """spm.gguf: a `llama` (SentencePiece) vocabulary as convert_hf_to_gguf writes one (pieces, scores, token types
+    from the model), over the tied model's tensors; tokens-spm.json: a text and sentencepiece's ids for it."""
+    import sentencepiece as spm
+    prefix = os.path.join(out, "spm")
+    spm.SentencePieceTrainer.train(sentence_iterator=iter((TEXT * 4).splitlines()), model_prefix=prefix,
+                                   vocab_size=300, model_type="bpe", byte_fallback=True, num_threads=1,
+                                   normalization_rule_name="identity", remove_extra_whitespaces=False,
+                                   minloglevel=2)  # as Llama 2's tokenizer.model: GGUF keeps no normalizer
+    sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
+    n = sp.get_piece_size()
+    tokens = [sp.id_to_piece(i) for i in range(n)]
+    scores = [sp.get_score(i) for i in range(n)]
+    types = [gguf.TokenType.UNKNOWN if sp.is_unknown(i) else gguf.TokenType.CONTROL if sp.is_control(i) else
+             gguf.TokenType.UNUSED if sp.is_unused(i) else gguf.TokenType.BYTE if sp.is_byte(i) else
+             gguf.TokenType.NORMAL for i in range(n)]
+    w = gguf.GGUFWriter(os.path.join(out, "spm.gguf"), "llama")
+    for key, v in (("context_length", cfg.max_position_embeddings), ("embedding_length", cfg.hidden_size),
+                   ("block_count", cfg.num_hidden_layers), ("feed_forward_length", cfg.intermediate_size),
+                   ("attention.head_count", cfg.num_attention_heads),
+                   ("attention.head_count_kv", cfg.num_key_value_heads), ("vocab_size", cfg.vocab_size)):
+        w.add_uint32("llama." + key, v)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(sp.bos_id())
+    w.add_eos_token_id(sp.eos_id())
+    w.add_unk_token_id(sp.unk_id())
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    for name, a in tensors:
+        w.add_tensor(name, a)
+    write_all(w)
+    sample = TEXT + "  Mr. Bennet's   café, 2024! \U0001F600\n"
+    with open(os.path.join(out, "tokens-spm.json"), "w") as f:
+        json.dump({"text": sample, "ids": sp.encode(sample), "bos": sp.bos_id()}, f)
+
+
 TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want "
         "of a wife.\n  However little known the feelings or views of such a man may be on his first entering a "
         "neighbourhood, this truth is so well fixed in the minds of the surrounding families, that he is considered "
@@ -290,6 +332,7 @@ def write_model(out):
             sample = TEXT + "  Mr. Bennet's   café, 2024!\n\n"
             with open(os.path.join(out, "tokens.json"), "w") as f:
                 json.dump({"text": sample, "ids": tok.encode(sample).ids}, f)
+    spm_write(out, cfg, tensors)
     # a tokenizer agoq does not read: rewrite the model string of bad-tokenizer.gguf in place
     path = os.path.join(out, "bad-tokenizer.gguf")
     data = bytearray(open(path, "rb").read())

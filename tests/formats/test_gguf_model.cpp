@@ -110,6 +110,23 @@ TEST(GgufModel, TokenizerEqualsTokenizers) {
   EXPECT_EQ(tok.identity(), Tokenizer::load(model_file("hf")).identity()) << "the same tokenizer as tokenizer.json";
 }
 
+TEST(GgufModel, SentencePieceTokenizerEqualsSentencepiece) {
+  const nlohmann::json ref = nlohmann::json::parse(std::ifstream(model_file("tokens-spm.json")));
+  const Tokenizer tok = gguf_model_open(model_file("spm.gguf"))->tokenizer();
+  EXPECT_EQ(tok.kind(), TokenizerKind::sentencepiece);
+  EXPECT_EQ(tok.vocab_size(), 300);
+  const std::string text = ref["text"].get<std::string>();
+  const std::vector<int32_t> got = tok.encode(text), want = ref["ids"].get<std::vector<int32_t>>();
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  EXPECT_EQ(got, want) << "first difference at id " << i << ": "
+                       << (i < got.size() ? tok.piece(got[i]) : "(end)") << " vs "
+                       << (i < want.size() ? tok.piece(want[i]) : "(end)");
+  EXPECT_EQ(tok.bos_id(), ref["bos"].get<int>());
+  EXPECT_TRUE(tok.add_bos());
+  EXPECT_EQ(tok.encode_for_model("a")[0], tok.bos_id());
+}
+
 // Opening `file` fails with one line that names the file and contains `part`.
 void expect_refused(const std::string& file, const std::string& part) {
   try {
