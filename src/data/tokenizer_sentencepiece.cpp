@@ -29,18 +29,31 @@ constexpr size_t kMaxSentenceBytes = 4000;
 constexpr size_t kEncodeChunkBytes = 1 << 14;  // SentencePiece BPE encoding is superlinear in input length
 constexpr size_t kEncodeChunkMost = 1 << 16;   // where a chunk is cut when it has found no safe place
 
-// Where the chunk at the start of `text` ends (see Tokenizer::encode).
-size_t encode_chunk_end(std::string_view text, bool at_spaces) {
-  if (text.size() <= kEncodeChunkBytes) return text.size();
+// Where the chunk at the start of `text` ends, and where the next one starts (see Tokenizer::encode). `cut`:
+//  * after_newline: after a newline, or (at_spaces) before a space that follows another character: no dummy
+//    prefix, no whitespace folding, so each chunk encodes as it would inside the whole text;
+//  * at_single_space: a dummy prefix (Llama's models): only at a space between two other characters, dropping the
+//    space, whose "▁" the next chunk's dummy prefix gives back;
+//  * never: the text whole (whitespace folding, or pieces that could cross such a space).
+enum class ChunkCut { after_newline, at_single_space, never };
+
+std::pair<size_t, size_t> encode_chunk_end(std::string_view text, ChunkCut cut, bool at_spaces) {
+  if (cut == ChunkCut::never || text.size() <= kEncodeChunkBytes) return {text.size(), text.size()};
   const std::string_view window = text.substr(0, kEncodeChunkMost);
-  if (const size_t nl = window.find('\n', kEncodeChunkBytes); nl != std::string_view::npos) return nl + 1;
+  if (cut == ChunkCut::at_single_space) {
+    for (size_t p = window.find(' ', kEncodeChunkBytes); p != std::string_view::npos && p + 1 < window.size();
+         p = window.find(' ', p + 1))
+      if (text[p - 1] != ' ' && text[p + 1] != ' ') return {p, p + 1};
+    return {text.size(), text.size()};  // no such space within reach: the rest whole
+  }
+  if (const size_t nl = window.find('\n', kEncodeChunkBytes); nl != std::string_view::npos) return {nl + 1, nl + 1};
   if (at_spaces)
     for (size_t p = window.find(' ', kEncodeChunkBytes); p != std::string_view::npos; p = window.find(' ', p + 1))
-      if (text[p - 1] != ' ') return p;
-  if (text.size() <= kEncodeChunkMost) return text.size();
-  size_t cut = kEncodeChunkMost;
-  while (cut > 0 && (uint8_t(text[cut]) & 0xC0) == 0x80) --cut;  // whole UTF-8 characters
-  return cut;
+      if (text[p - 1] != ' ') return {p, p};
+  if (text.size() <= kEncodeChunkMost) return {text.size(), text.size()};
+  size_t end = kEncodeChunkMost;
+  while (end > 0 && (uint8_t(text[end]) & 0xC0) == 0x80) --end;  // whole UTF-8 characters
+  return {end, end};
 }
 
 // Whether no piece holds U+2581 (SentencePiece's space) after another character: then no piece can cross a cut made
@@ -103,6 +116,11 @@ class SentencePieceEngine final : public TokenizerEngine {
     AGOQ_CHECK(st.ok() && sp_.GetPieceSize() > 0, "tokenizer ", what,
                ": not a valid SentencePiece model (", st.ok() ? "no pieces" : sentencepiece_reason(st), ")");
     pieces_start_words_ = pieces_start_words(sp_);
+    const SentencePieceProtoSettings set = sentencepiece_proto_settings(proto_);
+    cut_ = set.remove_extra_whitespaces || set.treat_whitespace_as_suffix ? ChunkCut::never
+           : !set.add_dummy_prefix                                          ? ChunkCut::after_newline
+           : pieces_start_words_                                            ? ChunkCut::at_single_space
+                                                                            : ChunkCut::never;
     add_bos_ = add_bos && sp_.bos_id() >= 0;
     add_eos_ = add_eos && sp_.eos_id() >= 0;
   }
@@ -142,15 +160,16 @@ class SentencePieceEngine final : public TokenizerEngine {
   std::string proto_, what_;
   bool add_bos_, add_eos_;
   bool pieces_start_words_ = false;  // no piece holds a space (U+2581) after another character
+  ChunkCut cut_ = ChunkCut::never;
 };
 
 std::vector<int32_t> SentencePieceEngine::encode(std::string_view text, bool progress, bool* round_trips) const {
   std::vector<std::string_view> chunks;
   const size_t total = text.size();
   while (!text.empty()) {
-    const size_t end = encode_chunk_end(text, pieces_start_words_);
+    const auto [end, next] = encode_chunk_end(text, cut_, pieces_start_words_);
     chunks.push_back(text.substr(0, end));
-    text.remove_prefix(end);
+    text.remove_prefix(next);
   }
   std::vector<std::vector<int>> parts(chunks.size());
   std::string error;
