@@ -6,6 +6,8 @@ Llama-style tokenizer.model with `sentencepiece`), and the ids those libraries g
         (int32 LE: tokenizers' ids of the whole of TEXT, or of SMALL for the variants, no special tokens, as
         AutoTokenizer's backend gives them) and OUT/<name>/samples.json (for each string of the JSON list SAMPLES:
         ids without and with special tokens, AutoTokenizer's, and the decode)
+  seeds OUT
+        small tokenizer.json files for the tokenizer_json fuzz target (tests/fuzz/corpus/tokenizer_json)
   encode SAMPLES OUT DIR...
         AutoTokenizer's ids of each sample (with special tokens) for the tokenizer in each DIR
 """
@@ -166,6 +168,35 @@ def encode(samples_path, out, *dirs):
     json.dump([[a(s, add_special_tokens=True)["input_ids"] for s in samples] for a in autos], open(out, "w"))
 
 
+def seeds(out):
+    """Small tokenizer.json files (300 tokens) for the tokenizer_json fuzz target's corpus."""
+    text = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in "
+            "want of a wife. 1234 5678 caf\u00e9 \u65e5\u672c\n  int main() { return 0; }\n") * 20
+    global VOCAB, TRAIN_BYTES
+    VOCAB, TRAIN_BYTES = 300, len(text)
+    os.makedirs(out, exist_ok=True)
+    tmp = os.path.join(out, ".build")
+    dirs = build(tmp, text)
+    seed = lambda name, body: open(os.path.join(out, "seed-" + name), "w", encoding="utf-8").write(body)
+    for name in ["trained", "gpt2", "gpt2_prefix", "llama3", "smollm"]:
+        seed(name, open(os.path.join(dirs[name], "tokenizer.json"), encoding="utf-8").read())
+    for name in ["gpt2", "llama3_class"]:
+        body = open(os.path.join(dirs[name], "tokenizer.json"), encoding="utf-8").read()
+        seed(name + "-config", body + "\n#config\n" + open(os.path.join(dirs[name], "tokenizer_config.json")).read())
+    j = json.load(open(os.path.join(dirs["gpt2"], "tokenizer.json"), encoding="utf-8"))
+    j["model"]["merges"] = [" ".join(m) for m in j["model"]["merges"]]
+    seed("legacy-merges", json.dumps(j, ensure_ascii=False))
+    for name, edit in [("nfc", lambda j: j.update(normalizer={"type": "NFC"})),
+                       ("removed", lambda j: j["pre_tokenizer"].update(type="Split", pattern={"String": " "},
+                                                                        behavior="Removed", invert=False)),
+                       ("unigram", lambda j: j["model"].update(type="Unigram"))]:
+        j = json.load(open(os.path.join(dirs["gpt2"], "tokenizer.json"), encoding="utf-8"))
+        edit(j)
+        seed(name, json.dumps(j, ensure_ascii=False))
+    import shutil
+    shutil.rmtree(tmp)
+
+
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    {"make": make, "encode": encode}[sys.argv[1]](*sys.argv[2:])
+    {"make": make, "encode": encode, "seeds": seeds}[sys.argv[1]](*sys.argv[2:])
