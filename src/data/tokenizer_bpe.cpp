@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <cstdio>
 #include <functional>
 #include <queue>
@@ -44,15 +45,18 @@ const ByteAlphabet& byte_alphabet() {
 
 // What tokenizers' ByteLevel decoder makes of one token: its bytes when every character is in the alphabet, else
 // the token's own UTF-8 (an added token such as "<|endoftext|>" reads the same either way).
-std::string token_bytes(std::string_view token) {
+// *in_alphabet: whether it was the former (only such a token can be what the model makes of a piece).
+std::string token_bytes(std::string_view token, bool* in_alphabet) {
   const ByteAlphabet& a = byte_alphabet();
   std::string out;
   size_t len;
+  *in_alphabet = false;
   for (size_t i = 0; i < token.size(); i += len) {
     const uint32_t cp = utf8_decode(token, i, &len);
     if (cp >= 512 || a.byte_of[cp] < 0) return std::string(token);
     out += char(a.byte_of[cp]);
   }
+  *in_alphabet = true;
   return out;
 }
 
@@ -99,9 +103,68 @@ struct StringHash {
 };
 using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
+// A short-string hash: eight bytes at a time, multiply and fold.
+inline uint64_t bytes_hash(std::string_view s) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+    h ^= h >> 32;
+  }
+  uint64_t w = 0;
+  std::memcpy(&w, s.data() + i, s.size() - i);
+  h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+  return h ^ (h >> 29);
+}
+
+// Open addressing from bytes (held elsewhere: the vocabulary's decoded tokens, or the text) to two numbers. The hot
+// lookups of encoding, where std::unordered_map's node chasing cost a quarter of the time.
+class BytesMap {
+ public:
+  struct Entry {
+    uint64_t hash = 0;
+    const char* key = nullptr;  // nullptr: empty
+    uint32_t len = 0, a = 0, b = 0;
+  };
+  size_t size() const { return size_; }
+  void clear() {
+    slots_.assign(slots_.size(), Entry{});
+    size_ = 0;
+  }
+  const Entry* find(std::string_view k, uint64_t h) const {
+    if (slots_.empty()) return nullptr;
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Entry& e = slots_[i];
+      if (!e.key) return nullptr;
+      if (e.hash == h && e.len == k.size() && std::memcmp(e.key, k.data(), k.size()) == 0) return &e;
+    }
+  }
+  void put(std::string_view k, uint64_t h, uint32_t a, uint32_t b) {  // k not present
+    if (2 * (size_ + 1) > slots_.size()) grow();
+    size_t i = h & mask_;
+    while (slots_[i].key) i = (i + 1) & mask_;
+    slots_[i] = {h, k.data() ? k.data() : "", uint32_t(k.size()), a, b};
+    ++size_;
+  }
+
+ private:
+  std::vector<Entry> slots_;
+  size_t mask_ = 0, size_ = 0;
+  void grow() {
+    std::vector<Entry> old = std::move(slots_);
+    slots_.assign(std::max<size_t>(1024, 2 * old.size()), Entry{});
+    mask_ = slots_.size() - 1;
+    size_ = 0;
+    for (const Entry& e : old)
+      if (e.key) put({e.key, e.len}, e.hash, e.a, e.b);
+  }
+};
+
 // The ids of pieces already encoded in this call, by their bytes (which live as long as the call).
 struct PieceCache {
-  std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> index;  // -> [offset, count) in pool
+  BytesMap index;  // piece -> [a, a + b) in pool
   std::vector<int32_t> pool;
 };
 constexpr size_t kCachePieceMost = 64;    // longer pieces are rare: not cached
@@ -154,7 +217,7 @@ class BpeEngine final : public TokenizerEngine {
   int32_t byte_id_[256];           // each byte's character's id; -1 when the vocabulary lacks it
   std::vector<std::string> id_bytes_;  // what each id decodes to
   TokenMap token_id_;              // token (in the alphabet) -> id
-  TokenMap bytes_id_;              // a vocabulary token's bytes -> id (ignore_merges)
+  BytesMap bytes_id_;              // a vocabulary token's bytes (in id_bytes_) -> id (ignore_merges)
   MergeTable merges_;
   std::vector<SplitRegex> regexes_;
   AddedTokenSplitter added_;
@@ -179,8 +242,11 @@ BpeEngine::BpeEngine(BpeSpec spec, TokenizerFiles files, const std::string& what
   for (const auto& a : spec_.added) is_added[a.id] = true;
   id_bytes_.resize(spec_.vocab.size());
   for (size_t id = 0; id < spec_.vocab.size(); ++id) {
-    id_bytes_[id] = token_bytes(spec_.vocab[id]);
-    if (spec_.ignore_merges && !is_added[id] && !spec_.vocab[id].empty()) bytes_id_.emplace(id_bytes_[id], int32_t(id));
+    bool in_alphabet;
+    id_bytes_[id] = token_bytes(spec_.vocab[id], &in_alphabet);
+    const std::string_view b = id_bytes_[id];  // the first id of equal bytes, as token_id_ keeps
+    if (spec_.ignore_merges && in_alphabet && !is_added[id] && !b.empty() && !bytes_id_.find(b, bytes_hash(b)))
+      bytes_id_.put(b, bytes_hash(b), uint32_t(id), 0);
   }
   for (int b = 0; b < 256; ++b) {
     std::string c;
@@ -296,21 +362,19 @@ void BpeEngine::merge_long(std::vector<int32_t>& syms) const {
 
 void BpeEngine::encode_piece(std::string_view piece, PieceCache& cache, std::vector<int32_t>& out) const {
   const bool cached = piece.size() <= kCachePieceMost;
+  const uint64_t h = bytes_hash(piece);
   if (cached) {
-    if (const auto it = cache.index.find(piece); it != cache.index.end()) {
-      const int32_t* p = cache.pool.data() + it->second.first;
-      out.insert(out.end(), p, p + it->second.second);
+    if (const BytesMap::Entry* e = cache.index.find(piece, h)) {
+      out.insert(out.end(), cache.pool.begin() + e->a, cache.pool.begin() + e->a + e->b);
       return;
     }
   }
   const size_t at = out.size();
-  if (const auto it = spec_.ignore_merges ? bytes_id_.find(piece) : bytes_id_.end(); it != bytes_id_.end())
-    out.push_back(it->second);
-  else
-    merge(piece, out);
+  if (const BytesMap::Entry* e = spec_.ignore_merges ? bytes_id_.find(piece, h) : nullptr) out.push_back(int32_t(e->a));
+  else merge(piece, out);
   if (!cached) return;
   if (cache.index.size() >= kCacheEntriesMost) cache.index.clear(), cache.pool.clear();
-  cache.index.emplace(piece, std::make_pair(uint32_t(cache.pool.size()), uint32_t(out.size() - at)));
+  cache.index.put(piece, h, uint32_t(cache.pool.size()), uint32_t(out.size() - at));
   cache.pool.insert(cache.pool.end(), out.begin() + at, out.end());
 }
 
@@ -457,7 +521,10 @@ std::vector<int32_t> BpeEngine::encode(std::string_view text, bool progress, boo
       continue;
     }
     std::string_view seg = t.substr(p.begin, p.end - p.begin);
-    if (spec_.add_prefix_space && seg[0] != ' ') seg = prefixed.emplace_back(" " + std::string(seg));
+    if (spec_.add_prefix_space && seg[0] != ' ') {
+      std::string& with_space = prefixed.emplace_back(1, ' ');
+      seg = with_space.append(seg);
+    }
     encode_segment(seg, caches, ids, [&](size_t at) { report(p.begin + std::min(at, p.end - p.begin)); });
     report(p.end);
   }
