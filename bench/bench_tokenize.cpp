@@ -120,7 +120,8 @@ void run(const Options& o) {
   nlohmann::json ref;
   std::string skipped;
   if (src.empty() || !fs::exists(python)) {
-    skipped = "no .venv (scripts/install-deps.sh --test): the reference rows are skipped";
+    skipped = std::string("no .venv (scripts/install-deps.sh --test): the reference rows are skipped") +
+              (o.bpe.empty() ? ", and without --bpe the byte-level BPE rows too" : "");
   } else {
     const std::string cmd = python.string() + " " + (src / "bench" / "bench_tokenize.py").string() + " " +
                             (tmp / "text.txt").string() + " " + (tmp / "tokenizer.model").string() + " " +
