@@ -65,12 +65,27 @@ inline std::string varied_text() {
   return t;
 }
 
-// Short texts for the per-sample checks (special tokens, prefix spaces, strip and single-word tokens).
+// Short texts for the per-sample checks (special tokens, prefix spaces, strip and single-word tokens), then 400
+// made of random runs of such pieces.
 inline std::vector<std::string> samples() {
-  return {"", " ", "hello world", "<|endoftext|>hello", "hello<|endoftext|>", "a<|endoftext|><|endoftext|>b",
-          "a <mask> b", "a   <mask>", "tok tokens tok,tok", "xtok tok_ tok", "x [end]   y", "[end]",
-          "<|begin_of_text|>Hi<|eot_id|>  there", "<|begin_of_text|>", "123456 7.5", "  lead", "trail  ",
-          "\n\n\n", "It's DON'T \xC5\xBF'S", "\xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x8E\x89", "a\xE1\xA0\x8E b"};
+  std::vector<std::string> s = {
+      "", " ", "hello world", "<|endoftext|>hello", "hello<|endoftext|>", "a<|endoftext|><|endoftext|>b",
+      "a <mask> b", "a   <mask>", "tok tokens tok,tok", "xtok tok_ tok", "x [end]   y", "[end]",
+      "<|begin_of_text|>Hi<|eot_id|>  there", "<|begin_of_text|>", "123456 7.5", "  lead", "trail  ",
+      "\n\n\n", "It's DON'T \xC5\xBF'S", "\xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x8E\x89", "a\xE1\xA0\x8E b"};
+  static const char* atoms[] = {
+      "<|endoftext|>", "<|begin_of_text|>", "<|eot_id|>", "<mask>", "tok", "[end]", " ", "  ", "\n", "\r\n", "\t",
+      "\xC2\xA0", "\xE1\xA0\x8E", "\xE3\x80\x80", "\xE2\x80\xA8", "a", "Hello", "world", "'s", "'LL", "'Re",
+      "\xC5\xBF", "123", "4567890", "3.14", "\xE6\x97\xA5\xE6\x9C\xAC", "\xF0\x9F\x8E\x89", "e\xCC\x81", "!!",
+      "...", "\xE2\x80\x94", "x_y", "__init__", "{", "}", "(", "\\", "\"", "0x1F", "\x7F", "\xEF\xBB\xBF", "\xE2\x84\xAA"};
+  uint64_t x = 0x2545F4914F6CDD1Dull;
+  const auto next = [&] { return x ^= x << 13, x ^= x >> 7, x ^= x << 17; };
+  for (int i = 0; i < 400; ++i) {
+    std::string t;
+    for (int k = int(next() % 13); k > 0; --k) t += atoms[next() % (sizeof atoms / sizeof *atoms)];
+    s.push_back(t);
+  }
+  return s;
 }
 
 struct Reference {
