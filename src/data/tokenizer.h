@@ -89,12 +89,14 @@ class Tokenizer {
   TokenizerKind kind() const;
   const char* kind_name() const;  // "sentencepiece" or "byte-level bpe"
 
-  // Large texts are encoded in chunks in parallel, cut where no piece can cross: after a newline, or (when every
-  // piece keeps its spaces at its start, as agoq's do) before a space that follows another character; the result
-  // equals encoding the whole text. Only a run of 64 KiB with neither is cut at a character boundary (the text still
-  // round-trips exactly; its tokens there may differ from one whole encode). Time is linear in the text.
-  // progress: a line on stderr every 10% (for long inputs). round_trips: also decode each chunk (in the same
-  // parallel pass) and say whether every one gives its text back (false only for invalid UTF-8 in the input).
+  // Large texts are encoded in chunks in parallel, and the result equals encoding the whole text
+  // (docs/tokenizers.md). SentencePiece: cut where no piece can cross: after a newline, or (when every piece keeps
+  // its spaces at its start, as agoq's do) before a space that follows another character; for a model with a dummy
+  // prefix (Llama's) only at a single space between two other characters. Only a run of 64 KiB with no such place
+  // is cut at a character boundary (the text still round-trips exactly; its tokens there may differ from one whole
+  // encode). Byte-level BPE: chunks whose regex scans are joined where they meet, always exact.
+  // progress: a line on stderr every 10% (for long inputs). round_trips: say whether decoding gives the text back
+  // (false for invalid UTF-8 in the input, which byte-level BPE reads as Python's decode("utf-8", "replace")).
   // encode gives the text's tokens only (added and special tokens written in the text are matched, as tokenizers
   // does); encode_for_model adds the BOS/EOS the tokenizer's configuration adds (AutoTokenizer's default).
   std::vector<int32_t> encode(std::string_view text, bool progress = false, bool* round_trips = nullptr) const;
