@@ -97,7 +97,7 @@ struct Reference {
 inline std::vector<int32_t> ids_read(const fs::path& p) {
   const std::string b = data_test::file_bytes(p);
   std::vector<int32_t> ids(b.size() / 4);
-  std::memcpy(ids.data(), b.data(), ids.size() * 4);
+  if (!ids.empty()) std::memcpy(ids.data(), b.data(), ids.size() * 4);
   return ids;
 }
 
