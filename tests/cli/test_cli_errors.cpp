@@ -114,7 +114,7 @@ TEST_F(CliErrors, BenchFlagsAreCheckedBeforeRunning) {
   expect_clean_error("bench act --steps x", "--steps: must be a whole number (got 'x')");
   expect_clean_error("bench train --policies nosuch", "--policies applies to --device cuda");
   expect_clean_error("bench nosuch", "agoq bench: unknown command 'nosuch' (one of: quant, train, act, ops");
-  expect_clean_error("nosuch", "agoq: unknown command 'nosuch' (one of: prepare, train, sample, plan, bench)");
+  expect_clean_error("nosuch", "agoq: unknown command 'nosuch' (one of: prepare, train, sample, eval, inspect, plan, bench)");
 }
 
 // The planner bounds every count before it multiplies them; its cost does not grow with the GPU count
@@ -183,18 +183,19 @@ TEST_F(CliErrors, OversizeModelsAreRefusedBeforeAllocating) {
   expect_clean_error(train({{"--batch", "4096"}, {"--seq", "2048"}, {"--dim", "4096"}, {"--heads", "32"},
                             {"--kv-heads", "32"}, {"--ffn", "64"}}),
                      "lower --batch or --seq");
-  // A checkpoint whose config claims 2^24 positions (consistently in config.json and trainer.json).
+  // A checkpoint whose config claims 2^24 positions (consistently in config.json and trainer.json), scored in one
+  // window of all of them.
   ASSERT_EQ(run_agoq(train({{"--steps", "1"}})).exit_code, 0);
   for (const char* file : {"config.json", "trainer.json"}) {
     std::ifstream in(d("run/ckpt/") + file);
     nlohmann::json j = nlohmann::json::parse(in);
     nlohmann::json& config = std::string(file) == "config.json" ? j : j["config"];
     config["max_position_embeddings"] = 1 << 24;
-    config["hidden_size"] = 4096, config["num_attention_heads"] = 32, config["num_key_value_heads"] = 32;
-    config["head_dim"] = 128;
     std::ofstream(d("run/ckpt/") + file) << j.dump();
   }
-  expect_clean_error("sample --ckpt " + d("run/ckpt"), "-token window) needs about");
+  std::ofstream(d("text.txt")) << "some text to score";
+  expect_clean_error("eval --ckpt " + d("run/ckpt") + " --text " + d("text.txt") + " --seq 16777216",
+                     "-token window) needs about");
   std::ofstream(d("huge.json")) << R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1000000000,
       "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64, "rms_norm_eps": 1e-5})";
   expect_clean_error("plan --model " + d("huge.json") + " --gpus 1", "n_layers 1000000000");

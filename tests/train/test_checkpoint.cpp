@@ -299,8 +299,17 @@ TEST(CheckpointConfig, ParsingNamesMissingAndUnsupportedKeys) {
   expect_error([&] { config_from_hf_json(with("hidden_act", "gelu")); }, {"hidden_act", "not supported"});
   expect_error([&] { config_from_hf_json(with("attention_bias", true)); }, {"attention_bias"});
   expect_error([&] { config_from_hf_json(with("mlp_bias", true)); }, {"mlp_bias"});
-  expect_error([&] { config_from_hf_json(with("rope_scaling", {{"type", "linear"}})); }, {"rope_scaling"});
-  expect_error([&] { config_from_hf_json(with("model_type", "mistral")); }, {"model_type"});
+  expect_error([&] { config_from_hf_json(with("rope_scaling", {{"type", "linear"}})); }, {"rope_scaling.factor"});
+  expect_error([&] { config_from_hf_json(with("rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}})); },
+               {"rope_scaling.rope_type", "dynamic", "not supported"});
+  expect_error([&] { config_from_hf_json(with("model_type", "gemma")); }, {"model_type"});
+  json mistral = with("model_type", "mistral");
+  mistral["architectures"] = {"MistralForCausalLM"};
+  EXPECT_EQ(config_from_hf_json(mistral).sliding_window, 4096);  // MistralConfig's default
+  const LlamaConfig l3 = config_from_hf_json(with("rope_scaling", {{"rope_type", "llama3"}, {"factor", 32.0},
+      {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}));
+  EXPECT_EQ(l3.rope_scaling.type, RopeScaling::Type::llama3);
+  EXPECT_EQ(config_from_hf_json(config_to_hf_json(l3)).rope_scaling, l3.rope_scaling);  // written as read
   expect_error([&] { config_from_hf_json(with("head_dim", 8)); }, {"head_dim"});
   expect_error([&] { config_from_hf_json(with("hidden_size", "8")); }, {"hidden_size", "integer"});
   expect_error([&] { config_from_hf_json(with("rms_norm_eps", "x")); }, {"rms_norm_eps", "number"});
