@@ -16,6 +16,7 @@
 #include "formats/model_source.h"
 #include "formats/safetensors.h"
 #include "tests/common/expect_error.h"
+#include "tests/formats/formats_test_util.h"
 #include "tests/common/python_ref.h"
 #include "tests/common/temp_path.h"
 
@@ -34,21 +35,8 @@ void file_write(const fs::path& p, const std::string& bytes) {
   std::ofstream(p, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(bytes.size()));
 }
 
-// The files of `gguf_reference.py quants`, made once per test process.
-// Made once per test process, removed when it exits.
-struct RefDir {
-  fs::path path;
-  explicit RefDir(const char* mode) : path(test_temp_path(std::string("gguf_") + mode)) {
-    fs::create_directories(path);
-    python_ref_run("tests/formats/gguf_reference.py", std::string(mode) + " " + path.string());
-  }
-  ~RefDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 const fs::path& quants_dir() {
-  static const RefDir dir("quants");
+  static const GgufRefDir dir("quants");
   return dir.path;
 }
 
@@ -287,15 +275,6 @@ TEST(GgufFileTest, RefusesBadMetadataValues) {
 
 // ---- memory: a model streams in a few MiB at a time ----
 
-// VmRSS / VmHWM of this process in bytes (/proc/self/status).
-size_t proc_status_bytes(const char* key) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind(key, 0) == 0) return size_t(std::stoull(line.substr(std::strlen(key)))) * 1024;
-  return 0;
-}
-
 std::string gguf_name_of(const HfTensor& t) {
   static const char* kNames[] = {"token_embd", "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
                                  "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "output_norm", "output"};
@@ -353,22 +332,11 @@ TEST(GgufModelMemory, Q8_0ImportHoldsAFewMiBBesidesTheModel) {
   file_write(p, llama_q8_gguf(c));
   const std::unique_ptr<ModelReader> src = gguf_model_open(p.string());
   EXPECT_EQ(config_diff(src->config(), c), "");
-  std::vector<float> model(src->config().param_count());
-  NamedTensors weights;
-  size_t at = 0;
-  for (const HfTensor& t : hf_tensors(src->config())) {
-    weights.push_back({t.name, t.shape, model.data() + at});
-    at += size_t(safetensors_numel(t.shape));
-  }
-  std::memset(model.data(), 0, model.size() * sizeof(float));  // resident before the import starts
-  std::ofstream("/proc/self/clear_refs") << "5";                 // VmHWM := VmRSS
-  const size_t before = proc_status_bytes("VmRSS:");
-  model_reader_load(*src, weights);
-  const size_t peak = proc_status_bytes("VmHWM:");
+  const MeasuredImport m = import_measured(*src);
   // the promise is the model + its largest tensor (65 MB here) + 64 MiB; a GGUF import needs only its read chunk
-  EXPECT_LE(peak, before + (size_t(16) << 20)) << "peak " << peak << ", before " << before;
-  std::cout << "import peak: " << (peak - before) / 1024 << " KiB besides the model\n";
-  EXPECT_EQ(weights[0].data[5 * 512 + 40], float((5 + 40) % 97));  // embedding row 5, column 40
+  EXPECT_LE(m.peak_above, size_t(16) << 20);
+  std::cout << "import peak: " << m.peak_above / 1024 << " KiB besides the model\n";
+  EXPECT_EQ(m.weights[0].data[5 * 512 + 40], float((5 + 40) % 97));  // embedding row 5, column 40
   fs::remove(p);
 }
 

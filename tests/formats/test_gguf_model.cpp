@@ -14,6 +14,7 @@
 #include "formats/model_source.h"
 #include "formats/safetensors.h"
 #include "quant/half.h"
+#include "tests/formats/formats_test_util.h"
 #include "tests/common/python_ref.h"
 #include "tests/common/temp_path.h"
 
@@ -22,20 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Made once per test process, removed when it exits.
-struct RefDir {
-  fs::path path;
-  explicit RefDir(const char* mode) : path(test_temp_path(std::string("gguf_") + mode)) {
-    fs::create_directories(path);
-    python_ref_run("tests/formats/gguf_reference.py", std::string(mode) + " " + path.string());
-  }
-  ~RefDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 const fs::path& model_dir() {
-  static const RefDir dir("model");
+  static const GgufRefDir dir("model");
   return dir.path;
 }
 std::string model_file(const std::string& name) { return (model_dir() / name).string(); }

@@ -15,20 +15,12 @@
 #include "quant/half.h"
 #include "tests/common/expect_error.h"
 #include "tests/common/temp_path.h"
+#include "tests/formats/formats_test_util.h"
 
 namespace agoq {
 namespace {
 
 namespace fs = std::filesystem;
-
-// VmRSS / VmHWM of this process in bytes (/proc/self/status).
-size_t proc_status_bytes(const char* key) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind(key, 0) == 0) return size_t(std::stoull(line.substr(std::strlen(key)))) * 1024;
-  return 0;
-}
 
 // An HF folder holding `c` in bf16, in two shards with an index; returns the bf16 values of every tensor.
 std::map<std::string, std::vector<uint16_t>> hf_folder_write(const fs::path& dir, const LlamaConfig& c) {
@@ -66,23 +58,12 @@ TEST(ModelSource, HfBf16ShardsWidenExactlyWithinOneTensorOfMemory) {
   const std::unique_ptr<ModelReader> src = model_reader_open(dir.string());
   EXPECT_EQ(src->kind(), ModelSourceKind::hf_dir);
   EXPECT_EQ(config_diff(src->config(), c), "");
-  std::vector<float> model(c.param_count());
-  NamedTensors weights;
-  size_t at = 0;
-  for (const HfTensor& t : hf_tensors(c)) {
-    weights.push_back({t.name, t.shape, model.data() + at});
-    at += size_t(safetensors_numel(t.shape));
-  }
-  std::memset(model.data(), 0, model.size() * sizeof(float));  // resident before the import starts
-  std::ofstream("/proc/self/clear_refs") << "5";                 // VmHWM := VmRSS
-  const size_t before = proc_status_bytes("VmRSS:");
-  model_reader_load(*src, weights);
-  const size_t peak = proc_status_bytes("VmHWM:");
-  EXPECT_LE(peak, before + largest + (size_t(64) << 20)) << "an import may hold one tensor besides the model";
+  const MeasuredImport m = import_measured(*src);
+  EXPECT_LE(m.peak_above, largest + (size_t(64) << 20)) << "an import may hold one tensor besides the model";
 
   Rng rng(3);  // the writer's values again: every float must be the bf16 widened
   size_t wrong = 0;
-  for (const NamedTensor& w : weights)
+  for (const NamedTensor& w : m.weights)
     for (size_t k = 0; k < size_t(safetensors_numel(w.shape)); ++k)
       wrong += w.data[k] != bf16_to_f32(f32_to_bf16(float(rng.normal()) * 0.5f));
   EXPECT_EQ(wrong, 0u);
