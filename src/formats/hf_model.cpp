@@ -98,6 +98,12 @@ class HfModelReader final : public ModelReader {
     };
     if (listed.empty()) listed[""] = "model.safetensors";  // (the single file: its own header lists the tensors)
     for (const auto& [name, file] : listed) open(file);
+    // agoq's own checkpoints hold config.json and model.safetensors too; without their trainer.json (the commit
+    // marker) they are a save that did not complete, whose files may come from two saves: never a model.
+    for (const SafetensorsFile& f : files_)
+      AGOQ_CHECK(f.metadata_value("agoq.commit").empty(), "model ", path_, ": ", f.path(),
+                 " is an agoq checkpoint's whose save did not complete (trainer.json is missing): resume from "
+                 "another checkpoint");
     for (size_t i = 0; i < files_.size(); ++i)
       for (const std::string& name : files_[i].names()) {
         const auto [it, fresh] = file_by_tensor_.emplace(name, i);

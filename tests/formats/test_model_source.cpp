@@ -10,6 +10,7 @@
 
 #include "arch/hf.h"
 #include "core/rng.h"
+#include "formats/checkpoint.h"
 #include "formats/model_source.h"
 #include "formats/safetensors.h"
 #include "quant/half.h"
@@ -80,6 +81,18 @@ TEST(ModelSource, PathsThatAreNoModelAreRefusedByName) {
   expect_error([&] { model_reader_open((dir / "missing").string()); }, {"missing", "no such file"});
   std::ofstream(dir / "config.json") << "{\"model_type\": \"llama\"}";
   expect_error([&] { model_reader_open(dir.string()); }, {"config.json", "missing"});
+  fs::remove_all(dir);
+
+  // An agoq checkpoint whose save did not complete is not read as the HF folder it resembles.
+  LlamaConfig c;
+  c.vocab_size = 8, c.dim = 4, c.n_layers = 1, c.n_heads = 1, c.n_kv_heads = 1, c.ffn_dim = 4, c.max_seq_len = 4;
+  std::vector<float> zeros(64, 0.5f);
+  NamedTensors weights;
+  for (const HfTensor& t : hf_tensors(c)) weights.push_back({t.name, t.shape, zeros.data()});
+  checkpoint_save(dir.string(), c, weights, {}, nlohmann::json::object(), 3);
+  EXPECT_EQ(model_reader_open(dir.string())->kind(), ModelSourceKind::agoq_checkpoint);
+  fs::remove(dir / "trainer.json");
+  expect_error([&] { model_reader_open(dir.string()); }, {"save did not complete", "trainer.json is missing"});
   fs::remove_all(dir);
 }
 
