@@ -124,8 +124,9 @@ class Communicator {
 // serialized contract is what agoq relies on: one thread at a time calls MPI, hand-offs ordered by a mutex.
 enum class CommThreads : uint8_t { single, serialized, multiple };
 
-// MPI_COMM_WORLD. The first call initialises MPI (under mpirun, or as a singleton when started alone) and the
-// process-wide owner finalises it at exit. Call it from the main thread before any other thread uses MPI.
+// MPI_COMM_WORLD. The first call initialises MPI and the process-wide owner finalises it at exit. Call it from the
+// main thread before any other thread uses MPI. A process started without an MPI launcher gets a one-rank world
+// that never starts MPI (communicator_solo.h).
 Communicator& comm_world(CommThreads level = CommThreads::multiple);
 // The thread level MPI actually provided (valid after comm_world()).
 CommThreads comm_thread_level();

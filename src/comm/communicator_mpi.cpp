@@ -15,6 +15,7 @@
 
 #include "comm/comm_watchdog.h"
 #include "comm/communicator.h"
+#include "comm/communicator_solo.h"
 #include "core/error.h"
 
 namespace agoq {
@@ -309,14 +310,22 @@ class MpiCommunicator final : public Communicator {
   bool one_host_ = true;
 };
 
-// Owns MPI for the process: initialised by the first comm_world(), finalised when the program exits.
+// Owns MPI for the process: initialised by the first comm_world(), finalised when the program exits. A process
+// started alone gets the one-rank world of communicator_solo.cpp instead, and MPI is never started.
 struct MpiWorld {
   CommThreads provided = CommThreads::single;
-  std::unique_ptr<MpiCommunicator> world;
+  std::unique_ptr<Communicator> world;
   std::unique_ptr<CommWatchdog> watchdog;
+  bool mpi = false;  // whether this process uses (and so finalises) MPI
   explicit MpiWorld(CommThreads level) {
     int inited = 0;
     MPI_Initialized(&inited);
+    if (!inited && !comm_started_by_launcher()) {
+      world = comm_solo_make();
+      provided = CommThreads::multiple;  // one rank: no MPI call is ever made, from any thread
+      return;
+    }
+    mpi = true;
     const int want = level == CommThreads::multiple     ? MPI_THREAD_MULTIPLE
                      : level == CommThreads::serialized ? MPI_THREAD_SERIALIZED
                                                         : MPI_THREAD_SINGLE;
@@ -351,7 +360,7 @@ struct MpiWorld {
     world.reset();
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin) MPI_Finalize();
+    if (mpi && !fin) MPI_Finalize();
   }
 };
 

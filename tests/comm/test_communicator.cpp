@@ -1,6 +1,7 @@
 // Communicator operations against expected values, for any world size (1 included). Every rank runs every
 // collective, so expectations use EXPECT (a failed check must not skip a collective and leave the others waiting).
 #include <gtest/gtest.h>
+#include <mpi.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "comm/comm_check.h"
 #include "comm/communicator.h"
+#include "comm/communicator_solo.h"
 
 namespace agoq {
 namespace {
@@ -33,6 +35,22 @@ TEST(Communicator, RankAndSize) {
   bool same = true;
   for (int r = 0; r < w.size(); ++r) same = same && std::strcmp(hosts.data() + r * sizeof host, host) == 0;
   EXPECT_EQ(w.one_host(), w.allreduce_value<int32_t>(same ? 1 : 0, CommOp::min) == 1);
+}
+
+// A process started alone is a world of one that never starts MPI (no singleton daemon, no progress threads).
+TEST(Communicator, AloneTheWorldIsOneRankWithoutMpi) {
+  if (comm_started_by_launcher()) GTEST_SKIP() << "started by an MPI launcher: the world is MPI's";
+  EXPECT_EQ(W().size(), 1);
+  int inited = 1;
+  MPI_Initialized(&inited);
+  EXPECT_EQ(inited, 0);
+  std::vector<int32_t> v = {1, 2}, back(2);
+  W().send(v.data(), 8, 0, 5);  // to itself: delivered, in order
+  W().recv(back.data(), 8, 0, 5);
+  EXPECT_EQ(back, v);
+  CommRequest never = W().irecv(back.data(), 8, 0, 6);
+  EXPECT_FALSE(never.test());
+  EXPECT_THROW(never.wait(), Error);  // MPI would wait forever
 }
 
 TEST(Communicator, AllreduceTypesAndOps) {
@@ -212,10 +230,11 @@ TEST(Communicator, MpiErrorBecomesAgoqErrorNamingTheOperation) {
   Communicator& w = W();
   int32_t v = 0;
   try {
-    w.broadcast(&v, sizeof v, w.size());  // no such root: every rank gets the error from MPI
+    w.broadcast(&v, sizeof v, w.size());  // no such root: every rank gets the error from MPI (alone: our check)
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("MPI broadcast failed"), std::string::npos) << e.what();
+    const char* expected = comm_started_by_launcher() ? "MPI broadcast failed" : "broadcast: root 1 is not a rank";
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
   }
   w.barrier();  // still usable
 }

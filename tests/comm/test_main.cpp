@@ -1,6 +1,6 @@
-// test_comm's main: initialises MPI (singleton when run alone, or under mpirun -np N), runs the gtest suite on every
-// rank and fails the process on every rank if any rank failed. Rank 0 prints gtest's usual output; the other ranks
-// print only their failures, prefixed with their rank.
+// test_comm's main: starts the world (one rank without MPI when run alone, MPI under mpirun -np N), runs the gtest
+// suite on every rank and fails the process on every rank if any rank failed. Rank 0 prints gtest's usual output;
+// the other ranks print only their failures, prefixed with their rank.
 //
 // AGOQ_TEST_COMM_FAULT selects a fault scenario instead of the suite (tests/mpi_tests.cmake runs them):
 //   exit    the last rank _exit(3)s in the middle of a loop of all-reduces (the others must not hang)
