@@ -95,6 +95,9 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
        "every saved activation in fp32 or bf16 (shorthand for --act-policy fp32 | baseline-bf16)")
       ->excludes("--act-policy");
   c->add_option("--resume", o.resume, "continue from a checkpoint directory (e.g. runs/demo/ckpt)");
+  c->add_option("--init-from", o.init_from,
+                "fine-tune a pretrained model: a Hugging Face folder, a GGUF file or an agoq checkpoint (its shape "
+                "and weights; a fresh optimizer; --data prepared with its tokenizer)");
   c->add_flag("--overwrite", o.overwrite,
               "start afresh in an --out that holds an earlier run (its checkpoint link and metrics are replaced)");
   c->add_flag("--quiet", o.quiet, "no console progress");

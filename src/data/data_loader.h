@@ -31,7 +31,8 @@ class TokenDataset {
   // Copies tokens [start, start + n) as int32.
   void copy(uint64_t start, size_t n, int32_t* out) const;
   // Errors unless the file was made for a model of `model_vocab` tokens (same vocab_size, every id below it).
-  void check_vocab(int64_t model_vocab) const;
+  // padded: a pretrained model's vocabulary may have rows past the tokenizer's (padding), never fewer.
+  void check_vocab(int64_t model_vocab, bool padded = false) const;
 
  private:
   Buffer<uint16_t> u16_;

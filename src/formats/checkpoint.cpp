@@ -213,10 +213,15 @@ namespace {
 
 void checkpoint_write(const std::string& dir, const LlamaConfig& config, const NamedTensors& weights,
                       const NamedTensors& optimizer, const json& trainer, int64_t step,
-                      const std::vector<CheckpointFile>& files) {
+                      const std::vector<CheckpointFile>& files, const json& original_config) {
   const std::string what = "checkpoint save to " + dir;
   const std::string commit = commit_id_new(step);
-  const json hf = config_to_hf_json(config);
+  json hf = config_to_hf_json(config);
+  if (original_config.is_object()) {  // its other fields kept (token ids, dtype names, ...), agoq's written over
+    json merged = original_config;
+    merged.update(hf);
+    hf = std::move(merged);
+  }
   // The config as a load will read it back must load (a number JSON cannot hold becomes null on the way).
   try {
     config_from_hf_json(json::parse(hf.dump(2))).validate();
@@ -276,7 +281,7 @@ void checkpoint_write(const std::string& dir, const LlamaConfig& config, const N
 
 void checkpoint_save(const std::string& dir, const LlamaConfig& config, const NamedTensors& weights,
                      const NamedTensors& optimizer, const json& trainer, int64_t step,
-                     const std::vector<CheckpointFile>& files) {
+                     const std::vector<CheckpointFile>& files, const json& original_config) {
   const std::string what = "checkpoint save to " + dir;
   config.validate();
   weights_check(config, weights, what, false);
@@ -290,7 +295,7 @@ void checkpoint_save(const std::string& dir, const LlamaConfig& config, const Na
   const bool created = fs::create_directories(dir, ec);
   AGOQ_CHECK(fs::is_directory(dir, ec_stat), what, ": cannot create the directory", ec ? ": " + ec.message() : "");
   try {
-    checkpoint_write(dir, config, weights, optimizer, trainer, step, files);  // its temporaries are gone on a throw
+    checkpoint_write(dir, config, weights, optimizer, trainer, step, files, original_config);  // its temporaries are gone on a throw
   } catch (const Error&) {
     if (created) fs::remove_all(dir, ec);
     throw;

@@ -43,10 +43,11 @@ inline constexpr const char* kCheckpointCarriedFiles[] = {"tokenizer.model", "to
 // Saves a checkpoint into dir (created if needed; an existing one must be a real folder holding only checkpoint
 // files, see checkpoint_foreign_entry). `weights` must be exactly hf_tensors(config) (any
 // order); `optimizer` is free-form. Throws agoq::Error; an interrupted save never loads as valid, and a failed one
-// leaves no temporary file behind (nor the folder, when this save created it).
+// leaves no temporary file behind (nor the folder, when this save created it). `original_config`: the config.json
+// the model came with (a pretrained one), whose fields agoq does not write are kept in config.json.
 void checkpoint_save(const std::string& dir, const LlamaConfig& config, const NamedTensors& weights,
                      const NamedTensors& optimizer, const nlohmann::json& trainer, int64_t step,
-                     const std::vector<CheckpointFile>& files = {});
+                     const std::vector<CheckpointFile>& files = {}, const nlohmann::json& original_config = {});
 
 // Deletes a checkpoint: un-commits it first (trainer.json removed and synced), so a kill midway leaves a folder that
 // loading refuses ("trainer.json missing"), never one that looks complete. Only a checkpoint's own files go (and

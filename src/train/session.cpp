@@ -14,6 +14,7 @@
 #include "data/prepared_dir.h"
 #include "data/tokenizer.h"
 #include "formats/checkpoint.h"
+#include "formats/model_source.h"
 #include "train/dp_flags.h"
 #include "plan/memory_model.h"
 #include "train/replan.h"
@@ -105,15 +106,19 @@ void TrainSession::config_resolve() {
                "; a resumed run keeps the checkpoint's model: drop the flag (or start a new run)");
     cfg_ = meta.config;
     resume_commit_ = meta.commit;
+    hf_config_ = json_object_read_file((fs::path(opt_.resume) / "config.json").string(), "checkpoint config");
   }
+  if (!opt_.init_from.empty()) comm_agreed(world_, [&] { init_source_open(); });
   comm_agreed(world_, [&] { cfg_.validate(); });
   if (world_.size() > 1) {  // mismatched ranks stop here with one message from rank 0
     const fs::path data(opt_.data_dir);
     comm_check_consistent(world_, train_run_description(opt_, cfg_, resume_commit_), "config");
     comm_check_consistent(world_, file_digest(data / "train.bin") + "\n" + file_digest(data / "val.bin"), "data");
   }
-  train_set_.check_vocab(cfg_.vocab_size);
-  val_set_.check_vocab(cfg_.vocab_size);
+  // A model not made here may have more embedding rows than its tokenizer has tokens (padding).
+  const bool padded = !opt_.init_from.empty() || !opt_.resume.empty();
+  train_set_.check_vocab(cfg_.vocab_size, padded);
+  val_set_.check_vocab(cfg_.vocab_size, padded);
   stages_ = comm_agreed(world_, [&] {
     std::vector<ModelStage> stages = model_stages_split(cfg_, grid_.P, opt_.stage_layers);
     for (ModelStage& s : stages) s = model_stage_shard(cfg_, s, grid_.T, grid_.tp_rank, opt_.sp);  // this rank's shard
@@ -121,6 +126,33 @@ void TrainSession::config_resolve() {
     return stages;
   });
   blocks_isolate_replicated();
+}
+
+// --init-from: the pretrained model's shape (a model flag that disagrees is refused) and its config.json, which the
+// checkpoints carry on (train/session_checkpoint.cpp); the data must be its tokenizer's tokens.
+void TrainSession::init_source_open() {
+  const std::string& src = opt_.init_from;
+  init_source_ = model_reader_open(src);
+  const LlamaConfig& c = init_source_->config();
+  const std::string disagree = model_flags_disagreeing(opt_, c, "model");
+  AGOQ_CHECK(disagree.empty(), "--init-from ", src, ": ", disagree, "; a fine-tune keeps the model's shape: drop "
+             "the flag");
+  AGOQ_CHECK(T_ <= c.max_seq_len, "--seq ", T_, " is longer than the ", c.max_seq_len, " positions of --init-from ",
+             src, " (max_position_embeddings)");
+  const fs::path data(opt_.data_dir);
+  AGOQ_CHECK(fs::exists(data / "tokenizer.model") || fs::exists(data / "tokenizer.json"), "--data ", data.string(),
+             " holds no tokenizer, so its tokens cannot be checked against --init-from ", src,
+             "'s: prepare it with `agoq prepare --tokenizer ", src, "`");
+  const Tokenizer ours = Tokenizer::load(data.string()), theirs = init_source_->tokenizer();
+  auto describe = [](const Tokenizer& t) {
+    return std::string(t.kind_name()) + ", " + std::to_string(t.vocab_size()) + " tokens, identity " + t.identity();
+  };
+  AGOQ_CHECK(ours.identity() == theirs.identity(), "--data ", data.string(), " was prepared with another tokenizer (",
+             describe(ours), ") than --init-from ", src, " has (", describe(theirs), "): prepare it with `agoq "
+             "prepare --tokenizer ", src, "`");
+  cfg_ = c;
+  if (init_source_->kind() != ModelSourceKind::gguf)
+    hf_config_ = json_object_read_file((fs::path(src) / "config.json").string(), "--init-from config");
 }
 
 // Under tensor parallelism the norms' copies must get the same bits on every shard (their gradients, reductions and
@@ -269,8 +301,21 @@ void TrainSession::resume() {
     engine_->moments_scatter();
     step_ = step_resumed_ = meta.step;
     loader_->set_state(resume_loader_state(meta, opt_.resume));
+  } else if (init_source_) {
+    weights_init_from();
   }
   AGOQ_CHECK(step_ < opt_.steps, "checkpoint is already at step ", step_, " of --steps ", opt_.steps);
+}
+
+// --init-from: the pretrained weights in place of the initialisation (whole tensors read, this shard's slices kept;
+// a pipeline stage reads its own), the moments zero as in any fresh run.
+void TrainSession::weights_init_from() {
+  NamedTensors weights = engine_->weights_views();
+  WholeTensors whole = whole_tensors_of(weights, model_->params(), grid_.T);
+  model_reader_load(*init_source_, whole.views);
+  whole_tensors_slice(whole, weights, grid_.tp_rank);
+  engine_->moments_scatter();
+  init_source_.reset();
 }
 
 // Every rank learns whether any rank was asked to stop (one small all-reduce per step), so all stop at one step.

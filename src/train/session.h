@@ -21,6 +21,7 @@
 #include "optim/train_step.h"
 #include "plan/memory_model.h"
 #include "formats/checkpoint.h"
+#include "formats/model_source.h"
 #include "train/metrics.h"
 #include "train/run_dir.h"
 #include "train/trainer.h"
@@ -40,6 +41,7 @@ class TrainSession {
   void out_dir_claim();  // lead only
   void data_load();
   void config_resolve();
+  void init_source_open();  // --init-from
   void blocks_isolate_replicated();  // dp_options_'s blocks, so every TP rank's norms get the same bits
   PlanCpuOptions plan_options() const;  // this rank's run, as the memory model describes it
   void step_ids_check() const;
@@ -47,6 +49,7 @@ class TrainSession {
   void model_build();
   void model_build_gpu();  // --device cuda
   void resume();
+  void weights_init_from();
   // One optimizer step: this replica's micro-batches through the model (or the pipeline), reduction, AdamW.
   DpStepResult train_step(long step, float lr);
   void batches_next();  // this replica's micro-batches of the next step into inputs_, targets_
@@ -74,6 +77,10 @@ class TrainSession {
   TokenDataset train_set_, val_set_;
   LlamaConfig cfg_;
   std::string resume_commit_ = "-";
+  std::unique_ptr<ModelReader> init_source_;  // --init-from, until its weights are read
+  // The config.json of the model fine-tuned (--init-from) or of the checkpoint resumed: checkpoints keep the fields
+  // agoq does not use (a fine-tuned model loads elsewhere as itself). Empty in a fresh run.
+  nlohmann::json hf_config_;
   std::vector<ModelStage> stages_;
   int B_, T_, m_;
   std::unique_ptr<DataLoader> loader_, val_loader_;
@@ -99,9 +106,9 @@ class TrainSession {
 void train_options_validate(const TrainOptions& o);
 // Everything that must agree across ranks for their collectives to match and their replicas to stay equal.
 std::string train_run_description(const TrainOptions& o, const LlamaConfig& cfg, const std::string& resume_commit);
-// The model flags (o.model_flags) whose value differs from the checkpoint's config, as "--dim 64 (checkpoint: 128)";
-// empty when all agree.
-std::string model_flags_disagreeing(const TrainOptions& o, const LlamaConfig& checkpoint);
+// The model flags (o.model_flags) whose value differs from the config of `source` (the checkpoint resumed, or the
+// model fine-tuned), as "--dim 64 (checkpoint: 128)"; empty when all agree.
+std::string model_flags_disagreeing(const TrainOptions& o, const LlamaConfig& config, const char* source = "checkpoint");
 // "name size bytes fnv <hash>": ranks compare file contents, not paths (machines may mount data differently).
 std::string file_digest(const std::filesystem::path& p);
 // A tensor-parallel shard's tensors (weights, or moments named adam.m./adam.v. + a weight's name) at the whole

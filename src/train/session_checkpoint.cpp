@@ -379,9 +379,9 @@ void TrainSession::checkpoint(long at_step) {
       trainer["optim_q8"] = {{"block", dp_options_.adam.q8.block}, {"m_root", dp_options_.adam.q8.m_root},
                              {"v_root", dp_options_.adam.q8.v_root}};
     std::vector<CheckpointFile> files;  // the tokenizer travels with the model, so `agoq sample` needs nothing else
-    for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json"})
+    for (const char* name : kCheckpointCarriedFiles)
       if (const fs::path tok = fs::path(opt_.data_dir) / name; fs::exists(tok)) files.push_back({name, file_read(tok)});
-    checkpoint_save(dir.string(), cfg_, weights, moments, trainer, at_step, files);
+    checkpoint_save(dir.string(), cfg_, weights, moments, trainer, at_step, files, hf_config_);
     if (const std::string kept = ckpt_link_switch(out.string(), name, who_); !kept.empty()) log_->note(kept);
     log_->note("checkpoint: step " + std::to_string(at_step) + " -> " + (out / "ckpt").string());
   }

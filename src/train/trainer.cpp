@@ -37,6 +37,8 @@ void train_options_validate(const TrainOptions& o) {
   AGOQ_CHECK(o.ckpt_every >= 0, "--ckpt-every must be >= 0 (got ", o.ckpt_every, "; 0: only at the end)");
   AGOQ_CHECK(o.stop_after >= 0, "--stop-after must be >= 0 (got ", o.stop_after, "; 0: run to --steps)");
   AGOQ_CHECK(o.log_every >= 0, "--log-every must be >= 0 (got ", o.log_every, ")");
+  AGOQ_CHECK(o.init_from.empty() || o.resume.empty(), "--init-from starts a fine-tune and --resume continues one: "
+             "give one of them (a fine-tune's own checkpoint resumes with --resume alone)");
   AGOQ_CHECK(o.zero == 0 || o.zero == 1, "--zero must be 0 or 1 (got ", o.zero, ")");
   AGOQ_CHECK(o.replan_after >= 1, "--replan-after must be >= 1 (got ", o.replan_after, ")");
   AGOQ_CHECK(o.grad_rounding == "stochastic" || o.grad_rounding == "nearest",
@@ -56,12 +58,12 @@ void train_options_validate(const TrainOptions& o) {
   }
 }
 
-std::string model_flags_disagreeing(const TrainOptions& o, const LlamaConfig& ck) {
+std::string model_flags_disagreeing(const TrainOptions& o, const LlamaConfig& ck, const char* source) {
   const LlamaConfig& m = o.model;
   std::ostringstream out;
   auto field = [&](const std::string& flag, const auto& given, const auto& saved) {
     if (std::find(o.model_flags.begin(), o.model_flags.end(), flag) == o.model_flags.end() || given == saved) return;
-    out << (out.tellp() > 0 ? ", " : "") << flag << ' ' << given << " (checkpoint: " << saved << ')';
+    out << (out.tellp() > 0 ? ", " : "") << flag << ' ' << given << " (" << source << ": " << saved << ')';
   };
   field("--dim", m.dim, ck.dim);
   field("--layers", m.n_layers, ck.n_layers);
@@ -74,7 +76,7 @@ std::string model_flags_disagreeing(const TrainOptions& o, const LlamaConfig& ck
     LlamaConfig file = m;  // the data and the sequence length decide these two, not the file
     file.vocab_size = ck.vocab_size, file.max_seq_len = ck.max_seq_len;
     const std::string diff = config_diff(file, ck);
-    if (!diff.empty()) out << (out.tellp() > 0 ? ", " : "") << "--config (file vs checkpoint: " << diff << ')';
+    if (!diff.empty()) out << (out.tellp() > 0 ? ", " : "") << "--config (file vs " << source << ": " << diff << ')';
   }
   return out.str();
 }
@@ -102,7 +104,7 @@ std::string train_run_description(const TrainOptions& o, const LlamaConfig& cfg,
      << " stop_after " << o.stop_after << " act " << o.act_policy << " grad_store " << o.grad_store << " allreduce "
      << o.allreduce << " rounding " << o.grad_rounding << " optim_state " << optim_state_name(o.adam.state)
      << " zero " << o.zero << " pp " << o.pp << ' ' << o.stage_layers << " tp " << o.tp << " sp " << o.sp << " mem_budget "
-     << o.mem_budget << ' ' << o.replan_after << " resume " << resume_commit;
+     << o.mem_budget << ' ' << o.replan_after << " resume " << resume_commit << " init_from " << o.init_from;
   return os.str();
 }
 

@@ -32,6 +32,9 @@ struct TrainOptions {
   // The library's defaults are the unquantized run; `agoq train` defaults to AGoQ (agoq, q8, q8; cli/cmd_train.cpp).
   std::string act_policy = "fp32";  // arch/act_policy.h: fp32, baseline-bf16, agoq, uniform4 or a spec
   std::string resume;    // checkpoint dir to continue from
+  // A pretrained model to fine-tune (HF folder, GGUF file or agoq checkpoint): its shape and weights, with a fresh
+  // optimizer and schedule. The data must have been prepared with its tokenizer. Not with `resume`.
+  std::string init_from;
   bool overwrite = false;  // a fresh run may replace an earlier run's checkpoints and metrics in out_dir
   bool quiet = false;
   // Data parallelism (docs/parallel.md): D = comm's size replicas, each running `accum` micro-batches per step.

@@ -35,7 +35,9 @@ json last_json_line(const std::string& out) {
 
 struct RefModel {
   std::string dir;
-  json ref;  // transformers' numbers (import_reference.py score)
+  json ref;          // transformers' numbers (import_reference.py score)
+  std::string text;  // what was scored (empty: dir/text.txt)
+  std::string text_path() const { return text.empty() ? dir + "/text.txt" : text; }
 };
 
 // Each model is made and scored by transformers once for the whole suite.
@@ -60,7 +62,7 @@ class ImportHf : public ::testing::Test {
   void expect_eval_equal(const RefModel& m) {
     const std::string logits = m.dir + "/agoq_logits.f32";
     int st = 0;
-    const std::string out = agoq_stdout("eval --ckpt " + m.dir + " --text " + m.dir + "/text.txt --seq " +
+    const std::string out = agoq_stdout("eval --ckpt " + m.dir + " --text " + m.text_path() + " --seq " +
                                             std::to_string(kSeq) + " --json --logits-out " + logits,
                                         &st);
     ASSERT_EQ(st, 0) << out;
@@ -145,6 +147,89 @@ TEST_F(ImportHf, PrepareWithAModelsTokenizerGivesItsTokens) {
   int st2 = 0;
   const json from_model = last_json_line(agoq_stdout("inspect " + m.dir + " --json", &st2));
   EXPECT_EQ(meta["tokenizer"]["identity"], from_model["tokenizer"]["identity"]);
+}
+
+// ---- fine-tuning (train --init-from) ----
+
+// The model's text prepared with its own tokenizer, once for the suite.
+std::string prepared_with_model_tokenizer(const RefModel& m) {
+  static std::string out;
+  if (!out.empty()) return out;
+  out = (fs::temp_directory_path() / ("agoq_import_data_" + std::to_string(::getpid()))).string();
+  fs::remove_all(out);
+  int st = 0;
+  const std::string log = agoq_stdout("prepare --input " + m.dir + "/text.txt --tokenizer " + m.dir + " --out " + out +
+                                          " --val-fraction 0.2",
+                                      &st);
+  EXPECT_EQ(st, 0) << log;
+  return out;
+}
+
+// `agoq train --init-from` on an HF bf16 model; returns the run folder.
+std::string fine_tune(const RefModel& m, const std::string& name, const std::string& flags) {
+  const std::string run = (fs::temp_directory_path() / ("agoq_import_run_" + name + std::to_string(::getpid()))).string();
+  fs::remove_all(run);
+  int st = 0;
+  const std::string log = agoq_stdout("train --data " + prepared_with_model_tokenizer(m) + " --init-from " + m.dir +
+                                          " --out " + run + " --batch 2 --seq 32 --eval-batches 2 --quiet " + flags,
+                                      &st);
+  EXPECT_EQ(st, 0) << log;
+  return run;
+}
+
+double eval_loss(const std::string& model, const std::string& text) {
+  int st = 0;
+  const std::string out = agoq_stdout("eval --ckpt " + model + " --text " + text + " --seq 64 --json", &st);
+  EXPECT_EQ(st, 0) << out;
+  return last_json_line(out)["loss"];
+}
+
+// A step of learning rate 0 leaves the weights as read: the checkpoint scores the pretrained model's loss (a
+// fresh initialisation would not), keeps its config.json fields and carries its tokenizer.
+TEST_F(ImportHf, FineTuneStartsFromTheModelsWeightsAndKeepsItsConfig) {
+  const RefModel& m = model("--rope llama3");
+  const std::string run = fine_tune(m, "lr0", "--steps 1 --warmup 0 --lr 1e-9 --min-lr 0 --baseline");
+  const std::string ckpt = run + "/ckpt";
+  const double before = eval_loss(m.dir, m.dir + "/text.txt"), after = eval_loss(ckpt, m.dir + "/text.txt");
+  EXPECT_LE(std::abs(after - before), 1e-7 * before) << "pretrained " << before << ", after a step of lr 0 " << after;
+  const json cfg = json::parse(file_text(ckpt + "/config.json")), original = json::parse(file_text(m.dir + "/config.json"));
+  EXPECT_EQ(cfg["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(cfg["bos_token_id"], original["bos_token_id"]);  // a field agoq does not use, kept
+  EXPECT_EQ(cfg["transformers_version"], original["transformers_version"]);
+  EXPECT_TRUE(fs::exists(ckpt + "/tokenizer.json"));
+  EXPECT_TRUE(fs::exists(ckpt + "/tokenizer_config.json"));
+  fs::remove_all(run);
+}
+
+// 20 steps with AGoQ's defaults, then transformers loads the checkpoint with its tokenizer and its greedy output
+// is agoq's.
+TEST_F(ImportHf, FineTunedCheckpointLoadsInTransformersAsItself) {
+  const RefModel& m = model("--rope llama3");
+  const std::string run = fine_tune(m, "agoq", "--steps 20 --warmup 2 --lr 3e-3 --eval-every 0");
+  ASSERT_TRUE(fs::exists(run + "/ckpt/trainer.json"));
+  RefModel tuned{run + "/ckpt", last_json_line(python_ref_run("tests/cli/import_reference.py",
+                                                              "score " + run + "/ckpt " + m.dir + "/text.txt " +
+                                                                  std::to_string(kSeq) + " '" + kPrompt + "' 32")),
+                 m.dir + "/text.txt"};
+  EXPECT_LT(eval_loss(tuned.dir, m.dir + "/text.txt"), eval_loss(m.dir, m.dir + "/text.txt"));  // it learnt
+  expect_eval_equal(tuned);
+  expect_greedy_equal(tuned);
+  fs::remove_all(run);
+}
+
+TEST_F(ImportHf, FineTuneRefusesWhatDoesNotFit) {
+  const RefModel& m = model("--rope llama3");
+  const std::string data = prepared_with_model_tokenizer(m), run = (root() / "refused").string();
+  const std::string base = "train --data " + data + " --out " + run + " --init-from " + m.dir + " --steps 2 ";
+  expect_clean_error(base + "--resume " + run + "/ckpt", "--init-from starts a fine-tune and --resume continues one");
+  expect_clean_error(base + "--dim 128", "--dim 128 (model: 64)");
+  expect_clean_error(base + "--seq 256", "--seq 256 is longer than the 128 positions");
+  const std::string other = (root() / "other_tokenizer").string();  // a SentencePiece model trained here
+  int st = 0;
+  agoq_stdout("prepare --input " + m.dir + "/text.txt --vocab-size 500 --out " + other, &st);
+  ASSERT_EQ(st, 0);
+  expect_clean_error("train --data " + other + " --out " + run + " --init-from " + m.dir + " --steps 2 --seq 32",
+                     "was prepared with another tokenizer (sentencepiece, 500 tokens");
 }
 
 TEST_F(ImportHf, WhatAgoqDoesNotComputeIsRefusedByName) {
