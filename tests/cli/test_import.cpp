@@ -217,6 +217,38 @@ TEST_F(ImportHf, FineTunedCheckpointLoadsInTransformersAsItself) {
   fs::remove_all(run);
 }
 
+// Every tensor of two model.safetensors, bit for bit.
+void expect_same_weights(const std::string& a, const std::string& b) {
+  const SafetensorsFile fa = SafetensorsFile::open(a), fb = SafetensorsFile::open(b);
+  ASSERT_EQ(fa.names(), fb.names());
+  for (const std::string& name : fa.names()) {
+    std::string x(fa.get(name).bytes, '\0'), y(fb.get(name).bytes, '\0');
+    ASSERT_EQ(x.size(), y.size()) << name;
+    fa.read_raw(name, x.data(), x.size());
+    fb.read_raw(name, y.data(), y.size());
+    EXPECT_TRUE(x == y) << name << " differs";
+  }
+}
+
+// A fine-tune stopped and resumed from its own checkpoint ends where the uninterrupted one does, bit for bit, and
+// the resumed checkpoint still carries the model's config.json fields.
+TEST_F(ImportHf, FineTuneStoppedAndResumedIsBitIdentical) {
+  const RefModel& m = model("--rope llama3");
+  const std::string flags = "--steps 8 --warmup 2 --lr 3e-3 --eval-every 0 --optim-state q8";
+  const std::string straight = fine_tune(m, "straight", flags);
+  const std::string split = fine_tune(m, "split", flags + " --stop-after 3");
+  int st = 0;
+  const std::string log = agoq_stdout("train --data " + prepared_with_model_tokenizer(m) + " --out " + split +
+                                          " --resume " + split + "/ckpt --batch 2 --seq 32 --eval-batches 2 --quiet " +
+                                          flags,
+                                      &st);
+  ASSERT_EQ(st, 0) << log;
+  expect_same_weights(straight + "/ckpt/model.safetensors", split + "/ckpt/model.safetensors");
+  EXPECT_EQ(json::parse(file_text(split + "/ckpt/config.json"))["transformers_version"],
+            json::parse(file_text(m.dir + "/config.json"))["transformers_version"]);
+  fs::remove_all(straight), fs::remove_all(split);
+}
+
 TEST_F(ImportHf, FineTuneRefusesWhatDoesNotFit) {
   const RefModel& m = model("--rope llama3");
   const std::string data = prepared_with_model_tokenizer(m), run = (root() / "refused").string();
