@@ -243,6 +243,8 @@ nlohmann::json json_object_read_file(const std::string& path, const std::string&
   } catch (const nlohmann::json::parse_error& e) {
     if (e.byte >= text.size()) fail(what, " ", path, " is not valid JSON (it ends before the JSON does)");
     fail(what, " ", path, " is not valid JSON (at byte ", e.byte, " of ", text.size(), ")");
+  } catch (const nlohmann::json::exception& e) {  // a number beyond a double (out_of_range 406)
+    fail(what, " ", path, " is not JSON agoq can read: ", e.what());
   }
 }
 

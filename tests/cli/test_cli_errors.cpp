@@ -94,6 +94,8 @@ TEST_F(CliErrors, BadModelConfigFiles) {
   expect_clean_error(train({{"--config", d("cut.json")}}), "is not valid JSON (it ends before the JSON does)");
   std::ofstream(d("bad.json")) << "{\"hidden_size\": x}";
   expect_clean_error(train({{"--config", d("bad.json")}}), "is not valid JSON (at byte");
+  std::ofstream(d("huge.json")) << "{\"hidden_size\": 4e4444}";  // beyond a double (found by fuzz_hf_index)
+  expect_clean_error(train({{"--config", d("huge.json")}}), "is not JSON agoq can read");
   std::ofstream(d("list.json")) << "[1, 2]";
   expect_clean_error(train({{"--config", d("list.json")}}), "is not a JSON object");
   expect_clean_error(train({{"--config", d("none.json")}}), "cannot read model config");
