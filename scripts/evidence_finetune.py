@@ -53,8 +53,8 @@ def make_model(model_dir, corpus_text):
     with open(os.path.join(model_dir, "tokenizer_config.json"), "w") as f:
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>",
                    "eos_token": "<|end_of_text|>", "add_bos_token": True}, f)
-    cfg = LlamaConfig(bos_token_id=tok.token_to_id("<|begin_of_text|>"), eos_token_id=tok.token_to_id("<|end_of_text|>"),
-                      torch_dtype="bfloat16", **SHAPE)
+    cfg = LlamaConfig(bos_token_id=tok.token_to_id("<|begin_of_text|>"),
+                      eos_token_id=tok.token_to_id("<|end_of_text|>"), torch_dtype="bfloat16", **SHAPE)
     torch.manual_seed(0)
     t0 = time.time()
     with torch.no_grad():
@@ -85,8 +85,8 @@ def last_record(metrics):
 
 def fine_tune(args, name, flags, env):
     out = os.path.join(args.work, "runs", name)
-    cmd = [args.bin, "train", "--data", os.path.join(args.work, "data"), "--init-from", os.path.join(args.work, "model"),
-           "--out", out, "--overwrite", "--seq", "2048", "--batch", "1", "--accum", "1", "--steps", str(args.steps),
+    cmd = [args.bin, "train", "--data", os.path.join(args.work, "data"),
+           "--init-from", os.path.join(args.work, "model"), "--out", out, "--overwrite", "--seq", "2048", "--batch", "1", "--accum", "1", "--steps", str(args.steps),
            "--warmup", "1", "--lr", "1e-5", "--min-lr", "1e-6", "--eval-every", "0", "--eval-batches", "1",
            "--log-every", "1"] + flags
     status, tail, peak = run_measured(cmd, env)
@@ -160,7 +160,8 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--out", default="docs/evidence")
     ap.add_argument("--work", default="/tmp/agoq_ft")
-    ap.add_argument("--corpus", default="data/austen", help="a prepared set (SentencePiece) whose text trains the tokenizer")
+    ap.add_argument("--corpus", default="data/austen",
+                    help="a prepared set (SentencePiece) whose text trains the tokenizer")
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from --out/finetune.json")
     args = ap.parse_args()
     if args.report_only:

@@ -37,8 +37,8 @@ class SoloCommunicator final : public Communicator {
   void alltoall(const void* send, void* recv, size_t bytes) override { copy_if_apart(send, recv, bytes); }
   void alltoallv(const void* send, const size_t* send_bytes, const size_t* send_displs, void* recv,
                  const size_t* recv_bytes, const size_t* recv_displs) override {
-    AGOQ_CHECK(send_bytes[0] == recv_bytes[0], "alltoallv: rank 0 sends ", send_bytes[0], " bytes to itself but expects ",
-               recv_bytes[0]);
+    AGOQ_CHECK(send_bytes[0] == recv_bytes[0], "alltoallv: rank 0 sends ", send_bytes[0],
+               " bytes to itself but expects ", recv_bytes[0]);
     copy_if_apart(static_cast<const char*>(send) + send_displs[0], static_cast<char*>(recv) + recv_displs[0],
                   send_bytes[0]);
   }
@@ -120,13 +120,13 @@ class SoloCommunicator final : public Communicator {
   };
 
   static void check_peer(const char* what, int peer, int tag) {
-    AGOQ_CHECK(peer == 0, "cannot ", what, " rank ", peer, ": this process runs alone (one rank, started without an MPI ",
-               "launcher)");
+    AGOQ_CHECK(peer == 0, "cannot ", what, " rank ", peer,
+               ": this process runs alone (one rank, started without an MPI launcher)");
     AGOQ_CHECK(tag >= 0 && tag < 256, "send/receive: tag must be in [0, 256), got ", tag);
   }
   static void deliver(const char* data, size_t bytes, PendingReceive& r) {
-    AGOQ_CHECK(bytes == r.bytes, "receive from rank 0 (tag ", r.tag, "): expected ", r.bytes, " bytes, the message has ",
-               bytes);
+    AGOQ_CHECK(bytes == r.bytes, "receive from rank 0 (tag ", r.tag, "): expected ", r.bytes,
+               " bytes, the message has ", bytes);
     copy_if_apart(data, r.buf, bytes);
     r.done = true;
   }

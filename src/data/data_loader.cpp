@@ -68,7 +68,8 @@ void TokenDataset::copy(uint64_t start, size_t n, int32_t* out) const {
 }
 
 void TokenDataset::check_vocab(int64_t model_vocab, bool padded) const {
-  AGOQ_CHECK(padded ? int64_t(vocab_) <= model_vocab : int64_t(vocab_) == model_vocab, "token file ", path_, " was made with vocab size ", vocab_,
+  AGOQ_CHECK(padded ? int64_t(vocab_) <= model_vocab : int64_t(vocab_) == model_vocab, "token file ", path_,
+             " was made with vocab size ", vocab_,
              " but the model has vocab size ", model_vocab, " (re-run prepare with --vocab-size ", model_vocab,
              " or set the model's vocab to ", vocab_, ")");
   AGOQ_CHECK(count_ == 0 || int64_t(max_token_) < model_vocab, "token file ", path_, " holds token id ",

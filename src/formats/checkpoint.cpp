@@ -295,7 +295,8 @@ void checkpoint_save(const std::string& dir, const LlamaConfig& config, const Na
   const bool created = fs::create_directories(dir, ec);
   AGOQ_CHECK(fs::is_directory(dir, ec_stat), what, ": cannot create the directory", ec ? ": " + ec.message() : "");
   try {
-    checkpoint_write(dir, config, weights, optimizer, trainer, step, files, original_config);  // its temporaries are gone on a throw
+    // Its temporaries are gone on a throw.
+    checkpoint_write(dir, config, weights, optimizer, trainer, step, files, original_config);
   } catch (const Error&) {
     if (created) fs::remove_all(dir, ec);
     throw;

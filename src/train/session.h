@@ -108,7 +108,8 @@ void train_options_validate(const TrainOptions& o);
 std::string train_run_description(const TrainOptions& o, const LlamaConfig& cfg, const std::string& resume_commit);
 // The model flags (o.model_flags) whose value differs from the config of `source` (the checkpoint resumed, or the
 // model fine-tuned), as "--dim 64 (checkpoint: 128)"; empty when all agree.
-std::string model_flags_disagreeing(const TrainOptions& o, const LlamaConfig& config, const char* source = "checkpoint");
+std::string model_flags_disagreeing(const TrainOptions& o, const LlamaConfig& config,
+                                    const char* source = "checkpoint");
 // "name size bytes fnv <hash>": ranks compare file contents, not paths (machines may mount data differently).
 std::string file_digest(const std::filesystem::path& p);
 // A tensor-parallel shard's tensors (weights, or moments named adam.m./adam.v. + a weight's name) at the whole

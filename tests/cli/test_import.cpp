@@ -167,7 +167,8 @@ std::string prepared_with_model_tokenizer(const RefModel& m) {
 
 // `agoq train --init-from` on an HF bf16 model; returns the run folder.
 std::string fine_tune(const RefModel& m, const std::string& name, const std::string& flags) {
-  const std::string run = (fs::temp_directory_path() / ("agoq_import_run_" + name + std::to_string(::getpid()))).string();
+  const std::string run =
+      (fs::temp_directory_path() / ("agoq_import_run_" + name + std::to_string(::getpid()))).string();
   fs::remove_all(run);
   int st = 0;
   const std::string log = agoq_stdout("train --data " + prepared_with_model_tokenizer(m) + " --init-from " + m.dir +
