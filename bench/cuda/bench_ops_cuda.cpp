@@ -105,10 +105,11 @@ void bench_ops_cuda(const BenchOpsCudaOptions& o) {
                         dv(nkv, MemCategory::workspace, "bench.ops");
     CudaAttention attn(mm, o.B, o.T, o.heads, o.kv_heads, hd);
     const double fwd = 2.0 * o.B * double(o.T) * o.T * o.heads * hd;
-    add_flops("attention fwd", fwd, [&] { attn.forward(out.data(), lse.data(), q.data(), k.data(), v.data()); });
+    add_flops("attention fwd", fwd,
+              [&] { attn.forward(out.data(), lse.data(), q.data(), k.data(), v.data(), nullptr); });
     add_flops("attention bwd", 2.5 * fwd, [&] {
       attn.backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
-                    lse.data());
+                    lse.data(), nullptr);
     });
   }
   {  // memory-bound ops

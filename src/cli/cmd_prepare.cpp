@@ -1,5 +1,6 @@
 // `agoq prepare`: text -> the tokenizer's files + train.bin + val.bin + meta.json (formats: docs/data-format.md). The
 // tokenizer is trained here (SentencePiece BPE) or a model's own (--tokenizer: a file, a model folder, a GGUF file).
+// --format prompt-completion: a JSON-lines file of examples (data/examples.h), packed for --seq with loss flags.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "core/dir_lock.h"
 #include "core/error.h"
 #include "data/corpus.h"
+#include "data/examples.h"
 #include "data/prepared_dir.h"
 #include "data/token_file.h"
 #include "data/tokenizer.h"
@@ -29,6 +31,9 @@ struct PrepareArgs {
   double val_fraction = 0.05;
   int64_t max_chars = 0;
   bool overwrite = false;
+  std::string format = "text";  // or "prompt-completion"
+  int seq = 0;                  // prompt-completion: the windows are seq + 1 tokens
+  std::string overlong = "refuse";
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -118,10 +123,69 @@ nlohmann::json prepare_meta(const PrepareArgs& a, const Corpus& corpus, size_t c
   };
 }
 
+// Examples, packed: train.bin from the first of them, val.bin from the last --val-fraction (at least one when the
+// fraction is not 0), each in windows of --seq + 1 tokens.
+void prepare_examples(const PrepareArgs& a, std::chrono::steady_clock::time_point t0) {
+  const PreparedTokenizer t = prepare_tokenizer(a, Corpus{});
+  const ExamplesRead read = examples_read_jsonl(
+      a.input, t.tok, a.seq, a.overlong == "truncate" ? OverlongExamples::truncate : OverlongExamples::refuse);
+  const size_t n = read.examples.size();
+  const size_t n_val = a.val_fraction > 0 ? std::max<size_t>(1, size_t(std::llround(double(n) * a.val_fraction))) : 0;
+  AGOQ_CHECK(n_val < n, "--input ", a.input, ": ", n, " example", n == 1 ? "" : "s",
+             " leave none for training after --val-fraction ", a.val_fraction);
+  const std::span<const Example> all(read.examples);
+  const int32_t pad = t.tok.eos_id();  // never counted; any id would do, EOS reads naturally when decoded
+  const PackedExamples train = examples_pack(all.first(n - n_val), a.seq + 1, pad);
+  const PackedExamples val = examples_pack(all.subspan(n - n_val), a.seq + 1, pad);
+  const fs::path out(a.out), staging = prepared_dir_staging(out);
+  const auto vocab = uint32_t(t.tok.vocab_size());
+  t.tok.save_files(staging.string());
+  token_file_write((staging / "train.bin").string(), train.tokens, vocab, train.flags, uint32_t(a.seq + 1));
+  token_file_write((staging / "val.bin").string(), val.tokens, vocab, val.flags, uint32_t(a.seq + 1));
+  auto part = [](const PackedExamples& p, size_t examples) {
+    return nlohmann::json{{"examples", examples}, {"windows", p.windows}, {"tokens", p.tokens.size()},
+                          {"loss_tokens", p.loss_tokens}, {"pad_tokens", p.pad_tokens}};
+  };
+  const double total_s = seconds_since(t0);
+  const nlohmann::json meta = {
+      {"source", a.input},
+      {"source_kind", read.chatml ? "jsonl messages (ChatML)" : "jsonl prompt-completion"},
+      {"format", "prompt-completion"},
+      {"seq", a.seq},
+      {"vocab_size", vocab},
+      {"token_dtype", token_dtype_for_vocab(vocab) == 2 ? "uint16" : "uint32"},
+      {"val_fraction", a.val_fraction},
+      {"truncated_examples", read.truncated},
+      {"train", part(train, n - n_val)},
+      {"val", part(val, n_val)},
+      {"tokenizer",
+       {{"files", tokenizer_file_names(t.tok)},
+        {"trained", false},
+        {"source", a.tokenizer},
+        {"type", t.tok.kind_name()},
+        {"identity", t.tok.identity()}}},
+      {"files", {{"train", "train.bin"}, {"val", "val.bin"}}},
+      {"seconds", total_s},
+  };
+  atomic_file_write((staging / "meta.json").string(), meta.dump(2) + "\n");
+  prepared_dir_commit(out);
+  std::printf("examples: %zu (%zu truncated): train %zu in %zu windows of %d tokens (%zu counted in the loss, %zu "
+              "padding), val %zu in %zu windows\n",
+              n, read.truncated, n - n_val, train.windows, a.seq + 1, train.loss_tokens, train.pad_tokens, n_val,
+              val.windows);
+  std::printf("wrote %s in %.1f s\n", a.out.c_str(), total_s);
+}
+
 void prepare_run(const PrepareArgs& a) {
   AGOQ_CHECK(a.val_fraction >= 0 && a.val_fraction < 1, "--val-fraction must be in [0, 1) (got ", a.val_fraction,
              ")");
   AGOQ_CHECK(a.max_chars >= 0, "--max-chars must be >= 0 (got ", a.max_chars, ")");
+  const bool examples = a.format == "prompt-completion";
+  AGOQ_CHECK(!examples || !a.tokenizer.empty(), "--format prompt-completion needs --tokenizer (the model's own: its "
+             "file, folder or GGUF)");
+  AGOQ_CHECK(!examples || a.seq >= 1, "--format prompt-completion needs --seq N (the training's): examples are "
+             "packed into windows of N + 1 tokens");
+  AGOQ_CHECK(examples || a.seq == 0, "--seq is for --format prompt-completion (a text corpus is one stream)");
   const auto t0 = std::chrono::steady_clock::now();
   // The folder is this prepare's until it ends; an earlier set is replaced only when asked (checkpoints made from
   // it resume only with its tokens).
@@ -129,6 +193,7 @@ void prepare_run(const PrepareArgs& a) {
   const std::string earlier = prepared_dir_earlier_set(a.out);
   AGOQ_CHECK(a.overwrite || earlier.empty(), "--out ", a.out, " already holds a prepared corpus (", earlier,
              "); runs made from it resume only with it: choose another --out, or replace it with --overwrite");
+  if (examples) return prepare_examples(a, t0);
   const Corpus corpus = corpus_read(a.input);
   const size_t chars = utf8_length(corpus.text);
   std::printf("prepare: %s (%s, %zu document%s): %zu chars, %zu bytes\n", a.input.c_str(), corpus.kind.c_str(),
@@ -185,6 +250,15 @@ const CliCommand kPrepare("", 10, [](CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-chars", a->max_chars, "train the tokenizer on at most the first N chars (0 = all)");
   cmd->add_flag("--overwrite", a->overwrite, "replace the prepared corpus --out already holds");
+  cmd->add_option("--format", a->format, "text: a corpus (one token stream); prompt-completion: a .jsonl of "
+                  "{\"prompt\", \"completion\"} or {\"messages\"} examples, the loss on completions only")
+      ->check(CLI::IsMember({"text", "prompt-completion"}))
+      ->capture_default_str();
+  cmd->add_option("--seq", a->seq, "prompt-completion: the --seq the data will be trained with");
+  cmd->add_option("--overlong", a->overlong, "prompt-completion: an example longer than --seq + 1 tokens is "
+                  "refused, or its completion cut")
+      ->check(CLI::IsMember({"refuse", "truncate"}))
+      ->capture_default_str();
   cmd->callback([a, vocab] {
     a->vocab_given = vocab->count() > 0;
     prepare_run(*a);

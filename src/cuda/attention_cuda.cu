@@ -29,22 +29,28 @@ using namespace cuda_kernel;
 // One block per (query row r, head h) of the block's scores, rows of L keys at scores + (h · bq + r) · L.
 struct BlockRows {
   int b, i0, L, T, H;
-  size_t head_stride;  // floats between two heads' score rows
+  size_t head_stride;       // floats between two heads' score rows
+  const int32_t* doc_start;  // (B, T) on the device, or null (model/attention.h)
 };
 
 __device__ float* row_of(float* base, const BlockRows& br) {
   return base + blockIdx.y * br.head_stride + size_t(blockIdx.x) * br.L;
 }
 
+// The first key the row's query t sees: its document's start (0 without document masking).
+__device__ int first_key(const BlockRows& br, int t) {
+  return br.doc_start ? br.doc_start[size_t(br.b) * br.T + t] : 0;
+}
+
 __global__ void softmax_forward_kernel(float* scores, float* lse, BlockRows br) {
   float* s = row_of(scores, br);
-  const int t = br.i0 + int(blockIdx.x), visible = t + 1;
+  const int t = br.i0 + int(blockIdx.x), visible = t + 1, from = first_key(br, t);
   float m = -INFINITY;
-  for (int j = threadIdx.x; j < visible; j += kThreads) m = fmaxf(m, s[j]);
+  for (int j = from + threadIdx.x; j < visible; j += kThreads) m = fmaxf(m, s[j]);
   m = block_max(m);
   float sum = 0.f;
   for (int j = threadIdx.x; j < br.L; j += kThreads) {
-    const float e = j < visible ? op_exp(s[j] - m) : 0.f;
+    const float e = j >= from && j < visible ? op_exp(s[j] - m) : 0.f;
     s[j] = e;
     sum += e;
   }
@@ -56,9 +62,9 @@ __global__ void softmax_forward_kernel(float* scores, float* lse, BlockRows br) 
 
 __global__ void probs_from_lse_kernel(float* scores, const float* lse, BlockRows br) {
   float* s = row_of(scores, br);
-  const int t = br.i0 + int(blockIdx.x);
+  const int t = br.i0 + int(blockIdx.x), from = first_key(br, t);
   const float l = lse[(size_t(br.b) * br.H + blockIdx.y) * br.T + t];
-  for (int j = threadIdx.x; j < br.L; j += kThreads) s[j] = j <= t ? op_exp(s[j] - l) : 0.f;
+  for (int j = threadIdx.x; j < br.L; j += kThreads) s[j] = j >= from && j <= t ? op_exp(s[j] - l) : 0.f;
 }
 
 // dS = scale · P ⊙ (dP − D), D = Σ_d dO·O of the row's query (t, h); dP is replaced by dS.
@@ -66,12 +72,12 @@ __global__ void dscores_kernel(float* dp, const float* probs, const float* dout,
                                BlockRows br) {
   float* d = row_of(dp, br);
   const float* p = probs + (d - dp);
-  const int t = br.i0 + int(blockIdx.x);
+  const int t = br.i0 + int(blockIdx.x), from = first_key(br, t);
   const size_t at = ((size_t(br.b) * br.T + t) * br.H + blockIdx.y) * hd;
   float acc = 0.f;
   for (int c = threadIdx.x; c < hd; c += kThreads) acc = fmaf(dout[at + c], o[at + c], acc);
   const float D = block_sum(acc);
-  for (int j = threadIdx.x; j < br.L; j += kThreads) d[j] = j <= t ? scale * p[j] * (d[j] - D) : 0.f;
+  for (int j = threadIdx.x; j < br.L; j += kThreads) d[j] = j >= from && j <= t ? scale * p[j] * (d[j] - D) : 0.f;
 }
 
 }  // namespace
@@ -129,7 +135,8 @@ struct BlockGemms {
 };
 }  // namespace
 
-void CudaAttention::forward(float* o, float* lse, const float* q, const float* k, const float* v) {
+void CudaAttention::forward(float* o, float* lse, const float* q, const float* k, const float* v,
+                            const int32_t* doc_start) {
   const float scale = 1.0f / std::sqrt(float(hd_));
   const size_t hs = size_t(bq_) * T_;
   for (int b = 0; b < B_; ++b)
@@ -138,7 +145,7 @@ void CudaAttention::forward(float* o, float* lse, const float* q, const float* k
       const size_t at_q = (size_t(b) * T_ + i0) * H_ * hd_, at_kv = size_t(b) * T_ * Hkv_ * hd_;
       const BlockGemms gm{mm_, H_, Hkv_, hd_, H_ / Hkv_, R, L, hs};
       gm.rows_kvT(q + at_q, k + at_kv, scores_.data(), scale);
-      const BlockRows br{b, i0, L, T_, H_, hs};
+      const BlockRows br{b, i0, L, T_, H_, hs, doc_start};
       softmax_forward_kernel<<<dim3(unsigned(R), unsigned(H_)), kThreads, 0, stream_>>>(scores_.data(), lse, br);
       launch_check("softmax_forward_kernel");
       gm.scores_kv(scores_.data(), v + at_kv, o + at_q);
@@ -146,7 +153,7 @@ void CudaAttention::forward(float* o, float* lse, const float* q, const float* k
 }
 
 void CudaAttention::backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                             const float* v, const float* o, const float* lse) {
+                             const float* v, const float* o, const float* lse, const int32_t* doc_start) {
   const float scale = 1.0f / std::sqrt(float(hd_));
   const size_t hs = size_t(bq_) * T_, kv_bytes = size_t(B_) * T_ * Hkv_ * hd_ * sizeof(float);
   AGOQ_CUDA_CHECK(cudaMemsetAsync(dk, 0, kv_bytes, stream_));
@@ -156,7 +163,7 @@ void CudaAttention::backward(float* dq, float* dk, float* dv, const float* dout,
       const int R = std::min(bq_, T_ - i0), L = i0 + R;
       const size_t at_q = (size_t(b) * T_ + i0) * H_ * hd_, at_kv = size_t(b) * T_ * Hkv_ * hd_;
       const BlockGemms gm{mm_, H_, Hkv_, hd_, H_ / Hkv_, R, L, hs};
-      const BlockRows br{b, i0, L, T_, H_, hs};
+      const BlockRows br{b, i0, L, T_, H_, hs, doc_start};
       const dim3 grid{unsigned(R), unsigned(H_)};
       gm.rows_kvT(q + at_q, k + at_kv, scores_.data(), scale);
       probs_from_lse_kernel<<<grid, kThreads, 0, stream_>>>(scores_.data(), lse, br);

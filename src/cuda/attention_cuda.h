@@ -1,4 +1,5 @@
-// Causal grouped-query attention on the device, exact and simple (docs/cuda.md): per block of query rows, the
+// Causal grouped-query attention on the device (document masking included: model/attention.h), exact and simple
+// (docs/cuda.md): per block of query rows, the
 // scores against the keys they may see are one batched GEMM, an fp32 softmax kernel turns them into probabilities,
 // and a second GEMM applies them to the values. The scores of one query block exist at a time (H × Bq × T floats,
 // never T × T per head of a layer); backward recomputes them from the saved log-sum-exp, as the CPU's flash kernel
@@ -16,9 +17,10 @@ class CudaAttention {
  public:
   // Scratch for one query block (tracked, category workspace): 2 · H · query_block · T floats. Runs on mm's stream.
   CudaAttention(CudaMatmul& mm, int B, int T, int H, int Hkv, int hd, int query_block = 128);
-  void forward(float* o, float* lse, const float* q, const float* k, const float* v);
+  // doc_start: (B, T) document starts in device memory, or null (model/attention.h's document masking).
+  void forward(float* o, float* lse, const float* q, const float* k, const float* v, const int32_t* doc_start);
   void backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
-                const float* o, const float* lse);
+                const float* o, const float* lse, const int32_t* doc_start);
   size_t scratch_bytes() const { return scores_.bytes() + grads_.bytes(); }
 
  private:

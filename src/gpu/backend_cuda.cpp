@@ -130,13 +130,13 @@ CudaAttention& CudaBackend::attention(int B, int T, int H, int Hkv, int hd) {
   return *a;
 }
 void CudaBackend::attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T,
-                                    int H, int Hkv, int hd) {
-  attention(B, T, H, Hkv, hd).forward(o, lse, q, k, v);
+                                    int H, int Hkv, int hd, const int32_t* doc_start) {
+  attention(B, T, H, Hkv, hd).forward(o, lse, q, k, v, doc_start);
 }
 void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                                      const float* k, const float* v, const float* o, const float* lse, int B, int T,
-                                     int H, int Hkv, int hd) {
-  attention(B, T, H, Hkv, hd).backward(dq, dk, dv, dout, q, k, v, o, lse);
+                                     int H, int Hkv, int hd, const int32_t* doc_start) {
+  attention(B, T, H, Hkv, hd).backward(dq, dk, dv, dout, q, k, v, o, lse, doc_start);
 }
 
 }  // namespace agoq

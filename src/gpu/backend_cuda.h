@@ -69,10 +69,10 @@ class CudaBackend final : public ModelBackend {
                           int V) override;
   void residual_add(float* out, const float* a, const float* b, size_t n) override;
   void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
-                         int Hkv, int hd) override;
+                         int Hkv, int hd, const int32_t* doc_start) override;
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                           const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv,
-                          int hd) override;
+                          int hd, const int32_t* doc_start) override;
 
  private:
   // bf16 GEMMs: the weight's copy (made again when stale), and an activation converted into scratch `slot`.

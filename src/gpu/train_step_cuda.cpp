@@ -31,13 +31,14 @@ CudaTrainStep::CudaTrainStep(LlamaModel& model, CudaBackend& gpu, std::unique_pt
   }
 }
 
-std::vector<MicroBatchRun> CudaTrainStep::step_begin(long step, int m) {
-  step_ = step, m_ = m;
+std::vector<MicroBatchRun> CudaTrainStep::step_begin(long step, int m, double loss_tokens) {
+  step_ = step, m_ = m, loss_tokens_ = loss_tokens;
   if (!q8_) gpu_.zero(model_.grads_flat(), n_);  // the 8-bit store's first micro-batch overwrites instead
   std::vector<MicroBatchRun> runs(m);
   for (int j = 0; j < m; ++j) {
     MicroBatchRun& r = runs[j];
-    r.act_seed = dp_act_seed(seed_, step, uint64_t(j)), r.grad_scale = 1.0f / m;
+    r.act_seed = dp_act_seed(seed_, step, uint64_t(j));
+    r.grad_scale = loss_tokens > 0 ? 1.0f : 1.0f / m, r.loss_tokens = loss_tokens;
     if (!q8_) continue;
     const uint64_t grad_seed = dp_grad_seed(seed_, step, uint64_t(j));
     r.grads_ready = [this, first = j == 0, grad_seed](int layer) {
@@ -51,7 +52,7 @@ std::vector<MicroBatchRun> CudaTrainStep::step_begin(long step, int m) {
 // store: unit by unit, each dequantized into its scratch once for the norm and once for the update).
 DpStepResult CudaTrainStep::step_end(float lr, double loss_sum) {
   DpStepResult res;
-  res.loss = loss_sum / double(m_);
+  res.loss = loss_tokens_ > 0 ? loss_sum : loss_sum / double(m_);  // optim/train_step.h
   double sum_squares = 0;
   if (!q8_) sum_squares = cuda_grad_sum_squares(model_.grads_flat(), n_);
   for (int u = 0; q8_ && u < q8_->unit_count(); ++u) {

@@ -30,7 +30,7 @@ class CudaTrainStep final : public TrainStep {
   CudaTrainStep(LlamaModel& model, CudaBackend& gpu, std::unique_ptr<DeviceGradStore> q8_grads,
                 const AdamWConfig& adam, float clip, uint64_t seed);
 
-  std::vector<MicroBatchRun> step_begin(long step, int m) override;
+  std::vector<MicroBatchRun> step_begin(long step, int m, double loss_tokens = 0) override;
   DpStepResult step_end(float lr, double loss_sum) override;
 
   // moments_gather copies the weights and the moments to the host; moments_scatter sends them back (a resume).
@@ -54,6 +54,7 @@ class CudaTrainStep final : public TrainStep {
   uint64_t seed_;
   long step_ = 0;
   int m_ = 1;
+  double loss_tokens_ = 0;  // of the step running (optim/train_step.h)
   size_t n_;                              // values of the flat layout
   BackendBuffer<float> moment1_, moment2_;  // (n_) on the device
   std::vector<AdamDecayRun> runs_;        // where weight decay applies, in the flat layout

@@ -195,6 +195,23 @@ void tile_mask_queries_major(float* t, int n, float fill) {
   for (int r = 0; r + 1 < n; ++r) std::fill(t + r * n + r + 1, t + r * n + n, fill);
 }
 
+// The document mask of a tile of keys j0 … j0 + n_keys against queries whose documents start at doc_start[0 …
+// n_queries): fill where the key lies before the query's document. Keys-major t (n_keys × n_queries), or
+// queries-major (n_queries × n_keys).
+void tile_mask_documents_keys_major(float* t, int n_keys, int n_queries, int j0, const int32_t* doc_start,
+                                    float fill) {
+  for (int c = 0; c < n_keys; ++c)
+    for (int r = 0; r < n_queries; ++r)
+      if (j0 + c < doc_start[r]) t[c * n_queries + r] = fill;
+}
+void tile_mask_documents_queries_major(float* t, int n_queries, int n_keys, int j0, const int32_t* doc_start,
+                                       float fill) {
+  for (int r = 0; r < n_queries; ++r) {
+    float* row = t + r * n_keys;
+    std::fill(row, row + std::clamp(doc_start[r] - j0, 0, n_keys), fill);
+  }
+}
+
 // dst (rows × cols, contiguous) = src (rows × cols, leading dimension lds): packs strided head rows into a tile.
 void tile_copy(float* dst, const float* src, ptrdiff_t lds, int rows, int cols) {
   for (int r = 0; r < rows; ++r) {
@@ -282,20 +299,33 @@ void check_attention_shape(int B, int T, int H, int Hkv, int hd) {
 
 }  // namespace
 
+void attention_check_doc_start(const int32_t* doc_start, int B, int T) {
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < T; ++i) {
+      const int32_t s = doc_start[size_t(b) * T + i], prev = i > 0 ? doc_start[size_t(b) * T + i - 1] : 0;
+      AGOQ_CHECK(s == i || (i > 0 && s == prev), "attention: document start ", s, " of row ", i, " in sequence ", b,
+                 " does not describe contiguous documents");
+    }
+}
+
 size_t attention_scratch_bytes(int hd, int n_threads) {
   const size_t fwd = scratch_floats(forward_scratch_parts(hd)), bwd = scratch_floats(backward_scratch_parts(hd));
   return std::max(fwd, bwd) * size_t(n_threads) * sizeof(float);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Forward. One task = (b, h, query tile i): online softmax over the key tiles j ≤ i, keys-major.
+// Forward. One task = (b, h, query tile i): online softmax over the key tiles j ≤ i, keys-major (from the tile of
+// the first query's document start, with document masking).
 //   St (bc × br) = K_j · (scale·Q_i)ᵀ;  m_new = max(m, colmax St);  P = exp(St − m_new);
 //   l = l·e^(m − m_new) + colsum P;  O_i = O_i·e^(m − m_new) + Pᵀ · V_j;  at the end o = O_i / l, lse = m + log l.
 void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
-                       int Hkv, int hd) {
+                       int Hkv, int hd, const int32_t* doc_start) {
   check_attention_shape(B, T, H, Hkv, hd);
   const int group = H / Hkv, n_tiles = (T + kTile - 1) / kTile;
   const float scale = 1.0f / std::sqrt(float(hd)), inf = std::numeric_limits<float>::infinity();
+  // The running max before any key: finite, so a query whose keys of a tile are all masked (a document starting
+  // further on) keeps exp(m − m_new) = 1 and exp(−inf − m_new) = 0 instead of NaN; op_exp(lowest − score) is 0.
+  const float no_max = std::numeric_limits<float>::lowest();
   const ptrdiff_t ldq = ptrdiff_t(H) * hd, ldk = ptrdiff_t(Hkv) * hd;
   const auto parts = forward_scratch_parts(hd);
   const size_t per_thread = scratch_floats(parts);
@@ -317,13 +347,15 @@ void attention_forward(float* o, float* lse, const float* q, const float* k, con
       const float* qh = q + (size_t(b) * T * H + h) * hd;
       const float* kh = k + (size_t(b) * T * Hkv + h / group) * hd;
       const float* vh = v + (size_t(b) * T * Hkv + h / group) * hd;
+      const int32_t* ds = doc_start ? doc_start + size_t(b) * T + i0 : nullptr;  // the tile's document starts
+      const int first_key = ds ? ds[0] / kTile * kTile : 0, last_start = ds ? ds[br - 1] : 0;
 
       tile_transpose(Qt, br, qh + i0 * ldq, ldq, br, hd, scale);
-      std::fill(m, m + br, -inf);
+      std::fill(m, m + br, no_max);
       std::fill(l, l + br, 0.0f);
       std::fill(O, O + size_t(br) * hd, 0.0f);
 
-      for (int j0 = 0; j0 <= i0; j0 += kTile) {
+      for (int j0 = first_key; j0 <= i0; j0 += kTile) {
         const int bc = std::min(kTile, T - j0);
         const bool diag = j0 == i0;  // then bc == br
         // Packed copies: strided rows 1 KiB apart would fight over a few L1 sets.
@@ -331,12 +363,12 @@ void attention_forward(float* o, float* lse, const float* q, const float* k, con
         tile_copy(Vj, vh + j0 * ldk, ldk, bc, hd);
         tile_gemm(bc, br, hd, diag ? Causal::c_upper : Causal::none, 1.0f, Kj, hd, 1, Qt, br, St, br, false);
         if (diag) tile_mask_keys_major(St, br, -inf);
-        // Each query's new running max; key 0 is never masked, so it is finite from the first tile on.
+        if (j0 < last_start) tile_mask_documents_keys_major(St, bc, br, j0, ds, -inf);
         std::copy(m, m + br, m_new);
         for (int c = 0; c < bc; ++c) tile_max_accumulate(m_new, St + c * br, br);
         for (int r = 0; r < br; ++r) corr[r] = op_exp(m[r] - m_new[r]), l[r] *= corr[r];
         for (int c = 0; c < bc; ++c) tile_exp_sub_accumulate(St + c * br, m_new, l, br);
-        if (j0 > 0)
+        if (j0 > first_key)
           for (int r = 0; r < br; ++r)
             for (int d = 0; d < hd; ++d) O[r * hd + d] *= corr[r];
         tile_gemm(br, hd, bc, diag ? Causal::k_to_row : Causal::none, 1.0f, St, 1, br, Vj, hd, O, hd, true);
@@ -364,6 +396,7 @@ namespace {
 struct AttnGrad {
   float *dq, *dk, *dv;
   const float *dout, *q, *k, *v, *o, *lse;
+  const int32_t* doc_start;
   int T, H, Hkv, hd;
   float scale;
   ptrdiff_t ldq, ldk;
@@ -384,6 +417,7 @@ void backward_query_tile(const AttnGrad& a, const AttnGradTiles& t, int b, int h
   const float* lse_h = a.lse + (size_t(b) * a.H + h) * T;
   const int br = std::min(kTile, T - i0);
   const bool diag = i0 == j0;  // then br == bc
+  const int32_t* ds = a.doc_start ? a.doc_start + size_t(b) * T + i0 : nullptr;  // the query tile's document starts
   const Causal c_mask = diag ? Causal::c_lower : Causal::none;
   if (i0 + kTile < T) {  // the next query tile: the first touch of its rows is a cache miss
     const int nr = std::min(kTile, T - i0 - kTile);
@@ -398,6 +432,9 @@ void backward_query_tile(const AttnGrad& a, const AttnGradTiles& t, int b, int h
   tile_gemm(br, bc, hd, c_mask, 1.0f, t.dOi, hd, 1, t.Vt, bc, t.dS, bc, false);
   for (int r = 0; r < br; ++r) tile_softmax_grad_row(t.S + r * bc, t.dS + r * bc, lse_h[i0 + r], t.D[r], bc);
   if (diag) tile_mask_queries_major(t.S, br, 0.0f), tile_mask_queries_major(t.dS, br, 0.0f);
+  if (ds && j0 < ds[br - 1])
+    tile_mask_documents_queries_major(t.S, br, bc, j0, ds, 0.0f),
+        tile_mask_documents_queries_major(t.dS, br, bc, j0, ds, 0.0f);
   const Causal k_from = diag ? Causal::k_from_row : Causal::none;
   tile_gemm(bc, hd, br, k_from, 1.0f, t.S, 1, bc, t.dOi, hd, t.dV, hd, true);
   tile_gemm(bc, hd, br, k_from, 1.0f, t.dS, 1, bc, t.Qi, hd, t.dK, hd, true);
@@ -424,8 +461,16 @@ void backward_task(const AttnGrad& a, const AttnGradTiles& t, int b, int g) {
     tile_copy(t.Kj, kh + j0 * ldk, ldk, bc, hd);
     std::fill(t.dK, t.dK + size_t(bc) * hd, 0.0f);
     std::fill(t.dV, t.dV + size_t(bc) * hd, 0.0f);
+    // Query tiles from the diagonal on, up to the first whose documents all start after this key tile.
+    int i_end = T;
+    if (a.doc_start)
+      for (int i0 = j0; i0 < T; i0 += kTile)
+        if (a.doc_start[size_t(b) * T + i0] >= j0 + bc) {
+          i_end = i0;
+          break;
+        }
     for (int h = g * group; h < (g + 1) * group; ++h)
-      for (int i0 = j0; i0 < T; i0 += kTile) backward_query_tile(a, t, b, h, i0, j0, bc);
+      for (int i0 = j0; i0 < i_end; i0 += kTile) backward_query_tile(a, t, b, h, i0, j0, bc);
     for (int c = 0; c < bc; ++c)
       for (int d = 0; d < hd; ++d) {
         dkh[(j0 + c) * ldk + d] = t.dK[c * hd + d] * a.scale;
@@ -437,9 +482,10 @@ void backward_task(const AttnGrad& a, const AttnGradTiles& t, int b, int g) {
 }  // namespace
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv, int hd) {
+                        const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv, int hd,
+                        const int32_t* doc_start) {
   check_attention_shape(B, T, H, Hkv, hd);
-  const AttnGrad a{dq, dk, dv, dout, q, k, v, o, lse, T, H, Hkv, hd, 1.0f / std::sqrt(float(hd)),
+  const AttnGrad a{dq, dk, dv, dout, q, k, v, o, lse, doc_start, T, H, Hkv, hd, 1.0f / std::sqrt(float(hd)),
                    ptrdiff_t(H) * hd, ptrdiff_t(Hkv) * hd};
   const auto parts = backward_scratch_parts(hd);
   const size_t per_thread = scratch_floats(parts);

@@ -7,8 +7,14 @@
 // the sum of exp of the scaled scores. Head h reads kv head h / (H / Hkv); H must be a multiple of Hkv.
 // Scratch: per thread a few tiles (at most 2·64·64 + 7·64·hd floats, independent of T), one
 // Buffer<float>(…, MemCategory::workspace) per call.
+//
+// Document masking (examples packed into one sequence): doc_start (B, T), or null, gives each row the position in
+// its sequence where its document begins; query i then sees keys [doc_start_i, i] only, so no attention crosses an
+// example's boundary. Documents are contiguous: 0 ≤ doc_start_i ≤ i, never decreasing along a sequence, and
+// doc_start_i = i or doc_start_{i-1}. Null is one document per sequence (doc_start_i = 0).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 namespace agoq {
 
@@ -19,11 +25,14 @@ size_t attention_scratch_bytes(int hd, int n_threads);
 
 // o, lse OVERWRITE. Parallel over (batch, head, query tile).
 void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
-                       int Hkv, int hd);
+                       int Hkv, int hd, const int32_t* doc_start = nullptr);
 // dq (B, T, H, hd), dk, dv (B, T, Hkv, hd) OVERWRITE; for GQA dk, dv sum over the heads that share a kv head.
 // Parallel over (batch, kv head), the heads of a group looped inside, so no two threads write the same row and
 // the result is the same for any thread count.
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv, int hd);
+                        const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv, int hd,
+                        const int32_t* doc_start = nullptr);
+// Throws unless doc_start (B, T) describes contiguous documents as above (the ops trust it).
+void attention_check_doc_start(const int32_t* doc_start, int B, int T);
 
 }  // namespace agoq

@@ -86,11 +86,12 @@ class ModelBackend {
   virtual void embedding_backward(float* dtable, const float* dout, const int* tokens, int N, int C, int v_begin,
                                   int V) = 0;
   virtual void residual_add(float* out, const float* a, const float* b, size_t n) = 0;
+  // doc_start (B, T): the backend's copy of the document starts (model/attention.h), or null.
   virtual void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T,
-                                 int H, int Hkv, int hd) = 0;
+                                 int H, int Hkv, int hd, const int32_t* doc_start) = 0;
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                                   const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv,
-                                  int hd) = 0;
+                                  int hd, const int32_t* doc_start) = 0;
 };
 
 // The CPU's ops (model/ops.h: OpenBLAS and OpenMP) on host memory counted by the global tracker. One for the

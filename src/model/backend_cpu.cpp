@@ -90,13 +90,13 @@ class CpuBackend final : public ModelBackend {
     agoq::residual_add(out, a, b, n);
   }
   void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
-                         int Hkv, int hd) override {
-    agoq::attention_forward(o, lse, q, k, v, B, T, H, Hkv, hd);
+                         int Hkv, int hd, const int32_t* doc_start) override {
+    agoq::attention_forward(o, lse, q, k, v, B, T, H, Hkv, hd, doc_start);
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                           const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv,
-                          int hd) override {
-    agoq::attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, hd);
+                          int hd, const int32_t* doc_start) override {
+    agoq::attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, hd, doc_start);
   }
 };
 

@@ -260,7 +260,7 @@ void LlamaModel::attention_backward_layer(int l, int B, int T) {
   const float* v = full(ActSlot::v, v_);
   const float* o = full(ActSlot::attn_out, o_);
   be_.attention_backward(dq_.data(), dk_.data(), dv_.data(), do_.data(), q, k, v, o, S.fp32_data(l, ActSlot::attn_lse),
-                     B, T, d_.H, d_.Hkv, d_.hd);
+                     B, T, d_.H, d_.Hkv, d_.hd, doc_start_);
 }
 
 // RoPE's and q/k/v's backward from dq_, dk_, dv_'s rows: weight gradients, and dxn (OVERWRITES; a partial sum on a
@@ -326,7 +326,7 @@ void LlamaModel::forward_layer(int l, int B, int T) {
 void LlamaModel::attention_forward_layer(int l, int B, int T) {
   be_.attention_forward(attention_buffer(l, ActSlot::attn_out, o_), store().fp32_data(l, ActSlot::attn_lse),
                     attention_buffer(l, ActSlot::q, q_), attention_buffer(l, ActSlot::k, k_),
-                    attention_buffer(l, ActSlot::v, v_), B, T, d_.H, d_.Hkv, d_.hd);
+                    attention_buffer(l, ActSlot::v, v_), B, T, d_.H, d_.Hkv, d_.hd, doc_start_);
 }
 
 // One decoder layer, backward. dx_ holds dloss/dx_next on entry and dloss/dx on exit (the residual stream's
@@ -374,12 +374,15 @@ void LlamaModel::backward_layer(int l, int B, int T) {
 // The head: x -> RMSNorm -> lm_head -> cross-entropy, chunk by chunk, forward and backward fused. A shard's
 // lm_head holds its vocabulary rows: the cross-entropy reduces each row's max, sum of exponentials and target logit
 // over the group (the logits are never gathered), and the lm_head's input gradient is a partial sum.
-float LlamaModel::head_forward_backward(const float* x, const int32_t* targets, int N, float grad_scale, float* dx) {
+float LlamaModel::head_forward_backward(const float* x, const int32_t* targets, int N, const MicroBatchRun& run,
+                                        float* dx) {
   const int C = d_.C;
   long counted = 0;
   for (int i = 0; i < N; ++i) counted += targets[i] >= 0;
-  AGOQ_CHECK(counted > 0, "batch has no targets to compute a loss on");
-  const float dloss_scale = grad_scale / float(counted);
+  AGOQ_CHECK(counted > 0 || run.loss_tokens > 0, "batch has no targets to compute a loss on");
+  const double divisor = run.loss_tokens > 0 ? run.loss_tokens : double(counted);
+  const float dloss_scale =
+      run.loss_tokens > 0 ? float(double(run.grad_scale) / run.loss_tokens) : run.grad_scale / float(counted);
   targets = ids_on_backend(targets, targets_dev_, N);
   if (stage().sp) {
     head_rows_sp(x, targets, N, dloss_scale, dx);
@@ -401,7 +404,7 @@ float LlamaModel::head_forward_backward(const float* x, const int32_t* targets, 
   if (!be_.host_memory()) copied.resize(N), be_.download(copied.data(), losses, N * sizeof(float)), losses = copied.data();
   double loss_sum = 0;
   for (int i = 0; i < N; ++i) loss_sum += losses[i];  // fixed order: deterministic
-  return float(loss_sum / double(counted));
+  return float(loss_sum / divisor);
 }
 
 // Rows [r0, r0 + rows) of the head from their final-norm output xn: lm_head -> cross-entropy into losses_; with
@@ -430,8 +433,18 @@ void LlamaModel::check_batch(int B, int T) const {
   if (stage().sp) model_sp_check(stage().tp, B, T);
 }
 
+void LlamaModel::documents_use(const MicroBatchRun& run, int B, int T) {
+  doc_start_ = nullptr;
+  if (!run.doc_start) return;
+  attention_check_doc_start(run.doc_start, B, T);
+  if (!be_.host_memory() && !docs_dev_.data())  // packed data only: the first pass with documents makes it
+    docs_dev_ = be_.buffer<int32_t>(size_t(max_rows_), MemCategory::workspace, "tokens");
+  doc_start_ = ids_on_backend(run.doc_start, docs_dev_, B * T);
+}
+
 void LlamaModel::stage_forward(const int32_t* inputs, int B, int T, const MicroBatchRun& run) {
   check_batch(B, T);
+  documents_use(run, B, T);
   store().set_seed(run.act_seed);
   const int N = B * T, V = cfg_.vocab_size;
   if (stage().embed) {
@@ -460,13 +473,14 @@ float LlamaModel::stage_head(const int32_t* targets, int B, int T, const MicroBa
     AGOQ_CHECK(targets[i] < cfg_.vocab_size, "target id ", targets[i], " out of range for vocab size ",
                cfg_.vocab_size);
   const float loss =
-      head_forward_backward(resid_.data(), targets, B * T, run.grad_scale, backward ? dx_.data() : nullptr);
+      head_forward_backward(resid_.data(), targets, B * T, run, backward ? dx_.data() : nullptr);
   if (backward && run.grads_ready) run.grads_ready(cfg_.n_layers);
   return loss;
 }
 
 void LlamaModel::stage_backward(const int32_t* inputs, int B, int T, const MicroBatchRun& run) {
   check_batch(B, T);
+  documents_use(run, B, T);
   for (int l = stage().end_layer - 1; l >= stage().first_layer; --l) {
     if (stage().sp) backward_layer_sp(l, B, T);
     else backward_layer(l, B, T);

@@ -22,6 +22,13 @@ namespace agoq {
 struct MicroBatchRun {
   uint64_t act_seed = 0;    // stochastic rounding of the activations forward saves (the selected store's seed)
   float grad_scale = 1.0f;  // backward adds grad_scale * d(mean loss)/d(param) into grads()
+  // The mean loss is the sum of the counted targets' losses over loss_tokens; 0: over this micro-batch's own
+  // count. A step normalising per counted token over its whole global batch (loss masks: micro-batches count
+  // different numbers) sets the step's count here and grad_scale 1.
+  double loss_tokens = 0;
+  // (B, T) on the host: where each row's document begins in its sequence (model/attention.h's document masking
+  // of packed examples); null: one document per sequence. Valid during the pass.
+  const int32_t* doc_start = nullptr;
   // Called as soon as a part's gradients are final for this micro-batch, so a caller can overlap their
   // communication or compression with the rest of backward. Order: n_layers (final norm and an untied lm_head),
   // n_layers-1 .. 0 (decoder layers), -1 (embedding; also the lm_head when tied); a pipeline stage announces only
@@ -125,7 +132,9 @@ class LlamaModel {
   void backward_layer(int l, int B, int T);
   // Final norm -> lm_head -> cross-entropy, in chunks of rows so the (N, V) logits never exist; when dx is
   // given it also runs the backward of those three (dx = dloss/dx_final) and accumulates their weight gradients.
-  float head_forward_backward(const float* x, const int32_t* targets, int N, float grad_scale, float* dx);
+  float head_forward_backward(const float* x, const int32_t* targets, int N, const MicroBatchRun& run, float* dx);
+  // The run's document starts where the backend's attention reads them (doc_start_), checked.
+  void documents_use(const MicroBatchRun& run, int B, int T);
   void check_batch(int B, int T) const;
   void stores_allocate(const ActPolicy& policy, int count);
   float run_whole(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run,
@@ -177,6 +186,8 @@ class LlamaModel {
   std::vector<std::unique_ptr<ActStoreApi>> stores_;
   int active_ = 0;
   BackendBuffer<int32_t> inputs_dev_, targets_dev_;  // (N) a device backend's copy of the token ids
+  BackendBuffer<int32_t> docs_dev_;                  // (N) and of the document starts (made when first needed)
+  const int32_t* doc_start_ = nullptr;               // the pass's document starts on the backend, or null
   BackendBuffer<float> rope_cos_, rope_sin_;  // (max_seq, hd/2)
   // Whole-batch workspace, shapes for N = B*T rows (widths of the shard: d_); n = stage().rows_held(N).
   BackendBuffer<float> resid_;                // (n, C)  the residual stream, updated in place layer by layer

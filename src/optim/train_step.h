@@ -4,6 +4,10 @@
 //
 //   runs = step.step_begin(step, m);  loss_sum = <the m micro-batches>;  result = step.step_end(lr, loss_sum)
 //
+// The loss is a mean per counted target. Without loss masks every micro-batch counts as many, and each one's mean
+// weighs 1/(D·m); with them (prompt/completion data) step_begin is given the step's count over its whole global
+// batch, and every micro-batch's loss is its sum over that count, so every grid normalises alike.
+//
 // Checkpoints see the weights and the Adam moments as named host tensors: moments_gather() before a save makes
 // them current (a ZeRO gather, a copy from the device), moments_release() after it; for a load,
 // moments_load_views(form) are the tensors to read into and moments_scatter() puts them in place.
@@ -46,7 +50,9 @@ inline uint64_t dp_grad_seed(uint64_t seed, long step, uint64_t g) {
 class TrainStep {
  public:
   virtual ~TrainStep() = default;
-  virtual std::vector<MicroBatchRun> step_begin(long step, int m) = 0;
+  // loss_tokens: the counted targets of the step's whole global batch (all ranks' micro-batches), or 0 for a mean
+  // per micro-batch (above).
+  virtual std::vector<MicroBatchRun> step_begin(long step, int m, double loss_tokens = 0) = 0;
   virtual DpStepResult step_end(float lr, double loss_sum) = 0;
 
   virtual NamedTensors weights_views() = 0;

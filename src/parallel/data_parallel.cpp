@@ -31,8 +31,8 @@ NamedTensors DataParallel::weights_views() {
   return out;
 }
 
-std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m) {
-  step_ = step, m_ = m;
+std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m, double loss_tokens) {
+  step_ = step, m_ = m, loss_tokens_ = loss_tokens;
   store_.step_begin();
   std::vector<MicroBatchRun> runs(m);
   for (int j = 0; j < m; ++j) {
@@ -42,7 +42,8 @@ std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m) {
     // (seed, step, g).
     r.act_seed = dp_act_seed(seed_, step, g);
     const uint64_t grad_seed = dp_grad_seed(seed_, step, g);
-    r.grad_scale = 1.0f / float(D_ * m);
+    r.grad_scale = loss_tokens > 0 ? 1.0f : 1.0f / float(D_ * m);
+    r.loss_tokens = loss_tokens;
     r.grads_ready = [this, j, m, grad_seed](int layer) {
       reducer_.unit_ready(grad_unit_of_layer(store_.stage(), layer), j == 0, j == m - 1, grad_seed);
     };
@@ -55,7 +56,8 @@ std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m) {
 
 DpStepResult DataParallel::step_end(float lr, double loss_sum) {
   const double wait_s = reducer_.reduce();
-  DpStepResult res = optimizer_.step(step_, lr, loss_sum, D_ * m_, reducer_);
+  // Micro-batch losses are means over loss_tokens_ already, or each weighs 1/(D·m) (optim/train_step.h).
+  DpStepResult res = optimizer_.step(step_, lr, loss_sum, loss_tokens_ > 0 ? 1 : D_ * m_, reducer_);
   res.wait_s = wait_s;
   return res;
 }

@@ -51,7 +51,7 @@ class DataParallel final : public TrainStep {
   // Starts a step of m micro-batches on this rank and returns what micro-batch j (global micro-batch rank * m + j)
   // runs with: the activation rounding seed a single process running all D * m would give it, grad_scale
   // 1 / (D * m), and grads_ready feeding the store and the reduction. Backwards must run in order j = 0 .. m-1.
-  std::vector<MicroBatchRun> step_begin(long step, int m) override;
+  std::vector<MicroBatchRun> step_begin(long step, int m, double loss_tokens = 0) override;
   // After the m micro-batches: reduction, norm, clipping, divergence check, AdamW. loss_sum: the sum of this rank's
   // micro-batch losses (0 on pipeline stages without the head). Collective.
   DpStepResult step_end(float lr, double loss_sum) override;
@@ -71,6 +71,7 @@ class DataParallel final : public TrainStep {
   uint64_t seed_;
   long step_ = 0;  // of the step running
   int m_ = 1;
+  double loss_tokens_ = 0;  // of the step running (optim/train_step.h)
   GradStore& store_;
   std::vector<GradUnit> units_;
   GradReducer reducer_;

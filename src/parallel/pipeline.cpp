@@ -105,14 +105,16 @@ double Pipeline::run(const int32_t* inputs, const int32_t* targets, int B, int T
   return loss_sum;
 }
 
-double Pipeline::forward_loss_sum(const std::function<void(int, int32_t*, int32_t*)>& batch, int n, int B, int T) {
+double Pipeline::forward_loss_sum(const EvalBatch& batch, int n, int B, int T, double loss_tokens, bool documents) {
   const size_t rows = rows_cap_, bytes = message_bytes(B, T);
-  std::vector<int32_t> in(rows), tgt(rows);
+  std::vector<int32_t> in(rows), tgt(rows), docs(documents ? rows : 0);
   model_.select_store(0);
-  const MicroBatchRun run = with_progress({});
+  MicroBatchRun run = with_progress({});
+  run.loss_tokens = loss_tokens;
+  run.doc_start = documents ? docs.data() : nullptr;
   double sum = 0;
   for (int i = 0; i < n; ++i) {
-    batch(i, in.data(), tgt.data());
+    batch(i, in.data(), tgt.data(), run.doc_start ? docs.data() : nullptr);
     if (r_ > 0) comm_.recv(model_.stage_input(), bytes, r_ - 1, kTagEval);
     model_.stage_forward(in.data(), B, T, run);
     if (r_ < P_ - 1) send(model_.stage_output(), r_ + 1, kTagEval);

@@ -39,8 +39,12 @@ class Pipeline {
   // ones) through the schedule, micro-batch j with runs[j] (its seed, grad scale and grads_ready; backwards run in
   // order j = 0 .. m-1). Returns the sum of the micro-batch losses on the last stage, 0 elsewhere.
   double run(const int32_t* inputs, const int32_t* targets, int B, int T, const std::vector<MicroBatchRun>& runs);
-  // Forward only, n batches from batch(i, inputs, targets): the sum of their mean losses, on every stage.
-  double forward_loss_sum(const std::function<void(int, int32_t*, int32_t*)>& batch, int n, int B, int T);
+  // Forward only, n batches from batch(i, inputs, targets, doc_start): the sum of their mean losses (each over
+  // loss_tokens when it is set: MicroBatchRun), on every stage. With `documents`, batch() writes each row's
+  // document start too, and attention masks by it.
+  using EvalBatch = std::function<void(int, int32_t*, int32_t*, int32_t*)>;
+  double forward_loss_sum(const EvalBatch& batch, int n, int B, int T, double loss_tokens = 0,
+                          bool documents = false);
 
   // The operations run() executed, in order (tests check it against the 1F1B definition).
   const std::vector<PipeOp>& trace() const { return trace_; }

@@ -225,8 +225,7 @@ void TrainSession::model_build() {
   // One global window stream, identical on every rank: each step draws D * m micro-batches and replica r trains
   // on r * m .. r * m + m - 1 (every stage of a replica the same ones). So D replicas x m equal 1 x D * m, and
   // one loader state resumes any rank.
-  loader_ = std::make_unique<DataLoader>(train_set_, T_, opt_.seed);
-  val_loader_ = std::make_unique<DataLoader>(val_set_, T_, opt_.seed);
+  batches_allocate();
   const int in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
   grads_ = std::make_unique<GradStore>(cfg_, stages_[grid_.stage], dp_options_.store);  // the model writes into it
   if (grid_.tp) tensor_group_ = std::make_unique<CommTensorGroup>(*grid_.tp);
@@ -235,9 +234,6 @@ void TrainSession::model_build() {
   model_->init_weights(opt_.seed);
   engine_ = std::make_unique<DataParallel>(*grid_.dp, model_->params(), *grads_, dp_options_);
   if (grid_.P > 1) pipeline_ = std::make_unique<Pipeline>(*grid_.pipe, *model_, B_, T_);
-  inputs_.resize(size_t(B_) * T_ * m_);
-  targets_.resize(inputs_.size());
-  skipped_.resize(2 * size_t(B_) * T_);
 }
 
 // One GPU in one process (docs/cuda.md): the model on the CUDA backend, its gradients in its own fp32 buffer or in
@@ -250,8 +246,7 @@ void TrainSession::model_build_gpu() {
   auto gpu = std::make_unique<CudaBackend>(opt_.gpu_gemm == "fp32" ? GemmPrecision::fp32 : GemmPrecision::bf16);
   CudaBackend& backend = *gpu;
   gpu_ = std::move(gpu);
-  loader_ = std::make_unique<DataLoader>(train_set_, T_, opt_.seed);
-  val_loader_ = std::make_unique<DataLoader>(val_set_, T_, opt_.seed);
+  batches_allocate();
   const ModelStage whole = model_stage_whole(cfg_);
   std::unique_ptr<DeviceGradStore> q8;  // --grad-store q8: the model writes into its scratch
   if (dp_options_.store.kind == GradStoreKind::q8)
@@ -260,9 +255,6 @@ void TrainSession::model_build_gpu() {
                                         q8 ? q8->model_storage() : std::vector<ParamSegment>{}, nullptr, backend);
   model_->init_weights(opt_.seed);
   engine_ = std::make_unique<CudaTrainStep>(*model_, backend, std::move(q8), dp_options_.adam, opt_.clip, opt_.seed);
-  inputs_.resize(size_t(B_) * T_ * m_);
-  targets_.resize(inputs_.size());
-  skipped_.resize(2 * size_t(B_) * T_);
 #else
   fail("--device cuda: this agoq was built without the CUDA backend (no nvcc at configure time, or -DAGOQ_CUDA=OFF)");
 #endif
@@ -407,20 +399,40 @@ TrainResult TrainSession::run() {
   return result;
 }
 
+void TrainSession::batches_allocate() {
+  loader_ = std::make_unique<DataLoader>(train_set_, T_, opt_.seed);
+  val_loader_ = std::make_unique<DataLoader>(val_set_, T_, opt_.seed);
+  const size_t rows = size_t(B_) * T_;
+  inputs_.resize(rows * m_);
+  targets_.resize(rows * m_);
+  skipped_.resize(3 * rows);
+  if (train_set_.has_flags()) docs_.resize(rows * m_);
+}
+
 // The loader draws all D * m micro-batches of the step, in the same order on every rank; this replica keeps its m.
+// With loss masks, every rank counts the targets of all of them: the step's loss is a mean over that count.
 void TrainSession::batches_next() {
   const size_t rows = size_t(B_) * T_;
-  int32_t *skip_in = skipped_.data(), *skip_tgt = skipped_.data() + rows;
+  int32_t *skip_in = skipped_.data(), *skip_tgt = skipped_.data() + rows, *skip_docs = skipped_.data() + 2 * rows;
+  const bool masked = !docs_.empty();
+  step_tokens_ = 0;
   for (int g = 0; g < grid_.D * m_; ++g) {
     const bool mine = g / m_ == grid_.replica;
     const size_t at = size_t(g % m_) * rows;
-    loader_->next_batch(B_, mine ? inputs_.data() + at : skip_in, mine ? targets_.data() + at : skip_tgt);
+    int32_t* tgt = mine ? targets_.data() + at : skip_tgt;
+    loader_->next_batch(B_, mine ? inputs_.data() + at : skip_in, tgt,
+                        masked ? (mine ? docs_.data() + at : skip_docs) : nullptr);
+    if (masked) step_tokens_ += double(std::count_if(tgt, tgt + rows, [](int32_t t) { return t >= 0; }));
   }
 }
 
 DpStepResult TrainSession::train_step(long step, float lr) {
   batches_next();
-  const std::vector<MicroBatchRun> runs = engine_->step_begin(step, m_);
+  const bool masked = !docs_.empty();
+  // A global batch of prompts only (no target counts) trains on nothing: loss and gradients 0.
+  std::vector<MicroBatchRun> runs = engine_->step_begin(step, m_, masked ? std::max(step_tokens_, 1.0) : 0);
+  if (masked)
+    for (int j = 0; j < m_; ++j) runs[j].doc_start = docs_.data() + size_t(j) * B_ * T_;
   const double loss_sum =
       pipeline_ ? pipeline_->run(inputs_.data(), targets_.data(), B_, T_, runs)
                 : model_->forward_backward_micro_batches(inputs_.data(), targets_.data(), B_, T_, runs);
@@ -428,23 +440,35 @@ DpStepResult TrainSession::train_step(long step, float lr) {
 }
 
 // On the first replica (replicas are identical), through the pipeline when there is one; broadcast to the others.
+// With loss masks, the mean over every counted target of the n batches (a sum of per-batch sums over that count).
 float TrainSession::evaluate() {
   const int n = val_loader_->val_batch_count(B_, opt_.eval_batches);
+  const size_t rows = size_t(B_) * T_;
+  const bool masked = val_set_.has_flags();
+  std::vector<int32_t> in(rows), tgt(rows), docs(masked ? rows : 0);
+  auto batch = [&](int i, int32_t* inputs, int32_t* targets, int32_t* doc_start) {
+    val_loader_->val_batch(B_, opt_.eval_batches, i, inputs, targets, doc_start);
+  };
+  double tokens = 0;
+  for (int i = 0; masked && i < n; ++i) {
+    batch(i, in.data(), tgt.data(), docs.data());
+    tokens += double(std::count_if(tgt.begin(), tgt.end(), [](int32_t t) { return t >= 0; }));
+  }
+  MicroBatchRun run;
+  run.loss_tokens = masked ? std::max(tokens, 1.0) : 0;
+  run.doc_start = masked ? docs.data() : nullptr;
   double sum = 0;
   if (grid_.replica == 0) {
     if (pipeline_) {
-      sum = pipeline_->forward_loss_sum(
-          [&](int i, int32_t* in, int32_t* tgt) { val_loader_->val_batch(B_, opt_.eval_batches, i, in, tgt); }, n, B_,
-          T_);
+      sum = pipeline_->forward_loss_sum(batch, n, B_, T_, run.loss_tokens, masked);
     } else {
-      std::vector<int32_t> in(size_t(B_) * T_), tgt(size_t(B_) * T_);
       for (int i = 0; i < n; ++i) {
-        val_loader_->val_batch(B_, opt_.eval_batches, i, in.data(), tgt.data());
-        sum += model_->forward_loss(in.data(), tgt.data(), B_, T_);
+        batch(i, in.data(), tgt.data(), masked ? docs.data() : nullptr);
+        sum += model_->forward_loss(in.data(), tgt.data(), B_, T_, run);
       }
     }
   }
-  float val = float(sum / n);
+  float val = float(masked ? sum : sum / n);
   if (grid_.D > 1) grid_.dp->broadcast(&val, sizeof val, 0);
   return val;
 }

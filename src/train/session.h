@@ -52,7 +52,8 @@ class TrainSession {
   void weights_init_from();
   // One optimizer step: this replica's micro-batches through the model (or the pipeline), reduction, AdamW.
   DpStepResult train_step(long step, float lr);
-  void batches_next();  // this replica's micro-batches of the next step into inputs_, targets_
+  void batches_allocate();  // the loaders and the batch buffers
+  void batches_next();      // this replica's micro-batches of the next step into inputs_, targets_ (and docs_)
   // Validation loss, the same on every rank.
   float evaluate();
   // Checkpoint `at_step` as ckpt-step<N>, then point `ckpt` at it (train/session_checkpoint.cpp). Collective.
@@ -96,6 +97,10 @@ class TrainSession {
   long step_resumed_ = -1;  // the checkpoint's step when resumed
   std::vector<int32_t> inputs_, targets_;  // this replica's m micro-batches of the step, back to back
   std::vector<int32_t> skipped_;           // where the other replicas' micro-batches are drawn to (inputs, targets)
+  // Packed prompt/completion data (loss masks): each row's document start, and the step's counted targets over
+  // its whole global batch (optim/train_step.h).
+  std::vector<int32_t> docs_;
+  double step_tokens_ = 0;
   std::string replan_log_;
   std::string block_notes_;  // blocks_isolate_replicated's, for the log
   double seconds_total_ = 0, wait_total_ = 0;  // step time and communication not hidden behind it, over the run

@@ -36,13 +36,18 @@ def sample_text():
     return "".join(parts)
 
 
-def make_tokenizer(out, text, vocab):
+CHATML_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                   "{% endfor %}")
+
+
+def make_tokenizer(out, text, vocab, chatml=False):
     tok = Tokenizer(models.BPE(ignore_merges=True))
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(pattern=__import__("tokenizers").Regex(LLAMA3_SPLIT), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|begin_of_text|>", "<|end_of_text|>"],
+    specials = ["<|begin_of_text|>", "<|end_of_text|>"] + (["<|im_start|>", "<|im_end|>"] if chatml else [])
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator([text], trainer)
     bos = tok.token_to_id("<|begin_of_text|>")
@@ -50,18 +55,21 @@ def make_tokenizer(out, text, vocab):
                                                        pair="<|begin_of_text|> $A <|begin_of_text|> $B",
                                                        special_tokens=[("<|begin_of_text|>", bos)])
     tok.save(os.path.join(out, "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>",
+              "eos_token": "<|end_of_text|>", "model_max_length": 128}
+    if chatml:
+        config["chat_template"] = CHATML_TEMPLATE
     with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
-        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>",
-                   "eos_token": "<|end_of_text|>", "model_max_length": 128}, f)
+        json.dump(config, f)
     return tok.get_vocab_size(), bos, tok.token_to_id("<|end_of_text|>")
 
 
-def make_hf(out, tied, rope, mistral):
+def make_hf(out, tied, rope, mistral, chatml=False):
     os.makedirs(out, exist_ok=True)
     text = sample_text()
     with open(os.path.join(out, "text.txt"), "w") as f:
         f.write(text)
-    vocab, bos, eos = make_tokenizer(out, text, 400)
+    vocab, bos, eos = make_tokenizer(out, text, 400, chatml)
     scaling = {"llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                           "original_max_position_embeddings": 64},
                "linear": {"rope_type": "linear", "factor": 2.0}, "none": None}[rope]
@@ -110,6 +118,49 @@ def score(model_dir, text_path, seq, prompt, n):
                       "greedy_ids": greedy}))
 
 
+def examples(model_dir, jsonl):
+    """Per line of a prompt/completion file, transformers' tokens of the example and which count in the loss:
+    BOS + prompt + completion + EOS (the completion and EOS counted), or for `messages` the chat template's tokens
+    (rendered whole, as apply_chat_template renders it) + EOS, the assistant contents and their <|im_end|> counted."""
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    out = []
+    with open(jsonl, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            ex = json.loads(line)
+            if "messages" in ex:
+                # The chat template (CHATML_TEMPLATE) rendered as a whole and tokenized at once, as
+                # apply_chat_template does (it needs jinja2, which this venv does not carry).
+                text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in ex["messages"])
+                ids = tok(text, add_special_tokens=False)["input_ids"]
+                end = tok.convert_tokens_to_ids("<|im_end|>")
+                loss, inside = [], False
+                # Assistant content: after "<|im_start|>assistant\n", up to and including its <|im_end|>.
+                head = tok("assistant\n", add_special_tokens=False)["input_ids"]
+                start = tok.convert_tokens_to_ids("<|im_start|>")
+                i = 0
+                while i < len(ids):
+                    if ids[i] == start and ids[i + 1:i + 1 + len(head)] == head:
+                        n = 1 + len(head)
+                        loss += [0] * n
+                        i += n
+                        inside = True
+                        continue
+                    loss.append(1 if inside else 0)
+                    if ids[i] == end:
+                        inside = False
+                    i += 1
+                ids, loss = [tok.bos_token_id] + ids + [tok.eos_token_id], [0] + loss + [0]
+            else:
+                p = tok(ex["prompt"], add_special_tokens=False)["input_ids"]
+                c = tok(ex["completion"], add_special_tokens=False)["input_ids"]
+                ids = [tok.bos_token_id] + p + c + [tok.eos_token_id]
+                loss = [0] * (1 + len(p)) + [1] * (len(c) + 1)
+            out.append({"ids": ids, "loss": loss})
+    print(json.dumps(out))
+
+
 def f16_round(hf, out):
     model = AutoModelForCausalLM.from_pretrained(hf, torch_dtype=torch.float32)
     with torch.no_grad():
@@ -124,7 +175,9 @@ if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "make-hf":
         rope = sys.argv[sys.argv.index("--rope") + 1] if "--rope" in sys.argv else "none"
-        make_hf(sys.argv[2], "--tied" in sys.argv, rope, "--mistral" in sys.argv)
+        make_hf(sys.argv[2], "--tied" in sys.argv, rope, "--mistral" in sys.argv, "--chatml" in sys.argv)
+    elif cmd == "examples":
+        examples(sys.argv[2], sys.argv[3])
     elif cmd == "f16-round":
         f16_round(sys.argv[2], sys.argv[3])
     elif cmd == "score":

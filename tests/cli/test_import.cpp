@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arch/hf.h"
+#include "data/token_file.h"
 #include "formats/safetensors.h"
 #include "tests/cli/cli_test_util.h"
 #include "tests/common/python_ref.h"
@@ -263,6 +264,111 @@ TEST_F(ImportHf, FineTuneRefusesWhatDoesNotFit) {
   ASSERT_EQ(st, 0);
   expect_clean_error("train --data " + other + " --out " + run + " --init-from " + m.dir + " --steps 2 --seq 32",
                      "was prepared with another tokenizer (sentencepiece, 500 tokens");
+}
+
+// Prompt/completion data: examples as transformers' tokenizer gives them (its chat template for `messages`), the
+// loss on completions only, packed for --seq; then a fine-tune on it learns, and bad lines are refused by number.
+TEST_F(ImportHf, PromptCompletionDataIsTheTokenizersAndTrains) {
+  const RefModel& m = model("--rope llama3 --chatml");
+  const fs::path dir = root() / "examples";
+  fs::create_directories(dir);
+  const std::string jsonl = (dir / "train.jsonl").string();
+  {
+    std::ofstream f(jsonl);
+    const char* names[] = {"Elizabeth", "Darcy", "Jane", "Bingley", "Lydia"};
+    for (int i = 0; i < 60; ++i) {
+      const std::string a = names[i % 5], b = names[(i + 2) % 5];
+      if (i % 3 == 2)
+        f << json{{"messages", {{{"role", "user"}, {"content", "Who danced with " + a + "?"}},
+                                {{"role", "assistant"}, {"content", b + " did, twice."}}}}}.dump() << "\n";
+      else
+        f << json{{"prompt", "Q: who wrote to " + a + "?\nA:"}, {"completion", " " + b + " wrote."}}.dump() << "\n";
+      if (i == 7) f << "\n";  // blank lines are skipped
+    }
+  }
+  const std::string data = (dir / "prepared").string();
+  int st = 0;
+  std::string log = agoq_stdout("prepare --format prompt-completion --input " + jsonl + " --tokenizer " + m.dir +
+                                    " --seq 64 --val-fraction 0.2 --out " + data,
+                                &st);
+  ASSERT_EQ(st, 0) << log;
+
+  // The token files hold transformers' examples, in order, whole, each flagged as it counts.
+  const json want = last_json_line(python_ref_run("tests/cli/import_reference.py", "examples " + m.dir + " " + jsonl));
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> flags;
+  for (const char* part : {"train.bin", "val.bin"}) {
+    std::vector<uint8_t> f;
+    const std::vector<int32_t> t = token_file_read(data + "/" + part, nullptr, &f);
+    tokens.insert(tokens.end(), t.begin(), t.end()), flags.insert(flags.end(), f.begin(), f.end());
+  }
+  size_t at = 0, examples = 0;
+  for (const json& ex : want) {
+    const std::vector<int32_t> ids = ex["ids"];
+    const std::vector<int> loss = ex["loss"];
+    while (at < tokens.size() && !(flags[at] & kTokenFlagDocStart && !(flags[at] & kTokenFlagLoss) &&
+                                   tokens[at] == ids[0] && (at + 1 == tokens.size() || tokens[at + 1] == ids[1])))
+      ++at;  // past the padding that closed a window
+    ASSERT_LE(at + ids.size(), tokens.size()) << "example " << examples;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ASSERT_EQ(tokens[at + i], ids[i]) << "example " << examples << " token " << i;
+      ASSERT_EQ(bool(flags[at + i] & kTokenFlagLoss), loss[i] != 0) << "example " << examples << " token " << i;
+      ASSERT_EQ(bool(flags[at + i] & kTokenFlagDocStart), i == 0) << "example " << examples << " token " << i;
+    }
+    at += ids.size(), ++examples;
+  }
+  EXPECT_EQ(examples, 60u);
+  EXPECT_EQ(tokens.size() % 65, 0u);
+
+  // A fine-tune on it: the validation loss (on completion tokens only) falls from step 1's to step 30's.
+  const std::string run = (dir / "run").string();
+  log = agoq_stdout("train --data " + data + " --init-from " + m.dir + " --out " + run +
+                        " --batch 2 --seq 64 --steps 30 --warmup 2 --lr 3e-3 --eval-every 1 --eval-batches 4 --quiet",
+                    &st);
+  ASSERT_EQ(st, 0) << log;
+  std::vector<double> val;
+  std::istringstream metrics(file_text(run + "/metrics.jsonl"));
+  for (std::string line; std::getline(metrics, line);)
+    if (const json rec = json::parse(line); rec.contains("val_loss")) val.push_back(rec["val_loss"]);
+  ASSERT_EQ(val.size(), 30u);
+  EXPECT_LT(val.back(), val.front() * 0.9) << "validation loss at steps 1 and 30";
+  expect_clean_error("train --data " + data + " --init-from " + m.dir + " --out " + run + "2 --seq 16 --steps 1",
+                     "packs its examples for --seq 64, not 16");
+
+  // Bad lines: one line naming the file and line, and nothing written.
+  auto refused = [&](const std::string& name, const std::string& line, const std::string& needle,
+                     const std::string& flags = "") {
+    const std::string bad = (dir / name).string();
+    std::ofstream(bad) << "{\"prompt\": \"a\", \"completion\": \" b\"}\n" << line << "\n";
+    expect_clean_error("prepare --format prompt-completion --input " + bad + " --tokenizer " + m.dir +
+                           " --seq 64 --out " + (dir / ("out_" + name)).string() + flags,
+                       bad + ":2: " + needle);
+    EXPECT_FALSE(fs::exists(dir / ("out_" + name) / "train.bin")) << name;
+  };
+  refused("notjson.jsonl", "{\"prompt\": ", "not a JSON object");
+  refused("fields.jsonl", "{\"text\": \"x\"}", "needs \"prompt\" and \"completion\", or \"messages\"");
+  refused("type.jsonl", "{\"prompt\": 3, \"completion\": \"x\"}", "\"prompt\" must be a string");
+  refused("empty.jsonl", "{\"prompt\": \"x\", \"completion\": \"\"}", "the completion is empty");
+  refused("noassistant.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}",
+          "no assistant message");
+  const std::string longer = json{{"prompt", "x"}, {"completion", std::string(400, 'z') + " the end"}}.dump();
+  refused("long.jsonl", longer, "the example does not fit a window of --seq + 1 = 65 tokens");
+  const std::string long_prompt = json{{"prompt", std::string(400, 'z')}, {"completion", "y"}}.dump();
+  refused("longprompt.jsonl", long_prompt, "the prompt alone fills", " --overlong truncate");
+  st = 0;  // truncated, the long completion is cut to the window
+  log = agoq_stdout("prepare --format prompt-completion --input " + (dir / "long.jsonl").string() + " --tokenizer " +
+                        m.dir + " --seq 64 --overlong truncate --val-fraction 0 --out " + (dir / "cut").string(),
+                    &st);
+  EXPECT_EQ(st, 0) << log;
+  EXPECT_NE(log.find("(1 truncated)"), std::string::npos) << log;
+  // `messages` need ChatML tokens, which the plain tokenizer lacks.
+  const std::string chat = (dir / "chat.jsonl").string();
+  std::ofstream(chat) << json{{"messages", {{{"role", "assistant"}, {"content", "hi"}}}}}.dump() << "\n";
+  const std::string plain = model("--rope llama3").dir;
+  expect_clean_error("prepare --format prompt-completion --input " + chat + " --tokenizer " + plain + " --seq 64 --out " +
+                         (dir / "nochat").string(),
+                     chat + ":1: \"messages\" are rendered with ChatML's <|im_start|> and <|im_end|>");
+  fs::remove_all(dir);
 }
 
 TEST_F(ImportHf, WhatAgoqDoesNotComputeIsRefusedByName) {

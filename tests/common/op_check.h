@@ -23,6 +23,19 @@ inline std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
 
 inline Vec to_double(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
 
+// Document starts (B, T) of packed examples (model/attention.h): each row starts a new document with probability
+// 1/mean_len; boundaries at tile edges and one-token documents occur for the shapes the tests use.
+inline std::vector<int32_t> doc_starts_random(int B, int T, uint64_t seed, int mean_len = 20) {
+  Rng rng(seed);
+  std::vector<int32_t> ds(size_t(B) * T);
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < T; ++i) {
+      const bool starts = i == 0 || rng.below(uint32_t(mean_len)) == 0 || (i == 64 && b == 0);
+      ds[size_t(b) * T + i] = starts ? i : ds[size_t(b) * T + i - 1];
+    }
+  return ds;
+}
+
 inline double max_abs(const Vec& v) {
   double m = 0;
   for (double x : v) m = std::max(m, std::abs(x));

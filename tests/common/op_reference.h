@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -48,9 +49,10 @@ inline void rope_forward(double* x, int N, int T, int n_heads, int hd, double th
     }
 }
 
-// Causal attention with the full softmax: q (B,T,H,hd), k, v (B,T,Hkv,hd) -> o (B,T,H,hd), lse (B,H,T).
+// Causal attention with the full softmax: q (B,T,H,hd), k, v (B,T,Hkv,hd) -> o (B,T,H,hd), lse (B,H,T). With
+// doc_start (B,T), query i sees keys doc_start_i .. i only (document masking).
 inline void attention_forward(double* o, double* lse, const double* q, const double* k, const double* v, int B, int T,
-                              int H, int Hkv, int hd) {
+                              int H, int Hkv, int hd, const int32_t* doc_start = nullptr) {
   const double scale = 1.0 / std::sqrt(double(hd));
   std::vector<double> s(T);
   for (int b = 0; b < B; ++b)
@@ -58,8 +60,9 @@ inline void attention_forward(double* o, double* lse, const double* q, const dou
       const int g = h / (H / Hkv);
       for (int i = 0; i < T; ++i) {
         const double* qi = q + ((b * T + i) * H + h) * hd;
+        const int j0 = doc_start ? doc_start[b * T + i] : 0;
         double m = -std::numeric_limits<double>::infinity();
-        for (int j = 0; j <= i; ++j) {
+        for (int j = j0; j <= i; ++j) {
           const double* kj = k + ((b * T + j) * Hkv + g) * hd;
           double dot = 0;
           for (int d = 0; d < hd; ++d) dot += qi[d] * kj[d];
@@ -67,11 +70,11 @@ inline void attention_forward(double* o, double* lse, const double* q, const dou
           m = std::max(m, s[j]);
         }
         double sum = 0;
-        for (int j = 0; j <= i; ++j) sum += std::exp(s[j] - m);
+        for (int j = j0; j <= i; ++j) sum += std::exp(s[j] - m);
         if (lse) lse[(b * H + h) * T + i] = m + std::log(sum);
         double* oi = o + ((b * T + i) * H + h) * hd;
         for (int d = 0; d < hd; ++d) oi[d] = 0;
-        for (int j = 0; j <= i; ++j) {
+        for (int j = j0; j <= i; ++j) {
           const double p = std::exp(s[j] - m) / sum;
           const double* vj = v + ((b * T + j) * Hkv + g) * hd;
           for (int d = 0; d < hd; ++d) oi[d] += p * vj[d];

@@ -91,8 +91,11 @@ TEST(TokenFile, CorruptFilesAreReportedByName) {
   m[0] = 'X';
   expect_error([&] { token_file_read(variant("magic.bin", m)); }, {"magic.bin", "wrong magic"});
   std::string v = b;
-  v[8] = 2;
-  expect_error([&] { token_file_read(variant("version.bin", v)); }, {"version.bin", "unsupported version 2"});
+  v[8] = 3;
+  expect_error([&] { token_file_read(variant("version.bin", v)); }, {"version.bin", "unsupported version 3"});
+  std::string no_flags = b;  // a version 2 header over a version 1 payload: the flags are missing
+  no_flags[8] = 2;
+  expect_error([&] { token_file_read(variant("noflags.bin", no_flags)); }, {"noflags.bin", "truncated"});
   std::string t = b;
   t[16] = 3;
   expect_error([&] { token_file_read(variant("dtype.bin", t)); }, {"dtype.bin", "dtype 3"});
@@ -103,6 +106,32 @@ TEST(TokenFile, CorruptFilesAreReportedByName) {
   c[50] ^= 1;
   expect_error([&] { token_file_read(variant("sum.bin", c)); }, {"sum.bin", "checksum mismatch"});
   EXPECT_EQ(token_file_read(good.string()).size(), 100u);  // the original still reads
+}
+
+TEST(TokenFile, FlagsAndWindowsRoundTripAndAreChecked) {
+  const fs::path d = data_test_dir("flags");
+  const std::vector<int32_t> toks = iota_tokens(12, 300);
+  std::vector<uint8_t> flags(12, 0);
+  flags[0] = flags[6] = kTokenFlagDocStart, flags[4] = flags[5] = flags[10] = kTokenFlagLoss;
+  token_file_write(d / "f.bin", toks, 300, flags, 6);
+  TokenFileHeader h;
+  std::vector<uint8_t> back;
+  EXPECT_EQ(token_file_read(d / "f.bin", &h, &back), toks);
+  EXPECT_EQ(back, flags);
+  EXPECT_EQ(h.version, kTokenFileVersionFlags);
+  EXPECT_EQ(h.window, 6u);
+  EXPECT_TRUE(h.has_flags());
+  const std::string b = file_bytes(d / "f.bin");
+  std::string c = b;
+  c[b.size() - 2] ^= kTokenFlagLoss;  // a flag byte: the checksum covers them
+  file_put(d / "c.bin", c);
+  expect_error([&] { token_file_read((d / "c.bin").string()); }, {"c.bin", "checksum mismatch"});
+  std::string w = b;
+  w[20] = 5;  // a window that does not divide the 12 tokens
+  file_put(d / "w.bin", w);
+  expect_error([&] { token_file_read((d / "w.bin").string()); }, {"w.bin", "window 5"});
+  expect_error([&] { token_file_write(d / "x.bin", toks, 300, flags, 5); }, {"x.bin", "windows of 5"});
+  EXPECT_FALSE(fs::exists(d / "x.bin"));
 }
 
 }  // namespace agoq

@@ -83,13 +83,13 @@ class DeviceLikeBackend final : public ModelBackend {
   }
   void residual_add(float* out, const float* a, const float* b, size_t n) override { cpu().residual_add(out, a, b, n); }
   void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
-                         int Hkv, int hd) override {
-    cpu().attention_forward(o, lse, q, k, v, B, T, H, Hkv, hd);
+                         int Hkv, int hd, const int32_t* doc_start) override {
+    cpu().attention_forward(o, lse, q, k, v, B, T, H, Hkv, hd, doc_start);
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                           const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv,
-                          int hd) override {
-    cpu().attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, hd);
+                          int hd, const int32_t* doc_start) override {
+    cpu().attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, hd, doc_start);
   }
 
  private:

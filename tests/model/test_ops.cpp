@@ -6,6 +6,8 @@
 //   forwards: ≤ 2e-6 (element-wise ops), ≤ 1e-5 (reductions over ≤ 700 terms: matmul, attention);
 //   backwards vs finite differences (h = 1e-4 in float64, truncation ≈ 1e-8): ≤ 1e-4.
 #include <gtest/gtest.h>
+
+#include <functional>
 #include <omp.h>
 
 #include <cmath>
@@ -200,18 +202,22 @@ std::ostream& operator<<(std::ostream& os, AttnShape s) {
 struct AttnData {
   AttnShape s;
   std::vector<float> q, k, v, o, lse;
+  std::vector<int32_t> doc_start;  // empty: no document masking
+  const int32_t* docs() const { return doc_start.empty() ? nullptr : doc_start.data(); }
   explicit AttnData(AttnShape s_, uint64_t seed, float scale = 1.0f) : s(s_) {
     const size_t nq = size_t(s.B) * s.T * s.H * s.hd, nk = size_t(s.B) * s.T * s.Hkv * s.hd;
     q = randn(nq, seed, scale), k = randn(nk, seed + 1, scale), v = randn(nk, seed + 2);
     o.assign(nq, NAN), lse.assign(size_t(s.B) * s.H * s.T, NAN);
   }
-  void forward() { attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), s.B, s.T, s.H, s.Hkv, s.hd); }
+  void forward() {
+    attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), s.B, s.T, s.H, s.Hkv, s.hd, docs());
+  }
   // Gradients for dout, each filled with NaN first (they must be overwritten).
   void backward(const std::vector<float>& dout, std::vector<float>& dq, std::vector<float>& dk,
                 std::vector<float>& dv) const {
     dq.assign(q.size(), NAN), dk.assign(k.size(), NAN), dv.assign(v.size(), NAN);
     attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), o.data(),
-                       lse.data(), s.B, s.T, s.H, s.Hkv, s.hd);
+                       lse.data(), s.B, s.T, s.H, s.Hkv, s.hd, docs());
   }
 };
 
@@ -224,33 +230,62 @@ const AttnShape kAttnShapes[] = {
     {2, 100, 4, 1, 24},  // last tile of 36 rows: 16- and 8-wide panels and a 4-row block on the diagonal
 };
 
+// Every shape without and with document masking (packed examples; the reference sees the same starts).
+void for_each_attention_case(const std::function<void(AttnData&, const char*)>& check, uint64_t seed) {
+  for (AttnShape s : kAttnShapes)
+    for (bool docs : {false, true}) {
+      AttnData a(s, seed, 1.5f);  // scale 1.5: peaky enough softmaxes to exercise the running max
+      if (docs) a.doc_start = doc_starts_random(s.B, s.T, seed + 7, s.T < 10 ? 3 : 20);
+      check(a, docs ? "documents" : "causal");
+    }
+}
+
 TEST(OpsAttention, ForwardMatchesReference) {
-  for (AttnShape s : kAttnShapes) {
-    AttnData a(s, 30, 1.5f);  // scale 1.5: peaky enough softmaxes to exercise the running max
+  for_each_attention_case([](AttnData& a, const char* mask) {
+    const AttnShape s = a.s;
     a.forward();
     Vec q = to_double(a.q), k = to_double(a.k), v = to_double(a.v), o(a.o.size()), lse(a.lse.size());
-    ref::attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), s.B, s.T, s.H, s.Hkv, s.hd);
-    EXPECT_LT(rel_err(a.o, o), kSumTol) << s;
-    EXPECT_LT(rel_err(a.lse, lse), kSumTol) << s;
+    ref::attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), s.B, s.T, s.H, s.Hkv, s.hd, a.docs());
+    EXPECT_LT(rel_err(a.o, o), kSumTol) << s << ' ' << mask;
+    EXPECT_LT(rel_err(a.lse, lse), kSumTol) << s << ' ' << mask;
+  }, 30);
+}
+
+TEST(OpsAttention, DocumentMaskingEqualsEachDocumentAlone) {
+  // Two documents packed in one sequence give, row for row, what each gives as a sequence of its own.
+  const AttnShape s{1, 150, 4, 2, 16}, first{1, 70, 4, 2, 16}, second{1, 80, 4, 2, 16};
+  AttnData packed(s, 35, 1.5f);
+  packed.doc_start.assign(150, 0);
+  for (int i = 70; i < 150; ++i) packed.doc_start[i] = 70;
+  packed.forward();
+  for (const auto& [part, at] : {std::pair{first, 0}, std::pair{second, 70}}) {
+    AttnData alone(part, 36);
+    const size_t q0 = size_t(at) * s.H * s.hd, nq = alone.q.size(), k0 = size_t(at) * s.Hkv * s.hd;
+    std::copy_n(packed.q.begin() + q0, nq, alone.q.begin());
+    std::copy_n(packed.k.begin() + k0, alone.k.size(), alone.k.begin());
+    std::copy_n(packed.v.begin() + k0, alone.v.size(), alone.v.begin());
+    alone.forward();
+    const std::vector<float> rows(packed.o.begin() + q0, packed.o.begin() + q0 + nq);
+    EXPECT_LT(rel_err(rows, to_double(alone.o)), 1e-6) << "document at " << at;
   }
 }
 
 TEST(OpsAttention, BackwardMatchesFiniteDifferences) {
-  for (AttnShape s : kAttnShapes) {
-    AttnData a(s, 40, 1.5f);
+  for_each_attention_case([](AttnData& a, const char* mask) {
+    const AttnShape s = a.s;
     a.forward();
     const auto R = randn(a.o.size(), 43);
     std::vector<float> dq, dk, dv;
     a.backward(R, dq, dk, dv);
     Vec q = to_double(a.q), k = to_double(a.k), v = to_double(a.v), Rd = to_double(R), o(a.o.size());
     auto loss = [&] {
-      ref::attention_forward(o.data(), nullptr, q.data(), k.data(), v.data(), s.B, s.T, s.H, s.Hkv, s.hd);
+      ref::attention_forward(o.data(), nullptr, q.data(), k.data(), v.data(), s.B, s.T, s.H, s.Hkv, s.hd, a.docs());
       return ref::dot(o, Rd);
     };
     const size_t count = s.T <= 8 ? 1000 : 25;  // all elements of the small case
-    EXPECT_LT(fd_err(dq.data(), q, loss, count, 1), kGradTol) << "dq " << s;
-    EXPECT_LT(fd_err(dk.data(), k, loss, count, 2), kGradTol) << "dk " << s;
-    EXPECT_LT(fd_err(dv.data(), v, loss, count, 3), kGradTol) << "dv " << s;
+    EXPECT_LT(fd_err(dq.data(), q, loss, count, 1), kGradTol) << "dq " << s << ' ' << mask;
+    EXPECT_LT(fd_err(dk.data(), k, loss, count, 2), kGradTol) << "dk " << s << ' ' << mask;
+    EXPECT_LT(fd_err(dv.data(), v, loss, count, 3), kGradTol) << "dv " << s << ' ' << mask;
     // The last key's gradient only comes from the last query; sample it explicitly (GQA sums over heads).
     const size_t last = (size_t(s.B) * s.T - 1) * s.Hkv * s.hd;
     Vec want_last, got_last;
@@ -259,7 +294,7 @@ TEST(OpsAttention, BackwardMatchesFiniteDifferences) {
       got_last.push_back(dk[i]);
     }
     EXPECT_LT(rel_err(std::vector<float>(got_last.begin(), got_last.end()), want_last), 1e-3) << "dk last " << s;
-  }
+  }, 40);
 }
 
 TEST(OpsAttention, ScratchIsTileSized) {

@@ -5,8 +5,10 @@
     llama_reference.py --self-test [--ckpt CKPT_DIR]
 
 CKPT_DIR is an agoq checkpoint (config.json + model.safetensors, Hugging Face names). The batch file holds
-`inputs` and `targets` (I32 [B, T]); the grads file holds agoq's `loss` (F32 [1]) and one gradient per parameter
-under the parameter's HF name. The model is rebuilt in float64, the mean cross-entropy over all B*T tokens and its
+`inputs` and `targets` (I32 [B, T]; a target -1 is ignored: PyTorch's ignore_index) and optionally `doc_start`
+(I32 [B, T]: each row's document start, so attention is block-diagonal causal: packed examples); the grads file
+holds agoq's `loss` (F32 [1]) and one gradient per parameter
+under the parameter's HF name. The model is rebuilt in float64, the mean cross-entropy over the counted tokens and its
 gradients are recomputed, and for the loss and every parameter the relative error |a - r| / |r| (L2 norms) is
 printed; the last line is `max_rel_err=<value>`. Exit status 0 when every error is <= --tol, 1 otherwise (missing,
 extra or misshapen gradients count as failures), 2 on bad input.
@@ -152,7 +154,7 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(c.dim, kv, bias=False)
         self.o_proj = nn.Linear(c.dim, c.dim, bias=False)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, doc_start=None):
         c, (B, T, _) = self.c, x.shape
         q = self.q_proj(x).view(B, T, c.n_heads, c.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
@@ -161,8 +163,11 @@ class Attention(nn.Module):
         rep = c.n_heads // c.n_kv_heads  # query head h reads kv head h // rep (HF's repeat_kv)
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         scores = q @ k.transpose(-1, -2) / math.sqrt(c.head_dim)
-        causal = torch.ones(T, T, dtype=torch.bool).triu(1)
-        p = scores.masked_fill(causal, float("-inf")).softmax(dim=-1)
+        masked = torch.ones(T, T, dtype=torch.bool).triu(1)  # [T, T]: key after query
+        if doc_start is not None:  # [B, 1, T, T]: or key before the query's document (block-diagonal)
+            keys = torch.arange(T).view(1, 1, T)
+            masked = (masked.view(1, T, T) | (keys < doc_start.view(B, T, 1))).view(B, 1, T, T)
+        p = scores.masked_fill(masked, float("-inf")).softmax(dim=-1)
         return self.o_proj((p @ v).transpose(1, 2).reshape(B, T, c.dim))
 
 
@@ -185,8 +190,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(c.dim, c.eps)
         self.mlp = MLP(c)
 
-    def forward(self, x, cos, sin):
-        h = x + self.self_attn(self.input_layernorm(x), cos, sin)
+    def forward(self, x, cos, sin, doc_start=None):
+        h = x + self.self_attn(self.input_layernorm(x), cos, sin, doc_start)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -208,17 +213,17 @@ class LlamaForCausalLM(nn.Module):
         if not c.tie:
             self.lm_head = nn.Linear(c.dim, c.vocab_size, bias=False)
 
-    def logits(self, inputs):
+    def logits(self, inputs, doc_start=None):
         x = self.model.embed_tokens(inputs)
         cos, sin = rope_cos_sin(inputs.shape[1], self.c.head_dim, self.c.rope_theta, x.dtype)
         for layer in self.model.layers:
-            x = layer(x, cos, sin)
+            x = layer(x, cos, sin, doc_start)
         x = self.model.norm(x)
         return x @ (self.model.embed_tokens.weight if self.c.tie else self.lm_head.weight).t()
 
-    def loss(self, inputs, targets):  # mean over all B*T tokens
-        logits = self.logits(inputs)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    def loss(self, inputs, targets, doc_start=None):  # mean over the counted tokens (targets >= 0)
+        logits = self.logits(inputs, doc_start)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
 
 
 def model_load(ckpt_dir, dtype=torch.float64):
@@ -245,19 +250,22 @@ def batch_load(path, c):
     if "inputs" not in t or "targets" not in t:
         raise InputError(f"{path}: needs tensors 'inputs' and 'targets'")
     inputs, targets = t["inputs"].long(), t["targets"].long()
+    doc_start = t["doc_start"].long() if "doc_start" in t else None
     if inputs.dim() != 2 or inputs.shape != targets.shape:
         raise InputError(f"{path}: inputs {list(inputs.shape)} and targets {list(targets.shape)} must be equal [B, T]")
-    for name, x in (("inputs", inputs), ("targets", targets)):
-        if x.numel() and (x.min() < 0 or x.max() >= c.vocab_size):
-            raise InputError(f"{path}: {name} has ids outside [0, {c.vocab_size})")
+    if doc_start is not None and doc_start.shape != inputs.shape:
+        raise InputError(f"{path}: doc_start {list(doc_start.shape)} must be [B, T] like inputs")
+    for name, x, low in (("inputs", inputs, 0), ("targets", targets, -1)):
+        if x.numel() and (x.min() < low or x.max() >= c.vocab_size):
+            raise InputError(f"{path}: {name} has ids outside [{low}, {c.vocab_size})")
     if inputs.shape[1] > c.max_seq_len:
         raise InputError(f"{path}: T = {inputs.shape[1]} exceeds max_position_embeddings {c.max_seq_len}")
-    return inputs, targets
+    return inputs, targets, doc_start
 
 
-def loss_and_grads(m, inputs, targets):
+def loss_and_grads(m, inputs, targets, doc_start=None):
     m.zero_grad(set_to_none=True)
-    loss = m.loss(inputs, targets)
+    loss = m.loss(inputs, targets, doc_start)
     loss.backward()
     return loss.detach(), {n: p.grad.detach().clone() for n, p in m.named_parameters()}
 
@@ -267,11 +275,11 @@ def loss_and_grads(m, inputs, targets):
 def compare(ckpt_dir, batch_path, grads_path, tol, hf=False, out=sys.stdout):
     """Prints one line per tensor and max_rel_err; returns True when everything is within tol."""
     m = model_load(ckpt_dir)
-    inputs, targets = batch_load(batch_path, m.c)
+    inputs, targets, doc_start = batch_load(batch_path, m.c)
     given, _ = safetensors_read(grads_path)
     if "loss" not in given or given["loss"].numel() != 1:
         raise InputError(f"{grads_path}: needs 'loss' with one element")
-    loss, grads = loss_and_grads(m, inputs, targets)
+    loss, grads = loss_and_grads(m, inputs, targets, doc_start)
     if hf:
         hf_check(ckpt_dir, m, inputs, out)
     worst, ok = 0.0, True
