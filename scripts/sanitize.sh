@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 fuzz_seconds=${1:-5}
 bash scripts/install-deps.sh --sanitize
 CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGOQ_FUZZ=ON -DAGOQ_CUDA=OFF >/dev/null
-targets=(rdata safetensors hf_config hf_index checkpoint token_file act_policy flags gguf tokenizer_json)
+targets=(rdata safetensors hf_config hf_index checkpoint token_file act_policy flags gguf tokenizer_json examples_jsonl)
 ninja -C build-san test_core test_quant test_model test_optim test_data test_plan test_comm test_train test_fuzz \
   "${targets[@]/#/fuzz_}"
 

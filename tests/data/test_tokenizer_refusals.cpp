@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/tokenizer.h"
+#include "tests/common/bpe_byte_chars.h"
 #include "tests/data/data_test_util.h"
 
 namespace agoq {
@@ -14,22 +15,10 @@ using nlohmann::json;
 
 namespace {
 
-// GPT-2's byte-to-unicode alphabet, each byte's character as UTF-8.
-std::vector<std::string> byte_chars() {
-  std::vector<std::string> out(256);
-  int n = 0;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    const uint32_t cp = printable ? uint32_t(b) : uint32_t(256 + n++);
-    out[b] = cp < 0x80 ? std::string(1, char(cp)) : std::string{char(0xC0 | (cp >> 6)), char(0x80 | (cp & 0x3F))};
-  }
-  return out;
-}
-
 // A valid tokenizer.json: every byte, a few merges ("Ġthe"), <s> and </s> added, BOS by TemplateProcessing.
 json tiny_tokenizer() {
   json vocab = json::object();
-  const std::vector<std::string> chars = byte_chars();
+  const std::vector<std::string> chars = bpe_byte_chars();
   for (int b = 0; b < 256; ++b) vocab[chars[b]] = b;
   const std::vector<std::pair<std::string, std::string>> merges = {{"\xC4\xA0", "t"}, {"h", "e"}, {"\xC4\xA0t", "he"}};
   json m = json::array();
@@ -175,7 +164,7 @@ TEST(TokenizerBpeTiny, RefusesBadFilesAndConfigs) {
 
 TEST(TokenizerBpeTiny, FromBpeRefusesInconsistentSpecs) {
   BpeSpec s;
-  for (const std::string& c : byte_chars()) s.vocab.push_back(c);
+  for (const std::string& c : bpe_byte_chars()) s.vocab.push_back(c);
   s.added.push_back({300, "<s>", true});
   expect_error([&] { Tokenizer::from_bpe(s, "spec"); }, {"spec", "added token '<s>'", "300"});
   s.added.clear();

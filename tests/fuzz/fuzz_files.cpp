@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "data/data_loader.h"
 #include "data/token_file.h"
+#include "model/attention.h"
 #include "arch/hf.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "formats/checkpoint.h"
@@ -102,8 +103,18 @@ int token_file(const uint8_t* data, size_t size) {
     const std::string path = file_of(text_of(data, size), "train.bin");
     const TokenFileHeader h = token_file_read_header(path);
     std::vector<char> payload(h.count * h.dtype);
-    token_file_read_payload(path, h, payload.data());
-    (void)TokenDataset::load(path);
+    std::vector<uint8_t> flags(h.has_flags() ? h.count : 0);
+    token_file_read_payload(path, h, payload.data(), flags.data());
+    const TokenDataset d = TokenDataset::load(path);
+    if (d.window() >= 2) {  // packed examples: a batch of each window, its masks and document starts
+      const int T = int(d.window()) - 1;
+      if (T <= 4096) {
+        DataLoader loader(d, T, 1);
+        std::vector<int32_t> in(T), tgt(T), docs(T);
+        loader.next_batch(1, in.data(), tgt.data(), docs.data());
+        attention_check_doc_start(docs.data(), 1, T);
+      }
+    }
   } catch (const Error& e) {
     refused(e);
   }

@@ -22,6 +22,7 @@ int flags(const uint8_t* data, size_t size);         // size strings (--mem-budg
 int hf_index(const uint8_t* data, size_t size);      // model.safetensors.index.json of a sharded HF folder
 int gguf(const uint8_t* data, size_t size);          // a GGUF file: header, metadata, tensors, model, tokenizer
 int tokenizer_json(const uint8_t* data, size_t size);  // tokenizer.json (+ "\n#config\n" tokenizer_config.json)
+int examples_jsonl(const uint8_t* data, size_t size);  // prompt/completion JSON lines (prepare --format ...)
 
 // The bytes as a file in a private temporary folder (for parsers that read paths); the same path every call.
 std::string file_of(std::string_view bytes, const char* name);

@@ -25,7 +25,8 @@ constexpr Target kTargets[] = {{"rdata", fuzz::rdata},           {"safetensors",
                                {"hf_config", fuzz::hf_config},   {"checkpoint", fuzz::checkpoint},
                                {"token_file", fuzz::token_file}, {"act_policy", fuzz::act_policy},
                                {"flags", fuzz::flags},           {"hf_index", fuzz::hf_index},
-                               {"gguf", fuzz::gguf},             {"tokenizer_json", fuzz::tokenizer_json}};
+                               {"gguf", fuzz::gguf},             {"tokenizer_json", fuzz::tokenizer_json},
+                               {"examples_jsonl", fuzz::examples_jsonl}};
 
 std::string file_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

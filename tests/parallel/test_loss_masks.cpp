@@ -3,7 +3,7 @@
 //  * One process: m micro-batches of B windows equal one micro-batch of m·B windows (the same windows, drawn in
 //    the same order), which holds only when the normalisation is global: micro-batches count different numbers
 //    of completion tokens, so averaging their means would weigh tokens unequally.
-//  * DP, PP and TP grids against one process running all D·m micro-batches.
+//  * DP, PP and TP grids against one process running all D·m micro-batches; a stopped run resumes bit for bit.
 // With tests/train/test_torch_parity.cpp (one batch's masked loss and gradients equal PyTorch's with ignore_index
 // and a block-diagonal causal mask), every grid computes PyTorch's global masked mean.
 #include <gtest/gtest.h>
@@ -96,6 +96,13 @@ TEST(LossMasks, MicroBatchesNormaliseOverTheirWholeStep) {
     const TrainResult whole = train_run(o);
     expect_same_training(split, whole, "4 micro-batches of 1 vs 1 of 4", false);
   }
+  shared_cleanup(data);
+}
+
+// Stopped after 4 steps and resumed: the window draws, masks and losses continue bit for bit.
+TEST(LossMasks, ResumeIsBitIdentical) {
+  const fs::path data = shared_masked_data("resume");
+  expect_resume_bit_identical(masked_tiny(data, "straight", 2), data);
   shared_cleanup(data);
 }
 
