@@ -96,7 +96,7 @@ class TrainSession {
   long step_ = 0;  // the last completed step
   long step_resumed_ = -1;  // the checkpoint's step when resumed
   std::vector<int32_t> inputs_, targets_;  // this replica's m micro-batches of the step, back to back
-  std::vector<int32_t> skipped_;           // where the other replicas' micro-batches are drawn to (inputs, targets)
+  std::vector<int32_t> skipped_;           // where the other replicas' micro-batches are drawn to (inputs, targets, docs)
   // Packed prompt/completion data (loss masks): each row's document start, and the step's counted targets over
   // its whole global batch (optim/train_step.h).
   std::vector<int32_t> docs_;
