@@ -119,6 +119,10 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
     baseline->excludes(f);
   c->add_option("--grad-rounding", o.grad_rounding, "rounding of the q8 grad store: stochastic | nearest")
       ->capture_default_str();
+  c->add_option("--lm-head-grad", o.lm_head_grad,
+                "q8 grad store, tied embeddings: the lm_head's gradient whole (an fp32 buffer of the embedding's "
+                "size) | pieces (none; one more lm_head GEMM per micro-batch)")
+      ->capture_default_str();
   c->add_option("--zero", o.zero, "1: ZeRO-1, optimizer state sharded across data-parallel ranks")
       ->capture_default_str();
   c->add_option("--pp", o.pp,

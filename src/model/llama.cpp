@@ -28,7 +28,7 @@ int llama_tile_rows(int T, int N) { return std::min(N, T * std::max(1, kTileRows
 // The constructor's and stores_allocate's workspace buffers, buffer by buffer (keep in step with them:
 // tests/plan/test_memory_model.cpp checks this against the memory tracker to the byte).
 size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
-                             const ModelStage& stage) {
+                             const ModelStage& stage, bool lm_head_pieces) {
   const ShardDims d = model_shard_dims(cfg, stage);
   const size_t N = size_t(max_batch) * max_seq, C = d.C, Q = d.Q, KV = d.KV, F = d.F, V = d.V;
   const size_t n = size_t(stage.rows_held(int(N)));
@@ -47,6 +47,10 @@ size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq,
     floats += chunk * V;                             // head_logits_
     floats += stage.sp ? n : 2 * chunk * C + chunk;  // head_rstd_; head_norm_, head_dnorm_ (not sp)
     floats += 3 * chunk + N;                         // head_stats_, losses_
+    if (lm_head_pieces && cfg.tie_embeddings) {
+      floats += stage.sp ? 0 : 2 * N * C + N - chunk;               // head_xn_, head_dxn_; head_rstd_ grows to N
+      floats += 3 * N + std::min<size_t>(V, kLlamaHeadPieceRows) * C;  // head_stats_all_, head_dw_
+    }
   }
   return floats * sizeof(float);
 }
@@ -63,6 +67,7 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
   cfg.validate();
   const bool sparse_embedding = std::any_of(grad_storage.begin(), grad_storage.end(),
                                             [](const ParamSegment& g) { return g.data == nullptr; });
+  head_pieces_ = stage.head && cfg.tie_embeddings && sparse_embedding;
   AGOQ_CHECK(be_.host_memory() || (stage.tp == 1 && !sparse_embedding), "a model on ", mem_device_name(be_.device()),
              " runs unsharded (tp 1), with its gradients in device memory (its own or a store's)");
   if (be_.host_memory()) {  // the flat buffers as ParamSet owns them (the memory model counts them so)
@@ -117,9 +122,13 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
   if (stage.head) {
     const size_t chunk = std::min<size_t>(N, kLlamaHeadChunkRows);
     if (stage.sp) head_rstd_ = ws(n);
-    else head_norm_ = ws(chunk * C), head_rstd_ = ws(chunk), head_dnorm_ = ws(chunk * C);
+    else head_norm_ = ws(chunk * C), head_rstd_ = ws(head_pieces_ ? N : chunk), head_dnorm_ = ws(chunk * C);
     head_logits_ = ws(chunk * V);
     head_stats_ = ws(3 * chunk), losses_ = ws(N);
+    if (head_pieces_) {
+      if (!stage.sp) head_xn_ = ws(N * C), head_dxn_ = ws(N * C);
+      head_stats_all_ = ws(3 * N), head_dw_ = ws(std::min<size_t>(V, kLlamaHeadPieceRows) * C);
+    }
   }
 }
 
@@ -385,7 +394,13 @@ float LlamaModel::head_forward_backward(const float* x, const int32_t* targets, 
       run.loss_tokens > 0 ? float(double(run.grad_scale) / run.loss_tokens) : run.grad_scale / float(counted);
   targets = ids_on_backend(targets, targets_dev_, N);
   if (stage().sp) {
-    head_rows_sp(x, targets, N, dloss_scale, dx);
+    head_rows_sp(x, targets, N, dloss_scale, dx, run);
+  } else if (dx && head_pieces_) {  // every piece reads every row: the whole batch's norm output at once
+    be_.rmsnorm_forward(head_xn_.data(), head_rstd_.data(), x, params_.final_norm, N, C, cfg_.norm_eps);
+    head_pieces(head_xn_.data(), targets, N, dloss_scale, head_dxn_.data(), run);
+    tp_sum(head_dxn_.data(), size_t(N) * C);
+    be_.zero(dx, size_t(N) * C);
+    be_.rmsnorm_backward(dx, grads_.final_norm, head_dxn_.data(), x, params_.final_norm, head_rstd_.data(), N, C);
   } else {
     for (int r0 = 0; r0 < N; r0 += kLlamaHeadChunkRows) {
       const int rows = std::min(kLlamaHeadChunkRows, N - r0);
@@ -427,6 +442,43 @@ void LlamaModel::head_chunk(const float* xn, const int32_t* targets, int r0, int
   if (dxn) be_.matmul_backward(dxn, grads_.lm_head, head_logits_.data(), xn, params_.lm_head, rows, C, V);
 }
 
+// So that no (V, C) fp32 gradient exists: every row's cross-entropy statistics first (the shard phases 1-2,
+// reduced over the shards), then piece by piece the logits again for all rows, their gradient (phase 3 from the
+// whole rows' statistics) and the piece's weight gradient, handed out before the next piece. One lm_head GEMM
+// more than the fused head.
+void LlamaModel::head_pieces(const float* xn, const int32_t* targets, int N, float dloss_scale, float* dxn,
+                             const MicroBatchRun& run) {
+  AGOQ_CHECK(run.lm_head_grad, "the gradient storage leaves the tied lm_head out and the run takes no lm_head "
+             "gradient in pieces (internal)");
+  const int C = d_.C, V = d_.V, chunk = kLlamaHeadChunkRows;
+  float *logits = head_logits_.data(), *stats = head_stats_all_.data();  // chunk r0's at 3 * r0: max, then sums
+  for (int r0 = 0; r0 < N; r0 += chunk) {
+    const int rows = std::min(chunk, N - r0);
+    float *row_max = stats + 3 * size_t(r0), *sums = row_max + rows;
+    be_.matmul_forward(logits, xn + size_t(r0) * C, params_.lm_head, rows, C, V);
+    be_.crossentropy_shard_max(logits, rows, V, row_max);
+    tp_max(row_max, size_t(rows));
+    be_.crossentropy_shard_exp(logits, targets + r0, rows, V, d_.v_begin, row_max, sums);
+    tp_sum(sums, 2 * size_t(rows));
+  }
+  for (int v0 = 0; v0 < V; v0 += kLlamaHeadPieceRows) {
+    const int vp = std::min(kLlamaHeadPieceRows, V - v0);
+    const float* w = params_.lm_head + size_t(v0) * C;
+    float* dw = head_dw_.data();
+    be_.zero(dw, size_t(vp) * C);
+    for (int r0 = 0; r0 < N; r0 += chunk) {
+      const int rows = std::min(chunk, N - r0);
+      const float *x = xn + size_t(r0) * C, *row_max = stats + 3 * size_t(r0), *sums = row_max + rows;
+      be_.matmul_forward(logits, x, w, rows, C, vp);
+      be_.crossentropy_shard_exp(logits, targets + r0, rows, vp, d_.v_begin + v0, row_max, head_stats_.data());
+      be_.crossentropy_shard_finish(logits, losses_.data() + r0, targets + r0, rows, vp, d_.v_begin + v0, row_max,
+                                    sums, dloss_scale);
+      be_.matmul_backward(dxn + size_t(r0) * C, dw, logits, x, w, rows, C, vp, /*accumulate_din=*/v0 > 0);
+    }
+    run.lm_head_grad(dw, v0, vp, head_tokens_, N);
+  }
+}
+
 void LlamaModel::check_batch(int B, int T) const {
   AGOQ_CHECK(B >= 1 && T >= 1 && B * T <= max_rows_ && T <= max_seq_, "batch ", B, "x", T,
              " exceeds the model's buffers (", max_rows_ / max_seq_, "x", max_seq_, ")");
@@ -447,6 +499,7 @@ void LlamaModel::stage_forward(const int32_t* inputs, int B, int T, const MicroB
   documents_use(run, B, T);
   store().set_seed(run.act_seed);
   const int N = B * T, V = cfg_.vocab_size;
+  head_tokens_ = inputs;
   if (stage().embed) {
     for (int i = 0; i < N; ++i)
       AGOQ_CHECK(inputs[i] >= 0 && inputs[i] < V, "token id ", inputs[i], " out of range for vocab size ", V);

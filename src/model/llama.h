@@ -39,20 +39,26 @@ struct MicroBatchRun {
   // grad_scale applied) adds into the embedding row of token tokens[n]. Called just before grads_ready(-1); the
   // pointers are valid during the call.
   std::function<void(const float* dout, const int32_t* tokens, int rows)> embedding_grad = {};
+  // The tied lm_head's weight gradient in vocabulary pieces, when the gradient storage leaves the embedding out
+  // (an 8-bit store without an fp32 buffer of the embedding's size): dw (rows x C) is the shard's vocabulary rows
+  // [v0, v0 + rows), final for this micro-batch (grad_scale applied); tokens: the micro-batch's n input ids. Called
+  // in the head's backward, pieces in order; the pointers are valid during the call and dw may be overwritten.
+  std::function<void(float* dw, int v0, int rows, const int32_t* tokens, int n)> lm_head_grad = {};
   // Called after each layer's forward or backward: lets a pipeline progress its pending transfers.
   std::function<void()> layer_done = {};
 };
 
-constexpr int kLlamaHeadChunkRows = 256;  // rows of logits alive at once in the fused head
+constexpr int kLlamaHeadChunkRows = 256;   // rows of logits alive at once in the fused head
+constexpr int kLlamaHeadPieceRows = 8192;  // vocabulary rows per piece of an lm_head gradient handed out in pieces
 
 // Rows per tile of a layer's row-wise work, for sequences of length T in a batch of N rows: whole sequences (so
 // RoPE positions are row % T inside a tile), about 256 rows.
 int llama_tile_rows(int T, int N);
 // Bytes of the workspace buffers (MemCategory::workspace) of LlamaModel(cfg, max_batch, max_seq, policy, stage, ...)
 // and of its set_policy(policy), for the stage's tensor-parallel shard; attention's per-call scratch is
-// attention_scratch_bytes (model/attention.h).
+// attention_scratch_bytes (model/attention.h). lm_head_pieces: the gradient storage leaves a tied lm_head out.
 size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
-                             const ModelStage& stage);
+                             const ModelStage& stage, bool lm_head_pieces = false);
 
 class LlamaModel {
  public:
@@ -159,10 +165,15 @@ class LlamaModel {
   void qkv_backward_rows(int l, int T, int r0, int rows, const float* xn, float* dxn);
   // Rows [r0, r0 + rows) of the head from their final-norm output (llama.cpp).
   void head_chunk(const float* xn, const int32_t* targets, int r0, int rows, float dloss_scale, float* dxn);
+  // The head's backward with the lm_head's weight gradient in vocabulary pieces (head_pieces_): from the final-norm
+  // output of all N rows, dxn (N, C) and run.lm_head_grad's pieces.
+  void head_pieces(const float* xn, const int32_t* targets, int N, float dloss_scale, float* dxn,
+                   const MicroBatchRun& run);
   // The sequence-parallel layout (stage().sp, llama_sp.cpp): layer, head and their collectives.
   void forward_layer_sp(int l, int B, int T);
   void backward_layer_sp(int l, int B, int T);
-  void head_rows_sp(const float* x, const int32_t* targets, int N, float dloss_scale, float* dx);
+  void head_rows_sp(const float* x, const int32_t* targets, int N, float dloss_scale, float* dx,
+                    const MicroBatchRun& run);
   void norm_out_gather(int l, ActSlot in, ActSlot out, const float* rstd, const float* w, int N, int R);
   void norm_backward_sp(int l, ActSlot in, const float* dxn, const float* rstd, const float* w, float* dw, int n,
                         int R);
@@ -203,6 +214,12 @@ class LlamaModel {
   BackendBuffer<float> head_norm_, head_rstd_, head_dnorm_;  // (chunk, C), (chunk; sp: n), (chunk, C); sp: rstd only
   BackendBuffer<float> head_logits_;                         // (chunk, V)
   BackendBuffer<float> head_stats_;  // (chunk, 3): the cross-entropy's row max, sum, target logit
+  // The lm_head's gradient in pieces (a tied lm_head the gradient storage leaves out): the whole batch's norm output
+  // and its gradient (N, C; not sp, where sp_whole_/sp_whole2_ serve), head_rstd_ then (N); every row's statistics
+  // (3N, chunk by chunk as head_stats_), a piece's weight gradient (kLlamaHeadPieceRows, C); the input ids.
+  bool head_pieces_ = false;
+  BackendBuffer<float> head_xn_, head_dxn_, head_stats_all_, head_dw_;
+  const int32_t* head_tokens_ = nullptr;
   BackendBuffer<float> losses_;      // (N)
 };
 

@@ -135,15 +135,21 @@ void LlamaModel::backward_layer_sp(int l, int B, int T) {
 // cross-entropy chunk by chunk over every row (every rank computes every row's loss from the reduced statistics);
 // backward: the partial d(norm output) of every row (sp_whole2_), reduce-scattered, then the norm's backward into
 // dx (n, C, overwritten).
-void LlamaModel::head_rows_sp(const float* x, const int32_t* targets, int N, float dloss_scale, float* dx) {
+void LlamaModel::head_rows_sp(const float* x, const int32_t* targets, int N, float dloss_scale, float* dx,
+                              const MicroBatchRun& run) {
   const int n = stage().rows_held(N), C = d_.C;
   float* whole = sp_whole_.data();
   float* mine = whole + size_t(stage().tp_rank) * n * C;
   be_.rmsnorm_forward(mine, head_rstd_.data(), x, params_.final_norm, n, C, cfg_.norm_eps);
   sp_gather(mine, whole, n);
-  for (int r0 = 0; r0 < N; r0 += kLlamaHeadChunkRows) {
-    const int rows = std::min(kLlamaHeadChunkRows, N - r0);
-    head_chunk(whole + size_t(r0) * C, targets, r0, rows, dloss_scale, dx ? sp_whole2_.data() + size_t(r0) * C : nullptr);
+  if (dx && head_pieces_) {
+    head_pieces(whole, targets, N, dloss_scale, sp_whole2_.data(), run);
+  } else {
+    for (int r0 = 0; r0 < N; r0 += kLlamaHeadChunkRows) {
+      const int rows = std::min(kLlamaHeadChunkRows, N - r0);
+      head_chunk(whole + size_t(r0) * C, targets, r0, rows, dloss_scale,
+                 dx ? sp_whole2_.data() + size_t(r0) * C : nullptr);
+    }
   }
   if (!dx) return;
   sp_scatter(sp_whole2_.data(), sp_part_.data(), n);

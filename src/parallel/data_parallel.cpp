@@ -50,6 +50,9 @@ std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m, double los
     r.embedding_grad = [this, j, grad_seed](const float* dout, const int32_t* tokens, int rows) {
       store_.embedding_fold(dout, tokens, rows, j == 0, grad_seed);
     };
+    r.lm_head_grad = [this, j, grad_seed](float* dw, int v0, int rows, const int32_t* tokens, int n) {
+      store_.lm_head_fold(dw, v0, rows, tokens, n, j == 0, grad_seed);
+    };
   }
   return runs;
 }

@@ -17,35 +17,37 @@ std::vector<GradRange> grad_units_of(const LlamaConfig& cfg, const ModelStage& s
 }
 
 namespace {
-// The q8 scratch: the largest unit but the embedding (`others`); tied, the embedding's own beside it; untied on the
-// first stage, the embedding in pieces of `embed_rows` vocabulary rows: as many as `others` holds, at least the
-// fewest that make whole q8 blocks and whole 8-bit AdamW blocks (which divide 256: the optimizer steps piece by
-// piece), at most the shard's.
+// The q8 scratch: the largest unit but the embedding (`others`); tied, the embedding's own beside it; untied (or
+// tied with the lm_head's gradient in pieces) on the first stage, the embedding in pieces of `embed_rows`
+// vocabulary rows: as many as `others` holds, at least the fewest that make whole q8 blocks and whole 8-bit AdamW
+// blocks (which divide 256: the optimizer steps piece by piece), at most the shard's. With pieces, `kept`: the
+// blocks a micro-batch's tokens can touch (each token's row spans at most C / block + 1 of them).
 struct ScratchLayout {
-  size_t others = 0, embed_rows = 0, embed_piece = 0, embed_tied = 0;
+  size_t others = 0, embed_rows = 0, embed_piece = 0, embed_tied = 0, kept = 0;
   size_t shared() const { return std::max(others, embed_piece); }
 };
 
-ScratchLayout scratch_layout(const LlamaConfig& cfg, const ModelStage& stage, int block) {
+ScratchLayout scratch_layout(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& o) {
   const std::vector<GradRange> units = grad_units_of(cfg, stage);
   ScratchLayout l;
   for (size_t u = stage.embed ? 1 : 0; u < units.size(); ++u) l.others = std::max(l.others, units[u].size());
   if (!stage.embed) return l;
-  if (cfg.tie_embeddings) {
+  if (cfg.tie_embeddings && !o.lm_head_pieces) {
     l.embed_tied = units[0].size();
     return l;
   }
   const ShardDims d = model_shard_dims(cfg, stage);
-  const size_t C = size_t(d.C), min_rows = std::lcm(C, std::lcm(size_t(block), size_t(256))) / C;
+  const size_t C = size_t(d.C), block = size_t(o.block), min_rows = std::lcm(C, std::lcm(block, size_t(256))) / C;
   l.embed_rows = std::min(size_t(d.V), std::max(min_rows, l.others / C / min_rows * min_rows));
   l.embed_piece = l.embed_rows * C;
+  if (cfg.tie_embeddings) l.kept = std::min(units[0].size(), o.max_tokens * (C / block + 2) * block);
   return l;
 }
 }  // namespace
 
-size_t grad_store_scratch_floats(const LlamaConfig& cfg, const ModelStage& stage, int block) {
-  const ScratchLayout l = scratch_layout(cfg, stage, block);
-  return l.shared() + l.embed_tied;
+size_t grad_store_scratch_floats(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& opts) {
+  const ScratchLayout l = scratch_layout(cfg, stage, opts);
+  return l.shared() + l.embed_tied + l.kept;
 }
 
 GradStore::GradStore(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& opts)
@@ -55,10 +57,13 @@ GradStore::GradStore(const LlamaConfig& cfg, const ModelStage& stage, const Grad
     return;
   }
   for (const GradRange& u : units_) q8_.emplace_back(u.size(), opts.block, MemCategory::gradients, "grad.q8");
-  const ScratchLayout l = scratch_layout(cfg, stage, opts.block);
+  AGOQ_CHECK(!opts.lm_head_pieces || (cfg.tie_embeddings && opts.max_tokens > 0),
+             "the lm_head's gradient in pieces is for tied embeddings (internal)");
+  const ScratchLayout l = scratch_layout(cfg, stage, opts);
   embed_piece_rows_ = l.embed_rows;
   scratch_ = Buffer<float>(l.shared(), MemCategory::gradients, "grad.scratch");
   if (l.embed_tied) embed_scratch_ = Buffer<float>(l.embed_tied, MemCategory::gradients, "grad.scratch");
+  if (l.kept) kept_ = Buffer<float>(l.kept, MemCategory::gradients, "grad.scratch");
 }
 
 // Backward only writes through the model's pointers, so a unit's tensors can live in the scratch at their offsets
@@ -81,7 +86,7 @@ std::vector<GradRange> GradStore::pieces(int u) const {
 }
 
 void GradStore::step_begin() {
-  if (q8()) scratch_.zero(), embed_scratch_.zero();
+  if (q8()) scratch_.zero(), embed_scratch_.zero(), kept_.zero();
   else full_.zero();
 }
 
@@ -105,11 +110,63 @@ void GradStore::unit_ready(int u, bool first, uint64_t seed) {
 void GradStore::embedding_fold(const float* dout, const int32_t* tokens, int rows, bool first, uint64_t seed) {
   AGOQ_CHECK(embed_piece_rows_ > 0, "a sparse embedding gradient for a store that holds it densely (internal)");
   const size_t C = size_t(dims_.C);
+  if (!kept_.empty()) {  // tied: the rows add into the lm_head's gradient kept for them, then those blocks fold
+    for (int n = 0; n < rows; ++n) {
+      const int r = tokens[n] - dims_.v_begin;
+      if (r < 0 || r >= dims_.V) continue;
+      const size_t at = size_t(r) * C;
+      const auto k = std::prev(std::upper_bound(kept_ranges_.begin(), kept_ranges_.end(), at,
+                                                [](size_t x, const KeptRange& k) { return x < k.begin; }));
+      float* dst = kept_.data() + k->at + (at - k->begin);
+      const float* src = dout + size_t(n) * C;
+      for (size_t c = 0; c < C; ++c) dst[c] += src[c];
+    }
+    for (const KeptRange& k : kept_ranges_) fold(0, {k.begin, k.end}, kept_.data() + k.at, first, seed);
+    return;
+  }
   for (const GradRange& p : pieces(0)) {
     embedding_backward(scratch_.data(), dout, tokens, rows, dims_.C, dims_.v_begin + int(p.begin / C),
                        int(p.size() / C));
     fold(0, p, scratch_.data(), first, seed);
   }
+}
+
+// The blocks of the embedding the rows of tokens (inside this shard) touch, merged into intervals in order.
+void GradStore::kept_plan(const int32_t* tokens, int n) {
+  const size_t C = size_t(dims_.C), block = size_t(opts_.block), size = units_[0].size();
+  std::vector<int> rows;
+  for (int i = 0; i < n; ++i)
+    if (tokens[i] >= dims_.v_begin && tokens[i] < dims_.v_begin + dims_.V) rows.push_back(tokens[i] - dims_.v_begin);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  kept_ranges_.clear();
+  size_t at = 0;
+  for (const int r : rows) {
+    const size_t row_end = (size_t(r) + 1) * C;  // the unit's last block may be partial
+    const size_t b = size_t(r) * C / block * block, end = std::min(size, (row_end + block - 1) / block * block);
+    if (!kept_ranges_.empty() && kept_ranges_.back().end >= b) {
+      at += end - kept_ranges_.back().end, kept_ranges_.back().end = end;
+    } else {
+      kept_ranges_.push_back({b, end, at}), at += end - b;
+    }
+  }
+  AGOQ_CHECK(at <= kept_.size(), "the kept embedding blocks outgrow their buffer (internal)");
+}
+
+void GradStore::lm_head_fold(float* dw, int v0, int rows, const int32_t* tokens, int n, bool first, uint64_t seed) {
+  AGOQ_CHECK(!kept_.empty(), "an lm_head gradient in pieces for a store that holds it densely (internal)");
+  const size_t C = size_t(dims_.C), begin = size_t(v0) * C, end = begin + size_t(rows) * C;
+  AGOQ_CHECK(begin % size_t(opts_.block) == 0, "an lm_head piece that splits a gradient block (internal)");
+  if (v0 == 0) kept_plan(tokens, n);
+  size_t at = begin;  // folded up to here
+  for (const KeptRange& k : kept_ranges_) {
+    if (k.end <= begin || k.begin >= end) continue;
+    const size_t kb = std::max(k.begin, begin), ke = std::min(k.end, end);
+    if (at < kb) fold(0, {at, kb}, dw + (at - begin), first, seed);
+    std::memcpy(kept_.data() + k.at + (kb - k.begin), dw + (kb - begin), (ke - kb) * sizeof(float));
+    at = ke;
+  }
+  if (at < end) fold(0, {at, end}, dw + (at - begin), first, seed);
 }
 
 float* GradStore::unit_fp32(int u, GradRange p) {

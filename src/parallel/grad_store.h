@@ -16,6 +16,10 @@
 //   the other units: each piece's tokens are scattered into the scratch and accumulated into the piece's blocks.
 //   Later passes (the reduction, the optimizer) read the embedding piece by piece too, so on a pipeline's first
 //   stage no fp32 buffer of the embedding's size exists (a vocabulary shard is 2-3x a decoder layer).
+//   Tied, with lm_head_pieces, the same holds on the one stage with both ends: the head hands its weight gradient
+//   over in vocabulary pieces (MicroBatchRun::lm_head_grad); the blocks no input token of the micro-batch touches
+//   are final then and folded at once, the few others kept in fp32 until the sparse embedding gradient adds into
+//   them. Each block is still rounded once per micro-batch.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -35,6 +39,10 @@ struct GradStoreOptions {
   GradStoreKind kind = GradStoreKind::fp32;
   int block = 256;  // q8 block: the store's codes, and the q8 reduction's messages and ZeRO's shards that match them
   QuantRounding rounding = QuantRounding::stochastic;  // of the q8 store's accumulation
+  // q8, tied embeddings (`--lm-head-grad pieces`): no fp32 scratch of the embedding's size; the model's head
+  // computes its weight gradient piece by piece (one more lm_head GEMM). max_tokens: a micro-batch's B * T.
+  bool lm_head_pieces = false;
+  size_t max_tokens = 0;
 };
 
 // The units of a stage's flat layout (ParamSet's), in forward order (they tile [0, model_stage_param_count)).
@@ -44,7 +52,7 @@ inline int grad_unit_of_layer(const ModelStage& s, int layer) {
   return layer < 0 ? 0 : (s.embed ? 1 : 0) + (layer - s.first_layer);
 }
 // Values of the q8 store's fp32 scratch on a stage (what GradStore allocates; the memory model counts it).
-size_t grad_store_scratch_floats(const LlamaConfig& cfg, const ModelStage& stage, int block);
+size_t grad_store_scratch_floats(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& opts);
 
 class GradStore {
  public:
@@ -72,6 +80,10 @@ class GradStore {
   // q8, untied: one micro-batch's embedding gradient in sparse form (MicroBatchRun::embedding_grad) folded piece by
   // piece, with the bits unit_ready gives the same gradient written densely.
   void embedding_fold(const float* dout, const int32_t* tokens, int rows, bool first, uint64_t seed);
+  // q8, tied, lm_head_pieces: one micro-batch's lm_head gradient for vocabulary rows [v0, v0 + rows) of the
+  // shard (MicroBatchRun::lm_head_grad; dw: the model's buffer, left unspecified), `tokens` its n input ids. Blocks none of
+  // the tokens' rows touch are folded now, the others kept for embedding_fold.
+  void lm_head_fold(float* dw, int v0, int rows, const int32_t* tokens, int n, bool first, uint64_t seed);
   // Piece p (of pieces(u)) of unit u's accumulated gradient as fp32, its values at [0, p.size()): in place (fp32),
   // or dequantized into the scratch (q8; valid until the next call).
   float* unit_fp32(int u, GradRange p);
@@ -87,6 +99,12 @@ class GradStore {
 
  private:
   float* scratch(int u) { return (u == 0 && !embed_scratch_.empty()) ? embed_scratch_.data() : scratch_.data(); }
+  // lm_head_pieces: the intervals of whole blocks of the embedding that a micro-batch's tokens touch, and where
+  // each is kept in kept_.
+  struct KeptRange {
+    size_t begin, end, at;
+  };
+  void kept_plan(const int32_t* tokens, int n);
   // q8: the values of piece p of unit u in src folded into its blocks (stochastic stream: element i of the unit
   // uses index i, whichever piece holds it); src zeroed after.
   void fold(int u, GradRange p, float* src, bool first, uint64_t seed);
@@ -99,6 +117,8 @@ class GradStore {
   Buffer<float> full_;                     // fp32
   std::vector<GradQ8Buffer> q8_;           // q8, per unit
   Buffer<float> scratch_, embed_scratch_;  // q8
+  std::vector<KeptRange> kept_ranges_;      // lm_head_pieces
+  Buffer<float> kept_;
 };
 
 }  // namespace agoq

@@ -191,14 +191,18 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
   m[MemCategory::weights] = P * f;
   // The gradient store (parallel/grad_store.h): fp32, one full buffer; q8, each unit's codes and scales plus the fp32
   // scratch (the largest unit but an untied embedding, which it holds piece by piece; tied, the embedding's own
-  // beside it). ZeRO-1 adds rank 0's reduced fp32 shards.
+  // beside it, or with the lm_head's gradient in pieces the blocks a micro-batch's tokens touch). ZeRO-1 adds
+  // rank 0's reduced fp32 shards.
   const std::vector<GradRange> ranges = grad_units_of(cfg, st);
   const std::vector<GradUnit> units = grad_units_sharded(ranges, std::max(1, opt.dp), 0, opt.zero, opt.grad_block);
   size_t& grads = m[MemCategory::gradients];
   if (!opt.grad_q8) grads = P * f;
   else {
     for (const GradRange& r : ranges) grads += r.size() + f * grad_q8_blocks(r.size(), opt.grad_block);
-    grads += f * grad_store_scratch_floats(cfg, st, opt.grad_block);
+    GradStoreOptions store;
+    store.kind = GradStoreKind::q8, store.block = opt.grad_block;
+    store.lm_head_pieces = opt.lm_head_pieces && cfg.tie_embeddings, store.max_tokens = N;
+    grads += f * grad_store_scratch_floats(cfg, st, store);
   }
   // One AdamW per gradient unit, each over rank 0's part of it (DpOptimizer).
   for (const GradUnit& u : units) {
@@ -215,7 +219,8 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
 
   // The model's buffers and the larger attention call's scratch, which lives on top of them.
   const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
-  m[MemCategory::workspace] = llama_workspace_bytes(cfg, opt.batch, opt.seq, policy, st) +
+  m[MemCategory::workspace] = llama_workspace_bytes(cfg, opt.batch, opt.seq, policy, st,
+                                                    opt.grad_q8 && opt.lm_head_pieces) +
                               attention_scratch_bytes(cfg.head_dim(), threads);
   return m;
 }

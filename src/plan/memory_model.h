@@ -97,6 +97,7 @@ struct PlanCpuOptions {
   int batch = 1, seq = 64;
   bool grad_q8 = false;
   int grad_block = 256;
+  bool lm_head_pieces = false;  // q8, tied: the lm_head's gradient in vocabulary pieces (parallel/grad_store.h)
   bool zero = false;  // ZeRO-1: rank 0's shard of every gradient unit over dp ranks (parallel/grad_reduce.h)
   int dp = 1;
   bool optim_q8 = false;                  // 8-bit AdamW moments

@@ -20,6 +20,7 @@ DpOptions dp_options_of(const TrainOptions& opt, Communicator* stages, Communica
   DpOptions o;
   o.store.kind = grad_store_parse(opt.grad_store);
   o.store.rounding = opt.grad_rounding == "nearest" ? QuantRounding::nearest : QuantRounding::stochastic;
+  o.store.lm_head_pieces = opt.lm_head_grad == "pieces", o.store.max_tokens = size_t(opt.batch) * size_t(opt.seq);
   o.reduce = grad_reduce_parse(opt.allreduce);
   o.zero = opt.zero == 1;
   o.adam = opt.adam, o.clip = opt.clip, o.seed = opt.seed;

@@ -187,7 +187,7 @@ PlanCpuOptions TrainSession::plan_options() const {
   PlanCpuOptions o;
   o.batch = B_, o.seq = T_, o.zero = dp_options_.zero, o.dp = dp_options_.zero ? grid_.D : 1;
   o.grad_q8 = dp_options_.store.kind == GradStoreKind::q8;
-  o.grad_block = dp_options_.store.block;
+  o.grad_block = dp_options_.store.block, o.lm_head_pieces = dp_options_.store.lm_head_pieces;
   o.optim_q8 = dp_options_.adam.state == OptimState::q8, o.optim_block = dp_options_.adam.q8.block;
   o.pp = grid_.P, o.stage = stages_[grid_.stage], o.in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
   return o;
@@ -221,7 +221,11 @@ void TrainSession::memory_check() const {
 void TrainSession::model_build() {
   comm_agreed(world_, [&] { step_ids_check(); });
   if (opt_.device == "cuda") return model_build_gpu();
-  comm_agreed(world_, [&] { memory_check(); });
+  comm_agreed(world_, [&] {
+    AGOQ_CHECK(!dp_options_.store.lm_head_pieces || cfg_.tie_embeddings, "--lm-head-grad pieces is for tied "
+               "embeddings: this model's lm_head is its own tensor, whose gradient the store holds whole");
+    memory_check();
+  });
   // One global window stream, identical on every rank: each step draws D * m micro-batches and replica r trains
   // on r * m .. r * m + m - 1 (every stage of a replica the same ones). So D replicas x m equal 1 x D * m, and
   // one loader state resumes any rank.

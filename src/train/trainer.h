@@ -41,6 +41,9 @@ struct TrainOptions {
   std::string grad_store = "fp32";  // fp32 | q8: gradient accumulation buffers
   std::string allreduce = "mpi";    // mpi (fp32 MPI_Allreduce) | q8 (allreduce_q8)
   std::string grad_rounding = "stochastic";  // q8 grad store: stochastic | nearest
+  // q8 grad store, tied embeddings: the lm_head's weight gradient whole (an fp32 scratch of the embedding's size)
+  // or in vocabulary pieces (no such scratch; one more lm_head GEMM per micro-batch).
+  std::string lm_head_grad = "whole";
   int zero = 0;                     // 1: ZeRO-1, AdamW state sharded over the ranks
   // Pipeline parallelism (1F1B): ranks form a pp x (ranks / pp) grid; `accum` is the micro-batches per step.
   int pp = 1;

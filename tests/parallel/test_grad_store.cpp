@@ -4,15 +4,21 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "../common/bits_equal.h"
+#include "core/error.h"
 #include "core/rng.h"
+#include "arch/params.h"
 #include "model/llama.h"
 #include "model/ops.h"
+#include "parallel/grid.h"
+#include "parallel_test_util.h"
 #include "parallel/grad_store.h"
 #include "plan/memory_model.h"
+#include "train/trainer.h"
 #include "quant/grad_q8.h"
 
 namespace agoq {
@@ -124,6 +130,72 @@ TEST(GradStore, FirstStageModelBackwardMatchesTheDenseFold) {
   for (size_t u = 0; u < units.size(); ++u) expect_same_q8(store.q8_buffer(int(u)), want[u], "unit " + std::to_string(u));
 }
 
+// A tied model (one stage with both ends) whose vocabulary spans three lm_head pieces, the last partial.
+LlamaConfig tied_wide_cfg() {
+  LlamaConfig c = wide_vocab_cfg();
+  c.vocab_size = 2 * kLlamaHeadPieceRows + 1000, c.n_layers = 1, c.tie_embeddings = true;
+  return c;
+}
+
+GradStoreOptions pieces_options(int max_tokens) {
+  GradStoreOptions o{GradStoreKind::q8, 256, QuantRounding::nearest};
+  o.lm_head_pieces = true, o.max_tokens = size_t(max_tokens);
+  return o;
+}
+
+// Tied, with the lm_head's gradient in pieces: the head hands over its weight gradient piece by piece, the blocks
+// the input tokens touch wait in fp32 for the embedding's rows; against the model's own dense fp32 gradient, the
+// same loss and every block of every unit within nearest rounding's half step. The store's fp32 scratch is a small
+// part of the embedding.
+TEST(GradStore, TiedHeadInPiecesMatchesTheDenseGradient) {
+  const LlamaConfig cfg = tied_wide_cfg();
+  const int B = 2, T = 32, N = B * T, V = cfg.vocab_size;
+  const ActPolicy pol = ActPolicy::parse("fp32", cfg.n_layers);
+  const ModelStage st = model_stage_whole(cfg);
+  MemoryTracker& tr = MemoryTracker::global();
+  tr.reset_peaks();
+  const size_t scratch_before = tr.tag_peak("grad.scratch");
+  GradStore store(cfg, st, pieces_options(N));
+  const std::vector<GradRange>& units = store.units();
+  EXPECT_LT((tr.tag_peak("grad.scratch") - scratch_before) * 4, units[0].size() * sizeof(float));
+  LlamaModel pieces(cfg, B, T, pol, st, 1, store.model_storage()), dense(cfg, B, T, pol, st, 1);
+  pieces.init_weights(3), dense.init_weights(3);
+  Rng rng(23);
+  std::vector<int32_t> tokens(N), targets(N);
+  for (int i = 0; i < N; ++i) tokens[i] = int32_t(rng.below(V)), targets[i] = int32_t(rng.below(V));
+  tokens[1] = tokens[0], tokens[2] = tokens[0] ^ 1;  // a row twice; a neighbour sharing its block
+  tokens[3] = V - 1, tokens[4] = kLlamaHeadPieceRows - 1, tokens[5] = kLlamaHeadPieceRows;  // the edges
+  std::vector<int> piece_rows;
+  MicroBatchRun run{.act_seed = 7};
+  run.grads_ready = [&](int layer) { store.unit_ready(grad_unit_of_layer(st, layer), true, 1); };
+  run.embedding_grad = [&](const float* d, const int32_t* t, int rows) { store.embedding_fold(d, t, rows, true, 1); };
+  run.lm_head_grad = [&](float* dw, int v0, int rows, const int32_t* t, int n) {
+    EXPECT_EQ(v0, int(piece_rows.size()) * kLlamaHeadPieceRows);
+    piece_rows.push_back(rows);
+    store.lm_head_fold(dw, v0, rows, t, n, true, 1);
+  };
+  store.step_begin();
+  const float loss = pieces.forward_backward(tokens.data(), targets.data(), B, T, run);
+  const float want_loss = dense.forward_backward(tokens.data(), targets.data(), B, T, MicroBatchRun{.act_seed = 7});
+  EXPECT_NEAR(loss, want_loss, 1e-5 * want_loss);
+  EXPECT_EQ(piece_rows, (std::vector<int>{kLlamaHeadPieceRows, kLlamaHeadPieceRows, 1000}));
+  for (size_t u = 0; u < units.size(); ++u) {
+    const GradQ8Buffer& q = store.q8_buffer(int(u));
+    std::vector<float> got(q.n);
+    grad_q8_dequantize(q.codes.data(), q.scales.data(), q.n, got.data(), 256);
+    const float* want = dense.grads().data() + units[u].begin;
+    size_t bad = 0;
+    for (size_t b = 0; b < q.n; b += 256) {
+      const size_t e = std::min(q.n, b + 256);
+      float absmax = 0;
+      for (size_t i = b; i < e; ++i) absmax = std::max(absmax, std::abs(want[i]));
+      const float tol = absmax / 127 * 0.5f * (1 + 1e-3f) + 1e-6f * absmax;
+      for (size_t i = b; i < e; ++i) bad += std::abs(got[i] - want[i]) > tol;
+    }
+    EXPECT_EQ(bad, 0u) << "unit " << u << " of " << units.size();
+  }
+}
+
 // The memory model's gradient bytes of such a stage (codes, scales and the layer-sized scratch) are the store's.
 TEST(GradStore, MemoryModelCountsTheFirstStagesScratch) {
   const LlamaConfig cfg = wide_vocab_cfg();
@@ -137,6 +209,80 @@ TEST(GradStore, MemoryModelCountsTheFirstStagesScratch) {
     const PlanMemory want = plan_memory_cpu_trainer(cfg, ActPolicy::parse("agoq", cfg.n_layers), c);
     EXPECT_EQ(tr.current().bytes[int(MemCategory::gradients)] - before, want[MemCategory::gradients]) << "TP " << tp;
   }
+}
+
+}  // namespace
+}  // namespace agoq
+
+namespace agoq {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Training a tied model with the lm_head's gradient in pieces against the whole one, on this job's grids (one
+// process; DP 2, TP 2 and TP 2 + SP; TP 2 + SP x DP 2): the same curve up to the rounding of fp32 sums taken in another
+// order, and this rank's memory model to the byte. The vocabulary (2 pieces and 16 rows) splits into 2 and 4.
+TEST(GradStore, TiedHeadInPiecesTrainsAsTheWholeOnEveryGrid) {
+  const int W = world().size(), V = 2 * kLlamaHeadPieceRows + 16;
+  const fs::path data = shared_data("tiedpieces", V);
+  struct Grid {
+    int tp;
+    bool sp;
+  };
+  std::vector<Grid> grids = {{1, false}};  // np 2: DP 2
+  if (W == 2) grids.push_back({2, false}), grids.push_back({2, true});
+  if (W == 4) grids = {{2, true}};
+  for (const auto [T, sp] : grids) {
+    const std::string grid = "TP " + std::to_string(T) + (sp ? " + SP" : "") + " x DP " + std::to_string(W / T);
+    TrainOptions o = tiny(data, "whole" + std::to_string(T) + (sp ? "sp" : ""), 2);
+    o.model.tie_embeddings = true;
+    o.grad_store = "q8", o.allreduce = "q8", o.tp = T, o.sp = sp;
+    const TrainResult whole = train_run(o);
+    o.lm_head_grad = "pieces", o.out_dir += "_pieces";
+    const TrainResult pieces = train_run(o);
+    const double dl = max_rel_diff(pieces.losses, whole.losses), dn = max_rel_diff(pieces.grad_norms, whole.grad_norms);
+    if (world().rank() == 0) std::printf("[ measured ] %s: pieces vs whole losses %.2e, norms %.2e\n", grid.c_str(), dl, dn);
+    EXPECT_LE(dl, 2e-3) << grid;
+    EXPECT_LE(dn, 2e-2) << grid;
+    EXPECT_LT(pieces.losses.back(), pieces.losses.front()) << grid;
+
+    LlamaConfig cfg = o.model;
+    cfg.vocab_size = V, cfg.max_seq_len = o.seq;
+    const ParallelGrid g = parallel_grid_make(world(), 1, T);
+    PlanCpuOptions c;
+    c.batch = o.batch, c.seq = o.seq, c.grad_q8 = true, c.lm_head_pieces = true;
+    c.stage = model_stage_shard(cfg, model_stage_whole(cfg), T, g.tp_rank, sp);
+    c.grad_block = model_block_isolating_replicated(cfg, {c.stage}, 256);  // the trainer's (32 under TP)
+    PlanMemory want = plan_memory_cpu_trainer(cfg, ActPolicy::parse(o.act_policy, cfg.n_layers), c);
+    want[MemCategory::workspace] += MemoryTracker::global().tag_peak("data");  // the token files
+    for (const MemCategory k : {MemCategory::gradients, MemCategory::workspace})
+      EXPECT_EQ(want[k], pieces.peak.bytes[int(k)]) << grid << ", rank " << world().rank() << ", " << mem_category_name(k);
+    EXPECT_LT(pieces.peak.bytes[int(MemCategory::gradients)], whole.peak.bytes[int(MemCategory::gradients)]) << grid;
+  }
+  shared_cleanup(data);
+}
+
+// The flag's errors: a bad value, the fp32 store, an untied model.
+TEST(GradStore, LmHeadGradFlagErrorsAreOneLine) {
+  const fs::path data = shared_data("lmheadflag");
+  std::unique_ptr<Communicator> self = world().split(world().rank(), 0);
+  auto error_of = [&](TrainOptions o) {
+    o.comm = self.get();
+    try {
+      train_run(o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  TrainOptions o = tiny(data, "x" + std::to_string(world().rank()), 1);
+  o.grad_store = "q8", o.lm_head_grad = "half";
+  EXPECT_NE(error_of(o).find("--lm-head-grad must be whole or pieces (got 'half')"), std::string::npos);
+  o.grad_store = "fp32", o.lm_head_grad = "pieces";
+  EXPECT_NE(error_of(o).find("--lm-head-grad pieces is a way of the 8-bit gradient store"), std::string::npos);
+  o.grad_store = "q8";
+  EXPECT_NE(error_of(o).find("--lm-head-grad pieces is for tied embeddings"), std::string::npos);
+  shared_cleanup(data);
 }
 
 }  // namespace

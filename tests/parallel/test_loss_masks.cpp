@@ -79,7 +79,9 @@ void expect_same_training(const TrainResult& got, const TrainResult& ref, const 
   std::printf("[ measured ] %s: losses %.2e, gradient norms %.2e, validation loss %.2e\n", what.c_str(), dl, dn, dv);
   EXPECT_LE(dl, 1e-5) << what;
   EXPECT_LE(dn, 1e-4) << what;
-  if (same_val) EXPECT_LE(dv, 1e-5) << what;
+  if (same_val) {
+    EXPECT_LE(dv, 1e-5) << what;
+  }
   EXPECT_LT(got.losses.back(), got.losses.front()) << what;
 }
 
