@@ -4,7 +4,7 @@ writes a Llama-3.2-1B-shaped model with random weights as Hugging Face bf16 shar
 ffn 8192, vocab 128256, tied, llama3 rope scaling) with a byte-level BPE tokenizer trained on the corpus (its
 vocabulary is smaller than the model's: the rows past it are padding, as in many released models), prepares the
 corpus with that tokenizer, and fine-tunes it at seq 2048, micro-batch 1, for a few steps twice:
-AGoQ + 8-bit AdamW states (`--optim-state q8`) and the unquantized `--baseline`. For each it records the peak RSS
+AGoQ + 8-bit AdamW states + the lm_head gradient in pieces (`--optim-state q8 --lm-head-grad pieces`) and the unquantized `--baseline`. For each it records the peak RSS
 (getrusage of the child) and the tracker's peak per category (the last record of metrics.jsonl), or the run's
 refusal line when the memory model says it cannot fit. Writes a markdown report.
 
@@ -180,7 +180,7 @@ def main():
         subprocess.run([args.bin, "prepare", "--input", text_file, "--tokenizer", os.path.join(args.work, "model"),
                         "--out", data], check=True)
     inspect = memory_model(args)
-    results = [fine_tune(args, "AGoQ + q8 AdamW", ["--optim-state", "q8"], env),
+    results = [fine_tune(args, "AGoQ + q8 AdamW", ["--optim-state", "q8", "--lm-head-grad", "pieces"], env),
                fine_tune(args, "baseline", ["--baseline"], env)]
     report(args, results, inspect)
 

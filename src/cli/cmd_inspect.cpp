@@ -22,14 +22,15 @@ struct InspectArgs {
 
 struct Recipe {
   const char* name;
-  bool agoq, optim_q8;
+  bool agoq, optim_q8, lm_head_pieces;  // the last: for tied embeddings only
 };
-constexpr Recipe kRecipes[] = {{"agoq", true, false}, {"agoq+q8", true, true}, {"baseline", false, false}};
+constexpr Recipe kRecipes[] = {
+    {"agoq", true, false, false}, {"agoq+q8", true, true, true}, {"baseline", false, false, false}};
 
 PlanMemory recipe_memory(const LlamaConfig& cfg, const Recipe& r, int batch, int seq) {
   PlanCpuOptions p;
   p.batch = batch, p.seq = seq;
-  p.grad_q8 = r.agoq, p.optim_q8 = r.optim_q8;
+  p.grad_q8 = r.agoq, p.optim_q8 = r.optim_q8, p.lm_head_pieces = r.lm_head_pieces && cfg.tie_embeddings;
   return plan_memory_cpu_trainer(cfg, ActPolicy::parse(r.agoq ? "agoq" : "fp32", cfg.n_layers), p);
 }
 
@@ -94,8 +95,8 @@ void cmd_inspect_run(const InspectArgs& a) {
     }
     std::printf("\n");
   }
-  std::printf("  (flags: agoq = train's default, agoq+q8 = --optim-state q8, baseline = --baseline; this machine has "
-              "%s)\n", format_bytes(memory_physical_bytes()).c_str());
+  std::printf("  (flags: agoq = train's default, agoq+q8 = --optim-state q8%s, baseline = --baseline; this machine "
+              "has %s)\n", c.tie_embeddings ? " --lm-head-grad pieces" : "", format_bytes(memory_physical_bytes()).c_str());
 }
 
 const CliCommand kInspect("", 36, [](CLI::App& app) {

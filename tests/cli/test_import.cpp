@@ -19,9 +19,9 @@ constexpr int kSeq = 64;
 constexpr const char* kPrompt = "It is a truth";
 
 // stdout of the agoq binary (stderr to the test's log), with its exit status.
-std::string agoq_stdout(const std::string& args, int* status) {
+std::string agoq_stdout(const std::string& args, int* status, const std::string& bin = AGOQ_BIN_PATH " ") {
   std::string out;
-  FILE* p = popen(("timeout 120 " AGOQ_BIN_PATH " " + args).c_str(), "r");
+  FILE* p = popen(("timeout 120 " + bin + args).c_str(), "r");
   char buf[4096];
   size_t n;
   while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
@@ -249,6 +249,61 @@ TEST_F(ImportHf, FineTuneStoppedAndResumedIsBitIdentical) {
   EXPECT_EQ(json::parse(file_text(split + "/ckpt/config.json"))["transformers_version"],
             json::parse(file_text(m.dir + "/config.json"))["transformers_version"]);
   fs::remove_all(straight), fs::remove_all(split);
+}
+
+// The step losses of a run folder's metrics.jsonl.
+std::vector<double> step_losses(const std::string& run) {
+  std::vector<double> out;
+  std::ifstream f(run + "/metrics.jsonl");
+  for (std::string line; std::getline(f, line);) {
+    const json rec = json::parse(line);
+    if (rec.contains("step") && rec.contains("loss")) out.push_back(rec["loss"]);
+  }
+  return out;
+}
+
+// The pretrained weights on several ranks, as `mpirun -np 2 agoq train --init-from` loads them: tensor-parallel
+// (each rank reads whole tensors and keeps its slices; tied and untied), pipeline (each stage its own layers) and
+// data-parallel (every replica the whole model), unquantized, step for step one process's losses (DP 2 against
+// --accum 2), and a 4-rank TP 2 x DP 2 run with AGoQ's defaults close to it.
+TEST_F(ImportHf, FineTuneOnSeveralRanksStartsFromTheModelAsOneProcessDoes) {
+  const std::string mpirun = "mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "
+                             "-x OPENBLAS_NUM_THREADS=1 ";
+  const std::string common = "--steps 4 --warmup 1 --lr 3e-3 --eval-every 0 --log-every 1";
+  struct Grid {
+    const char *model, *ranks, *flags, *single;
+    double tol;
+  };
+  for (const Grid g : {Grid{"--rope llama3", "-np 2", "--tp 2 --baseline", "--baseline", 1e-5},
+                       Grid{"--tied --rope linear", "-np 2", "--tp 2 --sp --baseline", "--baseline", 1e-5},
+                       Grid{"--rope llama3", "-np 2", "--pp 2 --accum 2 --baseline", "--accum 2 --baseline", 1e-5},
+                       Grid{"--rope llama3", "-np 2", "--baseline", "--accum 2 --baseline", 1e-5},
+                       Grid{"--rope llama3", "-np 4", "--tp 2", "--accum 2 --baseline", 0.01}}) {
+    const std::string what = std::string(g.model) + ", " + g.ranks + " " + g.flags;
+    SCOPED_TRACE(what);
+    const RefModel& m = model(g.model);
+    const std::string single = fine_tune(m, "single", common + " " + g.single);
+    const std::string run = (root() / "grid").string();
+    fs::remove_all(run);
+    int st = 0;
+    const std::string log = agoq_stdout(mpirun + g.ranks + " " AGOQ_BIN_PATH " train --data " +
+                                            prepared_with_model_tokenizer(m) + " --init-from " + m.dir + " --out " +
+                                            run + " --batch 2 --seq 32 --eval-batches 2 --quiet " + common + " " +
+                                            g.flags,
+                                        &st, "");
+    ASSERT_EQ(st, 0) << log;
+    const std::vector<double> want = step_losses(single), got = step_losses(run);
+    ASSERT_EQ(got.size(), 4u);
+    ASSERT_EQ(want.size(), got.size());
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], g.tol * want[i]) << "step " << i + 1;
+      worst = std::max(worst, std::abs(got[i] - want[i]) / want[i]);
+    }
+    std::printf("[ measured ] %s: losses %.4f .. %.4f, largest relative difference from one process %.2e\n",
+                what.c_str(), got.front(), got.back(), worst);
+    fs::remove_all(run), fs::remove_all(single);
+  }
 }
 
 TEST_F(ImportHf, FineTuneRefusesWhatDoesNotFit) {
