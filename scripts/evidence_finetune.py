@@ -34,9 +34,10 @@ def log(*a):
     print("evidence:", *a, flush=True)
 
 
-def make_model(model_dir, corpus_text):
-    """The model folder: config.json, bf16 shards with an index, tokenizer.json and tokenizer_config.json."""
-    if os.path.exists(os.path.join(model_dir, "model.safetensors.index.json")):
+def make_model(model_dir, corpus_text, shape=None, shard_size="1GB"):
+    """The model folder (`shape`: LlamaConfig fields, Llama-3.2-1B's by default): config.json, bf16 weights
+    (sharded with an index when larger than shard_size), tokenizer.json and tokenizer_config.json."""
+    if any(os.path.exists(os.path.join(model_dir, f)) for f in ("model.safetensors.index.json", "model.safetensors")):
         log("model exists:", model_dir)
         return
     import torch
@@ -54,12 +55,12 @@ def make_model(model_dir, corpus_text):
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>",
                    "eos_token": "<|end_of_text|>", "add_bos_token": True}, f)
     cfg = LlamaConfig(bos_token_id=tok.token_to_id("<|begin_of_text|>"),
-                      eos_token_id=tok.token_to_id("<|end_of_text|>"), torch_dtype="bfloat16", **SHAPE)
+                      eos_token_id=tok.token_to_id("<|end_of_text|>"), torch_dtype="bfloat16", **(shape or SHAPE))
     torch.manual_seed(0)
     t0 = time.time()
     with torch.no_grad():
         model = LlamaForCausalLM(cfg).to(torch.bfloat16)
-        model.save_pretrained(model_dir, max_shard_size="1GB", safe_serialization=True)
+        model.save_pretrained(model_dir, max_shard_size=shard_size, safe_serialization=True)
     log(f"wrote {model_dir}: {sum(p.numel() for p in model.parameters()) / 1e9:.3f} B parameters in "
         f"{time.time() - t0:.0f} s")
 

@@ -123,6 +123,9 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
                 "q8 grad store, tied embeddings: the lm_head's gradient whole (an fp32 buffer of the embedding's "
                 "size) | pieces (none; one more lm_head GEMM per micro-batch)")
       ->capture_default_str();
+  c->add_flag("--profile", o.profile,
+              "time the ops by class (GEMMs, attention, LM head + loss, activation store, other): each step's "
+              "op_seconds in metrics.jsonl and the split in the final report");
   c->add_option("--zero", o.zero, "1: ZeRO-1, optimizer state sharded across data-parallel ranks")
       ->capture_default_str();
   c->add_option("--pp", o.pp,

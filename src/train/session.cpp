@@ -233,8 +233,14 @@ void TrainSession::model_build() {
   const int in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
   grads_ = std::make_unique<GradStore>(cfg_, stages_[grid_.stage], dp_options_.store);  // the model writes into it
   if (grid_.tp) tensor_group_ = std::make_unique<CommTensorGroup>(*grid_.tp);
+  if (opt_.profile) timed_ = std::make_unique<TimedBackend>(model_backend_cpu());
   model_ = std::make_unique<LlamaModel>(cfg_, B_, T_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers),
-                                        stages_[grid_.stage], in_flight, grads_->model_storage(), tensor_group_.get());
+                                        stages_[grid_.stage], in_flight, grads_->model_storage(), tensor_group_.get(),
+                                        timed_ ? *timed_ : model_backend_cpu());
+  if (timed_ && stages_[grid_.stage].head) {
+    const ShardDims d = model_shard_dims(cfg_, stages_[grid_.stage]);
+    timed_->head_weights_are(model_->params().lm_head, size_t(d.V) * d.C);
+  }
   model_->init_weights(opt_.seed);
   engine_ = std::make_unique<DataParallel>(*grid_.dp, model_->params(), *grads_, dp_options_);
   if (grid_.P > 1) pipeline_ = std::make_unique<Pipeline>(*grid_.pipe, *model_, B_, T_);
@@ -358,8 +364,10 @@ TrainResult TrainSession::run() {
     const auto t0 = std::chrono::steady_clock::now();
     const float lr = lr_schedule(step, opt_.lr, opt_.min_lr, opt_.warmup, opt_.steps);
     if (tensor_group_) tensor_group_->seconds_take();  // from here: this step's
+    if (timed_) timed_->take();
     const DpStepResult r = train_step(step, lr);
     const double tp_seconds = tensor_group_ ? tensor_group_->seconds_take() : 0.0;
+    const OpSeconds ops = timed_ ? timed_->take() : OpSeconds{};
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     seconds_total_ += dt;
     wait_total_ += r.wait_s;
@@ -370,6 +378,13 @@ TrainResult TrainSession::run() {
                           {"tokens_per_s", tokens / dt}};
     if (grid_.D > 1) rec["comm_wait_s"] = r.wait_s;
     if (tensor_group_) rec["tp_comm_s"] = tp_seconds;
+    if (timed_) {
+      for (int c = 0; c < kOpClassCount; ++c) {
+        rec["op_seconds"][op_class_name(OpClass(c))] = ops.s[c];
+        op_seconds_.s[c] += ops.s[c];
+      }
+      rec["op_seconds"]["rest"] = dt - ops.total();
+    }
     if ((opt_.eval_every > 0 && step % opt_.eval_every == 0) || step == opt_.steps) {
       const float val = evaluate();
       rec["val_loss"] = val;

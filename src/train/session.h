@@ -22,6 +22,7 @@
 #include "plan/memory_model.h"
 #include "formats/checkpoint.h"
 #include "formats/model_source.h"
+#include "model/backend_timed.h"
 #include "train/metrics.h"
 #include "train/run_dir.h"
 #include "train/trainer.h"
@@ -88,6 +89,7 @@ class TrainSession {
   std::unique_ptr<GradStore> grads_;  // built before model_, which writes its gradients into it (CPU)
   std::unique_ptr<CommTensorGroup> tensor_group_;  // T > 1: the collectives joining this rank's shard to the others
   std::unique_ptr<ModelBackend> gpu_;  // --device cuda: where the model computes (else the CPU's ops)
+  std::unique_ptr<TimedBackend> timed_;  // --profile: the CPU's ops, timed by class
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<TrainStep> engine_;  // the optimizer step: DataParallel, or CudaTrainStep on the GPU
   std::unique_ptr<Pipeline> pipeline_;  // P > 1
@@ -104,6 +106,7 @@ class TrainSession {
   std::string replan_log_;
   std::string block_notes_;  // blocks_isolate_replicated's, for the log
   double seconds_total_ = 0, wait_total_ = 0;  // step time and communication not hidden behind it, over the run
+  OpSeconds op_seconds_;                        // --profile: the steps' op time by class, over the run
 };
 
 // ---- the session's parts that need no state (train/trainer.cpp, train/session_checkpoint.cpp) ----

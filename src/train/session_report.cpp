@@ -54,6 +54,13 @@ void TrainSession::report(const TrainResult& r, long first) const {
     std::fprintf(stderr, " on a %d-stage pipeline (1F1B, layers %s) x %d replica%s", P,
                  opt_.stage_layers.empty() ? "split evenly" : opt_.stage_layers.c_str(), D, D > 1 ? "s" : "");
   std::fprintf(stderr, "\n");
+  if (timed_) {
+    std::fprintf(stderr, "time split (--profile, rank 0):");
+    for (int c = 0; c < kOpClassCount; ++c)
+      std::fprintf(stderr, " %s %.1f%%,", op_class_label(OpClass(c)), 100 * op_seconds_.s[c] / seconds_total_);
+    std::fprintf(stderr, " the rest (optimizer, gradient store, communication, data) %.1f%%\n",
+                 100 * (1 - op_seconds_.total() / seconds_total_));
+  }
   if (P > 1) report_stages(stage_peaks);
   const size_t rows = size_t(B_) * T_;
   const ActPolicy& policy = model_->store().policy();

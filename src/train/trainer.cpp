@@ -60,6 +60,7 @@ void train_options_validate(const TrainOptions& o) {
     gpu_lacks(o.adam.state != OptimState::fp32, "8-bit AdamW moments (--optim-state q8)");
     gpu_lacks(o.mem_budget > 0, "re-planning the activation bits (--mem-budget)");
     gpu_lacks(o.lm_head_grad == "pieces", "the lm_head's gradient in pieces (--lm-head-grad pieces)");
+    gpu_lacks(o.profile, "timing the ops by class (--profile)");
   }
 }
 

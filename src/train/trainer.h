@@ -44,6 +44,7 @@ struct TrainOptions {
   // q8 grad store, tied embeddings: the lm_head's weight gradient whole (an fp32 scratch of the embedding's size)
   // or in vocabulary pieces (no such scratch; one more lm_head GEMM per micro-batch).
   std::string lm_head_grad = "whole";
+  bool profile = false;  // time the ops by class (model/backend_timed.h): metrics.jsonl's op_seconds, the report
   int zero = 0;                     // 1: ZeRO-1, AdamW state sharded over the ranks
   // Pipeline parallelism (1F1B): ranks form a pp x (ranks / pp) grid; `accum` is the micro-batches per step.
   int pp = 1;
