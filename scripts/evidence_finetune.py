@@ -108,6 +108,30 @@ def memory_model(args):
     return json.loads(res.stdout) if res.returncode == 0 else {}
 
 
+CATEGORIES = ("weights", "gradients", "optimizer", "activations", "workspace")
+
+
+def plot_memory(path, results, inspect):
+    """Stacked bars of the tracked peak per category: each run that trained, and the memory model's figures for
+    the configurations (`agoq inspect`)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    bars = [(r["name"] + "\n(measured)", r["memory"].get("peak", {})) for r in results if r["status"] == 0]
+    bars += [(name + "\n(memory model)", m) for name, m in inspect.get("train_memory", {}).items()]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bottom = [0.0] * len(bars)
+    for cat in CATEGORIES:
+        vals = [m.get(cat, 0) / GIB for _, m in bars]
+        ax.bar([b for b, _ in bars], vals, bottom=bottom, label=cat)
+        bottom = [x + v for x, v in zip(bottom, vals)]
+    ax.axhline(10, color="k", ls="--", lw=1, label="10 GiB goal")
+    ax.set_ylabel("peak memory (GiB)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def report(args, results, inspect):
     lines = ["# Fine-tuning a 1B model on one machine (`agoq train --init-from`)", "",
              "Made by `scripts/evidence_finetune.py` on this machine (2 cores, 24 GiB, no GPU). The model is "
@@ -121,8 +145,7 @@ def report(args, results, inspect):
         gib = lambda b: f"{b / GIB:.2f} GiB" if isinstance(b, (int, float)) else "–"
         if r["status"] == 0:  # metrics.jsonl's memory: {"peak": {category: bytes}, "peak_total": bytes, ...}
             m = r["memory"]
-            cats = [gib(m.get("peak", {}).get(c)) for c in ("weights", "gradients", "optimizer", "activations",
-                                                            "workspace")]
+            cats = [gib(m.get("peak", {}).get(c)) for c in CATEGORIES]
             total = m.get("peak_total")
             lines.append(f"| {r['name']} | `{r['flags']}` | trained | {gib(r['peak_rss'])} | " + " | ".join(cats) +
                          f" | {gib(total)} |")
@@ -146,6 +169,8 @@ def report(args, results, inspect):
                   "| configuration | total |", "|---|---|"]
         for k, v in tm.items():
             lines.append(f"| {k} | {v.get('total', 0) / GIB:.2f} GiB |")
+    plot_memory(os.path.join(args.out, "finetune_memory.png"), results, inspect)
+    lines += ["", "![peak memory by category](finetune_memory.png)"]
     path = os.path.join(args.out, "finetune.md")
     with open(path + ".tmp", "w") as f:
         f.write("\n".join(lines) + "\n")
