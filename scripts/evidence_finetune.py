@@ -27,6 +27,10 @@ SHAPE = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hi
              rope_theta=500000.0, tie_word_embeddings=True, head_dim=64,
              rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                            "original_max_position_embeddings": 8192})
+# SmolLM-135M's shape (the speed and quality evidence: scripts/evidence_speed.py, scripts/evidence_quality.py).
+SMOLLM_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                   num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048, rms_norm_eps=1e-5,
+                   rope_theta=10000.0, tie_word_embeddings=True, head_dim=64)
 GIB = 1 << 30
 
 

@@ -22,11 +22,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from evidence_finetune import corpus_text, log, make_model  # noqa: E402
+from evidence_finetune import SMOLLM_135M, corpus_text, log, make_model  # noqa: E402
 
-SHAPE = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-             num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048, rms_norm_eps=1e-5,
-             rope_theta=10000.0, tie_word_embeddings=True, head_dim=64)
 RUNS = {"AGoQ + q8 AdamW": ["--optim-state", "q8", "--lm-head-grad", "pieces"], "baseline (fp32)": ["--baseline"]}
 
 
@@ -121,7 +118,7 @@ def main():
         f.write(text[:cut])
     n_examples = examples_write(text[cut:], w("examples.jsonl"))
     log(f"{n_examples} prompt/completion pairs")
-    make_model(w("model"), text[:cut], SHAPE, shard_size="5GB")
+    make_model(w("model"), text[:cut], SMOLLM_135M, shard_size="5GB")
     if not os.path.exists(w("pretrain_data", "meta.json")):
         agoq(args, "prepare", "--input", w("pretrain.txt"), "--tokenizer", w("model"), "--out", w("pretrain_data"))
     train(args, w("runs", "pretrain"), w("pretrain_data"), w("model"), args.pretrain_steps, 1e-3, 2, [],
