@@ -29,9 +29,9 @@ LABELS = {"gemm": "GEMMs", "attention": "attention", "head": "LM head + loss", "
           "other": "other ops", "rest": "rest (optimizer, grad store, data)"}
 
 
-def agoq_run(args, seq, name, flags, model, data, threads):
-    """Tokens/s (median over the steps after the first two) and the mean op seconds per step of one run."""
-    out = os.path.join(args.work, "runs", f"{name.replace(' ', '_')}_{seq}")
+def agoq_run(args, seq, name, flags, model, data, threads, rep):
+    """One run's timed steps (after the first two): tokens/s and op seconds of each."""
+    out = os.path.join(args.work, "runs", f"{name.replace(' ', '_')}_{seq}_{rep}")
     cmd = [args.bin, "train", "--data", data, "--init-from", model, "--out", out, "--overwrite", "--seq", str(seq),
            "--batch", "1", "--steps", str(args.steps + 2), "--warmup", "1", "--lr", "1e-5", "--min-lr", "1e-6",
            "--eval-every", "0",
@@ -40,9 +40,22 @@ def agoq_run(args, seq, name, flags, model, data, threads):
     subprocess.run(cmd, check=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads),
                                                 OPENBLAS_NUM_THREADS=str(threads)))
     with open(os.path.join(out, "metrics.jsonl")) as f:
-        recs = [json.loads(line) for line in f if line.strip()][2:]
-    split = {c: statistics.mean(r["op_seconds"][c] for r in recs) for c in CLASSES}
-    return {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in recs), "op_seconds": split}
+        return [json.loads(line) for line in f if line.strip()][2:]
+
+
+def agoq_runs(args, seq, model, data, threads):
+    """Each configuration args.reps times, interleaved (so a slow spell of the machine hits both): tokens/s as the
+    median over every timed step, each repetition's median beside it, and the mean op seconds per step."""
+    steps = {name: [] for name in AGOQ_RUNS}
+    per_rep = {name: [] for name in AGOQ_RUNS}
+    for rep in range(args.reps):
+        for name, flags in AGOQ_RUNS.items():
+            recs = agoq_run(args, seq, name, flags, model, data, threads, rep)
+            steps[name] += recs
+            per_rep[name].append(statistics.median(r["tokens_per_s"] for r in recs))
+    return {name: {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in recs), "runs_tokens_per_s": per_rep[name],
+                   "op_seconds": {c: statistics.mean(r["op_seconds"][c] for r in recs) for c in CLASSES}}
+            for name, recs in steps.items()}
 
 
 def torch_run(args, seq, model_dir, threads):
@@ -103,7 +116,9 @@ def report(args, results, peak, threads):
              "Made by `scripts/evidence_speed.py` on this machine (2 cores, AVX2+FMA, no GPU), nothing else running. "
              "One SmolLM-135M-shaped model (dim 576, 30 layers, 9/3 heads, ffn 1536, vocabulary 49152 tied; random "
              "weights written by transformers) loaded by both; micro-batch 1, AdamW, "
-             f"{threads} threads each; the median step of {args.steps} after two warm-up steps. PyTorch is "
+             f"{threads} threads each; tokens/s is the median step after two warm-up steps ({args.steps} timed steps; "
+             f"agoq's two configurations {args.reps} runs each, interleaved, every run's median in brackets: the "
+             "spread is this machine's run-to-run noise). PyTorch is "
              "transformers' `LlamaForCausalLM` (eager attention, fp32) on PyTorch 1.13; agoq is `agoq train "
              f"--init-from` with `--profile`. MFU: model FLOPs (6 x parameters + 6 x layers x seq x dim per token) "
              f"per second against the sgemm peak measured in the same run, {peak:.0f} GFLOP/s.", "",
@@ -113,7 +128,9 @@ def report(args, results, peak, threads):
         r = results[str(seq)]
         t, a, q = r["PyTorch"]["tokens_per_s"], r["agoq fp32"]["tokens_per_s"], r["AGoQ"]["tokens_per_s"]
         mfu = a * flops_per_token(seq) / (peak * 1e9)
-        lines.append(f"| {seq} | {t:.0f} | {a:.0f} | {q:.0f} | {a / t:.2f}x | {mfu * 100:.0f}% | {a / q:.3f} |")
+        spread = lambda n: "(" + ", ".join(f"{x:.0f}" for x in r[n].get("runs_tokens_per_s", [])) + ")"
+        lines.append(f"| {seq} | {t:.0f} | {a:.0f} {spread('agoq fp32')} | {q:.0f} {spread('AGoQ')} | {a / t:.2f}x | "
+                     f"{mfu * 100:.0f}% | {a / q:.3f} |")
     lines += ["", "Goals: agoq at least 2x PyTorch, at least 90% MFU, AGoQ's step at most 1.03x agoq's fp32 step.", "",
               "Where a step goes (`--profile`; share of the step's wall time):", "",
               "| run | " + " | ".join(LABELS[c] for c in CLASSES) + " |", "|---|" + "---|" * len(CLASSES)]
@@ -137,7 +154,8 @@ def report(args, results, peak, threads):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="build/agoq")
-    ap.add_argument("--steps", type=int, default=6, help="timed steps per run (after two warm-up steps)")
+    ap.add_argument("--steps", type=int, default=4, help="timed steps per run (after two warm-up steps)")
+    ap.add_argument("--reps", type=int, default=2, help="runs of each agoq configuration, interleaved")
     ap.add_argument("--out", default="docs/evidence")
     ap.add_argument("--work", default="/tmp/agoq_speed")
     ap.add_argument("--corpus", default="data/austen", help="a prepared set whose text is the corpus")
@@ -160,7 +178,7 @@ def main():
     peak = sgemm_peak(args)
     results = {}
     for seq in map(int, args.seqs.split(",")):
-        r = {name: agoq_run(args, seq, name, flags, model, data, threads) for name, flags in AGOQ_RUNS.items()}
+        r = agoq_runs(args, seq, model, data, threads)
         r["PyTorch"] = torch_run(args, seq, model, threads)
         log(f"seq {seq}: " + ", ".join(f"{k} {v['tokens_per_s']:.0f} tok/s" for k, v in r.items()))
         results[str(seq)] = r
