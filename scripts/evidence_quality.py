@@ -48,8 +48,10 @@ def examples_write(text, path):
 
 
 def records(run):
+    """A run's per-step step, loss and val_loss (metrics.jsonl without the memory and timing fields)."""
     with open(os.path.join(run, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        recs = [json.loads(line) for line in f if line.strip()]
+    return [{k: r[k] for k in ("step", "loss", "val_loss") if k in r} for r in recs]
 
 
 def train(args, out, data, init, steps, lr, batch, flags, extra=()):
