@@ -101,7 +101,8 @@ def report(args, runs, n_examples, pretrain_val):
         f.write("\n".join(lines) + "\n")
     os.replace(os.path.join(args.out, "quality.md") + ".tmp", os.path.join(args.out, "quality.md"))
     with open(os.path.join(args.out, "quality.json"), "w") as f:
-        json.dump({"final_val_loss": final, "n_examples": n_examples, "pretrain_val_loss": pretrain_val, "runs": runs},
+        json.dump({"final_val_loss": final, "n_examples": n_examples, "pretrain_val_loss": pretrain_val,
+                   "args": {k: getattr(args, k) for k in ("steps", "pretrain_steps", "seq", "batch")}, "runs": runs},
                   f, indent=1)
     log("wrote", os.path.join(args.out, "quality.md"))
 
@@ -120,6 +121,7 @@ def main():
     args = ap.parse_args()
     if args.report_only:
         saved = json.load(open(os.path.join(args.out, "quality.json")))
+        vars(args).update(saved["args"])  # the report describes the runs it was made from
         return report(args, saved["runs"], saved["n_examples"], saved["pretrain_val_loss"])
     os.makedirs(args.work, exist_ok=True)
     w = lambda *p: os.path.join(args.work, *p)

@@ -147,7 +147,8 @@ def report(args, results, peak, threads):
         f.write("\n".join(lines) + "\n")
     os.replace(path + ".tmp", path)
     with open(os.path.join(args.out, "speed.json"), "w") as f:
-        json.dump({"sgemm_gflops": peak, "threads": threads, "results": results}, f, indent=1)
+        json.dump({"sgemm_gflops": peak, "threads": threads, "args": {"steps": args.steps, "reps": args.reps},
+                   "results": results}, f, indent=1)
     log("wrote", path)
 
 
@@ -164,6 +165,7 @@ def main():
     args = ap.parse_args()
     if args.report_only:
         saved = json.load(open(os.path.join(args.out, "speed.json")))
+        vars(args).update(saved["args"])  # the report describes the runs it was made from
         return report(args, saved["results"], saved["sgemm_gflops"], saved["threads"])
     threads = os.cpu_count()
     os.makedirs(args.work, exist_ok=True)
