@@ -10,6 +10,9 @@
 #include "cli/commands.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "comm/communicator.h"
+#include "plan/auto_plan.h"
+#include "plan/calibration.h"
 #include "plan/plan_report.h"
 #include "optim/adamw.h"
 #include "plan/presets.h"
@@ -25,6 +28,10 @@ struct PlanArgs {
   bool sp = false;
   double bucket_mb = 25;
   bool json = false, quantize_attention = false;
+  // the step-time model: --auto searches; a calibration file or the GPU defaults with network overrides
+  bool auto_search = false, time = false;
+  int global_batch = 0, top = 5, gpus_per_node = 0, reps = 3;
+  std::string calibration, calibrate_out, intra, inter, system = "agoq";
 };
 
 std::vector<int> parse_bits(const std::string& s) {
@@ -74,8 +81,57 @@ void write_png(const nlohmann::json& j, const std::string& png) {
              json_path.string());
 }
 
+// The time model's inputs: a calibration file, or the GPU defaults; the network flags override either.
+PlanCalibration calibration_of(const PlanArgs& a) {
+  PlanCalibration c = a.calibration.empty() ? plan_calibration_gpu_defaults() : plan_calibration_load(a.calibration);
+  if (!a.intra.empty()) c.intra.bytes_s = plan_parse_rate(a.intra, "--intra");
+  if (!a.inter.empty()) c.inter.bytes_s = plan_parse_rate(a.inter, "--inter");
+  if (a.gpus_per_node > 0) c.ranks_per_node = a.gpus_per_node;
+  if (!a.intra.empty() || !a.inter.empty() || a.gpus_per_node > 0) c.source += " (network from the flags)";
+  return c;
+}
+
+// Collective under mpirun: every rank measures; rank 0 writes the file and prints it.
+void cmd_plan_calibrate(const PlanArgs& a) {
+  Communicator& world = comm_world();
+  comm_run_guarded(world, [&] {
+    PlanCalibrateOptions o;
+    o.reps = a.reps, o.ranks_per_node = a.gpus_per_node;
+    const PlanCalibration c = plan_calibrate(world, o);
+    if (world.rank() != 0) return;
+    const nlohmann::json j = plan_calibration_json(c);
+    atomic_file_write(a.calibrate_out, j.dump(2) + "\n");
+    if (a.json) std::printf("%s\n", j.dump(2).c_str());
+    else std::printf("%s\nwritten: %s\n", plan_calibration_text(c).c_str(), a.calibrate_out.c_str());
+  });
+}
+
+void cmd_plan_auto(const PlanArgs& a) {
+  AGOQ_CHECK(!a.model.empty(), "--auto needs --model");
+  AGOQ_CHECK(a.global_batch > 0, "--auto needs --global-batch (sequences per optimizer step)");
+  PlanAutoRequest req;
+  req.model_name = a.model;
+  req.cfg = plan_model_resolve(a.model);
+  req.cfg.max_seq_len = std::max(req.cfg.max_seq_len, a.seq);
+  req.gpus = a.gpus, req.seq = a.seq, req.global_batch = a.global_batch, req.top = a.top;
+  req.gpu_mem = plan_parse_bytes(a.gpu_mem);
+  req.gpu.reserve_bytes = a.reserve == "0" ? 0 : plan_parse_bytes(a.reserve);
+  req.gpu.bucket_bytes = size_t(a.bucket_mb * double(1 << 20));
+  req.bits.bits = parse_bits(a.bits);
+  req.bits.quantize_attention = a.quantize_attention;
+  req.cal = calibration_of(a);
+  const PlanAutoResult r = plan_auto(req);
+  if (a.json) std::printf("%s\n", plan_auto_json(r).dump(2).c_str());
+  else std::printf("%s", plan_auto_text(r).c_str());
+}
+
 void cmd_plan_run(const PlanArgs& a) {
+  AGOQ_CHECK(a.bucket_mb > 0 && a.bucket_mb < 1e6, "--bucket-mb must be positive");
+  AGOQ_CHECK(a.top >= 1, "--top must be positive");
+  if (!a.calibrate_out.empty()) return cmd_plan_calibrate(a);
+  if (a.auto_search) return cmd_plan_auto(a);
   PlanRequest req;
+  AGOQ_CHECK(!a.model.empty(), "--model is required (llama-8b, llama-13b, llama-32b or a config.json)");
   req.model_name = a.model;
   req.cfg = plan_model_resolve(a.model);
   req.par = {a.gpus, a.tp, a.pp, a.zero != 0, a.sp};
@@ -84,15 +140,27 @@ void cmd_plan_run(const PlanArgs& a) {
   req.cfg.max_seq_len = std::max(req.cfg.max_seq_len, a.seq);
   req.gpu_mem = plan_parse_bytes(a.gpu_mem);
   req.gpu.reserve_bytes = a.reserve == "0" ? 0 : plan_parse_bytes(a.reserve);
-  AGOQ_CHECK(a.bucket_mb > 0 && a.bucket_mb < 1e6, "--bucket-mb must be positive");
   req.gpu.bucket_bytes = size_t(a.bucket_mb * double(1 << 20));
   req.bits.bits = parse_bits(a.bits);
   req.gpu.optim_q8 = optim_state_parse(a.optim_state) == OptimState::q8;
   req.bits.quantize_attention = a.quantize_attention;
   const PlanReport rep = plan_run(req);
-  const nlohmann::json j = plan_report_json(rep);
+  nlohmann::json j = plan_report_json(rep);
+  std::string text = plan_report_text(rep);
+  if (a.time || !a.calibration.empty()) {  // and the step-time model's prediction for this layout
+    AGOQ_CHECK(a.system == "agoq" || a.system == "baseline", "--system must be agoq or baseline (got '", a.system, "')");
+    PlanTimeOptions to;
+    to.system = a.system == "agoq" ? PlanSystem::agoq : PlanSystem::baseline;
+    to.optim_q8 = req.gpu.optim_q8, to.bucket_bytes = req.gpu.bucket_bytes;
+    const PlanCalibration cal = calibration_of(a);
+    const PlanTime t = plan_step_time(req.cfg, req.par, req.work, to, cal);
+    j["time"] = plan_time_json(t);
+    j["time"]["system"] = a.system;
+    j["time"]["calibration"] = cal.source;
+    text += plan_time_text(t, a.system, cal.source);
+  }
   if (a.json) std::printf("%s\n", j.dump(2).c_str());
-  else std::printf("%s", plan_report_text(rep).c_str());
+  else std::printf("%s", text.c_str());
   if (!a.png.empty()) {
     write_png(j, a.png);
     if (!a.json) std::printf("chart: %s\n", a.png.c_str());
@@ -102,7 +170,7 @@ void cmd_plan_run(const PlanArgs& a) {
 const CliCommand kPlan("", 40, [](CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
   CLI::App* c = app.add_subcommand("plan", "per-GPU memory of baseline vs AGoQ under TP/PP/DP, and AGoQ's bits per stage");
-  c->add_option("--model", a->model, "llama-8b, llama-13b, llama-32b or a Hugging Face config.json")->required();
+  c->add_option("--model", a->model, "llama-8b, llama-13b, llama-32b or a Hugging Face config.json");
   c->add_option("--gpus", a->gpus, "total GPUs (= tp * pp * dp)")->capture_default_str();
   c->add_option("--tp", a->tp, "tensor-parallel size (modelled Megatron-style)")->capture_default_str();
   c->add_flag("--sp", a->sp, "sequence parallelism over the --tp ranks (Megatron-SP: residual-stream activations 1/tp per rank)");
@@ -119,6 +187,20 @@ const CliCommand kPlan("", 40, [](CLI::App& app) {
   c->add_option("--bucket-mb", a->bucket_mb, "gradient bucket (fp32 MiB) of AGoQ's q8 all-reduce")->capture_default_str();
   c->add_option("--reserve", a->reserve, "per-GPU runtime reserve (CUDA context, NCCL, allocator)")->capture_default_str();
   c->add_flag("--json", a->json, "print the plan as JSON");
+  c->add_flag("--auto", a->auto_search, "search every layout, micro-batching and system; rank those that fit by "
+              "predicted tokens/s (needs --global-batch)");
+  c->add_option("--global-batch", a->global_batch, "--auto: sequences per optimizer step");
+  c->add_option("--top", a->top, "--auto: layouts shown")->capture_default_str();
+  c->add_flag("--time", a->time, "also predict this layout's step time, term by term (--system agoq|baseline)");
+  c->add_option("--system", a->system, "--time: agoq | baseline")->capture_default_str();
+  c->add_option("--calibration", a->calibration, "step-time inputs from FILE (written by --calibrate); default: "
+                "H100-class GPU defaults (docs/plan.md)");
+  c->add_option("--calibrate", a->calibrate_out, "measure this machine (under mpirun: at that rank count) and "
+                "write the calibration to FILE");
+  c->add_option("--reps", a->reps, "--calibrate: repetitions per measurement")->capture_default_str();
+  c->add_option("--intra", a->intra, "link bandwidth inside a node, e.g. 900GB/s (overrides the calibration)");
+  c->add_option("--inter", a->inter, "link bandwidth between nodes, e.g. 50GB/s or 200Gbit/s");
+  c->add_option("--gpus-per-node", a->gpus_per_node, "GPUs (ranks) per node");
   c->add_option("--png", a->png, "also write a bar chart (and its JSON next to it) via scripts/plan_chart.py");
   c->callback([a] { cmd_plan_run(*a); });
 });

@@ -1,0 +1,344 @@
+#include "plan/calibration.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <cstdio>
+#include <functional>
+
+#include "arch/params.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/rng.h"
+#include "model/attention.h"
+#include "model/ops.h"
+#include "optim/adamw.h"
+#include "quant/grad_q8.h"
+#include "quant/tensor.h"
+
+namespace agoq {
+
+PlanCalibration plan_calibration_gpu_defaults() {
+  PlanCalibration c;
+  c.source = "defaults: H100-class GPUs, 8 per node, NVLink 450 GB/s, 200 Gbit/s between nodes";
+  PlanDeviceRates& d = c.device;
+  d.gemm.points = {{1e8, 250e12}, {1e10, 550e12}, {1e12, 650e12}};
+  d.attention.points = {{1024, 350e12}, {8192, 450e12}};
+  // The model counts memory-bound bytes as fp32; the GPU moves bf16, so ~2x HBM's 3 TB/s in those units.
+  d.elementwise_bw = 5e12, d.act_quant_bw = 4e12, d.act_bf16_bw = 5e12, d.grad_fold_bw = 2.5e12;
+  d.adam_params_s = 1e11, d.adam_q8_params_s = 1.5e11;  // ~28 and ~14 bytes per parameter at ~3 TB/s
+  c.intra = {450e9, 5e-6};
+  c.inter = {25e9, 10e-6};
+  c.ranks_per_node = 8;
+  c.trainer = PlanTrainer::megatron_gpu;
+  c.dp_overlap = 1.0;
+  return c;
+}
+
+namespace {
+
+nlohmann::json curve_json(const PlanRateCurve& c) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& [x, y] : c.points) j.push_back({x, y});
+  return j;
+}
+
+PlanRateCurve curve_from(const nlohmann::json& j, const std::string& what) {
+  AGOQ_CHECK(j.is_array() && !j.empty(), what, " must be a non-empty array of [size, rate] pairs");
+  PlanRateCurve c;
+  for (const auto& p : j) {
+    AGOQ_CHECK(p.is_array() && p.size() == 2 && p[0].is_number() && p[1].is_number(), what,
+               " must hold [size, rate] pairs");
+    const double x = p[0], y = p[1];
+    AGOQ_CHECK(x > 0 && y > 0 && (c.points.empty() || x > c.points.back().first), what,
+               " needs positive sizes in increasing order and positive rates");
+    c.points.push_back({x, y});
+  }
+  return c;
+}
+
+}  // namespace
+
+nlohmann::json plan_calibration_json(const PlanCalibration& c) {
+  const PlanDeviceRates& d = c.device;
+  return {{"source", c.source},
+          {"trainer", plan_trainer_name(c.trainer)},
+          {"device",
+           {{"gemm_flops_by_call_flops", curve_json(d.gemm)},
+            {"attention_flops_by_seq", curve_json(d.attention)},
+            {"elementwise_bytes_s", d.elementwise_bw},
+            {"act_quant_bytes_s", d.act_quant_bw},
+            {"act_bf16_bytes_s", d.act_bf16_bw},
+            {"grad_fold_bytes_s", d.grad_fold_bw},
+            {"adam_params_s", d.adam_params_s},
+            {"adam_q8_params_s", d.adam_q8_params_s}}},
+          {"intra", {{"bytes_s", c.intra.bytes_s}, {"latency_s", c.intra.latency_s}}},
+          {"inter", {{"bytes_s", c.inter.bytes_s}, {"latency_s", c.inter.latency_s}}},
+          {"ranks_per_node", c.ranks_per_node},
+          {"dp_overlap", c.dp_overlap},
+          {"measured_ranks", c.measured_ranks}};
+}
+
+PlanCalibration plan_calibration_from_json(const nlohmann::json& j, const std::string& source) {
+  auto at = [&](const nlohmann::json& o, const char* key, const std::string& path) -> const nlohmann::json& {
+    AGOQ_CHECK(o.is_object() && o.contains(key), source, ": calibration field '", path, key, "' is missing");
+    return o[key];
+  };
+  auto positive = [&](const nlohmann::json& o, const char* key, const std::string& path) {
+    const nlohmann::json& v = at(o, key, path);
+    AGOQ_CHECK(v.is_number() && double(v) > 0, source, ": calibration field '", path, key, "' must be a positive number");
+    return double(v);
+  };
+  PlanCalibration c;
+  c.source = source;
+  const nlohmann::json& t = at(j, "trainer", "");
+  AGOQ_CHECK(t.is_string(), source, ": calibration field 'trainer' must be a string");
+  c.trainer = plan_trainer_parse(t);
+  const nlohmann::json& d = at(j, "device", "");
+  c.device.gemm = curve_from(at(d, "gemm_flops_by_call_flops", "device."), source + ": device.gemm_flops_by_call_flops");
+  c.device.attention = curve_from(at(d, "attention_flops_by_seq", "device."), source + ": device.attention_flops_by_seq");
+  c.device.elementwise_bw = positive(d, "elementwise_bytes_s", "device.");
+  c.device.act_quant_bw = positive(d, "act_quant_bytes_s", "device.");
+  c.device.act_bf16_bw = positive(d, "act_bf16_bytes_s", "device.");
+  c.device.grad_fold_bw = positive(d, "grad_fold_bytes_s", "device.");
+  c.device.adam_params_s = positive(d, "adam_params_s", "device.");
+  c.device.adam_q8_params_s = positive(d, "adam_q8_params_s", "device.");
+  for (auto [key, link] : {std::pair<const char*, PlanLink*>{"intra", &c.intra}, {"inter", &c.inter}}) {
+    const nlohmann::json& l = at(j, key, "");
+    link->bytes_s = positive(l, "bytes_s", std::string(key) + ".");
+    link->latency_s = positive(l, "latency_s", std::string(key) + ".");
+  }
+  c.ranks_per_node = int(positive(j, "ranks_per_node", ""));
+  const nlohmann::json& o = at(j, "dp_overlap", "");
+  AGOQ_CHECK(o.is_number() && double(o) >= 0 && double(o) <= 1, source, ": calibration field 'dp_overlap' must be in [0, 1]");
+  c.dp_overlap = o;
+  c.measured_ranks = j.value("measured_ranks", 0);
+  return c;
+}
+
+PlanCalibration plan_calibration_load(const std::string& path) {
+  std::ifstream in(path);
+  AGOQ_CHECK(in, "--calibration: cannot open ", path);
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    fail("--calibration: ", path, " is not JSON (", e.what(), ")");
+  }
+  return plan_calibration_from_json(j, path);
+}
+
+std::string plan_calibration_text(const PlanCalibration& c) {
+  const PlanDeviceRates& d = c.device;
+  std::string out = "calibration: " + c.source + "\n  GEMM GFLOP/s by FLOPs per call:";
+  char line[160];
+  for (const auto& [x, y] : d.gemm.points) std::snprintf(line, sizeof line, " %.2g:%.1f", x, y / 1e9), out += line;
+  out += "\n  attention GFLOP/s by seq:";
+  for (const auto& [x, y] : d.attention.points) std::snprintf(line, sizeof line, " %.0f:%.1f", x, y / 1e9), out += line;
+  std::snprintf(line, sizeof line, "\n  GB/s: elementwise %.1f, 4-bit store %.1f, bf16 store %.1f, q8 grad fold %.1f\n",
+                d.elementwise_bw / 1e9, d.act_quant_bw / 1e9, d.act_bf16_bw / 1e9, d.grad_fold_bw / 1e9);
+  out += line;
+  std::snprintf(line, sizeof line, "  AdamW Mparams/s: fp32 %.0f, q8 %.0f\n", d.adam_params_s / 1e6,
+                d.adam_q8_params_s / 1e6);
+  out += line;
+  std::snprintf(line, sizeof line, "  links: intra %.2f GB/s %.1f us, inter %.2f GB/s %.1f us, %d ranks per node\n",
+                c.intra.bytes_s / 1e9, c.intra.latency_s * 1e6, c.inter.bytes_s / 1e9, c.inter.latency_s * 1e6,
+                c.ranks_per_node);
+  return out;
+}
+
+double plan_parse_rate(const std::string& text, const std::string& flag) {
+  std::string t;
+  for (char ch : text)
+    if (ch != ' ') t += char(std::tolower(static_cast<unsigned char>(ch)));
+  if (t.size() > 2 && t.substr(t.size() - 2) == "/s") t.resize(t.size() - 2);
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(t, &used);
+  } catch (const std::exception&) {
+    fail(flag, " '", text, "' is not a rate such as 900GB/s or 200Gbit/s");
+  }
+  const std::string unit = t.substr(used);
+  const std::pair<const char*, double> units[] = {{"", 1},       {"b", 1},       {"kb", 1e3},     {"mb", 1e6},
+                                                  {"gb", 1e9},   {"tb", 1e12},   {"kbit", 125.0}, {"mbit", 125e3},
+                                                  {"gbit", 125e6}, {"tbit", 125e9}};
+  for (const auto& [name, scale] : units)
+    if (unit == name) {
+      AGOQ_CHECK(v > 0 && v * scale < 1e18, flag, " '", text, "' must be a positive rate");
+      return v * scale;
+    }
+  fail(flag, " '", text, "': unknown unit '", unit, "' (B/s, KB/s, MB/s, GB/s, TB/s, or Kbit, Mbit, Gbit, Tbit)");
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The best of `reps` runs, after one warm-up, with every rank starting together.
+double best_seconds(Communicator& world, int reps, const std::function<void()>& fn) {
+  fn();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    world.barrier();
+    const auto t0 = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+// The mean over the ranks of a rate each measured.
+double rank_mean(Communicator& world, double x) {
+  world.allreduce(&x, &x, 1, CommDtype::f64, CommOp::sum);
+  return x / world.size();
+}
+
+Buffer<float> random_values(size_t n, uint64_t seed) {
+  Buffer<float> b(n, MemCategory::workspace, "plan.calibrate");
+  Rng rng(seed);
+  for (size_t i = 0; i < n; ++i) b[i] = rng.uniform() - 0.5f;
+  return b;
+}
+
+PlanRateCurve measure_gemm(Communicator& world, int reps) {
+  PlanRateCurve c;
+  const int rows = 256;
+  for (int k : {64, 128, 256, 512, 1024, 2048}) {
+    Buffer<float> in = random_values(size_t(rows) * k, 1), w = random_values(size_t(k) * k, 2);
+    Buffer<float> out = random_values(size_t(rows) * k, 3), din(in.size(), MemCategory::workspace),
+                  dw(w.size(), MemCategory::workspace);
+    const double call = 2.0 * rows * k * k;
+    const double s = best_seconds(world, reps, [&] {
+      matmul_forward(out.data(), in.data(), w.data(), rows, k, k);
+      matmul_backward(din.data(), dw.data(), out.data(), in.data(), w.data(), rows, k, k);
+    });
+    c.points.push_back({call, rank_mean(world, 3 * call / s)});
+  }
+  return c;
+}
+
+PlanRateCurve measure_attention(Communicator& world, int reps) {
+  PlanRateCurve c;
+  const int H = 4, hd = 64;
+  for (int T : {128, 512, 2048}) {
+    const size_t n = size_t(T) * H * hd;
+    Buffer<float> q = random_values(n, 4), k = random_values(n, 5), v = random_values(n, 6), dout = random_values(n, 7);
+    Buffer<float> o(n, MemCategory::workspace), lse(size_t(H) * T, MemCategory::workspace),
+        dq(n, MemCategory::workspace), dk(n, MemCategory::workspace), dv(n, MemCategory::workspace);
+    const double flops = 3.5 * 2.0 * 2.0 * H * double(T) * T / 2 * hd;
+    const double s = best_seconds(world, reps, [&] {
+      attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), 1, T, H, H, hd);
+      attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), o.data(),
+                         lse.data(), 1, T, H, H, hd);
+    });
+    c.points.push_back({double(T), rank_mean(world, flops / s)});
+  }
+  return c;
+}
+
+// RMSNorm and SwiGLU forward + backward, bytes counted as the time model counts them (time_model.cpp).
+double measure_elementwise(Communicator& world, int reps) {
+  const int N = 256, C = 1024;
+  const size_t n = size_t(N) * C;
+  Buffer<float> x = random_values(n, 8), g = random_values(n, 9), dout = random_values(n, 10), w = random_values(C, 11);
+  Buffer<float> out(n, MemCategory::workspace), dx(n, MemCategory::workspace), du(n, MemCategory::workspace),
+      rstd(N, MemCategory::workspace), dw(C, MemCategory::workspace);
+  const double s = best_seconds(world, reps, [&] {
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+    swiglu_forward(out.data(), g.data(), x.data(), n);
+    swiglu_backward(dx.data(), du.data(), dout.data(), g.data(), x.data(), n);
+  });
+  return rank_mean(world, (8.0 + 16 + 12 + 20) * double(n) / s);
+}
+
+// One encode (stochastic rounding, as the store does) and one decode of a (256, 1024) slot in `fmt`.
+double measure_store(Communicator& world, int reps, const QuantFormat& fmt) {
+  const size_t rows = 256, cols = 1024;
+  Buffer<float> x = random_values(rows * cols, 12), back(rows * cols, MemCategory::workspace);
+  QuantizedTensor t(fmt, rows, cols, MemCategory::workspace, "plan.calibrate");
+  uint64_t step = 0;
+  const double s = best_seconds(world, reps, [&] {
+    quant_encode(t, x.data(), {++step, 0});
+    quant_decode(t, back.data());
+  });
+  return rank_mean(world, 4.0 * double(rows * cols) / s);
+}
+
+double measure_grad_fold(Communicator& world, int reps) {
+  const size_t n = size_t(1) << 22;
+  Buffer<float> g = random_values(n, 13);
+  Buffer<int8_t> codes(n, MemCategory::workspace, "plan.calibrate");
+  Buffer<float> scales(grad_q8_blocks(n, 256), MemCategory::workspace, "plan.calibrate");
+  std::fill(codes.begin(), codes.end(), int8_t(0));
+  std::fill(scales.begin(), scales.end(), 0.0f);
+  GradQ8Options o;
+  o.rounding = QuantRounding::stochastic;
+  const double s = best_seconds(world, reps, [&] {
+    ++o.seed.seed;
+    grad_q8_accumulate(codes.data(), scales.data(), g.data(), n, o);
+  });
+  return rank_mean(world, 4.0 * double(n) / s);
+}
+
+double measure_adam(Communicator& world, int reps, OptimState state) {
+  LlamaConfig cfg;
+  cfg.dim = 512, cfg.n_layers = 2, cfg.n_heads = 8, cfg.n_kv_heads = 8, cfg.ffn_dim = 1408, cfg.vocab_size = 4096;
+  ParamSet p(cfg, MemCategory::weights, "plan.calibrate"), g(cfg, MemCategory::gradients, "plan.calibrate");
+  Rng rng(14);
+  for (size_t i = 0; i < g.size(); ++i) g.data()[i] = 1e-3f * (rng.uniform() - 0.5f), p.data()[i] = 0.01f;
+  AdamWConfig c;
+  c.state = state;
+  AdamW adam(p, c);
+  long step = 0;
+  const double s = best_seconds(world, reps, [&] { adam.step(p.data(), g.data(), 1e-4f, ++step); });
+  return rank_mean(world, double(p.size()) / s);
+}
+
+// A ring all-reduce's bandwidth and latency over the world: a large buffer for the first, 8 bytes for the second,
+// each inverted through plan_allreduce_s's formula.
+PlanLink measure_link(Communicator& world, int reps) {
+  const int n = world.size();
+  if (n == 1) return {1e12, 1e-7};  // nothing to cross: effectively free
+  const size_t big = size_t(4) << 20;
+  Buffer<float> x = random_values(big, 15);
+  double small = 1;
+  const double s_small = best_seconds(world, reps * 10, [&] {
+    world.allreduce(&small, &small, 1, CommDtype::f64, CommOp::sum);
+  });
+  const double lat = s_small / (2.0 * (n - 1));
+  const double s_big = best_seconds(world, reps, [&] {
+    world.allreduce(x.data(), x.data(), big, CommDtype::f32, CommOp::sum);
+  });
+  const double wire = 2.0 * (n - 1) / n * 4.0 * double(big);
+  return {wire / std::max(1e-9, s_big - 2.0 * (n - 1) * lat), lat};
+}
+
+}  // namespace
+
+PlanCalibration plan_calibrate(Communicator& world, const PlanCalibrateOptions& opt) {
+  AGOQ_CHECK(opt.reps >= 1, "--reps must be >= 1");
+  PlanCalibration c;
+  c.trainer = PlanTrainer::agoq_cpu;
+  c.measured_ranks = world.size();
+  c.device.gemm = measure_gemm(world, opt.reps);
+  c.device.attention = measure_attention(world, opt.reps);
+  c.device.elementwise_bw = measure_elementwise(world, opt.reps);
+  c.device.act_quant_bw = measure_store(world, opt.reps, quant_format_int(4, 128, true, QuantRounding::stochastic));
+  c.device.act_bf16_bw = measure_store(world, opt.reps, quant_format_bf16());
+  c.device.grad_fold_bw = measure_grad_fold(world, opt.reps);
+  c.device.adam_params_s = measure_adam(world, opt.reps, OptimState::fp32);
+  c.device.adam_q8_params_s = measure_adam(world, opt.reps, OptimState::q8);
+  const PlanLink link = measure_link(world, opt.reps);
+  const bool one_host = world.one_host();
+  c.ranks_per_node = opt.ranks_per_node > 0 ? opt.ranks_per_node : one_host ? world.size() : 1;
+  c.intra = c.inter = link;  // the one link measured stands for the other, which this world could not see
+  // On one host the collectives are copies by the same cores that compute: nothing hides them.
+  c.dp_overlap = one_host ? 0.0 : 1.0;
+  c.source = "agoq plan --calibrate on " + std::to_string(world.size()) + (world.size() == 1 ? " rank" : " ranks") +
+             (one_host ? " of one host" : " over a network");
+  return c;
+}
+
+}  // namespace agoq

@@ -1,0 +1,258 @@
+#include "plan/time_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+#include "model/llama.h"
+
+namespace agoq {
+
+double PlanRateCurve::at(double size) const {
+  AGOQ_CHECK(!points.empty(), "a rate curve of the calibration is empty");
+  if (size <= points.front().first) return points.front().second;
+  if (size >= points.back().first) return points.back().second;
+  for (size_t i = 1; i < points.size(); ++i) {
+    const auto [x1, y1] = points[i];
+    if (size > x1) continue;
+    const auto [x0, y0] = points[i - 1];
+    const double f = std::log(size / x0) / std::log(x1 / x0);
+    return std::exp(std::log(y0) + f * (std::log(y1) - std::log(y0)));
+  }
+  return points.back().second;
+}
+
+const char* plan_trainer_name(PlanTrainer t) { return t == PlanTrainer::agoq_cpu ? "agoq-cpu" : "megatron-gpu"; }
+PlanTrainer plan_trainer_parse(const std::string& name) {
+  if (name == "agoq-cpu") return PlanTrainer::agoq_cpu;
+  AGOQ_CHECK(name == "megatron-gpu", "trainer '", name, "' is not one of agoq-cpu, megatron-gpu");
+  return PlanTrainer::megatron_gpu;
+}
+double plan_trainer_wire_bytes(PlanTrainer t) { return t == PlanTrainer::agoq_cpu ? 4 : 2; }
+
+double PlanTime::term(const std::string& name) const {
+  for (const PlanTimeTerm& t : terms)
+    if (t.name == name) return t.seconds;
+  return 0;
+}
+
+double plan_allreduce_s(const PlanLink& l, double bytes, int n) {
+  if (n <= 1) return 0;
+  return 2.0 * (n - 1) / n * bytes / l.bytes_s + 2.0 * (n - 1) * l.latency_s;
+}
+double plan_allgather_s(const PlanLink& l, double bytes, int n) {
+  if (n <= 1) return 0;
+  return double(n - 1) / n * bytes / l.bytes_s + double(n - 1) * l.latency_s;
+}
+double plan_send_s(const PlanLink& l, double bytes) { return bytes / l.bytes_s + l.latency_s; }
+
+namespace {
+
+// Per-rank widths after TP (kv heads replicated when T exceeds them, as the memory model does).
+struct Widths {
+  double d, ct, kvt, ft, vt;
+};
+Widths widths(const LlamaConfig& cfg, int tp) {
+  const double hd = cfg.head_dim();
+  return {double(cfg.dim), double(cfg.dim) / tp, std::max(1, cfg.n_kv_heads / tp) * hd, double(cfg.ffn_dim) / tp,
+          std::ceil(double(cfg.vocab_size) / tp)};
+}
+
+// Rows per GEMM call: agoq's CPU trainer runs the layers tile by tile (model/llama.h), its head in chunks.
+struct Rows {
+  double layer, head;
+};
+Rows gemm_rows(const PlanCalibration& cal, int micro_batch, int seq) {
+  const int N = micro_batch * seq;
+  if (cal.trainer == PlanTrainer::agoq_cpu) return {double(llama_tile_rows(seq, N)), double(std::min(N, 256))};
+  return {double(N), double(N)};
+}
+
+}  // namespace
+
+PlanStageFlops plan_stage_flops(const LlamaConfig& cfg, const PlanStage& st, int tp, int micro_batch, int seq,
+                                const PlanCalibration& cal) {
+  const Widths w = widths(cfg, tp);
+  const double N = double(micro_batch) * seq;
+  const Rows r = gemm_rows(cal, micro_batch, seq);
+  PlanStageFlops f;
+  auto add = [&](double rows, double in, double out, int per_layer) {
+    const double call = 2 * rows * in * out, calls = N / rows * per_layer;
+    // forward once, backward twice (input and weight gradients): 3 calls of the forward's size
+    f.gemm_calls.push_back({call, int(std::lround(3 * calls))});
+    f.gemm += 3 * call * calls;
+  };
+  if (st.n_layers > 0) {
+    const int L = st.n_layers;
+    add(r.layer, w.d, w.ct, 2 * L);   // q, o
+    add(r.layer, w.d, w.kvt, 2 * L);  // k, v
+    add(r.layer, w.d, w.ft, 3 * L);   // gate, up, down
+    const double fwd = 2.0 * 2.0 * micro_batch * (double(cfg.n_heads) / tp) * double(seq) * seq / 2 * cfg.head_dim();
+    f.attention = 3.5 * fwd * L;
+  }
+  if (st.head) add(r.head, w.d, w.vt, 1);
+  return f;
+}
+
+namespace {
+
+// Bytes the memory-bound ops read and write per token of one stage, forward and backward (fp32, as bench ops
+// counts them: RMSNorm 8 / 16 bytes per value, RoPE 8 each way, a residual add 12 each way, SwiGLU 12 / 20,
+// cross-entropy 8 per logit); AGoQ's recomputed norm and SwiGLU outputs run their forward again in backward.
+double elementwise_bytes_per_token(const LlamaConfig& cfg, const PlanStage& st, int tp, bool sp,
+                                   const ActPolicy& policy) {
+  const Widths w = widths(cfg, tp);
+  const double resid = sp ? w.d / tp : w.d;  // norms and residual adds: 1/T of the rows per rank under SP
+  double b = 0;
+  for (int l = 0; l < st.n_layers; ++l) {
+    b += 2 * (8 + 16) * resid + 2 * 8 * (w.ct + w.kvt) + 2 * 2 * 12 * resid + (12 + 20) * w.ft;
+    if (!policy.at(l, ActSlot::attn_norm_out).stored) b += 8 * resid;
+    if (!policy.at(l, ActSlot::mlp_norm_out).stored) b += 8 * resid;
+    if (!policy.at(l, ActSlot::swiglu_out).stored) b += 12 * w.ft;
+  }
+  if (st.head) b += 24 * resid + 8 * w.vt;
+  if (st.embed) b += 20 * w.d;
+  return b;
+}
+
+// Seconds per token the activation store spends quantizing in forward and dequantizing in backward (slots kept in
+// fp32 are written in place; recomputed ones are not stored).
+double act_store_s_per_token(const LlamaConfig& cfg, const PlanStage& st, int tp, bool sp, const ActPolicy& policy,
+                             const PlanDeviceRates& dev) {
+  const std::array<int, kActSlotCount> cols = plan_slot_cols(cfg, tp);
+  double b = 0;
+  for (int l = 0; l < st.n_layers; ++l)
+    for (int s = 0; s < kActSlotCount; ++s) {
+      const SlotStorage& ss = policy.at(l, ActSlot(s));
+      if (!ss.stored || ss.format.kind == QuantKind::fp32) continue;
+      const double rows = double(act_slot_rows(ActSlot(s), 1u << 20, tp, sp)) / double(1u << 20);
+      b += 4.0 * cols[s] * rows / (ss.format.kind == QuantKind::bf16 ? dev.act_bf16_bw : dev.act_quant_bw);
+    }
+  return b;
+}
+
+const PlanLink& link_for(const PlanCalibration& cal, int span) {
+  return span <= cal.ranks_per_node ? cal.intra : cal.inter;
+}
+
+struct StageTime {
+  double compute = 0, elementwise = 0, act_store = 0, grad_store = 0, tp = 0, pp = 0;
+  double total() const { return compute + elementwise + act_store + grad_store + tp + pp; }
+};
+
+StageTime stage_micro_batch_time(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w,
+                                 const PlanStage& st, const PlanTimeOptions& opt, const PlanCalibration& cal) {
+  const int T = par.tp;
+  const double N = double(w.rows());
+  const ActPolicy policy = ActPolicy::parse(opt.system == PlanSystem::agoq ? "agoq" : "fp32", st.n_layers);
+  StageTime t;
+  const PlanStageFlops f = plan_stage_flops(cfg, st, T, w.micro_batch, w.seq, cal);
+  for (const auto& [flops, calls] : f.gemm_calls) t.compute += flops * calls / cal.device.gemm.at(flops);
+  if (f.attention > 0) t.compute += f.attention / cal.device.attention.at(w.seq);
+  t.elementwise = N * elementwise_bytes_per_token(cfg, st, T, par.sp, policy) / cal.device.elementwise_bw;
+  t.act_store = N * act_store_s_per_token(cfg, st, T, par.sp, policy, cal.device);
+  if (opt.system == PlanSystem::agoq) t.grad_store = 4.0 * double(st.params) / cal.device.grad_fold_bw;
+  if (T > 1) {  // per layer: two all-reduces forward, two backward (SP: all-gathers and reduce-scatters, as much)
+    const PlanLink& l = link_for(cal, T);
+    const Rows r = gemm_rows(cal, w.micro_batch, w.seq);
+    const double tiles = std::ceil(N / r.layer), bytes = r.layer * cfg.dim * plan_trainer_wire_bytes(cal.trainer);
+    const double one = par.sp ? 2 * plan_allgather_s(l, bytes, T) : plan_allreduce_s(l, bytes, T);
+    t.tp = 4.0 * st.n_layers * tiles * one;
+    if (st.embed) t.tp += plan_allreduce_s(l, N * cfg.dim * plan_trainer_wire_bytes(cal.trainer), T);
+    if (st.head) t.tp += plan_allreduce_s(l, N * cfg.dim * plan_trainer_wire_bytes(cal.trainer), T);
+  }
+  if (par.pp > 1) {  // receive the input and send the output forward, the gradients back
+    const double bytes = N / (par.sp ? T : 1) * cfg.dim * plan_trainer_wire_bytes(cal.trainer);
+    const int boundaries = (st.stage > 0) + (st.stage < par.pp - 1);
+    t.pp = 2.0 * boundaries * plan_send_s(link_for(cal, par.gpus), bytes);
+  }
+  return t;
+}
+
+// The DP reduction of one stage's gradients per step: fp32 all-reduce (reduce-scatter under ZeRO-1) or the q8
+// all-to-all + all-gather of INT8 codes with a scale per 256, one latency per bucket.
+double dp_reduce_s(const PlanParallel& par, const PlanStage& st, const PlanTimeOptions& opt,
+                   const PlanCalibration& cal) {
+  const int D = par.dp();
+  if (D <= 1) return 0;
+  const PlanLink& l = link_for(cal, par.tp * D);
+  const double n = double(st.params), buckets = std::ceil(4 * n / double(opt.bucket_bytes));
+  const double lat = buckets * 2.0 * (D - 1) * l.latency_s;
+  if (opt.system == PlanSystem::agoq) {
+    const double q8 = n * (1 + 4.0 / 256);
+    return 2 * (plan_allgather_s(l, q8, D) - (D - 1) * l.latency_s) + lat + 2 * 4 * n / cal.device.grad_fold_bw;
+  }
+  const double fp32 = 4 * n;
+  return (par.zero1 ? plan_allgather_s(l, fp32, D) - (D - 1) * l.latency_s
+                    : plan_allreduce_s(l, fp32, D) - 2.0 * (D - 1) * l.latency_s) + lat;
+}
+
+}  // namespace
+
+PlanTime plan_step_time(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w,
+                        const PlanTimeOptions& opt, const PlanCalibration& cal) {
+  plan_parallel_check(cfg, par, w);
+  const std::vector<PlanStage> stages = plan_stages(cfg, par, w);
+  PlanTime out;
+  std::vector<StageTime> st_t;
+  for (const PlanStage& st : stages) {
+    st_t.push_back(stage_micro_batch_time(cfg, par, w, st, opt, cal));
+    out.micro_batch_s.push_back(st_t.back().total());
+  }
+  out.slowest_stage = int(std::max_element(out.micro_batch_s.begin(), out.micro_batch_s.end()) -
+                          out.micro_batch_s.begin());
+  const StageTime& s = st_t[size_t(out.slowest_stage)];
+  const double m = w.num_micro_batches;
+  auto add = [&](const char* name, double sec) { out.terms.push_back({name, sec}); };
+  add("gemm+attention", m * s.compute);
+  add("elementwise", m * s.elementwise);
+  add("act_store", m * s.act_store);
+  add("grad_store", m * s.grad_store);
+  add("tp_comm", m * s.tp);
+  add("pp_send", m * s.pp);
+  add("pp_bubble", (par.pp - 1) * s.total());
+  // Per step, the slowest stage's own reduction, gather and optimizer (stages run them side by side).
+  const int D = par.dp();
+  double dp = 0, gather = 0, optim = 0;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const PlanStage& st = stages[i];
+    const double reduce = dp_reduce_s(par, st, opt, cal);
+    // without ZeRO-1 the reduction runs beside the last micro-batch's backward (2/3 of its GEMM work)
+    const double hidden = par.zero1 ? 0 : std::min(reduce, cal.dp_overlap * st_t[i].compute * 2 / 3);
+    const double g = par.zero1 && D > 1 ? plan_allgather_s(link_for(cal, par.tp * D),
+                                                           double(st.params) * plan_trainer_wire_bytes(cal.trainer), D)
+                                        : 0;
+    const double n_opt = double(st.params) / (par.zero1 ? D : 1);
+    const double o = n_opt / (opt.optim_q8 ? cal.device.adam_q8_params_s : cal.device.adam_params_s);
+    if (reduce - hidden + g + o > dp + gather + optim) dp = reduce - hidden, gather = g, optim = o;
+  }
+  add("dp_reduce", dp);
+  add("zero_gather", gather);
+  add("optimizer", optim);
+  for (const PlanTimeTerm& t : out.terms) out.step_s += t.seconds;
+  out.tokens_s = double(w.rows()) * m * D / out.step_s;
+  return out;
+}
+
+nlohmann::json plan_time_json(const PlanTime& t) {
+  nlohmann::json j = {{"step_s", t.step_s}, {"tokens_per_s", t.tokens_s}, {"slowest_stage", t.slowest_stage},
+                      {"micro_batch_s", t.micro_batch_s}};
+  for (const PlanTimeTerm& term : t.terms) j["terms"][term.name] = term.seconds;
+  return j;
+}
+
+std::string plan_time_text(const PlanTime& t, const std::string& system, const std::string& source) {
+  char line[256];
+  std::snprintf(line, sizeof line, "predicted step (%s): %.4f s, %.0f tokens/s (calibration: %s)\n", system.c_str(),
+                t.step_s, t.tokens_s, source.c_str());
+  std::string out = line;
+  for (const PlanTimeTerm& term : t.terms) {
+    std::snprintf(line, sizeof line, "  %-16s %10.4f s  %5.1f%%\n", term.name.c_str(), term.seconds,
+                  100 * term.seconds / t.step_s);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace agoq
