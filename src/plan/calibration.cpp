@@ -5,6 +5,7 @@
 #include <fstream>
 #include <cstdio>
 #include <functional>
+#include <memory>
 
 #include "arch/params.h"
 #include "core/error.h"
@@ -144,7 +145,7 @@ std::string plan_calibration_text(const PlanCalibration& c) {
   std::snprintf(line, sizeof line, "  links: intra %.2f GB/s %.1f us, inter %.2f GB/s %.1f us, %d ranks per node\n",
                 c.intra.bytes_s / 1e9, c.intra.latency_s * 1e6, c.inter.bytes_s / 1e9, c.inter.latency_s * 1e6,
                 c.ranks_per_node);
-  return out;
+  return out + line;
 }
 
 double plan_parse_rate(const std::string& text, const std::string& flag) {
@@ -175,17 +176,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The best of `reps` runs, after one warm-up, with every rank starting together.
-double best_seconds(Communicator& world, int reps, const std::function<void()>& fn) {
+// Seconds per call of fn, averaged over at least `reps` calls and 0.25 s after one warm-up call, every rank
+// starting together: a rate every rank sees while all of them run (a best-of would catch one rank alone on a core).
+// A collective fn runs exactly `reps` times on every rank.
+double mean_seconds(Communicator& world, int reps, const std::function<void()>& fn, bool collective = false) {
   fn();
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    world.barrier();
-    const auto t0 = Clock::now();
+  world.barrier();
+  const auto t0 = Clock::now();
+  double elapsed = 0;
+  long calls = 0;
+  while (calls < reps || (!collective && elapsed < 0.25)) {
     fn();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+    ++calls;
+    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   }
-  return best;
+  return elapsed / double(calls);
 }
 
 // The mean over the ranks of a rate each measured.
@@ -209,7 +214,7 @@ PlanRateCurve measure_gemm(Communicator& world, int reps) {
     Buffer<float> out = random_values(size_t(rows) * k, 3), din(in.size(), MemCategory::workspace),
                   dw(w.size(), MemCategory::workspace);
     const double call = 2.0 * rows * k * k;
-    const double s = best_seconds(world, reps, [&] {
+    const double s = mean_seconds(world, reps, [&] {
       matmul_forward(out.data(), in.data(), w.data(), rows, k, k);
       matmul_backward(din.data(), dw.data(), out.data(), in.data(), w.data(), rows, k, k);
     });
@@ -227,7 +232,7 @@ PlanRateCurve measure_attention(Communicator& world, int reps) {
     Buffer<float> o(n, MemCategory::workspace), lse(size_t(H) * T, MemCategory::workspace),
         dq(n, MemCategory::workspace), dk(n, MemCategory::workspace), dv(n, MemCategory::workspace);
     const double flops = 3.5 * 2.0 * 2.0 * H * double(T) * T / 2 * hd;
-    const double s = best_seconds(world, reps, [&] {
+    const double s = mean_seconds(world, reps, [&] {
       attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), 1, T, H, H, hd);
       attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), o.data(),
                          lse.data(), 1, T, H, H, hd);
@@ -244,7 +249,7 @@ double measure_elementwise(Communicator& world, int reps) {
   Buffer<float> x = random_values(n, 8), g = random_values(n, 9), dout = random_values(n, 10), w = random_values(C, 11);
   Buffer<float> out(n, MemCategory::workspace), dx(n, MemCategory::workspace), du(n, MemCategory::workspace),
       rstd(N, MemCategory::workspace), dw(C, MemCategory::workspace);
-  const double s = best_seconds(world, reps, [&] {
+  const double s = mean_seconds(world, reps, [&] {
     rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
     rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
     swiglu_forward(out.data(), g.data(), x.data(), n);
@@ -259,7 +264,7 @@ double measure_store(Communicator& world, int reps, const QuantFormat& fmt) {
   Buffer<float> x = random_values(rows * cols, 12), back(rows * cols, MemCategory::workspace);
   QuantizedTensor t(fmt, rows, cols, MemCategory::workspace, "plan.calibrate");
   uint64_t step = 0;
-  const double s = best_seconds(world, reps, [&] {
+  const double s = mean_seconds(world, reps, [&] {
     quant_encode(t, x.data(), {++step, 0});
     quant_decode(t, back.data());
   });
@@ -275,7 +280,7 @@ double measure_grad_fold(Communicator& world, int reps) {
   std::fill(scales.begin(), scales.end(), 0.0f);
   GradQ8Options o;
   o.rounding = QuantRounding::stochastic;
-  const double s = best_seconds(world, reps, [&] {
+  const double s = mean_seconds(world, reps, [&] {
     ++o.seed.seed;
     grad_q8_accumulate(codes.data(), scales.data(), g.data(), n, o);
   });
@@ -292,25 +297,45 @@ double measure_adam(Communicator& world, int reps, OptimState state) {
   c.state = state;
   AdamW adam(p, c);
   long step = 0;
-  const double s = best_seconds(world, reps, [&] { adam.step(p.data(), g.data(), 1e-4f, ++step); });
+  const double s = mean_seconds(world, reps, [&] { adam.step(p.data(), g.data(), 1e-4f, ++step); });
   return rank_mean(world, double(p.size()) / s);
 }
 
-// A ring all-reduce's bandwidth and latency over the world: a large buffer for the first, 8 bytes for the second,
-// each inverted through plan_allreduce_s's formula.
+// Latency as busy ranks see it: pairs of ranks alternate a GEMM of a few milliseconds with an 8-byte all-reduce
+// between them; the time the all-reduces add to the GEMMs alone, per call and per ring step. Where ranks share
+// cores this is mostly waiting for the partner to be scheduled, which an idle ping-pong never shows.
+double measure_latency_under_load(Communicator& world, int reps) {
+  std::unique_ptr<Communicator> pair = world.split(world.rank() / 2, world.rank());
+  const int k = 256, calls = 20 * reps;
+  Buffer<float> in = random_values(size_t(k) * k, 16), w = random_values(size_t(k) * k, 17),
+                out(size_t(k) * k, MemCategory::workspace);
+  double one = 1;
+  auto loop = [&](bool sync) {
+    world.barrier();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < calls; ++i) {
+      for (int g = 0; g < 8; ++g) matmul_forward(out.data(), in.data(), w.data(), k, k, k);
+      if (sync) pair->allreduce(&one, &one, 1, CommDtype::f64, CommOp::sum);
+    }
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  loop(true);
+  const double alone = loop(false), synced = loop(true);
+  const int steps = 2 * (pair->size() - 1);
+  return rank_mean(world, std::max(1e-7, (synced - alone) / calls / std::max(1, steps)));
+}
+
+// A ring all-reduce's bandwidth over the world (a large buffer, inverted through plan_allreduce_s's formula) and
+// the latency under load.
 PlanLink measure_link(Communicator& world, int reps) {
   const int n = world.size();
   if (n == 1) return {1e12, 1e-7};  // nothing to cross: effectively free
+  const double lat = measure_latency_under_load(world, reps);
   const size_t big = size_t(4) << 20;
   Buffer<float> x = random_values(big, 15);
-  double small = 1;
-  const double s_small = best_seconds(world, reps * 10, [&] {
-    world.allreduce(&small, &small, 1, CommDtype::f64, CommOp::sum);
-  });
-  const double lat = s_small / (2.0 * (n - 1));
-  const double s_big = best_seconds(world, reps, [&] {
+  const double s_big = mean_seconds(world, 4 * reps, [&] {
     world.allreduce(x.data(), x.data(), big, CommDtype::f32, CommOp::sum);
-  });
+  }, true);
   const double wire = 2.0 * (n - 1) / n * 4.0 * double(big);
   return {wire / std::max(1e-9, s_big - 2.0 * (n - 1) * lat), lat};
 }

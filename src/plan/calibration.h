@@ -25,7 +25,7 @@ std::string plan_calibration_text(const PlanCalibration& c);  // a few lines for
 double plan_parse_rate(const std::string& text, const std::string& flag);
 
 struct PlanCalibrateOptions {
-  int reps = 3;             // timed repetitions per measurement (the best is kept)
+  int reps = 3;             // at least this many timed calls per measurement (and at least 0.25 s of them)
   int ranks_per_node = 0;   // 0: every rank when the world is on one host, else 1
 };
 
