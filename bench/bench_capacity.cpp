@@ -7,7 +7,8 @@
 // The model predicts tracked memory; a process also holds what the tracker does not see (code, libraries, thread
 // stacks, OpenBLAS buffers, allocator rounding and bookkeeping per buffer). Small calibration runs measure that
 // overhead (a fixed part and a part per layer), and the searches keep prediction + overhead within --fill of the
-// budget.
+// budget. A confirmation over the budget narrows the search's target by the ratio it measured and searches again
+// (at most three searches), so every row printed is a run that was confirmed, or says NO.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -150,24 +151,32 @@ void run(const Options& o) {
   for (const char* search : {"layers", "seq"})
     for (const System& s : kSystems) {
       const bool by_layers = std::string(search) == "layers";
-      auto fits = [&](int x) {
-        const LlamaConfig c = config_of(o, by_layers, by_layers ? x : o.seq_layers, by_layers ? o.seq : x, vocab);
-        return double(predicted(c, s, by_layers ? o.batch : 1, by_layers ? o.seq : x) + overhead(c.n_layers)) <= target;
-      };
-      const int best = largest_fitting(1, by_layers ? 4096 : longest, fits);
-      AGOQ_CHECK(best >= 1, "bench capacity: nothing fits ", o.budget, " (", s.name, ", ", search, ")");
-      const int layers = by_layers ? best : o.seq_layers, seq = by_layers ? o.seq : best;
-      const int batch = by_layers ? o.batch : 1;
-      const LlamaConfig cfg = config_of(o, by_layers, layers, seq, vocab);
-      // What stopped the search: the budget, or the end of its range (the corpus' length for sequences).
-      const char* limit = best == (by_layers ? 4096 : longest) ? (by_layers ? "layer range" : "corpus") : "memory";
-      nlohmann::json r = {{"search", search}, {"system", s.name}, {"limited_by", limit}, {"layers", layers},
-                          {"seq", seq}, {"batch", batch}, {"dim", cfg.dim}, {"params", cfg.param_count()},
-                          {"predicted_bytes", predicted(cfg, s, batch, seq) + overhead(layers)}};
-      if (o.confirm) {
+      // Search under the target; a confirmation run over the budget (the overhead grows a little faster than the
+      // small runs' line at hundreds of layers) narrows the target by what it measured and searches again.
+      double limit_bytes = target;
+      nlohmann::json r;
+      for (int attempt = 1;; ++attempt) {
+        auto fits = [&](int x) {
+          const LlamaConfig c = config_of(o, by_layers, by_layers ? x : o.seq_layers, by_layers ? o.seq : x, vocab);
+          return double(predicted(c, s, by_layers ? o.batch : 1, by_layers ? o.seq : x) + overhead(c.n_layers)) <=
+                 limit_bytes;
+        };
+        const int best = largest_fitting(1, by_layers ? 4096 : longest, fits);
+        AGOQ_CHECK(best >= 1, "bench capacity: nothing fits ", o.budget, " (", s.name, ", ", search, ")");
+        const int layers = by_layers ? best : o.seq_layers, seq = by_layers ? o.seq : best;
+        const int batch = by_layers ? o.batch : 1;
+        const LlamaConfig cfg = config_of(o, by_layers, layers, seq, vocab);
+        // What stopped the search: the budget, or the end of its range (the corpus' length for sequences).
+        const char* limit = best == (by_layers ? 4096 : longest) ? (by_layers ? "layer range" : "corpus") : "memory";
+        r = {{"search", search}, {"system", s.name}, {"limited_by", limit}, {"layers", layers},
+             {"seq", seq}, {"batch", batch}, {"dim", cfg.dim}, {"params", cfg.param_count()},
+             {"predicted_bytes", predicted(cfg, s, batch, seq) + overhead(layers)}, {"searches", attempt}};
+        if (!o.confirm) break;
         const Measured m = train_measured(o, cfg, s, batch, seq);
         r["max_rss_bytes"] = m.max_rss, r["under_budget"] = m.max_rss <= budget;
         r["seconds"] = m.seconds, r["cpu_seconds"] = m.cpu_seconds;
+        if (m.max_rss <= budget || attempt == 3) break;
+        limit_bytes *= target / double(m.max_rss);
       }
       rows.push_back(r);
     }
