@@ -57,13 +57,13 @@ std::string PlanCandidate::name() const {
                   std::to_string(par.dp());
   if (par.sp) s += ", SP";
   if (par.zero1) s += ", ZeRO-1";
-  s += ", micro-batch " + std::to_string(work.micro_batch) + " x " + std::to_string(work.num_micro_batches);
+  s += ", " + std::to_string(work.num_micro_batches) + " micro-batches of " + std::to_string(work.micro_batch);
   return s + ", " + system_name(system, optim_q8);
 }
 
-const PlanCandidate* PlanAutoResult::best_baseline() const {
+const PlanCandidate* PlanAutoResult::best_of(PlanSystem system) const {
   for (const PlanCandidate& c : fits)
-    if (c.system == PlanSystem::baseline) return &c;
+    if (c.system == system) return &c;
   return nullptr;
 }
 
@@ -155,6 +155,7 @@ nlohmann::json plan_auto_json(const PlanAutoResult& r) {
   j["top"] = nlohmann::json::array();
   for (size_t i = 0; i < r.fits.size() && int(i) < r.req.top; ++i) j["top"].push_back(candidate_json(r.fits[i]));
   if (const PlanCandidate* b = r.best_baseline()) j["best_baseline"] = candidate_json(*b);
+  if (const PlanCandidate* a = r.best_agoq()) j["best_agoq"] = candidate_json(*a);
   j["faster_not_fitting"] = nlohmann::json::array();
   for (size_t i = 0; i < r.faster_not_fitting.size() && i < 3; ++i)
     j["faster_not_fitting"].push_back(candidate_json(r.faster_not_fitting[i]));
@@ -168,11 +169,13 @@ namespace {
 
 void candidate_text(std::string& out, const PlanCandidate& c, const char* label) {
   char line[512];
-  std::snprintf(line, sizeof line, "%-4s %s\n     %.0f tokens/s, step %.3f s; stage %d peak %.1f GiB (weights %.1f, "
-                "gradients %.1f, optimizer %.1f, activations %.1f)\n     time:",
-                label, c.name().c_str(), c.time.tokens_s, c.time.step_s, c.peak_stage, gib(c.peak.total()),
-                gib(c.peak[MemCategory::weights]), gib(c.peak[MemCategory::gradients]),
-                gib(c.peak[MemCategory::optimizer]), gib(c.peak[MemCategory::activations]));
+  std::snprintf(line, sizeof line, "%-4s %s\n     %.0f tokens/s, step %.3f s; stage %d peak %s (weights %s, "
+                "gradients %s, optimizer %s, activations %s)\n     time:",
+                label, c.name().c_str(), c.time.tokens_s, c.time.step_s, c.peak_stage,
+                format_bytes(c.peak.total()).c_str(), format_bytes(c.peak[MemCategory::weights]).c_str(),
+                format_bytes(c.peak[MemCategory::gradients]).c_str(),
+                format_bytes(c.peak[MemCategory::optimizer]).c_str(),
+                format_bytes(c.peak[MemCategory::activations]).c_str());
   out += line;
   for (const PlanTimeTerm& t : c.time.terms) {
     if (t.seconds <= 0) continue;
@@ -199,8 +202,9 @@ std::string plan_auto_text(const PlanAutoResult& r) {
   if (const PlanCandidate* b = r.best_baseline()) {
     out += "best unquantized layout:\n";
     candidate_text(out, *b, "");
-    if (!r.fits.empty()) {
-      std::snprintf(line, sizeof line, "     AGoQ's best is %.2fx its tokens/s\n", r.fits[0].time.tokens_s / b->time.tokens_s);
+    if (const PlanCandidate* a = r.best_agoq()) {
+      std::snprintf(line, sizeof line, "     the best AGoQ layout (%s) predicts %.2fx its tokens/s\n",
+                    a->name().c_str(), a->time.tokens_s / b->time.tokens_s);
       out += line;
     }
   } else {

@@ -48,7 +48,9 @@ struct PlanAutoResult {
   std::vector<PlanCandidate> faster_not_fitting;  // faster than fits[0] (or all, when nothing fits), fastest first
   std::vector<PlanRefusedLayout> refused;
   size_t evaluated = 0;
-  const PlanCandidate* best_baseline() const;  // null when no baseline layout fits
+  const PlanCandidate* best_of(PlanSystem system) const;  // the fastest fitting layout of system, or null
+  const PlanCandidate* best_baseline() const { return best_of(PlanSystem::baseline); }
+  const PlanCandidate* best_agoq() const { return best_of(PlanSystem::agoq); }
 };
 
 // The (tp, pp) pairs with tp * pp dividing gpus that the model admits (plan_parallel_check), and the refused ones.
