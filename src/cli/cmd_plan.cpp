@@ -84,8 +84,8 @@ void write_png(const nlohmann::json& j, const std::string& png) {
 // The time model's inputs: a calibration file, or the GPU defaults; the network flags override either.
 PlanCalibration calibration_of(const PlanArgs& a) {
   PlanCalibration c = a.calibration.empty() ? plan_calibration_gpu_defaults() : plan_calibration_load(a.calibration);
-  if (!a.intra.empty()) c.intra.bytes_s = plan_parse_rate(a.intra, "--intra");
-  if (!a.inter.empty()) c.inter.bytes_s = plan_parse_rate(a.inter, "--inter");
+  if (!a.intra.empty()) c.intra.bytes_s = c.intra.send_bytes_s = plan_parse_rate(a.intra, "--intra");
+  if (!a.inter.empty()) c.inter.bytes_s = c.inter.send_bytes_s = plan_parse_rate(a.inter, "--inter");
   if (a.gpus_per_node > 0) c.ranks_per_node = a.gpus_per_node;
   if (!a.intra.empty() || !a.inter.empty() || a.gpus_per_node > 0) c.source += " (network from the flags)";
   return c;

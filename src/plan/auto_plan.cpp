@@ -57,7 +57,8 @@ std::string PlanCandidate::name() const {
                   std::to_string(par.dp());
   if (par.sp) s += ", SP";
   if (par.zero1) s += ", ZeRO-1";
-  s += ", " + std::to_string(work.num_micro_batches) + " micro-batches of " + std::to_string(work.micro_batch);
+  s += ", " + std::to_string(work.num_micro_batches) + (work.num_micro_batches == 1 ? " micro-batch" : " micro-batches") +
+       " of " + std::to_string(work.micro_batch);
   return s + ", " + system_name(system, optim_q8);
 }
 

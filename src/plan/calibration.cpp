@@ -6,12 +6,15 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <thread>
+#include <vector>
 
 #include "arch/params.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/rng.h"
 #include "model/attention.h"
+#include "model/llama.h"
 #include "model/ops.h"
 #include "optim/adamw.h"
 #include "quant/grad_q8.h"
@@ -28,8 +31,8 @@ PlanCalibration plan_calibration_gpu_defaults() {
   // The model counts memory-bound bytes as fp32; the GPU moves bf16, so ~2x HBM's 3 TB/s in those units.
   d.elementwise_bw = 5e12, d.act_quant_bw = 4e12, d.act_bf16_bw = 5e12, d.grad_fold_bw = 2.5e12;
   d.adam_params_s = 1e11, d.adam_q8_params_s = 1.5e11;  // ~28 and ~14 bytes per parameter at ~3 TB/s
-  c.intra = {450e9, 5e-6};
-  c.inter = {25e9, 10e-6};
+  c.intra = {450e9, 5e-6, 450e9};
+  c.inter = {25e9, 10e-6, 25e9};
   c.ranks_per_node = 8;
   c.trainer = PlanTrainer::megatron_gpu;
   c.dp_overlap = 1.0;
@@ -58,6 +61,10 @@ PlanRateCurve curve_from(const nlohmann::json& j, const std::string& what) {
   return c;
 }
 
+nlohmann::json link_json(const PlanLink& l) {
+  return {{"bytes_s", l.bytes_s}, {"latency_s", l.latency_s}, {"send_bytes_s", l.send_bytes_s}};
+}
+
 }  // namespace
 
 nlohmann::json plan_calibration_json(const PlanCalibration& c) {
@@ -72,11 +79,13 @@ nlohmann::json plan_calibration_json(const PlanCalibration& c) {
             {"act_bf16_bytes_s", d.act_bf16_bw},
             {"grad_fold_bytes_s", d.grad_fold_bw},
             {"adam_params_s", d.adam_params_s},
-            {"adam_q8_params_s", d.adam_q8_params_s}}},
-          {"intra", {{"bytes_s", c.intra.bytes_s}, {"latency_s", c.intra.latency_s}}},
-          {"inter", {{"bytes_s", c.inter.bytes_s}, {"latency_s", c.inter.latency_s}}},
+            {"adam_q8_params_s", d.adam_q8_params_s},
+            {"model_efficiency", d.model_efficiency}}},
+          {"intra", link_json(c.intra)},
+          {"inter", link_json(c.inter)},
           {"ranks_per_node", c.ranks_per_node},
           {"dp_overlap", c.dp_overlap},
+          {"core_share", c.core_share},
           {"measured_ranks", c.measured_ranks}};
 }
 
@@ -104,15 +113,21 @@ PlanCalibration plan_calibration_from_json(const nlohmann::json& j, const std::s
   c.device.grad_fold_bw = positive(d, "grad_fold_bytes_s", "device.");
   c.device.adam_params_s = positive(d, "adam_params_s", "device.");
   c.device.adam_q8_params_s = positive(d, "adam_q8_params_s", "device.");
+  c.device.model_efficiency = positive(d, "model_efficiency", "device.");
   for (auto [key, link] : {std::pair<const char*, PlanLink*>{"intra", &c.intra}, {"inter", &c.inter}}) {
     const nlohmann::json& l = at(j, key, "");
     link->bytes_s = positive(l, "bytes_s", std::string(key) + ".");
     link->latency_s = positive(l, "latency_s", std::string(key) + ".");
+    link->send_bytes_s = positive(l, "send_bytes_s", std::string(key) + ".");
   }
   c.ranks_per_node = int(positive(j, "ranks_per_node", ""));
   const nlohmann::json& o = at(j, "dp_overlap", "");
   AGOQ_CHECK(o.is_number() && double(o) >= 0 && double(o) <= 1, source, ": calibration field 'dp_overlap' must be in [0, 1]");
   c.dp_overlap = o;
+  const nlohmann::json& share = at(j, "core_share", "");
+  AGOQ_CHECK(share.is_number() && double(share) > 0 && double(share) <= 1, source,
+             ": calibration field 'core_share' must be in (0, 1]");
+  c.core_share = share;
   c.measured_ranks = j.value("measured_ranks", 0);
   return c;
 }
@@ -139,11 +154,13 @@ std::string plan_calibration_text(const PlanCalibration& c) {
   std::snprintf(line, sizeof line, "\n  GB/s: elementwise %.1f, 4-bit store %.1f, bf16 store %.1f, q8 grad fold %.1f\n",
                 d.elementwise_bw / 1e9, d.act_quant_bw / 1e9, d.act_bf16_bw / 1e9, d.grad_fold_bw / 1e9);
   out += line;
-  std::snprintf(line, sizeof line, "  AdamW Mparams/s: fp32 %.0f, q8 %.0f\n", d.adam_params_s / 1e6,
-                d.adam_q8_params_s / 1e6);
+  std::snprintf(line, sizeof line, "  AdamW Mparams/s: fp32 %.0f, q8 %.0f; model efficiency %.2f; %.2f cores per "
+                "rank%s\n", d.adam_params_s / 1e6, d.adam_q8_params_s / 1e6, d.model_efficiency, c.core_share,
+                c.core_share < 1 ? "; ranks time-share the cores" : "");
   out += line;
-  std::snprintf(line, sizeof line, "  links: intra %.2f GB/s %.1f us, inter %.2f GB/s %.1f us, %d ranks per node\n",
-                c.intra.bytes_s / 1e9, c.intra.latency_s * 1e6, c.inter.bytes_s / 1e9, c.inter.latency_s * 1e6,
+  std::snprintf(line, sizeof line, "  links (collective / one-way GB/s, latency): intra %.3g / %.3g %.1f us, inter "
+                "%.3g / %.3g %.1f us, %d ranks per node\n", c.intra.bytes_s / 1e9, c.intra.send_bytes_s / 1e9,
+                c.intra.latency_s * 1e6, c.inter.bytes_s / 1e9, c.inter.send_bytes_s / 1e9, c.inter.latency_s * 1e6,
                 c.ranks_per_node);
   return out + line;
 }
@@ -301,6 +318,26 @@ double measure_adam(Communicator& world, int reps, OptimState state) {
   return rank_mean(world, double(p.size()) / s);
 }
 
+// A small model's forward + backward (fp32, a shape unlike the validation's) on every rank at once, against the
+// GEMM, attention and elementwise terms the rates measured so far predict for it.
+double measure_model_efficiency(Communicator& world, int reps, const PlanCalibration& c) {
+  LlamaConfig cfg;
+  cfg.dim = 384, cfg.n_layers = 4, cfg.n_heads = 6, cfg.n_kv_heads = 2, cfg.ffn_dim = 1024, cfg.vocab_size = 2048;
+  cfg.max_seq_len = 256;
+  const int B = 2, T = 256;
+  const ActPolicy fp32 = ActPolicy::parse("fp32", cfg.n_layers);
+  LlamaModel model(cfg, B, T, fp32);
+  model.init_weights(18);
+  Rng rng(19);
+  std::vector<int32_t> in(size_t(B) * T), tgt(in.size());
+  for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(2048)), tgt[i] = int32_t(rng.below(2048));
+  const double s = mean_seconds(world, reps, [&] { model.forward_backward(in.data(), tgt.data(), B, T); });
+  PlanTimeOptions base;
+  base.system = PlanSystem::baseline;
+  const PlanTime t = plan_step_time(cfg, {1, 1, 1}, {T, B, 1}, base, c);
+  return rank_mean(world, (t.term("gemm+attention") + t.term("elementwise")) / s);
+}
+
 // Latency as busy ranks see it: pairs of ranks alternate a GEMM of a few milliseconds with an 8-byte all-reduce
 // between them; the time the all-reduces add to the GEMMs alone, per call and per ring step. Where ranks share
 // cores this is mostly waiting for the partner to be scheduled, which an idle ping-pong never shows.
@@ -325,11 +362,31 @@ double measure_latency_under_load(Communicator& world, int reps) {
   return rank_mean(world, std::max(1e-7, (synced - alone) / calls / std::max(1, steps)));
 }
 
-// A ring all-reduce's bandwidth over the world (a large buffer, inverted through plan_allreduce_s's formula) and
-// the latency under load.
+// One-way bandwidth: rank 2i sends a large buffer to rank 2i + 1, every pair at once (as pipeline stages do); the
+// receivers' rate, averaged (a rank without a partner in an odd world only waits).
+double measure_send(Communicator& world, int reps, double latency) {
+  const int r = world.rank(), partner = r ^ 1;
+  const bool paired = partner < world.size();
+  const size_t bytes = size_t(16) << 20;
+  Buffer<uint8_t> buf(bytes, MemCategory::workspace, "plan.calibrate");
+  std::fill(buf.begin(), buf.end(), uint8_t(r));
+  auto once = [&] {
+    if (!paired) return;
+    if (r % 2 == 0) world.send(buf.data(), bytes, partner);
+    else world.recv(buf.data(), bytes, partner);
+  };
+  const double s = mean_seconds(world, 2 * reps, once, true);
+  double rate[2] = {paired && r % 2 == 1 ? double(bytes) / std::max(1e-9, s - latency) : 0.0,
+                    paired && r % 2 == 1 ? 1.0 : 0.0};
+  world.allreduce(rate, rate, 2, CommDtype::f64, CommOp::sum);
+  return rate[0] / rate[1];
+}
+
+// A ring all-reduce's bandwidth over the world (a large buffer, inverted through plan_allreduce_s's formula), the
+// latency under load and the one-way bandwidth.
 PlanLink measure_link(Communicator& world, int reps) {
   const int n = world.size();
-  if (n == 1) return {1e12, 1e-7};  // nothing to cross: effectively free
+  if (n == 1) return {1e12, 1e-7, 1e12};  // nothing to cross: effectively free
   const double lat = measure_latency_under_load(world, reps);
   const size_t big = size_t(4) << 20;
   Buffer<float> x = random_values(big, 15);
@@ -337,7 +394,7 @@ PlanLink measure_link(Communicator& world, int reps) {
     world.allreduce(x.data(), x.data(), big, CommDtype::f32, CommOp::sum);
   }, true);
   const double wire = 2.0 * (n - 1) / n * 4.0 * double(big);
-  return {wire / std::max(1e-9, s_big - 2.0 * (n - 1) * lat), lat};
+  return {wire / std::max(1e-9, s_big - 2.0 * (n - 1) * lat), lat, measure_send(world, reps, lat)};
 }
 
 }  // namespace
@@ -355,12 +412,15 @@ PlanCalibration plan_calibrate(Communicator& world, const PlanCalibrateOptions& 
   c.device.grad_fold_bw = measure_grad_fold(world, opt.reps);
   c.device.adam_params_s = measure_adam(world, opt.reps, OptimState::fp32);
   c.device.adam_q8_params_s = measure_adam(world, opt.reps, OptimState::q8);
+  c.device.model_efficiency = measure_model_efficiency(world, opt.reps, c);
   const PlanLink link = measure_link(world, opt.reps);
   const bool one_host = world.one_host();
   c.ranks_per_node = opt.ranks_per_node > 0 ? opt.ranks_per_node : one_host ? world.size() : 1;
   c.intra = c.inter = link;  // the one link measured stands for the other, which this world could not see
   // On one host the collectives are copies by the same cores that compute: nothing hides them.
   c.dp_overlap = one_host ? 0.0 : 1.0;
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  c.core_share = one_host ? std::min(1.0, cores / world.size()) : 1.0;
   c.source = "agoq plan --calibrate on " + std::to_string(world.size()) + (world.size() == 1 ? " rank" : " ranks") +
              (one_host ? " of one host" : " over a network");
   return c;

@@ -45,7 +45,7 @@ double plan_allgather_s(const PlanLink& l, double bytes, int n) {
   if (n <= 1) return 0;
   return double(n - 1) / n * bytes / l.bytes_s + double(n - 1) * l.latency_s;
 }
-double plan_send_s(const PlanLink& l, double bytes) { return bytes / l.bytes_s + l.latency_s; }
+double plan_send_s(const PlanLink& l, double bytes) { return bytes / l.send_bytes_s + l.latency_s; }
 
 namespace {
 
@@ -151,6 +151,7 @@ StageTime stage_micro_batch_time(const LlamaConfig& cfg, const PlanParallel& par
   for (const auto& [flops, calls] : f.gemm_calls) t.compute += flops * calls / cal.device.gemm.at(flops);
   if (f.attention > 0) t.compute += f.attention / cal.device.attention.at(w.seq);
   t.elementwise = N * elementwise_bytes_per_token(cfg, st, T, par.sp, policy) / cal.device.elementwise_bw;
+  t.compute /= cal.device.model_efficiency, t.elementwise /= cal.device.model_efficiency;
   t.act_store = N * act_store_s_per_token(cfg, st, T, par.sp, policy, cal.device);
   if (opt.system == PlanSystem::agoq) t.grad_store = 4.0 * double(st.params) / cal.device.grad_fold_bw;
   if (T > 1) {  // per layer: two all-reduces forward, two backward (SP: all-gathers and reduce-scatters, as much)
@@ -188,6 +189,33 @@ double dp_reduce_s(const PlanParallel& par, const PlanStage& st, const PlanTimeO
                     : plan_allreduce_s(l, fp32, D) - 2.0 * (D - 1) * l.latency_s) + lat;
 }
 
+StageTime scaled(const StageTime& t, double k) {
+  return {k * t.compute, k * t.elementwise, k * t.act_store, k * t.grad_store, k * t.tp, k * t.pp};
+}
+
+// What one of the step's m micro-batch slots costs, and the bubble. Dedicated devices (core_share 1): the slowest
+// stage's micro-batch, P - 1 of them idle in the 1F1B bubble. Ranks time-sharing cores (core_share < 1): a waiting
+// rank hands its core to the others, so the step is the larger of the stages' mean work (the cores never idle) and
+// the 1F1B critical path run at the speed of a rank with a core to itself (1 / core_share faster).
+StageTime pipeline_slot(const std::vector<StageTime>& stages, int slowest, double m, int P, double core_share,
+                        double& bubble) {
+  const StageTime& s = stages[size_t(slowest)];
+  bubble = (P - 1) * s.total();
+  if (core_share >= 1) return s;
+  StageTime mean;
+  for (const StageTime& x : stages) {
+    const StageTime k = scaled(x, 1.0 / double(stages.size()));
+    mean.compute += k.compute, mean.elementwise += k.elementwise, mean.act_store += k.act_store;
+    mean.grad_store += k.grad_store, mean.tp += k.tp, mean.pp += k.pp;
+  }
+  if (m * mean.total() >= (m + P - 1) * s.total() * core_share) {
+    bubble = 0;
+    return mean;
+  }
+  bubble *= core_share;
+  return scaled(s, core_share);
+}
+
 }  // namespace
 
 PlanTime plan_step_time(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w,
@@ -202,8 +230,9 @@ PlanTime plan_step_time(const LlamaConfig& cfg, const PlanParallel& par, const P
   }
   out.slowest_stage = int(std::max_element(out.micro_batch_s.begin(), out.micro_batch_s.end()) -
                           out.micro_batch_s.begin());
-  const StageTime& s = st_t[size_t(out.slowest_stage)];
   const double m = w.num_micro_batches;
+  double bubble = 0;
+  const StageTime s = pipeline_slot(st_t, out.slowest_stage, m, par.pp, cal.core_share, bubble);
   auto add = [&](const char* name, double sec) { out.terms.push_back({name, sec}); };
   add("gemm+attention", m * s.compute);
   add("elementwise", m * s.elementwise);
@@ -211,7 +240,7 @@ PlanTime plan_step_time(const LlamaConfig& cfg, const PlanParallel& par, const P
   add("grad_store", m * s.grad_store);
   add("tp_comm", m * s.tp);
   add("pp_send", m * s.pp);
-  add("pp_bubble", (par.pp - 1) * s.total());
+  add("pp_bubble", bubble);
   // Per step, the slowest stage's own reduction, gather and optimizer (stages run them side by side).
   const int D = par.dp();
   double dp = 0, gather = 0, optim = 0;

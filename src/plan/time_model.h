@@ -35,10 +35,16 @@ struct PlanDeviceRates {
   double grad_fold_bw = 0;    // fp32 bytes/s of the q8 gradient store's dequantize-add-requantize
   double adam_params_s = 0;   // AdamW parameters/s, fp32 moments
   double adam_q8_params_s = 0;  // AdamW parameters/s, 8-bit moments
+  // A real model's forward + backward against what the rates above predict for it (cache misses, loops between
+  // the kernels): the GEMM, attention and elementwise terms are divided by it. 1 where the rates are end-to-end.
+  double model_efficiency = 1.0;
 };
 
+// bytes_s: what each rank moves per second in a ring collective (sending and receiving at once); send_bytes_s: one
+// transfer in one direction (a pipeline send). Equal on full-duplex links (NVLink, InfiniBand); a shaped TCP link
+// between namespaces here gives a collective about half.
 struct PlanLink {
-  double bytes_s = 0, latency_s = 0;
+  double bytes_s = 0, latency_s = 0, send_bytes_s = 0;
 };
 
 // Ring collectives over n ranks on one link: all-reduce 2(n-1)/n of the bytes and 2(n-1) latencies; all-gather and
@@ -64,6 +70,9 @@ struct PlanCalibration {
   // The DP reduction overlaps the last micro-batch's backward (separate streams on a GPU; 0 where collectives and
   // compute share the cores, as ranks oversubscribing a CPU do).
   double dp_overlap = 1.0;
+  // Cores per rank while every rank runs: 1 for a device (or core) each; 0.5 for 4 ranks on 2 cores. Below 1 the
+  // ranks time-share the cores and a rank waiting in the pipeline's bubble hands its core to the others.
+  double core_share = 1.0;
   int measured_ranks = 0;  // the rank count a calibration was measured at (0: not measured)
 };
 
