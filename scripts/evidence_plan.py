@@ -15,9 +15,9 @@ predicted vs measured step times (goal >= 0.8), and whether the configuration th
 of the fastest measured. Writes docs/evidence/plan-validation.md, plan-validation.json and plan-validation.png.
 
     scripts/validate-plan.sh            (= /usr/bin/python3 scripts/evidence_plan.py, as root for the hosts)
-    scripts/evidence_plan.py [--steps 10] [--no-hosts] [--report-only] [--out docs/evidence] [--work /tmp/agoq_plan]
+    scripts/evidence_plan.py [--steps 12] [--reps 2] [--no-hosts] [--report-only] [--out docs/evidence] [--work /tmp/agoq_plan]
 
-Run it on a quiet machine (about 10 minutes on 2 cores). Needs a built agoq and the prepared corpus (data/austen).
+Run it on a quiet machine (about 15 minutes on 2 cores). Needs a built agoq and the prepared corpus (data/austen).
 """
 import argparse
 import json
@@ -68,7 +68,8 @@ def predict(args, c, cal, gpus):
     return {"step_s": t["step_s"], "terms": t["terms"]}
 
 
-def measure(args, c, launcher, env=ROOT_ENV):
+def measure_once(args, c, launcher, env):
+    """One `agoq train` run: its step times after the first two, and rank 0's memory."""
     out = os.path.join(args.work, "runs", config_name(c).replace(" ", "_").replace(",", "").replace("@", "at"))
     cmd = launcher + [args.bin, "train", "--config", args.model, "--data", args.data, "--tp", str(c["tp"]),
                       "--pp", str(c["pp"]), "--seq", str(SEQ), "--batch", str(c["micro"]), "--accum", str(c["accum"]),
@@ -77,11 +78,22 @@ def measure(args, c, launcher, env=ROOT_ENV):
     run(cmd, env, stdout=subprocess.DEVNULL)
     with open(os.path.join(out, "metrics.jsonl")) as f:
         recs = [json.loads(line) for line in f if line.strip()][2:]
-    tokens = GLOBAL * SEQ
-    steps = [tokens / r["tokens_per_s"] for r in recs]
     mem = recs[-1]["memory"]
-    return {"step_s": statistics.median(steps), "steps_s": steps, "rank0_peak": mem["peak"],
+    return {"steps_s": [GLOBAL * SEQ / r["tokens_per_s"] for r in recs], "rank0_peak": mem["peak"],
             "rank0_peak_total": mem["peak_total"]}
+
+
+def measure_all(args, configs, launcher, env=ROOT_ENV):
+    """Every configuration args.reps times, interleaved (a slow spell of the machine hits them all): the median step
+    over every timed step of every run, each run's median beside it."""
+    runs = [[] for _ in configs]
+    for _ in range(args.reps):
+        for i, c in enumerate(configs):
+            runs[i].append(measure_once(args, c, launcher, env))
+    for c, rs in zip(configs, runs):
+        steps = [s for r in rs for s in r["steps_s"]]
+        c["measured"] = {"step_s": statistics.median(steps), "runs_step_s": [statistics.median(r["steps_s"]) for r in rs],
+                         "rank0_peak": rs[-1]["rank0_peak"], "rank0_peak_total": rs[-1]["rank0_peak_total"]}
 
 
 def configs_4():
@@ -119,14 +131,16 @@ def hosts_runs(args, results):
             run(hosts + ["up", "2", "--rate", rate], env, stdout=subprocess.DEVNULL)
             cal = os.path.join(args.work, f"cal_hosts_{rate}.json")
             run(launcher + [args.bin, "plan", "--calibrate", cal], env, stdout=subprocess.DEVNULL)
+            group = []
             for tp, pp in ((1, 1), (1, 2)):
                 dp = 2 // pp
                 for system in SYSTEMS:
                     c = {"tp": tp, "pp": pp, "dp": dp, "zero": False, "system": system, "micro": MICRO,
                          "accum": GLOBAL // (MICRO * dp), "link": rate, "group": f"2 hosts @ {rate}"}
                     c["predicted"] = predict(args, c, cal, 2)
-                    c["measured"] = measure(args, c, launcher, env)
-                    results.append(c)
+                    group.append(c)
+            measure_all(args, group, launcher, env)
+            results += group
     finally:
         subprocess.run(hosts + ["down"], env=env, stdout=subprocess.DEVNULL)
 
@@ -205,7 +219,8 @@ def report(args, data):
              "Written by `scripts/validate-plan.sh` (scripts/evidence_plan.py); rerun it on a quiet machine. "
              f"Model: dim 256, 8 layers, 8/4 heads, ffn 704, vocab 4096 (untied); seq {SEQ}, micro-batches of "
              f"{MICRO}, {GLOBAL} sequences per optimizer step ({GLOBAL * SEQ} tokens); measured: the median of "
-             f"steps 3..{data['steps']} of `agoq train` (one thread per rank); predicted: `agoq plan --time` with "
+             f"steps 3..{data['steps']} of {data['reps']} interleaved `agoq train` runs (one thread per rank; each "
+             "run's median in plan-validation.json); predicted: `agoq plan --time` with "
              "the calibration `agoq plan --calibrate` measured under the same launcher (the rates a rank sees while "
              "the other ranks run: on 4 ranks over 2 cores, each gets half a core and waits on busy peers).", ""]
     for group, g in s.items():
@@ -214,11 +229,12 @@ def report(args, data):
                   f"{100 * g['max_abs_error']:.0f}%); Spearman rank correlation {g['spearman']:.2f}; ranked first: "
                   f"{g['ranked_first']}, measured {100 * g['first_vs_fastest']:.0f}% slower than the fastest "
                   f"({g['measured_fastest']}).", "",
-                  "| configuration | predicted s | measured s | error | largest predicted terms (s) |",
-                  "|---|---:|---:|---:|---|"]
+                  "| configuration | predicted s | measured s | each run's median | error | largest predicted terms (s) |",
+                  "|---|---:|---:|---|---:|---|"]
         for c in [c for c in results if c["group"] == group]:
             lines.append(f"| {config_name(c)}{' (--auto pick)' if c.get('auto_name') else ''} | "
                          f"{c['predicted']['step_s']:.3f} | {c['measured']['step_s']:.3f} | "
+                         f"{', '.join(f'{x:.3f}' for x in c['measured']['runs_step_s'])} | "
                          f"{100 * c['error']:+.0f}% | {term_cell(c['predicted']['terms'])} |")
         lines.append("")
     if data.get("auto"):
@@ -238,7 +254,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="build/agoq")
     ap.add_argument("--data", default="data/austen")
-    ap.add_argument("--steps", type=int, default=10, help="optimizer steps per run (the first two not timed)")
+    ap.add_argument("--steps", type=int, default=12, help="optimizer steps per run (the first two not timed)")
+    ap.add_argument("--reps", type=int, default=2, help="runs of each configuration, interleaved")
     ap.add_argument("--out", default="docs/evidence")
     ap.add_argument("--work", default="/tmp/agoq_plan")
     ap.add_argument("--no-hosts", action="store_true", help="skip the 2-host runs (they need root)")
@@ -268,11 +285,11 @@ def main():
     for c in todo:
         c["group"] = group
         c["predicted"] = predict(args, c, cal, 4)
-        c["measured"] = measure(args, c, launcher)
-        results.append(c)
+    measure_all(args, todo, launcher)
+    results += todo
     if not args.no_hosts:
         hosts_runs(args, results)
-    data = {"steps": args.steps, "results": results, "summary": summarize(results), "auto": pick["auto_name"]}
+    data = {"steps": args.steps, "reps": args.reps, "results": results, "summary": summarize(results), "auto": pick["auto_name"]}
     data["plot"] = plot(os.path.join(args.out, "plan-validation.png"), results)
     with open(js, "w") as f:
         json.dump(data, f, indent=1)

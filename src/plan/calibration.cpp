@@ -86,6 +86,7 @@ nlohmann::json plan_calibration_json(const PlanCalibration& c) {
           {"ranks_per_node", c.ranks_per_node},
           {"dp_overlap", c.dp_overlap},
           {"core_share", c.core_share},
+          {"wait_yield", c.wait_yield},
           {"measured_ranks", c.measured_ranks}};
 }
 
@@ -128,6 +129,10 @@ PlanCalibration plan_calibration_from_json(const nlohmann::json& j, const std::s
   AGOQ_CHECK(share.is_number() && double(share) > 0 && double(share) <= 1, source,
              ": calibration field 'core_share' must be in (0, 1]");
   c.core_share = share;
+  const nlohmann::json& yield = at(j, "wait_yield", "");
+  AGOQ_CHECK(yield.is_number() && double(yield) >= 0 && double(yield) <= 1, source,
+             ": calibration field 'wait_yield' must be in [0, 1]");
+  c.wait_yield = yield;
   c.measured_ranks = j.value("measured_ranks", 0);
   return c;
 }
@@ -155,8 +160,8 @@ std::string plan_calibration_text(const PlanCalibration& c) {
                 d.elementwise_bw / 1e9, d.act_quant_bw / 1e9, d.act_bf16_bw / 1e9, d.grad_fold_bw / 1e9);
   out += line;
   std::snprintf(line, sizeof line, "  AdamW Mparams/s: fp32 %.0f, q8 %.0f; model efficiency %.2f; %.2f cores per "
-                "rank%s\n", d.adam_params_s / 1e6, d.adam_q8_params_s / 1e6, d.model_efficiency, c.core_share,
-                c.core_share < 1 ? "; ranks time-share the cores" : "");
+                "rank, a waiting rank yields %.2f of its core\n", d.adam_params_s / 1e6, d.adam_q8_params_s / 1e6,
+                d.model_efficiency, c.core_share, c.wait_yield);
   out += line;
   std::snprintf(line, sizeof line, "  links (collective / one-way GB/s, latency): intra %.3g / %.3g %.1f us, inter "
                 "%.3g / %.3g %.1f us, %d ranks per node\n", c.intra.bytes_s / 1e9, c.intra.send_bytes_s / 1e9,
@@ -339,8 +344,9 @@ double measure_model_efficiency(Communicator& world, int reps, const PlanCalibra
 }
 
 // Latency as busy ranks see it: pairs of ranks alternate a GEMM of a few milliseconds with an 8-byte all-reduce
-// between them; the time the all-reduces add to the GEMMs alone, per call and per ring step. Where ranks share
-// cores this is mostly waiting for the partner to be scheduled, which an idle ping-pong never shows.
+// between them; the time the all-reduces add to the GEMMs alone, per call and per ring step (at least an idle
+// one's). Where ranks share cores this is mostly waiting for the partner to be scheduled, which an idle ping-pong
+// never shows.
 double measure_latency_under_load(Communicator& world, int reps) {
   std::unique_ptr<Communicator> pair = world.split(world.rank() / 2, world.rank());
   const int k = 256, calls = 20 * reps;
@@ -358,8 +364,42 @@ double measure_latency_under_load(Communicator& world, int reps) {
   };
   loop(true);
   const double alone = loop(false), synced = loop(true);
-  const int steps = 2 * (pair->size() - 1);
-  return rank_mean(world, std::max(1e-7, (synced - alone) / calls / std::max(1, steps)));
+  const int steps = std::max(1, 2 * (pair->size() - 1));
+  // The difference of two noisy loops can vanish: an idle round trip is the floor.
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 10 * calls; ++i) pair->allreduce(&one, &one, 1, CommDtype::f64, CommOp::sum);
+  const double idle = std::chrono::duration<double>(Clock::now() - t0).count() / (10 * calls) / steps;
+  return rank_mean(world, std::max({1e-7, idle, (synced - alone) / calls / steps}));
+}
+
+// With cores time-shared: how much faster ranks compute while their partners wait in a receive than while every
+// rank computes, as a part of the most it could be (every waiting rank's core handed over). 1 without sharing.
+double measure_wait_yield(Communicator& world, int reps, double core_share) {
+  const int R = world.size(), r = world.rank(), partner = r ^ 1;
+  const double most = std::min(1.0, 2 * core_share) / core_share;  // half the ranks busy: each gets up to a core
+  if (core_share >= 1 || R < 2 || most <= 1) return 1.0;
+  const int k = 256, gemms = 40 * reps;
+  Buffer<float> in = random_values(size_t(k) * k, 20), w = random_values(size_t(k) * k, 21),
+                out(size_t(k) * k, MemCategory::workspace);
+  auto compute = [&] {
+    for (int g = 0; g < gemms; ++g) matmul_forward(out.data(), in.data(), w.data(), k, k, k);
+  };
+  auto timed = [&](bool half) {
+    world.barrier();
+    const auto t0 = Clock::now();
+    char token = 0;
+    if (!half || r % 2 == 0 || partner >= R) compute();
+    if (half && partner < R) {  // the odd rank of each pair waits for its partner's token
+      if (r % 2 == 0) world.send(&token, 1, partner);
+      else world.recv(&token, 1, partner);
+    }
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  timed(false);
+  const double all = timed(false), half = timed(true);
+  double x[2] = {r % 2 == 0 ? all / half : 0.0, r % 2 == 0 ? 1.0 : 0.0};
+  world.allreduce(x, x, 2, CommDtype::f64, CommOp::sum);
+  return std::clamp((x[0] / x[1] - 1) / (most - 1), 0.0, 1.0);
 }
 
 // One-way bandwidth: rank 2i sends a large buffer to rank 2i + 1, every pair at once (as pipeline stages do); the
@@ -421,6 +461,7 @@ PlanCalibration plan_calibrate(Communicator& world, const PlanCalibrateOptions& 
   c.dp_overlap = one_host ? 0.0 : 1.0;
   const double cores = std::max(1u, std::thread::hardware_concurrency());
   c.core_share = one_host ? std::min(1.0, cores / world.size()) : 1.0;
+  c.wait_yield = measure_wait_yield(world, opt.reps, c.core_share);
   c.source = "agoq plan --calibrate on " + std::to_string(world.size()) + (world.size() == 1 ? " rank" : " ranks") +
              (one_host ? " of one host" : " over a network");
   return c;

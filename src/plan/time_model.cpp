@@ -136,9 +136,11 @@ const PlanLink& link_for(const PlanCalibration& cal, int span) {
   return span <= cal.ranks_per_node ? cal.intra : cal.inter;
 }
 
+// pp: the part of the stage's outbound pipeline sends its own work does not cover; cross: one send's time.
 struct StageTime {
-  double compute = 0, elementwise = 0, act_store = 0, grad_store = 0, tp = 0, pp = 0;
-  double total() const { return compute + elementwise + act_store + grad_store + tp + pp; }
+  double compute = 0, elementwise = 0, act_store = 0, grad_store = 0, tp = 0, pp = 0, cross = 0;
+  double work() const { return compute + elementwise + act_store + grad_store + tp; }
+  double total() const { return work() + pp; }
 };
 
 StageTime stage_micro_batch_time(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w,
@@ -163,10 +165,13 @@ StageTime stage_micro_batch_time(const LlamaConfig& cfg, const PlanParallel& par
     if (st.embed) t.tp += plan_allreduce_s(l, N * cfg.dim * plan_trainer_wire_bytes(cal.trainer), T);
     if (st.head) t.tp += plan_allreduce_s(l, N * cfg.dim * plan_trainer_wire_bytes(cal.trainer), T);
   }
-  if (par.pp > 1) {  // receive the input and send the output forward, the gradients back
+  if (par.pp > 1) {
+    // Sends are asynchronous: per micro-batch the stage's outbound link carries one transfer per boundary (the
+    // output forward, the input's gradient back) while it computes; only what its work does not cover shows.
     const double bytes = N / (par.sp ? T : 1) * cfg.dim * plan_trainer_wire_bytes(cal.trainer);
     const int boundaries = (st.stage > 0) + (st.stage < par.pp - 1);
-    t.pp = 2.0 * boundaries * plan_send_s(link_for(cal, par.gpus), bytes);
+    t.cross = plan_send_s(link_for(cal, par.gpus), bytes);
+    t.pp = std::max(0.0, boundaries * t.cross - t.work());
   }
   return t;
 }
@@ -190,30 +195,34 @@ double dp_reduce_s(const PlanParallel& par, const PlanStage& st, const PlanTimeO
 }
 
 StageTime scaled(const StageTime& t, double k) {
-  return {k * t.compute, k * t.elementwise, k * t.act_store, k * t.grad_store, k * t.tp, k * t.pp};
+  return {k * t.compute, k * t.elementwise, k * t.act_store, k * t.grad_store, k * t.tp, k * t.pp, k * t.cross};
+}
+
+StageTime plus(const StageTime& a, const StageTime& b) {
+  return {a.compute + b.compute, a.elementwise + b.elementwise, a.act_store + b.act_store,
+          a.grad_store + b.grad_store, a.tp + b.tp, a.pp + b.pp, a.cross + b.cross};
 }
 
 // What one of the step's m micro-batch slots costs, and the bubble. Dedicated devices (core_share 1): the slowest
-// stage's micro-batch, P - 1 of them idle in the 1F1B bubble. Ranks time-sharing cores (core_share < 1): a waiting
-// rank hands its core to the others, so the step is the larger of the stages' mean work (the cores never idle) and
-// the 1F1B critical path run at the speed of a rank with a core to itself (1 / core_share faster).
-StageTime pipeline_slot(const std::vector<StageTime>& stages, int slowest, double m, int P, double core_share,
-                        double& bubble) {
+// stage's micro-batch; the 1F1B bubble is P - 1 of them plus the first forward's and the last backward's way
+// over the P - 1 links. Ranks time-sharing cores (core_share < 1) whose waiting hands its core to the others
+// (wait_yield 1): the larger of the stages' mean work (the cores never idle) and the 1F1B critical path at the
+// speed of a rank with a core to itself (1 / core_share faster). A waiting rank that gives only part of its core
+// (wait_yield between 0 and 1) gets the same part of the way from the first to the second.
+StageTime pipeline_slot(const std::vector<StageTime>& stages, int slowest, double m, int P,
+                        const PlanCalibration& cal, double& bubble) {
   const StageTime& s = stages[size_t(slowest)];
-  bubble = (P - 1) * s.total();
-  if (core_share >= 1) return s;
+  bubble = (P - 1) * (s.total() + 2 * s.cross);
+  if (cal.core_share >= 1 || P == 1) return s;
   StageTime mean;
-  for (const StageTime& x : stages) {
-    const StageTime k = scaled(x, 1.0 / double(stages.size()));
-    mean.compute += k.compute, mean.elementwise += k.elementwise, mean.act_store += k.act_store;
-    mean.grad_store += k.grad_store, mean.tp += k.tp, mean.pp += k.pp;
-  }
-  if (m * mean.total() >= (m + P - 1) * s.total() * core_share) {
-    bubble = 0;
-    return mean;
-  }
-  bubble *= core_share;
-  return scaled(s, core_share);
+  for (const StageTime& x : stages) mean = plus(mean, scaled(x, 1.0 / double(stages.size())));
+  StageTime shared = mean;
+  double shared_bubble = 0;
+  if (m * mean.total() < (m * s.total() + bubble) * cal.core_share)
+    shared = scaled(s, cal.core_share), shared_bubble = bubble * cal.core_share;
+  const double y = cal.wait_yield;
+  bubble = (1 - y) * bubble + y * shared_bubble;
+  return plus(scaled(s, 1 - y), scaled(shared, y));
 }
 
 }  // namespace
@@ -232,7 +241,7 @@ PlanTime plan_step_time(const LlamaConfig& cfg, const PlanParallel& par, const P
                           out.micro_batch_s.begin());
   const double m = w.num_micro_batches;
   double bubble = 0;
-  const StageTime s = pipeline_slot(st_t, out.slowest_stage, m, par.pp, cal.core_share, bubble);
+  const StageTime s = pipeline_slot(st_t, out.slowest_stage, m, par.pp, cal, bubble);
   auto add = [&](const char* name, double sec) { out.terms.push_back({name, sec}); };
   add("gemm+attention", m * s.compute);
   add("elementwise", m * s.elementwise);

@@ -73,6 +73,8 @@ struct PlanCalibration {
   // Cores per rank while every rank runs: 1 for a device (or core) each; 0.5 for 4 ranks on 2 cores. Below 1 the
   // ranks time-share the cores and a rank waiting in the pipeline's bubble hands its core to the others.
   double core_share = 1.0;
+  // The part of its core a rank waiting in MPI hands to the others (0: it spins, 1: it sleeps); with core_share < 1.
+  double wait_yield = 1.0;
   int measured_ranks = 0;  // the rank count a calibration was measured at (0: not measured)
 };
 

@@ -126,13 +126,25 @@ TEST(TimeModel, PipelineBubbleIsStagesMinusOneMicroBatchesOfTheSlowestStage) {
   ASSERT_EQ(t.micro_batch_s.size(), 2u);
   const double slowest = std::max(t.micro_batch_s[0], t.micro_batch_s[1]);
   EXPECT_DOUBLE_EQ(t.micro_batch_s[size_t(t.slowest_stage)], slowest);
-  EXPECT_NEAR(t.term("pp_bubble"), 1 * slowest, 1e-12);
+  // one send: a micro-batch's bf16 activations (or their gradient) one way; 2 ranks fit one node: the intra link
+  const double send = 32 * 64 * 2 / 2e9 + 1e-5;
+  // 1F1B: (m + P - 1) micro-batch slots, and the first forward's and last backward's way over the P - 1 links
+  EXPECT_NEAR(t.term("pp_bubble"), 1 * (slowest + 2 * send), 1e-12);
   const double pipeline = t.term("gemm+attention") + t.term("elementwise") + t.term("act_store") +
                           t.term("grad_store") + t.term("tp_comm") + t.term("pp_send") + t.term("pp_bubble");
-  EXPECT_NEAR(pipeline, (m + 2 - 1) * slowest, 1e-12);  // 1F1B: (m + P - 1) micro-batch slots
-  // each stage receives or sends one boundary's bf16 activations forward and its gradient backward, per micro-batch;
-  // 2 ranks fit one node, so over the intra-node link
-  EXPECT_NEAR(t.term("pp_send"), m * 2 * (32 * 64 * 2 / 2e9 + 1e-5), 1e-12);
+  EXPECT_NEAR(pipeline, m * slowest + (slowest + 2 * send), 1e-12);
+  // the sends overlap the stage's compute (isend), which is longer here: nothing shows
+  EXPECT_DOUBLE_EQ(t.term("pp_send"), 0);
+  // over a slow link (the stages on two nodes of one rank) only the part beyond the compute shows
+  PlanCalibration slow = cal;
+  slow.ranks_per_node = 1;
+  slow.inter = {1e5, 1e-4, 1e5};
+  const PlanTime s = plan_step_time(cfg, {2, 1, 2}, {16, 2, m}, opt, slow);
+  const double slow_send = 32 * 64 * 2 / 1e5 + 1e-4;
+  ASSERT_GT(slow_send, slowest);
+  EXPECT_NEAR(s.micro_batch_s[0], slow_send, 1e-12);  // each stage: the larger of its work and its send
+  EXPECT_NEAR(s.micro_batch_s[1], slow_send, 1e-12);
+  EXPECT_NEAR(s.term("pp_send"), m * (slow_send - t.micro_batch_s[size_t(s.slowest_stage)]), 1e-12);
 }
 
 double pipeline_s(const PlanTime& t) {
@@ -153,8 +165,18 @@ TEST(TimeModel, TimeSharedCoresFillTheBubbleUpToTheCriticalPath) {
   // 1 micro-batch over 2 stages: one rank works at a time, at a core's full speed: 2 slots at half the time
   const PlanTime one = plan_step_time(cfg, {2, 1, 2}, {16, 2, 1}, opt, cal);
   const double slowest = one.micro_batch_s[size_t(one.slowest_stage)];
-  EXPECT_NEAR(pipeline_s(one), 2 * slowest * 0.5, 1e-12);
-  EXPECT_NEAR(one.term("pp_bubble"), slowest * 0.5, 1e-12);
+  const double send = 32 * 64 * 2 / 2e9 + 1e-5;
+  EXPECT_NEAR(pipeline_s(one), (2 * slowest + 2 * send) * 0.5, 1e-12);
+  EXPECT_NEAR(one.term("pp_bubble"), (slowest + 2 * send) * 0.5, 1e-12);
+  // waiting ranks that spin (wait_yield 0) fill nothing: the dedicated pipeline; half-yielding ones: half the way
+  PlanCalibration spin = cal;
+  spin.core_share = 1;
+  const PlanTime dedicated = plan_step_time(cfg, {2, 1, 2}, {16, 2, 4}, opt, spin);
+  spin.core_share = 0.5, spin.wait_yield = 0;
+  EXPECT_NEAR(pipeline_s(plan_step_time(cfg, {2, 1, 2}, {16, 2, 4}, opt, spin)), pipeline_s(dedicated), 1e-12);
+  spin.wait_yield = 0.5;
+  EXPECT_NEAR(pipeline_s(plan_step_time(cfg, {2, 1, 2}, {16, 2, 4}, opt, spin)),
+              (pipeline_s(dedicated) + pipeline_s(many)) / 2, 1e-12);
 }
 
 TEST(TimeModel, ModelEfficiencyScalesTheComputeTerms) {
@@ -224,6 +246,7 @@ TEST(Calibration, JsonRoundTripsAndNamesAMissingField) {
   EXPECT_EQ(r.inter.send_bytes_s, d.inter.send_bytes_s);
   EXPECT_EQ(r.device.model_efficiency, d.device.model_efficiency);
   EXPECT_EQ(r.core_share, d.core_share);
+  EXPECT_EQ(r.wait_yield, d.wait_yield);
   EXPECT_EQ(r.trainer, d.trainer);
   EXPECT_EQ(plan_calibration_json(r), plan_calibration_json(d));
   nlohmann::json j = plan_calibration_json(d);
