@@ -1,12 +1,13 @@
 // Predicted time of one training step of a LLaMA model under a TP x PP x DP layout, term by term, from named
 // machine inputs (a calibration: device rates and links), beside the memory model (plan/memory_model.h).
-// docs/plan.md ("The step-time model") states every assumption; tests/plan/test_time_model.cpp checks the terms
+// docs/plan.md ("Choosing a layout") states every assumption; tests/plan/test_time_model.cpp checks the terms
 // against hand-computed values and scripts/validate-plan.sh against real `agoq train` runs.
 //
 // One micro-batch on one rank of stage s costs t_mb(s) = compute + elementwise + activation store + gradient
-// store + TP collectives + PP sends. Under non-interleaved 1F1B the step's pipeline part is (m + P - 1) x the
-// slowest stage's t_mb: m x t_mb of work and (P - 1) x t_mb of bubble. Then the data-parallel reduction (its
-// part that the last backward does not hide), ZeRO-1's gather and the optimizer step.
+// store + TP collectives, or its asynchronous PP sends if they take longer. Under non-interleaved 1F1B the step's
+// pipeline part is m x the slowest stage's t_mb of work and a bubble of (P - 1) x t_mb plus the first and last
+// crossings (ranks time-sharing cores fill part of it). Then the data-parallel reduction (its part that the last
+// backward does not hide), ZeRO-1's gather and the optimizer step.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>

@@ -111,6 +111,10 @@ TEST(PlanCli, BadFlagsAreOneLineErrors) {
       {"--model llama-8b --bits 2,5", "--bits"},
       {"--model llama-8b --optim-state q4", "--optim-state must be fp32 or q8"},
       {"--model llama-8b --tp 3 --gpus 3", "does not divide"},
+      {"--model llama-8b --auto", "--auto needs --global-batch"},
+      {"--model llama-8b --time --calibration /nonexistent/cal.json", "cannot open /nonexistent/cal.json"},
+      {"--model llama-8b --auto --global-batch 8 --inter fast", "--inter 'fast' is not a rate"},
+      {"--model llama-8b --time --system fancy", "--system must be agoq or baseline"},
   };
   for (const auto& [args, needle] : cases) {
     const RunOut r = run_plan(args);
@@ -119,6 +123,29 @@ TEST(PlanCli, BadFlagsAreOneLineErrors) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << "\n" << r.err;
     EXPECT_NE(r.err.find(needle), std::string::npos) << args << "\n" << r.err;
   }
+}
+
+// --auto's first layout, asked for alone with --time, predicts the same step; and its memory is the plan's.
+TEST(PlanCli, AutoAgreesWithTheSingleLayoutPlan) {
+  const RunOut r = run_plan("--auto --model llama-8b --gpus 64 --seq 4096 --global-batch 256 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(j["top"].empty());
+  ASSERT_TRUE(j.contains("best_baseline"));
+  const auto& top = j["top"][0];
+  EXPECT_GT(double(j["evaluated"]), double(j["fitting"]));
+  std::string args = "--model llama-8b --gpus 64 --seq 4096 --time --json --tp " + std::to_string(int(top["tp"])) +
+                     " --pp " + std::to_string(int(top["pp"])) + " --micro-batch " +
+                     std::to_string(int(top["micro_batch"])) + " --num-micro-batches " +
+                     std::to_string(int(top["num_micro_batches"])) + " --zero " + (top["zero1"] ? "1" : "0") +
+                     " --optim-state " + std::string(top["optim_state"]) + " --system " + std::string(top["system"]);
+  if (top["sp"]) args += " --sp";
+  const RunOut one = run_plan(args);
+  ASSERT_EQ(one.code, 0) << args << "\n" << one.err;
+  const auto k = nlohmann::json::parse(one.out);
+  EXPECT_DOUBLE_EQ(double(k["time"]["step_s"]), double(top["time"]["step_s"])) << args;
+  for (const auto& [name, sec] : top["time"]["terms"].items())
+    EXPECT_DOUBLE_EQ(double(k["time"]["terms"][name]), double(sec)) << name;
 }
 
 TEST(PlanCli, Png) {
