@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/layout_auto.h"
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "arch/hf.h"
@@ -16,6 +17,7 @@ struct TrainArgs {
   TrainOptions opt = agoq_defaults();
   std::string config_json;
   bool baseline = false;
+  std::string layout = "flags", calibration;
 
   // `agoq train` is AGoQ unless told otherwise: 4-bit activations (attention in bf16), 8-bit gradient store,
   // 8-bit all-reduce. The library's TrainOptions stay unquantized, so a caller opts in explicitly.
@@ -42,6 +44,7 @@ void cmd_train_body(TrainArgs& a) {
     if (!j.contains("vocab_size")) j["vocab_size"] = 2;
     a.opt.model = config_from_hf_json(j);
   }
+  if (a.layout == "auto") train_layout_auto(a.opt, comm_world(), a.calibration);
   if (train_run(a.opt).stop_signal != 0) {  // stopped early, with a checkpoint: say so in the exit status
     std::fflush(stdout);
     std::exit(kExitStopped);
@@ -139,6 +142,15 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   c->add_flag("--sp", o.sp,
               "sequence parallelism over the --tp ranks (Megatron-SP): residual stream and norms on each rank's rows "
               "of a micro-batch, all-gather / reduce-scatter around the split GEMMs");
+  CLI::Option* layout =
+      c->add_option("--layout", args->layout,
+                    "flags (--tp, --pp, --sp, --zero, --batch, --accum as given) or auto: the layout `agoq plan --auto` "
+                    "ranks first for these ranks, model and system, at a global batch of --batch x --accum x ranks")
+          ->check(CLI::IsMember({"flags", "auto"}))
+          ->capture_default_str();
+  c->add_option("--calibration", args->calibration,
+                "--layout auto: step-time inputs from FILE (`agoq plan --calibrate FILE`); default: measured at start")
+      ->needs(layout);
   c->add_option_function<std::string>(
       "--mem-budget", [&o](const std::string& v) { o.mem_budget = plan_parse_bytes(v); },
       "memory per rank (e.g. 2GiB): after --replan-after steps, activation bits are re-planned per stage from "
@@ -157,6 +169,9 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
       ->check(CLI::IsMember({"bf16", "fp32"}))
       ->capture_default_str();
   c->callback([args, c, kv_heads] {
+    if (args->layout == "auto")
+      for (const char* f : {"--tp", "--pp", "--sp", "--zero", "--stage-layers"})
+        AGOQ_CHECK(c->count(f) == 0, "--layout auto chooses ", f, " itself: drop it, or use --layout flags");
     for (const char* f : {"--config", "--dim", "--layers", "--heads", "--kv-heads", "--ffn", "--rope-theta",
                           "--tie-embeddings"})
       if (c->count(f) > 0) args->opt.model_flags.push_back(f);

@@ -40,6 +40,17 @@ inline RunResult run_agoq(const std::string& args) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, err};
 }
 
+// stdout of the agoq binary (stderr to the test's log), with its exit status.
+inline std::string agoq_stdout(const std::string& args, int* status, const std::string& bin = AGOQ_BIN_PATH " ") {
+  std::string out;
+  FILE* p = popen(("timeout 120 " + bin + args).c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *status = p ? pclose(p) : -1;
+  return out;
+}
+
 inline std::string file_text(const std::string& p) {
   std::ifstream f(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};

@@ -18,17 +18,6 @@ using json = nlohmann::json;
 constexpr int kSeq = 64;
 constexpr const char* kPrompt = "It is a truth";
 
-// stdout of the agoq binary (stderr to the test's log), with its exit status.
-std::string agoq_stdout(const std::string& args, int* status, const std::string& bin = AGOQ_BIN_PATH " ") {
-  std::string out;
-  FILE* p = popen(("timeout 120 " + bin + args).c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  *status = p ? pclose(p) : -1;
-  return out;
-}
-
 json last_json_line(const std::string& out) {
   const size_t at = out.rfind("\n{");
   return json::parse(at == std::string::npos ? out : out.substr(at + 1));
