@@ -230,11 +230,17 @@ const CliCommand kBenchCapacity("bench", 62, [](CLI::App& bench) {
   c->add_option("--heads", o->heads)->capture_default_str()->check(cli_at_least(1));
   c->add_option("--ffn", o->ffn)->capture_default_str()->check(cli_at_least(1));
   c->add_option("--seq", o->seq, "sequence of the layer search")->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--batch", o->batch, "batch of the layer search (the sequence search uses 1)")->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--seq-dim", o->seq_dim, "width of the sequence search's model")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--batch", o->batch, "batch of the layer search (the sequence search uses 1)")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
+  c->add_option("--seq-dim", o->seq_dim, "width of the sequence search's model")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
   c->add_option("--seq-heads", o->seq_heads)->capture_default_str()->check(cli_at_least(1));
   c->add_option("--seq-ffn", o->seq_ffn)->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--seq-layers", o->seq_layers, "layers of the sequence search's model")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--seq-layers", o->seq_layers, "layers of the sequence search's model")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
   c->add_option("--fill", o->fill, "share of the budget the searches may fill (prediction + overhead)")
       ->capture_default_str();
   c->add_flag("!--no-confirm", o->confirm, "only the memory model's answer, no confirmation runs");

@@ -15,7 +15,8 @@ predicted vs measured step times (goal >= 0.8), and whether the configuration th
 of the fastest measured. Writes docs/evidence/plan-validation.md, plan-validation.json and plan-validation.png.
 
     scripts/validate-plan.sh            (= /usr/bin/python3 scripts/evidence_plan.py, as root for the hosts)
-    scripts/evidence_plan.py [--steps 12] [--reps 2] [--no-hosts] [--report-only] [--out docs/evidence] [--work /tmp/agoq_plan]
+    scripts/evidence_plan.py [--steps 12] [--reps 2] [--no-hosts] [--report-only] [--out docs/evidence]
+                             [--work /tmp/agoq_plan]
 
 Run it on a quiet machine (about 15 minutes on 2 cores). Needs a built agoq and the prepared corpus (data/austen).
 """
@@ -92,7 +93,8 @@ def measure_all(args, configs, launcher, env=ROOT_ENV):
             runs[i].append(measure_once(args, c, launcher, env))
     for c, rs in zip(configs, runs):
         steps = [s for r in rs for s in r["steps_s"]]
-        c["measured"] = {"step_s": statistics.median(steps), "runs_step_s": [statistics.median(r["steps_s"]) for r in rs],
+        c["measured"] = {"step_s": statistics.median(steps),
+                         "runs_step_s": [statistics.median(r["steps_s"]) for r in rs],
                          "rank0_peak": rs[-1]["rank0_peak"], "rank0_peak_total": rs[-1]["rank0_peak_total"]}
 
 
@@ -229,7 +231,8 @@ def report(args, data):
                   f"{100 * g['max_abs_error']:.0f}%); Spearman rank correlation {g['spearman']:.2f}; ranked first: "
                   f"{g['ranked_first']}, measured {100 * g['first_vs_fastest']:.0f}% slower than the fastest "
                   f"({g['measured_fastest']}).", "",
-                  "| configuration | predicted s | measured s | each run's median | error | largest predicted terms (s) |",
+                  "| configuration | predicted s | measured s | each run's median | error "
+                  "| largest predicted terms (s) |",
                   "|---|---:|---:|---|---:|---|"]
         for c in [c for c in results if c["group"] == group]:
             lines.append(f"| {config_name(c)}{' (--auto pick)' if c.get('auto_name') else ''} | "
@@ -289,7 +292,8 @@ def main():
     results += todo
     if not args.no_hosts:
         hosts_runs(args, results)
-    data = {"steps": args.steps, "reps": args.reps, "results": results, "summary": summarize(results), "auto": pick["auto_name"]}
+    data = {"steps": args.steps, "reps": args.reps, "results": results, "summary": summarize(results),
+            "auto": pick["auto_name"]}
     data["plot"] = plot(os.path.join(args.out, "plan-validation.png"), results)
     with open(js, "w") as f:
         json.dump(data, f, indent=1)

@@ -6,5 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x build/agoq ] || { echo "validate-plan.sh: build/agoq is missing (scripts/build.sh agoq)" >&2; exit 1; }
-[ -s data/austen/train.bin ] || { echo "validate-plan.sh: data/austen is missing (scripts/demo.sh prepares it)" >&2; exit 1; }
+[ -s data/austen/train.bin ] ||
+  { echo "validate-plan.sh: data/austen is missing (scripts/demo.sh prepares it)" >&2; exit 1; }
 exec /usr/bin/python3 scripts/evidence_plan.py "$@"

@@ -148,7 +148,8 @@ void cmd_plan_run(const PlanArgs& a) {
   nlohmann::json j = plan_report_json(rep);
   std::string text = plan_report_text(rep);
   if (a.time || !a.calibration.empty()) {  // and the step-time model's prediction for this layout
-    AGOQ_CHECK(a.system == "agoq" || a.system == "baseline", "--system must be agoq or baseline (got '", a.system, "')");
+    AGOQ_CHECK(a.system == "agoq" || a.system == "baseline", "--system must be agoq or baseline (got '", a.system,
+               "')");
     PlanTimeOptions to;
     to.system = a.system == "agoq" ? PlanSystem::agoq : PlanSystem::baseline;
     to.optim_q8 = req.gpu.optim_q8, to.bucket_bytes = req.gpu.bucket_bytes;
@@ -169,7 +170,8 @@ void cmd_plan_run(const PlanArgs& a) {
 
 const CliCommand kPlan("", 40, [](CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
-  CLI::App* c = app.add_subcommand("plan", "per-GPU memory of baseline vs AGoQ under TP/PP/DP, and AGoQ's bits per stage");
+  CLI::App* c = app.add_subcommand(
+      "plan", "per-GPU memory of baseline vs AGoQ under TP/PP/DP, AGoQ's bits per stage, step time, the best layout");
   c->add_option("--model", a->model, "llama-8b, llama-13b, llama-32b or a Hugging Face config.json");
   c->add_option("--gpus", a->gpus, "total GPUs (= tp * pp * dp)")->capture_default_str();
   c->add_option("--tp", a->tp, "tensor-parallel size (modelled Megatron-style)")->capture_default_str();

@@ -11,17 +11,13 @@
 #include "plan/auto_plan.h"
 #include "plan/calibration.h"
 #include "plan/presets.h"
+#include "tests/common/llama_shape.h"
 
 namespace agoq {
 namespace {
 
 // 8 heads over 2 kv heads, 4 layers, MLP 96: TP must divide 8 and 96 and be a divisor or multiple of 2; PP <= 4.
-LlamaConfig small() {
-  LlamaConfig c;
-  c.vocab_size = 256, c.dim = 64, c.n_layers = 4, c.n_heads = 8, c.n_kv_heads = 2, c.ffn_dim = 96;
-  c.max_seq_len = 32;
-  return c;
-}
+LlamaConfig small() { return llama_shape(256, 64, 4, 8, 2, 96, 32); }
 
 bool valid_by_rule(int gpus, int tp, int pp) {
   return gpus % (tp * pp) == 0 && pp <= 4 && 8 % tp == 0 && (2 % tp == 0 || tp % 2 == 0) && 96 % tp == 0;

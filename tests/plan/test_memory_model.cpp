@@ -13,6 +13,7 @@
 #include "model/llama.h"
 #include "plan/memory_model.h"
 #include "plan/presets.h"
+#include "tests/common/llama_shape.h"
 #include "quant/grad_q8.h"
 #include "optim/adamw.h"
 #include "parallel/grad_reduce.h"
@@ -22,13 +23,6 @@
 
 namespace agoq {
 namespace {
-
-LlamaConfig small_cfg(int vocab, int dim, int layers, int heads, int kv, int ffn, int max_seq) {
-  LlamaConfig c;
-  c.vocab_size = vocab, c.dim = dim, c.n_layers = layers, c.n_heads = heads, c.n_kv_heads = kv, c.ffn_dim = ffn;
-  c.max_seq_len = max_seq;
-  return c;
-}
 
 // Builds the real model + one AdamW per gradient unit as DpOptimizer does (rank 0's ZeRO shards with dp > 1;
 // fp32 or 8-bit moments) (+ an 8-bit gradient store), runs one forward_backward and one optimizer step, and compares
@@ -93,9 +87,9 @@ void expect_cpu_model_matches(const LlamaConfig& cfg, int B, int T, const std::s
 }
 
 TEST(PlanCpuModel, MatchesTrackerSingleStage) {
-  const LlamaConfig a = small_cfg(512, 64, 2, 4, 2, 176, 64);
-  const LlamaConfig b = small_cfg(1000, 128, 3, 8, 8, 344, 64);
-  const LlamaConfig c = small_cfg(300, 32, 2, 2, 1, 96, 300);  // T > tile rows: one sequence per tile
+  const LlamaConfig a = llama_shape(512, 64, 2, 4, 2, 176, 64);
+  const LlamaConfig b = llama_shape(1000, 128, 3, 8, 8, 344, 64);
+  const LlamaConfig c = llama_shape(300, 32, 2, 2, 1, 96, 300);  // T > tile rows: one sequence per tile
   for (const char* policy : {"fp32", "baseline-bf16", "agoq"}) {
     expect_cpu_model_matches(a, 2, 32, policy, false);
     expect_cpu_model_matches(b, 3, 48, policy, false);
@@ -113,7 +107,7 @@ TEST(PlanCpuModel, MatchesTrackerSingleStage) {
 // tests/parallel/test_pipeline.cpp, Pipeline.MemoryModelMatchesEachStage.
 
 TEST(PlanGpuModel, ActivationBytesEqualTheStore) {
-  const LlamaConfig cfg = small_cfg(512, 128, 3, 8, 2, 344, 128);
+  const LlamaConfig cfg = llama_shape(512, 128, 3, 8, 2, 344, 128);
   for (const char* policy : {"fp32", "baseline-bf16", "agoq", "uniform4", "attn=bf16,mlp=3,norm=8"}) {
     const ActPolicy p = ActPolicy::parse(policy, cfg.n_layers);
     EXPECT_EQ(plan_act_bytes(p, cfg, 1, 100), act_store_bytes(p, cfg, 100, true) + act_store_bytes(p, cfg, 100, false));
@@ -136,7 +130,7 @@ TEST(PlanGpuModel, ActivationBytesEqualTheStore) {
 // activation bytes and parameters of every TP rank of every pipeline stage (vocab 1024 needs no padding, kv heads
 // divide T).
 TEST(PlanGpuModel, TensorParallelShapesAreTheTrainersShards) {
-  const LlamaConfig cfg = small_cfg(1024, 128, 4, 8, 4, 344, 128);
+  const LlamaConfig cfg = llama_shape(1024, 128, 4, 8, 4, 344, 128);
   for (int T : {1, 2, 4}) {
     SCOPED_TRACE("T = " + std::to_string(T));
     EXPECT_EQ(plan_slot_cols(cfg, T), act_slot_cols(cfg, T));
@@ -164,7 +158,7 @@ TEST(PlanGpuModel, TensorParallelShapesAreTheTrainersShards) {
 }
 
 TEST(PlanGpuModel, StagesAndInFlight) {
-  LlamaConfig cfg = small_cfg(1024, 128, 10, 4, 4, 256, 64);
+  LlamaConfig cfg = llama_shape(1024, 128, 10, 4, 4, 256, 64);
   PlanParallel par{8, 1, 4, false};
   auto stages = plan_stages(cfg, par, {64, 1, 8});
   ASSERT_EQ(stages.size(), 4u);

@@ -8,17 +8,13 @@
 #include "core/error.h"
 #include "plan/calibration.h"
 #include "plan/time_model.h"
+#include "tests/common/llama_shape.h"
 
 namespace agoq {
 namespace {
 
 // dim 64, 2 layers, 4 heads of 16 (2 kv heads), MLP 128, vocabulary 256 (a multiple of Megatron's padding).
-LlamaConfig tiny() {
-  LlamaConfig c;
-  c.vocab_size = 256, c.dim = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.ffn_dim = 128;
-  c.max_seq_len = 16;
-  return c;
-}
+LlamaConfig tiny() { return llama_shape(256, 64, 2, 4, 2, 128, 16); }
 
 // Round numbers, one point per curve (constant rates), so each term is a quotient a reader can redo.
 PlanCalibration round_calibration() {
