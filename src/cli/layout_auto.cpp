@@ -52,6 +52,9 @@ void train_layout_auto(TrainOptions& o, Communicator& comm, const std::string& c
     std::printf("layout auto: measuring this machine at %d ranks (plan --calibrate FILE once, then "
                 "--calibration FILE, saves this)\n", comm.size());
   req.cal = calibration.empty() ? plan_calibrate(comm) : plan_calibration_load(calibration);
+  if (req.cal.measured_ranks > 0 && req.cal.measured_ranks != comm.size() && comm.rank() == 0)
+    std::printf("layout auto: note: %s was measured at %d ranks, this run has %d (rates a rank sees depend on how "
+                "many share the machine)\n", calibration.c_str(), req.cal.measured_ranks, comm.size());
   const PlanSystem system = o.act_policy == "fp32" && o.grad_store == "fp32" ? PlanSystem::baseline : PlanSystem::agoq;
   const bool optim_q8 = o.adam.state == OptimState::q8;
   const PlanAutoResult r = plan_auto(req);

@@ -1,7 +1,7 @@
 // The model's ops on the device: the twins of model/ops.h (the contract: the same shapes, row-major layouts and
 // overwrite / accumulate rules), fp32 activations, one stream. Pointers are device pointers. The per-value math is
 // opmath/op_math.h, compiled for the GPU; the kernels add only launch geometry and block reductions (in a fixed
-// order: every result is the same from run to run). The GEMMs are cuda/matmul_cuda.h; attention is not yet here.
+// order: every result is the same from run to run). The GEMMs are cuda/matmul_cuda.h, attention cuda/attention_cuda.h.
 // Deviations from the CPU, by design: RMSNorm's and cross-entropy's row sums run in another order (rounding-level
 // differences); a cross-entropy target at or beyond V gives a NaN loss (the trainer's NaN check stops the run)
 // instead of a thrown error, because the targets live on the device.
