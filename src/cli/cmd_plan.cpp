@@ -91,10 +91,23 @@ PlanCalibration calibration_of(const PlanArgs& a) {
   return c;
 }
 
+// An existing file is replaced only when it is an earlier calibration (a mistyped path to a config must not go).
+void check_calibration_target(const std::string& path) {
+  if (!std::filesystem::exists(path)) return;
+  bool calibration = false;
+  try {
+    plan_calibration_load(path);
+    calibration = true;
+  } catch (const Error&) {
+  }
+  AGOQ_CHECK(calibration, "--calibrate: ", path, " exists and is not a calibration; remove it or name another file");
+}
+
 // Collective under mpirun: every rank measures; rank 0 writes the file and prints it.
 void cmd_plan_calibrate(const PlanArgs& a) {
   Communicator& world = comm_world();
   comm_run_guarded(world, [&] {
+    check_calibration_target(a.calibrate_out);
     PlanCalibrateOptions o;
     o.reps = a.reps, o.ranks_per_node = a.gpus_per_node;
     const PlanCalibration c = plan_calibrate(world, o);

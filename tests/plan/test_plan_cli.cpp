@@ -125,6 +125,17 @@ TEST(PlanCli, BadFlagsAreOneLineErrors) {
   }
 }
 
+// --calibrate replaces an earlier calibration only: a mistyped path to another file is refused, the file kept.
+TEST(PlanCli, CalibrateKeepsAFileThatIsNotACalibration) {
+  const fs::path cfg = test_temp_path("plan_not_a_calibration.json");
+  { std::ofstream(cfg) << R"({"hidden_size": 4096})"; }
+  const RunOut r = run_plan("--calibrate " + cfg.string());
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("exists and is not a calibration"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(cfg), R"({"hidden_size": 4096})");
+  fs::remove(cfg);
+}
+
 // --auto's first layout, asked for alone with --time, predicts the same step; and its memory is the plan's.
 TEST(PlanCli, AutoAgreesWithTheSingleLayoutPlan) {
   const RunOut r = run_plan("--auto --model llama-8b --gpus 64 --seq 4096 --global-batch 256 --json");
