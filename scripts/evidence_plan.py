@@ -217,6 +217,7 @@ def term_cell(terms):
 
 def report(args, data):
     results, s = data["results"], data["summary"]
+    every = spearman([c["predicted"]["step_s"] for c in results], [c["measured"]["step_s"] for c in results])
     lines = ["# `agoq plan`'s step-time model against real runs", "",
              "Written by `scripts/validate-plan.sh` (scripts/evidence_plan.py); rerun it on a quiet machine. "
              f"Model: dim 256, 8 layers, 8/4 heads, ffn 704, vocab 4096 (untied); seq {SEQ}, micro-batches of "
@@ -224,7 +225,10 @@ def report(args, data):
              f"steps 3..{data['steps']} of {data['reps']} interleaved `agoq train` runs (one thread per rank; each "
              "run's median in plan-validation.json); predicted: `agoq plan --time` with "
              "the calibration `agoq plan --calibrate` measured under the same launcher (the rates a rank sees while "
-             "the other ranks run: on 4 ranks over 2 cores, each gets half a core and waits on busy peers).", ""]
+             "the other ranks run: on 4 ranks over 2 cores, each gets half a core and waits on busy peers).", "",
+             f"Over all {len(results)} configurations together: "
+             f"{sum(abs(c['error']) <= 0.25 for c in results)} within 25%, Spearman {every:.2f}. "
+             "The goal is read per group below (a group's configurations share a machine and a calibration).", ""]
     for group, g in s.items():
         lines += [f"## {group}", "",
                   f"{g['within_25pct']} of {g['configs']} predictions within 25% (largest error "
