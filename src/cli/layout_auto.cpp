@@ -56,14 +56,8 @@ void train_layout_auto(TrainOptions& o, Communicator& comm, const std::string& c
     std::printf("layout auto: note: %s was measured at %d ranks, this run has %d (rates a rank sees depend on how "
                 "many share the machine)\n", calibration.c_str(), req.cal.measured_ranks, comm.size());
   const PlanSystem system = o.act_policy == "fp32" && o.grad_store == "fp32" ? PlanSystem::baseline : PlanSystem::agoq;
-  const bool optim_q8 = o.adam.state == OptimState::q8;
   const PlanAutoResult r = plan_auto(req);
-  const PlanCandidate* pick = nullptr;
-  for (const PlanCandidate& c : r.fits)
-    if (c.system == system && c.optim_q8 == optim_q8) {
-      pick = &c;
-      break;
-    }
+  const PlanCandidate* pick = r.best_of(system, o.adam.state == OptimState::q8);
   AGOQ_CHECK(pick, "--layout auto: no layout of ", comm.size(), " ranks fits ", format_bytes(req.gpu_mem),
              " per rank for a global batch of ", req.global_batch, " sequences",
              r.faster_not_fitting.empty() ? "" : " (" + r.faster_not_fitting[0].not_fit + ")");

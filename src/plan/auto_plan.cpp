@@ -57,14 +57,15 @@ std::string PlanCandidate::name() const {
                   std::to_string(par.dp());
   if (par.sp) s += ", SP";
   if (par.zero1) s += ", ZeRO-1";
-  s += ", " + std::to_string(work.num_micro_batches) + (work.num_micro_batches == 1 ? " micro-batch" : " micro-batches") +
-       " of " + std::to_string(work.micro_batch);
+  const int m = work.num_micro_batches;
+  s += ", " + std::to_string(m) + (m == 1 ? " micro-batch" : " micro-batches") + " of " +
+       std::to_string(work.micro_batch);
   return s + ", " + system_name(system, optim_q8);
 }
 
-const PlanCandidate* PlanAutoResult::best_of(PlanSystem system) const {
+const PlanCandidate* PlanAutoResult::best_of(PlanSystem system, std::optional<bool> optim_q8) const {
   for (const PlanCandidate& c : fits)
-    if (c.system == system) return &c;
+    if (c.system == system && (!optim_q8 || c.optim_q8 == *optim_q8)) return &c;
   return nullptr;
 }
 

@@ -3,6 +3,7 @@
 // each (AGoQ with the bit allocator's per-stage bits), the step-time model's prediction, ranked.
 #pragma once
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,8 @@ struct PlanAutoResult {
   std::vector<PlanCandidate> faster_not_fitting;  // faster than fits[0] (or all, when nothing fits), fastest first
   std::vector<PlanRefusedLayout> refused;
   size_t evaluated = 0;
-  const PlanCandidate* best_of(PlanSystem system) const;  // the fastest fitting layout of system, or null
+  // The fastest fitting layout of system (with that optimizer state, if given), or null.
+  const PlanCandidate* best_of(PlanSystem system, std::optional<bool> optim_q8 = {}) const;
   const PlanCandidate* best_baseline() const { return best_of(PlanSystem::baseline); }
   const PlanCandidate* best_agoq() const { return best_of(PlanSystem::agoq); }
 };

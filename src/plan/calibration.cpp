@@ -221,6 +221,13 @@ double rank_mean(Communicator& world, double x) {
   return x / world.size();
 }
 
+// The mean over the ranks that count (at least one must) of what each of them measured.
+double counted_mean(Communicator& world, bool counts, double x) {
+  double sums[2] = {counts ? x : 0.0, counts ? 1.0 : 0.0};
+  world.allreduce(sums, sums, 2, CommDtype::f64, CommOp::sum);
+  return sums[0] / sums[1];
+}
+
 Buffer<float> random_values(size_t n, uint64_t seed) {
   Buffer<float> b(n, MemCategory::workspace, "plan.calibrate");
   Rng rng(seed);
@@ -335,7 +342,8 @@ double measure_model_efficiency(Communicator& world, int reps, const PlanCalibra
   model.init_weights(18);
   Rng rng(19);
   std::vector<int32_t> in(size_t(B) * T), tgt(in.size());
-  for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(2048)), tgt[i] = int32_t(rng.below(2048));
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
   const double s = mean_seconds(world, reps, [&] { model.forward_backward(in.data(), tgt.data(), B, T); });
   PlanTimeOptions base;
   base.system = PlanSystem::baseline;
@@ -397,9 +405,8 @@ double measure_wait_yield(Communicator& world, int reps, double core_share) {
   };
   timed(false);
   const double all = timed(false), half = timed(true);
-  double x[2] = {r % 2 == 0 ? all / half : 0.0, r % 2 == 0 ? 1.0 : 0.0};
-  world.allreduce(x, x, 2, CommDtype::f64, CommOp::sum);
-  return std::clamp((x[0] / x[1] - 1) / (most - 1), 0.0, 1.0);
+  const double speedup = counted_mean(world, r % 2 == 0, all / half);  // the ranks that computed in both
+  return std::clamp((speedup - 1) / (most - 1), 0.0, 1.0);
 }
 
 // One-way bandwidth: rank 2i sends a large buffer to rank 2i + 1, every pair at once (as pipeline stages do); the
@@ -416,10 +423,7 @@ double measure_send(Communicator& world, int reps, double latency) {
     else world.recv(buf.data(), bytes, partner);
   };
   const double s = mean_seconds(world, 2 * reps, once, true);
-  double rate[2] = {paired && r % 2 == 1 ? double(bytes) / std::max(1e-9, s - latency) : 0.0,
-                    paired && r % 2 == 1 ? 1.0 : 0.0};
-  world.allreduce(rate, rate, 2, CommDtype::f64, CommOp::sum);
-  return rate[0] / rate[1];
+  return counted_mean(world, paired && r % 2 == 1, double(bytes) / std::max(1e-9, s - latency));
 }
 
 // A ring all-reduce's bandwidth over the world (a large buffer, inverted through plan_allreduce_s's formula), the

@@ -12,7 +12,8 @@ class LayoutAuto : public CliErrors {
   void SetUp() override {
     CliErrors::SetUp();
     std::ofstream(d("config.json")) << R"({"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
-      "num_key_value_heads": 2, "intermediate_size": 24, "vocab_size": 64, "max_position_embeddings": 8, "rms_norm_eps": 1e-5,
+      "num_key_value_heads": 2, "intermediate_size": 24, "vocab_size": 64, "max_position_embeddings": 8,
+      "rms_norm_eps": 1e-5,
       "rope_theta": 10000.0, "tie_word_embeddings": false, "hidden_act": "silu"})";
   }
   // A calibration of this machine at one rank, written once per test.
@@ -21,41 +22,37 @@ class LayoutAuto : public CliErrors {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return d("cal.json");
   }
+  // `train --baseline --layout auto` on `ranks` ranks names and trains plan --auto's best unquantized layout for
+  // that many GPUs and a global batch of batch x accum x ranks.
+  void expect_planners_choice(int ranks, int batch, int accum) const {
+    const std::string cal = calibration();
+    int st = 0;
+    const std::string plan = agoq_stdout("plan --auto --json --model " + d("config.json") + " --gpus " +
+                                         std::to_string(ranks) + " --seq 8 --global-batch " +
+                                         std::to_string(batch * accum * ranks) + " --reserve 0 --calibration " + cal,
+                                         &st);
+    ASSERT_EQ(st, 0) << plan;
+    const std::string want = nlohmann::json::parse(plan)["best_baseline"]["name"];
+    const std::string mpirun = "mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "
+                               "-x OPENBLAS_NUM_THREADS=1 -np " + std::to_string(ranks) + " ";
+    const std::string launcher = (ranks == 1 ? std::string() : mpirun) + AGOQ_BIN_PATH " ";
+    const std::string out = agoq_stdout("train --quiet --baseline --layout auto --calibration " + cal + " --config " +
+                                        d("config.json") + " --data " + d("data") + " --seq 8 --batch " +
+                                        std::to_string(batch) + " --accum " + std::to_string(accum) +
+                                        " --steps 2 --eval-every 0 --eval-batches 1 --out " + d("run"), &st, launcher);
+    ASSERT_EQ(st, 0) << out;
+    EXPECT_NE(out.find("layout auto: " + want + ", predicted"), std::string::npos) << out << "\nwanted: " << want;
+    EXPECT_TRUE(fs::exists(d("run/metrics.jsonl")));
+  }
 };
 
 TEST_F(LayoutAuto, TrainsWithThePlannersFirstLayout) {
-  const std::string cal = calibration();
-  int st = 0;
-  const std::string plan = agoq_stdout("plan --auto --json --model " + d("config.json") + " --gpus 1 --seq 8 "
-                                       "--global-batch 6 --reserve 0 --calibration " + cal, &st);
-  ASSERT_EQ(st, 0) << plan;
-  const std::string want = nlohmann::json::parse(plan)["best_baseline"]["name"];
   // --batch 3 x --accum 2 x 1 rank: a global batch of 6 sequences, which 1 x 6, 2 x 3, 3 x 2 and 6 x 1 divide
-  const std::string out = agoq_stdout("train --quiet --baseline --layout auto --calibration " + cal + " --config " +
-                                      d("config.json") + " --data " + d("data") + " --seq 8 --batch 3 --accum 2 "
-                                      "--steps 2 --eval-every 0 --eval-batches 1 --out " + d("run"), &st);
-  ASSERT_EQ(st, 0) << out;
-  EXPECT_NE(out.find("layout auto: " + want + ", predicted"), std::string::npos) << out << "\nwanted: " << want;
-  EXPECT_TRUE(fs::exists(d("run/metrics.jsonl")));
+  expect_planners_choice(1, 3, 2);
 }
 
 // On 2 ranks every rank runs the search; the layout chosen is the planner's first for 2 GPUs.
-TEST_F(LayoutAuto, TwoRanksAgreeOnThePlannersFirstLayout) {
-  const std::string cal = calibration();
-  int st = 0;
-  const std::string plan = agoq_stdout("plan --auto --json --model " + d("config.json") + " --gpus 2 --seq 8 "
-                                       "--global-batch 8 --reserve 0 --calibration " + cal, &st);
-  ASSERT_EQ(st, 0) << plan;
-  const std::string want = nlohmann::json::parse(plan)["best_baseline"]["name"];
-  const std::string out = agoq_stdout("train --quiet --baseline --layout auto --calibration " + cal + " --config " +
-                                      d("config.json") + " --data " + d("data") + " --seq 8 --batch 2 --accum 2 "
-                                      "--steps 2 --eval-every 0 --eval-batches 1 --out " + d("run2"), &st,
-                                      "mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "
-                                      "-x OPENBLAS_NUM_THREADS=1 -np 2 " AGOQ_BIN_PATH " ");
-  ASSERT_EQ(st, 0) << out;
-  EXPECT_NE(out.find("layout auto: " + want + ", predicted"), std::string::npos) << out << "\nwanted: " << want;
-  EXPECT_TRUE(fs::exists(d("run2/metrics.jsonl")));
-}
+TEST_F(LayoutAuto, TwoRanksAgreeOnThePlannersFirstLayout) { expect_planners_choice(2, 2, 2); }
 
 TEST_F(LayoutAuto, RefusesTheFlagsItChoosesAndAMissingCalibration) {
   expect_clean_error(train({{"--layout", "auto"}, {"--tp", "1"}}), "--layout auto chooses --tp itself");

@@ -32,6 +32,16 @@ PlanCalibration round_calibration() {
 constexpr double kLayerMatmul = 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128;  // 36864
 constexpr double kMatmulParams = 2 * kLayerMatmul + 64 * 256;               // 90112
 constexpr double kParams = 64 * 256 + 2 * (kLayerMatmul + 2 * 64) + 64 + 64 * 256;  // + embedding, norms: 106816
+// Causal attention of a micro-batch of 2 sequences of 16, 4 heads of 16, over both layers: half of QK^T and of PV,
+// 2 FLOPs a product, per head and sequence; backward 2.5x the forward.
+constexpr double kAttnForward = 2 * (2.0 * 16 * 16 / 2 * 16) * 4 * 2;
+constexpr double kAttnFlops = 3.5 * kAttnForward * 2;
+
+// The pipeline part of a step: every term but the DP reduction, ZeRO's gather and the optimizer.
+double pipeline_s(const PlanTime& t) {
+  return t.term("gemm+attention") + t.term("elementwise") + t.term("act_store") + t.term("grad_store") +
+         t.term("tp_comm") + t.term("pp_send") + t.term("pp_bubble");
+}
 
 TEST(TimeModel, FlopsAreSixPerMatmulParameterPerTokenAndCausalAttention) {
   const LlamaConfig cfg = tiny();
@@ -41,9 +51,7 @@ TEST(TimeModel, FlopsAreSixPerMatmulParameterPerTokenAndCausalAttention) {
   EXPECT_EQ(double(st[0].params), kParams);
   const PlanStageFlops f = plan_stage_flops(cfg, st[0], 1, 2, 16, round_calibration());
   EXPECT_DOUBLE_EQ(f.gemm, 6 * kMatmulParams * 32);  // forward 2, backward 4 FLOPs per parameter and token
-  // causal: half of QK^T and of PV, 2 FLOPs a product, per head and sequence; backward 2.5x the forward
-  const double attn_fwd = 2 * (2.0 * 16 * 16 / 2 * 16) * 4 * 2;
-  EXPECT_DOUBLE_EQ(f.attention, 3.5 * attn_fwd * 2);
+  EXPECT_DOUBLE_EQ(f.attention, kAttnFlops);
 }
 
 TEST(TimeModel, SingleRankStepIsMicroBatchesTimesComputePlusOptimizer) {
@@ -52,8 +60,7 @@ TEST(TimeModel, SingleRankStepIsMicroBatchesTimesComputePlusOptimizer) {
   PlanTimeOptions opt;
   opt.system = PlanSystem::baseline;
   const PlanTime t = plan_step_time(cfg, {1, 1, 1}, {16, 2, 3}, opt, cal);
-  const double attn = 3.5 * 2 * (2 * (2.0 * 16 * 16 / 2 * 16) * 4 * 2);
-  EXPECT_NEAR(t.term("gemm+attention"), 3 * (6 * kMatmulParams * 32 / 1e9 + attn / 5e8), 1e-12);
+  EXPECT_NEAR(t.term("gemm+attention"), 3 * (6 * kMatmulParams * 32 / 1e9 + kAttnFlops / 5e8), 1e-12);
   EXPECT_DOUBLE_EQ(t.term("act_store"), 0);   // the baseline keeps fp32 slots in place
   EXPECT_DOUBLE_EQ(t.term("grad_store"), 0);  // and fp32 gradients
   EXPECT_DOUBLE_EQ(t.term("tp_comm") + t.term("pp_send") + t.term("pp_bubble") + t.term("dp_reduce"), 0);
@@ -126,9 +133,7 @@ TEST(TimeModel, PipelineBubbleIsStagesMinusOneMicroBatchesOfTheSlowestStage) {
   const double send = 32 * 64 * 2 / 2e9 + 1e-5;
   // 1F1B: (m + P - 1) micro-batch slots, and the first forward's and last backward's way over the P - 1 links
   EXPECT_NEAR(t.term("pp_bubble"), 1 * (slowest + 2 * send), 1e-12);
-  const double pipeline = t.term("gemm+attention") + t.term("elementwise") + t.term("act_store") +
-                          t.term("grad_store") + t.term("tp_comm") + t.term("pp_send") + t.term("pp_bubble");
-  EXPECT_NEAR(pipeline, m * slowest + (slowest + 2 * send), 1e-12);
+  EXPECT_NEAR(pipeline_s(t), m * slowest + (slowest + 2 * send), 1e-12);
   // the sends overlap the stage's compute (isend), which is longer here: nothing shows
   EXPECT_DOUBLE_EQ(t.term("pp_send"), 0);
   // over a slow link (the stages on two nodes of one rank) only the part beyond the compute shows
@@ -141,11 +146,6 @@ TEST(TimeModel, PipelineBubbleIsStagesMinusOneMicroBatchesOfTheSlowestStage) {
   EXPECT_NEAR(s.micro_batch_s[0], slow_send, 1e-12);  // each stage: the larger of its work and its send
   EXPECT_NEAR(s.micro_batch_s[1], slow_send, 1e-12);
   EXPECT_NEAR(s.term("pp_send"), m * (slow_send - t.micro_batch_s[size_t(s.slowest_stage)]), 1e-12);
-}
-
-double pipeline_s(const PlanTime& t) {
-  return t.term("gemm+attention") + t.term("elementwise") + t.term("act_store") + t.term("grad_store") +
-         t.term("tp_comm") + t.term("pp_send") + t.term("pp_bubble");
 }
 
 TEST(TimeModel, TimeSharedCoresFillTheBubbleUpToTheCriticalPath) {
