@@ -46,6 +46,10 @@ struct ParamSegment {
 // the embedding, each decoder layer, the final norm with an untied lm_head (they tile [0, model_stage_param_count)).
 // The gradient stores' units (parallel/grad_store.h, gpu/grad_store_cuda.h).
 std::vector<ParamSegment> model_grad_units(const LlamaConfig& cfg, const ModelStage& stage);
+// MicroBatchRun::grads_ready's numbering (-1 embedding, l a layer, n_layers the head) -> the unit on a stage.
+inline int model_grad_unit_of_layer(const ModelStage& s, int layer) {
+  return layer < 0 ? 0 : (s.embed ? 1 : 0) + (layer - s.first_layer);
+}
 
 // The largest power of two <= `block` for which no quantization block of a grad unit (blocks of that many values from
 // the unit's start) holds both a replicated tensor (the norms) and a slice of a split one, on any of these shards:

@@ -8,7 +8,7 @@ namespace agoq {
 
 DeviceGradStore::DeviceGradStore(ModelBackend& gpu, const LlamaConfig& cfg, const ModelStage& stage, int block,
                                  QuantRounding rounding)
-    : gpu_(gpu), stage_(stage), block_(block), rounding_(rounding), units_(model_grad_units(cfg, stage)) {
+    : gpu_(gpu), block_(block), rounding_(rounding), units_(model_grad_units(cfg, stage)) {
   const bool tied = stage.embed && cfg.tie_embeddings;
   size_t shared = 0;  // untied, the embedding comes last, after every other unit is folded: it shares the scratch
   for (size_t u = tied ? 1 : 0; u < units_.size(); ++u) shared = std::max(shared, units_[u].end - units_[u].begin);

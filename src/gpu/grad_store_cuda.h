@@ -25,8 +25,6 @@ class DeviceGradStore {
   std::vector<ParamSegment> model_storage();
   int unit_count() const { return int(units_.size()); }
   const ParamSegment& unit(int u) const { return units_[u]; }
-  // grads_ready's numbering (-1 embedding, l a layer, n_layers the head) -> unit.
-  int unit_of_layer(int layer) const { return layer < 0 ? 0 : (stage_.embed ? 1 : 0) + (layer - stage_.first_layer); }
 
   // Unit u's gradient of one micro-batch is final: folded into its blocks (`first`: they start from it), scratch
   // zeroed. A non-finite sum poisons its block (scale NaN), which the step's norm check catches.
@@ -40,7 +38,6 @@ class DeviceGradStore {
   float* scratch(int u) { return u == 0 && !embed_scratch_.empty() ? embed_scratch_.data() : scratch_.data(); }
 
   ModelBackend& gpu_;
-  ModelStage stage_;
   int block_;
   QuantRounding rounding_;
   std::vector<ParamSegment> units_;

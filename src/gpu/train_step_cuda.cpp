@@ -1,11 +1,11 @@
 #include "gpu/train_step_cuda.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 #include "cuda/ops_cuda.h"
 #include "opmath/adamw_math.h"
+#include "optim/step_core.h"
 
 namespace agoq {
 
@@ -24,11 +24,7 @@ CudaTrainStep::CudaTrainStep(LlamaModel& model, CudaBackend& gpu, std::unique_pt
              "built on the GPU yet): use --optim-state fp32");
   moment1_ = gpu.buffer<float>(n_, MemCategory::optimizer, "adam.m");
   moment2_ = gpu.buffer<float>(n_, MemCategory::optimizer, "adam.v");
-  const float* base = model.params_flat();
-  for (const ParamTensor& t : model.params().named()) {
-    const size_t at = size_t(t.data - base);
-    runs_.push_back({at, at + t.numel(), t.decay});
-  }
+  runs_ = adam_decay_runs(model.params(), 0, n_);
 }
 
 std::vector<MicroBatchRun> CudaTrainStep::step_begin(long step, int m, double loss_tokens) {
@@ -37,22 +33,21 @@ std::vector<MicroBatchRun> CudaTrainStep::step_begin(long step, int m, double lo
   std::vector<MicroBatchRun> runs(m);
   for (int j = 0; j < m; ++j) {
     MicroBatchRun& r = runs[j];
-    r.act_seed = dp_act_seed(seed_, step, uint64_t(j));
-    r.grad_scale = loss_tokens > 0 ? 1.0f : 1.0f / m, r.loss_tokens = loss_tokens;
+    r = step_micro_batch(seed_, step, uint64_t(j), m, loss_tokens);
     if (!q8_) continue;
     const uint64_t grad_seed = dp_grad_seed(seed_, step, uint64_t(j));
     r.grads_ready = [this, first = j == 0, grad_seed](int layer) {
-      q8_->unit_ready(q8_->unit_of_layer(layer), first, grad_seed);
+      q8_->unit_ready(model_grad_unit_of_layer(model_.stage(), layer), first, grad_seed);
     };
   }
   return runs;
 }
 
-// DpOptimizer::step on one replica: the norm of the whole gradient, clipping, then AdamW run by run (the 8-bit
-// store: unit by unit, each dequantized into its scratch once for the norm and once for the update).
+// One replica's step: the norm of the whole gradient (the 8-bit store: unit by unit, each dequantized into its
+// scratch once for the norm and once more for the update), then the step core (optim/step_core.h).
 DpStepResult CudaTrainStep::step_end(float lr, double loss_sum) {
   DpStepResult res;
-  res.loss = loss_tokens_ > 0 ? loss_sum : loss_sum / double(m_);  // optim/train_step.h
+  res.loss = step_loss(loss_sum, m_, loss_tokens_);
   double sum_squares = 0;
   if (!q8_) sum_squares = cuda_grad_sum_squares(model_.grads_flat(), n_);
   for (int u = 0; q8_ && u < q8_->unit_count(); ++u) {
@@ -60,38 +55,36 @@ DpStepResult CudaTrainStep::step_end(float lr, double loss_sum) {
     sum_squares += cuda_grad_sum_squares(q8_->unit_fp32(u), r.end - r.begin);
   }
   res.grad_norm = std::sqrt(sum_squares);
-  if (!std::isfinite(res.loss) || !std::isfinite(res.grad_norm))
-    fail("training diverged at step ", step_, ": ", std::isfinite(res.loss) ? "the gradient norm is " : "the loss is ",
-         std::isfinite(res.loss) ? res.grad_norm : res.loss, " (loss ", res.loss, ", gradient norm ", res.grad_norm,
-         ")");
-  const float scale = res.grad_norm > clip_ ? float(clip_ / res.grad_norm) : 1.0f;
-  const AdamStepCoeffs k = adam_step_coeffs(adam_.beta1, adam_.beta2, adam_.eps, lr, step_);
-  const float decay = 1.0f - lr * adam_.weight_decay;
-  if (!q8_) {
-    float* g = model_.grads_flat();
-    if (scale != 1.0f) cuda_grad_scale(g, n_, scale);
-    adam_range(g, 0, n_, decay, k);
-  }
-  for (int u = 0; q8_ && u < q8_->unit_count(); ++u) {
-    const ParamSegment& r = q8_->unit(u);
-    float* g = q8_->unit_fp32(u);
-    if (scale != 1.0f) cuda_grad_scale(g, r.end - r.begin, scale);
-    adam_range(g, r.begin, r.end, decay, k);
-    q8_->unit_release(u);
-  }
+  step_apply(*this, step_, lr, step_clip_scale(step_, res.loss, res.grad_norm, clip_));
   gpu_.weights_changed();
   return res;
 }
 
-// AdamW on [begin, end) of the flat layout, run by run of its weight decay; g holds the gradient of [begin, end).
-void CudaTrainStep::adam_range(const float* g, size_t begin, size_t end, float decay, const AdamStepCoeffs& k) {
-  float* p = model_.params_flat();
-  for (const AdamDecayRun& r : runs_) {
-    const size_t a = std::max(r.begin, begin), b = std::min(r.end, end);
-    if (a < b)
-      cuda_adamw_step(p + a, moment1_.data() + a, moment2_.data() + a, g + (a - begin), b - a, r.decay ? decay : 1.0f,
-                      k);
-  }
+// ---- the step core's device (optim/step_core.h): without the 8-bit store one unit, the whole gradient ----
+
+int CudaTrainStep::unit_count() const { return q8_ ? q8_->unit_count() : 1; }
+
+std::vector<StepRange> CudaTrainStep::unit_pieces(int u) {
+  if (!q8_) return {{0, n_}};
+  return {{q8_->unit(u).begin, q8_->unit(u).end}};
+}
+
+float* CudaTrainStep::gradient(int u, StepRange) { return q8_ ? q8_->unit_fp32(u) : model_.grads_flat(); }
+
+void CudaTrainStep::scale(float* g, size_t n, float factor) { cuda_grad_scale(g, n, factor); }
+
+void CudaTrainStep::adamw(int, const float* g, StepRange p, float lr, long step) {
+  const AdamStepCoeffs k = adam_step_coeffs(adam_.beta1, adam_.beta2, adam_.eps, lr, step);
+  const float decay = 1.0f - lr * adam_.weight_decay;
+  float* w = model_.params_flat();
+  adam_decay_runs_within(runs_, p.begin, p.end, [&](size_t a, size_t b, bool decays) {
+    cuda_adamw_step(w + a, moment1_.data() + a, moment2_.data() + a, g + (a - p.begin), b - a, decays ? decay : 1.0f,
+                    k);
+  });
+}
+
+void CudaTrainStep::unit_done(int u) {
+  if (q8_) q8_->unit_release(u);
 }
 
 // ---- checkpoints ----

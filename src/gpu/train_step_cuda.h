@@ -4,7 +4,8 @@
 //   runs = step.step_begin(step, m)     each micro-batch's seeds (dp_act_seed, dp_grad_seed) and 1/m scale; with
 //                                        the 8-bit store, grads_ready folds each finished unit into it
 //   loss_sum = model.forward_backward_micro_batches(..., runs)
-//   result = step.step_end(lr, loss_sum)   norm, clipping, divergence check, AdamW with fp32 moments, on the device
+//   result = step.step_end(lr, loss_sum)   the norm, then optim/step_core.h's check, clipping and AdamW with fp32
+//                                           moments, on the device
 //
 // The update is optim/adamw.h's, value for value (cuda_adamw_step runs adamw_update); the moments are the device
 // tracker's (category optimizer). Checkpoints read and write host copies (host tracker, workspace, tag ckpt.host)
@@ -19,11 +20,12 @@
 #include "model/llama.h"
 #include "opmath/adamw_math.h"
 #include "optim/adamw.h"
+#include "optim/step_core.h"
 #include "optim/train_step.h"
 
 namespace agoq {
 
-class CudaTrainStep final : public TrainStep {
+class CudaTrainStep final : public TrainStep, private StepDevice {
  public:
   // model: on `gpu`, writing its gradients into its own fp32 buffer (q8_grads null) or into q8_grads' storage
   // (the store the model was built on, kept here). adam.state must be fp32.
@@ -44,7 +46,13 @@ class CudaTrainStep final : public TrainStep {
 
  private:
   void host_allocate();
-  void adam_range(const float* g, size_t begin, size_t end, float decay, const AdamStepCoeffs& k);
+  // StepDevice
+  int unit_count() const override;
+  std::vector<StepRange> unit_pieces(int u) override;
+  float* gradient(int u, StepRange p) override;
+  void scale(float* g, size_t n, float factor) override;
+  void adamw(int u, const float* g, StepRange p, float lr, long step) override;
+  void unit_done(int u) override;
 
   LlamaModel& model_;
   CudaBackend& gpu_;

@@ -17,11 +17,7 @@ OptimState optim_state_parse(const std::string& s) {
 AdamW::AdamW(const ParamSet& layout, const AdamWConfig& cfg, size_t begin, size_t end)
     : cfg_(cfg), begin_(begin), end_(std::min(end, layout.size())) {
   AGOQ_CHECK(begin_ <= end_, "optimizer shard [", begin, ", ", end, ") is empty or inverted");
-  for (const ParamTensor& t : layout.named()) {
-    const size_t b = size_t(t.data - layout.data()), e = b + t.numel();
-    const size_t cb = std::max(b, begin_), ce = std::min(e, end_);
-    if (cb < ce) runs_.push_back({cb - begin_, ce - begin_, t.decay});
-  }
+  runs_ = adam_decay_runs(layout, begin_, end_);
   if (q8()) {
     q8_ = AdamQ8State(end_ - begin_, cfg.q8, begin_);
   } else {
@@ -39,16 +35,15 @@ void AdamW::step(float* params, const float* grads, float lr, long step, size_t 
     q8_.step(params + begin_, grads + begin_, k, decay_factor, runs_, step, from - begin_, to - begin_);
     return;
   }
-  for (const AdamDecayRun& s : runs_) {
-    const float decay = s.decay ? decay_factor : 1.0f;
-    float* m = m_.data();
-    float* v = v_.data();
-    float* p = params + begin_;
-    const float* gr = grads + begin_;
-    const size_t i0 = std::max(s.begin, from - begin_), i1 = std::min(s.end, to - begin_);
+  float* m = m_.data();
+  float* v = v_.data();
+  float* p = params + begin_;
+  const float* gr = grads + begin_;
+  adam_decay_runs_within(runs_, from - begin_, to - begin_, [&](size_t i0, size_t i1, bool decay) {
+    const float factor = decay ? decay_factor : 1.0f;
 #pragma omp parallel for simd schedule(static) if (i1 > i0 + 32768)
-    for (size_t i = i0; i < i1; ++i) adamw_update(p[i], m[i], v[i], gr[i], decay, k);
-  }
+    for (size_t i = i0; i < i1; ++i) adamw_update(p[i], m[i], v[i], gr[i], factor, k);
+  });
 }
 
 void AdamW::moments_load_fp32(const float* m, const float* v) {
@@ -61,6 +56,16 @@ void AdamW::moments_store_fp32(float* m, float* v) const {
   if (q8()) return q8_.store_fp32(m, v);
   std::copy(m_.begin(), m_.end(), m);
   std::copy(v_.begin(), v_.end(), v);
+}
+
+std::vector<AdamDecayRun> adam_decay_runs(const ParamSet& layout, size_t begin, size_t end) {
+  std::vector<AdamDecayRun> runs;
+  for (const ParamTensor& t : layout.named()) {
+    const size_t b = size_t(t.data - layout.data()), e = b + t.numel();
+    const size_t cb = std::max(b, begin), ce = std::min(e, end);
+    if (cb < ce) runs.push_back({cb - begin, ce - begin, t.decay});
+  }
+  return runs;
 }
 
 double grad_sum_squares(const float* g, size_t n) {

@@ -1,5 +1,6 @@
 // AdamW with fp32 or 8-bit moments (optim/adam_q8.h), global-norm clipping and the learning-rate schedule.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -52,6 +53,18 @@ class AdamW {
   Buffer<float> m_, v_;             // fp32
   AdamQ8State q8_;                  // q8
 };
+
+// Where weight decay applies in [begin, end) of a flat layout (matrices, not norms): runs tiling it in order,
+// relative to begin.
+std::vector<AdamDecayRun> adam_decay_runs(const ParamSet& layout, size_t begin, size_t end);
+// fn(i0, i1, decay) for each run's part within [from, to) (indexed as the runs are).
+template <class Fn>
+void adam_decay_runs_within(const std::vector<AdamDecayRun>& runs, size_t from, size_t to, Fn&& fn) {
+  for (const AdamDecayRun& r : runs) {
+    const size_t a = std::max(r.begin, from), b = std::min(r.end, to);
+    if (a < b) fn(a, b, r.decay);
+  }
+}
 
 // sqrt(sum g^2), accumulated in double over fixed chunks in a fixed order (deterministic for any thread count).
 double grad_sum_squares(const float* g, size_t n);

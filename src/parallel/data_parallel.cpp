@@ -1,5 +1,6 @@
 #include "parallel/data_parallel.h"
 
+#include "optim/step_core.h"
 
 namespace agoq {
 
@@ -38,14 +39,10 @@ std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m, double los
   for (int j = 0; j < m; ++j) {
     const uint64_t g = uint64_t(rank_) * uint64_t(m) + uint64_t(j);  // the global micro-batch index
     MicroBatchRun& r = runs[j];
-    // Stochastic rounding of saved activations and of the q8 store: fresh per micro-batch, reproducible from
-    // (seed, step, g).
-    r.act_seed = dp_act_seed(seed_, step, g);
+    r = step_micro_batch(seed_, step, g, D_ * m, loss_tokens);  // the seed a single process running all D * m uses
     const uint64_t grad_seed = dp_grad_seed(seed_, step, g);
-    r.grad_scale = loss_tokens > 0 ? 1.0f : 1.0f / float(D_ * m);
-    r.loss_tokens = loss_tokens;
     r.grads_ready = [this, j, m, grad_seed](int layer) {
-      reducer_.unit_ready(grad_unit_of_layer(store_.stage(), layer), j == 0, j == m - 1, grad_seed);
+      reducer_.unit_ready(model_grad_unit_of_layer(store_.stage(), layer), j == 0, j == m - 1, grad_seed);
     };
     r.embedding_grad = [this, j, grad_seed](const float* dout, const int32_t* tokens, int rows) {
       store_.embedding_fold(dout, tokens, rows, j == 0, grad_seed);
@@ -59,8 +56,7 @@ std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m, double los
 
 DpStepResult DataParallel::step_end(float lr, double loss_sum) {
   const double wait_s = reducer_.reduce();
-  // Micro-batch losses are means over loss_tokens_ already, or each weighs 1/(D·m) (optim/train_step.h).
-  DpStepResult res = optimizer_.step(step_, lr, loss_sum, loss_tokens_ > 0 ? 1 : D_ * m_, reducer_);
+  DpStepResult res = optimizer_.step(step_, lr, loss_sum, D_ * m_, loss_tokens_, reducer_);
   res.wait_s = wait_s;
   return res;
 }

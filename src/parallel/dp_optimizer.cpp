@@ -2,21 +2,54 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 
 #include "core/error.h"
+#include "optim/step_core.h"
 
 namespace agoq {
 
 namespace {
-// Every rank computes the same value (after the loss all-reduce), so every rank fails alike and rank 0 alone says
-// why (comm_run_guarded).
-template <class... Parts>
-[[noreturn]] void fail_agreed(const Parts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  throw CommAgreedError(os.str());
-}
+// The reduced gradient as the step core reads it (optim/step_core.h): the reducer's pieces, AdamW per unit on the
+// host, and ZeRO-1's all-gather of each unit's parameters after its shard's update.
+class HostStepDevice final : public StepDevice {
+ public:
+  HostStepDevice(Communicator& comm, ParamSet& params, const std::vector<GradUnit>& units, bool zero,
+                 std::vector<std::unique_ptr<AdamW>>& adam, GradReducer& reducer)
+      : comm_(comm), params_(params), units_(units), zero_(zero && comm.size() > 1), adam_(adam), reducer_(reducer) {}
+
+  int unit_count() const override { return int(units_.size()); }
+  std::vector<StepRange> unit_pieces(int u) override {
+    std::vector<StepRange> out;
+    for (const GradRange& p : reducer_.pieces(u))
+      out.push_back({units_[u].range.begin + p.begin, units_[u].range.begin + p.end});
+    return out;
+  }
+  float* gradient(int u, StepRange p) override {
+    const size_t at = units_[u].range.begin;
+    return reducer_.reduced(u, {p.begin - at, p.end - at}) + p.begin;
+  }
+  void scale(float* g, size_t n, float factor) override { grad_scale(g, n, factor); }
+  void adamw(int u, const float* g, StepRange p, float lr, long step) override {
+    adam_[u]->step(params_.data(), g - p.begin, lr, step, p.begin, p.end);  // AdamW indexes the flat layout
+  }
+  void unit_done(int u) override {
+    if (!zero_) return;
+    const GradUnit& unit = units_[u];
+    const int D = comm_.size();
+    std::vector<size_t> bytes(D), displs(D);
+    for (int k = 0; k < D; ++k) bytes[k] = unit.counts[k] * sizeof(float), displs[k] = unit.displs[k] * sizeof(float);
+    float* p = params_.data() + unit.range.begin;
+    comm_.allgatherv(p + unit.own.begin, bytes[comm_.rank()], p, bytes.data(), displs.data());
+  }
+
+ private:
+  Communicator& comm_;
+  ParamSet& params_;
+  const std::vector<GradUnit>& units_;
+  bool zero_;
+  std::vector<std::unique_ptr<AdamW>>& adam_;
+  GradReducer& reducer_;
+};
 }  // namespace
 
 DpOptimizer::DpOptimizer(Communicator& comm, ParamSet& params, const std::vector<GradUnit>& units,
@@ -31,7 +64,8 @@ DpOptimizer::DpOptimizer(Communicator& comm, ParamSet& params, const std::vector
   }
 }
 
-DpStepResult DpOptimizer::step(long step, float lr, double loss_sum, int n_micro, GradReducer& reducer) {
+DpStepResult DpOptimizer::step(long step, float lr, double loss_sum, int micro_total, double loss_tokens,
+                               GradReducer& reducer) {
   DpStepResult res;
   double loss_all = D_ > 1 ? comm_.allreduce_value(loss_sum) : loss_sum;
   double sum_squares = reducer.sum_squares();
@@ -42,15 +76,16 @@ DpStepResult DpOptimizer::step(long step, float lr, double loss_sum, int n_micro
     loss_all = v[0], sum_squares = v[1];
   }
   if (opts_.tensor) opts_.tensor->allreduce_sum(&sum_squares, 1);  // the loss is the same on every shard
-  res.loss = loss_all / double(n_micro);
+  res.loss = step_loss(loss_all, micro_total, loss_tokens);
   res.grad_norm = std::sqrt(sum_squares);
-  if (!std::isfinite(res.loss) || !std::isfinite(res.grad_norm))
-    fail_agreed("training diverged at step ", step, ": ",
-                std::isfinite(res.loss) ? "the gradient norm is " : "the loss is ",
-                std::isfinite(res.loss) ? res.grad_norm : res.loss, " (loss ", res.loss, ", gradient norm ",
-                res.grad_norm, ")");
-  const float scale = res.grad_norm > opts_.clip ? float(opts_.clip / res.grad_norm) : 1.0f;
-  apply(step, lr, scale, reducer);
+  float clip_scale;
+  try {
+    clip_scale = step_clip_scale(step, res.loss, res.grad_norm, opts_.clip);
+  } catch (const Error& e) {
+    throw CommAgreedError(e.what());  // every rank of the grid computed the same loss and norm
+  }
+  HostStepDevice device(comm_, params_, units_, opts_.zero, adam_, reducer);
+  step_apply(device, step, lr, clip_scale);
   return res;
 }
 
@@ -70,24 +105,6 @@ double DpOptimizer::replicated_sum_squares(GradReducer& reducer) {
       }
     }
   return opts_.zero && D_ > 1 ? comm_.allreduce_value(sum) : sum;
-}
-
-void DpOptimizer::apply(long step, float lr, float scale, GradReducer& reducer) {
-  float* params = params_.data();
-  for (size_t ui = 0; ui < units_.size(); ++ui) {
-    const GradUnit& u = units_[ui];
-    for (const GradRange& p : reducer.pieces(int(ui))) {
-      float* g = reducer.reduced(int(ui), p);
-      const size_t a = u.range.begin + p.begin;
-      if (scale != 1.0f) grad_scale(g + a, p.size(), scale);
-      adam_[ui]->step(params, g, lr, step, a, a + p.size());
-    }
-    if (!opts_.zero || D_ == 1) continue;
-    std::vector<size_t> bytes(D_), displs(D_);
-    for (int k = 0; k < D_; ++k) bytes[k] = u.counts[k] * sizeof(float), displs[k] = u.displs[k] * sizeof(float);
-    float* p = params + u.range.begin;
-    comm_.allgatherv(p + u.own.begin, bytes[rank_], p, bytes.data(), displs.data());
-  }
 }
 
 }  // namespace agoq

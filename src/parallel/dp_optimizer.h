@@ -1,6 +1,6 @@
 // The optimizer step of data-parallel training (docs/parallel.md, "Loss, norm, clipping"): the step's loss and
-// gradient norm agreed over the grid, the divergence check, clipping by the global norm, then one AdamW per unit
-// (ZeRO-1: per unit shard, after which every unit's parameters are all-gathered).
+// gradient norm summed over the grid, then optim/step_core.h's check, clipping and one AdamW per unit (ZeRO-1: per
+// unit shard, after which every unit's parameters are all-gathered).
 #pragma once
 #include <memory>
 #include <vector>
@@ -29,14 +29,14 @@ class DpOptimizer {
  public:
   DpOptimizer(Communicator& comm, ParamSet& params, const std::vector<GradUnit>& units, const DpOptimizerOptions& o);
 
-  // loss_sum: this rank's micro-batches' summed loss, of n_micro over all ranks; the reduced gradient in reducer.
-  // Throws CommAgreedError (the same on every rank) when the loss or the norm is not finite. Collective.
-  DpStepResult step(long step, float lr, double loss_sum, int n_micro, GradReducer& reducer);
+  // loss_sum: this rank's micro-batches' summed loss, of micro_total over all ranks (or per counted token of
+  // loss_tokens, optim/train_step.h); the reduced gradient in reducer. Throws CommAgreedError (the same on every
+  // rank) when the loss or the norm is not finite. Collective.
+  DpStepResult step(long step, float lr, double loss_sum, int micro_total, double loss_tokens, GradReducer& reducer);
   // Unit u's AdamW (its moments cover the unit's own part).
   AdamW& adam(int u) { return *adam_[u]; }
 
  private:
-  void apply(long step, float lr, float scale, GradReducer& reducer);
   // Sum of squares of the reduced gradient's replicated tensors (this rank's part; ZeRO: summed over the ranks).
   double replicated_sum_squares(GradReducer& reducer);
 

@@ -3,7 +3,7 @@
 // A unit is a part of the flat parameter layout whose gradients backward finishes at one moment: the embedding,
 // each decoder layer, the final norm with an untied lm_head; on a pipeline stage only the parts it holds. Units
 // tile the layout in forward order (GradBuckets' "layers"); MicroBatchRun::grads_ready(layer) announces unit
-// grad_unit_of_layer(stage, layer).
+// model_grad_unit_of_layer(stage, layer).
 //
 // The store owns the memory backward writes gradients into and is given to the model (LlamaModel's grad_storage):
 // - fp32: one full-size buffer in which the micro-batches accumulate;
@@ -47,10 +47,6 @@ struct GradStoreOptions {
 
 // The units of a stage's flat layout (ParamSet's), in forward order (they tile [0, model_stage_param_count)).
 std::vector<GradRange> grad_units_of(const LlamaConfig& cfg, const ModelStage& stage);
-// grads_ready's numbering (-1 embedding, l a layer, n_layers the head) -> unit index on a stage.
-inline int grad_unit_of_layer(const ModelStage& s, int layer) {
-  return layer < 0 ? 0 : (s.embed ? 1 : 0) + (layer - s.first_layer);
-}
 // Values of the q8 store's fp32 scratch on a stage (what GradStore allocates; the memory model counts it).
 size_t grad_store_scratch_floats(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& opts);
 

@@ -181,7 +181,9 @@ TEST(ModelCuda, EightBitGradientStoreHoldsTheFp32Gradients) {
     plain.forward_backward(b->in.data(), b->tgt.data(), kB, kT, {.act_seed = 1});
     if (first.empty()) first = flat_download(plain, plain.grads_flat());
     MicroBatchRun run{.act_seed = 1};
-    run.grads_ready = [&, is_first = b == &b1](int layer) { store.unit_ready(store.unit_of_layer(layer), is_first, 99); };
+    run.grads_ready = [&, is_first = b == &b1](int layer) {
+      store.unit_ready(model_grad_unit_of_layer(whole, layer), is_first, 99);
+    };
     q8.forward_backward(b->in.data(), b->tgt.data(), kB, kT, run);
   }
   const std::vector<float> want = flat_download(plain, plain.grads_flat());

@@ -114,7 +114,7 @@ TEST(GradStore, FirstStageModelBackwardMatchesTheDenseFold) {
     for (int32_t& t : tokens) t = int32_t(rng.below(cfg.vocab_size));
     for (float& x : dout) x = rng.normal();
     MicroBatchRun run{.act_seed = 7};
-    run.grads_ready = [&](int layer) { store.unit_ready(grad_unit_of_layer(st, layer), j == 0, seed); };
+    run.grads_ready = [&](int layer) { store.unit_ready(model_grad_unit_of_layer(st, layer), j == 0, seed); };
     run.embedding_grad = [&](const float* d, const int32_t* t, int rows) {
       store.embedding_fold(d, t, rows, j == 0, seed);
     };
@@ -167,7 +167,7 @@ TEST(GradStore, TiedHeadInPiecesMatchesTheDenseGradient) {
   tokens[3] = V - 1, tokens[4] = kLlamaHeadPieceRows - 1, tokens[5] = kLlamaHeadPieceRows;  // the edges
   std::vector<int> piece_rows;
   MicroBatchRun run{.act_seed = 7};
-  run.grads_ready = [&](int layer) { store.unit_ready(grad_unit_of_layer(st, layer), true, 1); };
+  run.grads_ready = [&](int layer) { store.unit_ready(model_grad_unit_of_layer(st, layer), true, 1); };
   run.embedding_grad = [&](const float* d, const int32_t* t, int rows) { store.embedding_fold(d, t, rows, true, 1); };
   run.lm_head_grad = [&](float* dw, int v0, int rows, const int32_t* t, int n) {
     EXPECT_EQ(v0, int(piece_rows.size()) * kLlamaHeadPieceRows);
