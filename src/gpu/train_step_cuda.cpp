@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "cuda/ops_cuda.h"
 #include "opmath/adamw_math.h"
+#include "optim/moments_schema.h"
 #include "optim/step_core.h"
 
 namespace agoq {
@@ -122,13 +123,9 @@ NamedTensors CudaTrainStep::weights_views() {
 
 NamedTensors CudaTrainStep::moments_views() {
   host_allocate();
-  NamedTensors out;
-  for (const ParamTensor& t : host_params_.named()) {
-    const size_t at = size_t(t.data - host_params_.data());
-    out.push_back({"adam.m." + t.name, t.shape, host_m_.data() + at});
-    out.push_back({"adam.v." + t.name, t.shape, host_v_.data() + at});
-  }
-  return out;
+  MomentsPlace at;  // fp32: one flat buffer per moment
+  at.m = {host_m_.data()}, at.v = {host_v_.data()};
+  return agoq::moments_views(host_params_.named(), model_.stage(), {{0, n_}}, at);
 }
 
 NamedTensors CudaTrainStep::moments_load_views(const MomentsForm& file) {

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "optim/moments_schema.h"
 
 namespace agoq {
 
@@ -10,43 +11,28 @@ DpMoments::DpMoments(Communicator& comm, const ParamSet& params, const std::vect
                      DpOptimizer& optimizer, bool zero, const MomentsForm& form)
     : comm_(comm), params_(params), units_(units), optimizer_(optimizer), zero_(zero), form_(form), file_(form) {}
 
-std::string moments_unit_name(const ModelStage& s, size_t u) {
-  if (s.embed && u == 0) return "embed";
-  const int layer = s.first_layer + int(u) - (s.embed ? 1 : 0);
-  return layer < s.end_layer ? "layers." + std::to_string(layer) : "head";
-}
-
 NamedTensors DpMoments::views() { return zero_ && !full_ ? NamedTensors{} : views_of(form_, full_); }
 
 NamedTensors DpMoments::views_of(const MomentsForm& f, bool full) {
-  NamedTensors out;
-  const bool q8 = f.state == OptimState::q8;
-  size_t ui = 0;
-  for (const ParamTensor& t : params_.named()) {
-    const size_t off = size_t(t.data - params_.data());
-    while (off >= units_[ui].range.end) ++ui;  // named() walks the layout in order
-    AdamW& adam = optimizer_.adam(int(ui));
-    const size_t in_unit = off - units_[ui].range.begin;
-    if (q8) {
-      int8_t* mc = full ? full_mc_.data() + off : adam.q8_state().m_codes() + in_unit;
-      uint8_t* vc = full ? full_vc_.data() + off : adam.q8_state().v_codes() + in_unit;
-      out.push_back({"adam.m." + t.name, t.shape, nullptr, "I8", mc});
-      out.push_back({"adam.v." + t.name, t.shape, nullptr, "U8", vc});
-    } else {
-      float* m = full ? full_m_.data() + off : adam.m().data() + in_unit;
-      float* v = full ? full_v_.data() + off : adam.v().data() + in_unit;
-      out.push_back({"adam.m." + t.name, t.shape, m});
-      out.push_back({"adam.v." + t.name, t.shape, v});
+  MomentsPlace at;  // without ZeRO (full: false) every unit's AdamW holds the whole unit
+  std::vector<ParamSegment> units;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const size_t begin = units_[u].range.begin;
+    units.push_back({begin, units_[u].range.end});
+    AdamW& adam = optimizer_.adam(int(u));
+    if (f.state == OptimState::fp32) {
+      at.m.push_back(full ? full_m_.data() + begin : adam.m().data());
+      at.v.push_back(full ? full_v_.data() + begin : adam.v().data());
+      continue;
     }
+    AdamQ8State& st = adam.q8_state();
+    at.block = f.q8.block;
+    at.m_codes.push_back(full ? full_mc_.data() + begin : st.m_codes());
+    at.v_codes.push_back(full ? full_vc_.data() + begin : st.v_codes());
+    at.m_scales.push_back(full ? full_ms_.data() + scale_at_[u] : st.m_scales());
+    at.v_scales.push_back(full ? full_vs_.data() + scale_at_[u] : st.v_scales());
   }
-  for (size_t u = 0; q8 && u < units_.size(); ++u) {
-    AdamQ8State& st = optimizer_.adam(int(u)).q8_state();
-    const int64_t blocks = int64_t(adam_q8_blocks(units_[u].range.size(), f.q8.block));
-    const std::string unit = moments_unit_name(params_.stage(), u);
-    out.push_back({"adam.m.scales." + unit, {blocks}, full ? full_ms_.data() + scale_at_[u] : st.m_scales()});
-    out.push_back({"adam.v.scales." + unit, {blocks}, full ? full_vs_.data() + scale_at_[u] : st.v_scales()});
-  }
-  return out;
+  return moments_views(params_.named(), params_.stage(), units, at);
 }
 
 void DpMoments::full_allocate(const MomentsForm& f) {

@@ -1,7 +1,7 @@
 // Adam moments for checkpoints, which keep the single-process format whatever the sharding (docs/parallel.md,
-// "--zero 1"; docs/checkpoint-format.md): fp32 states as full adam.m.* / adam.v.* F32 tensors; 8-bit states as
-// their codes (adam.m.* I8, adam.v.* U8, one per parameter, its shape) and one F32 scale tensor per gradient unit
-// and moment (adam.m.scales.<unit>, adam.v.scales.<unit>; blocks are unit-relative, so the same for any grid).
+// "--zero 1"; docs/checkpoint-format.md), under optim/moments_schema.h's names: fp32 states as full F32 tensors;
+// 8-bit states as their codes and one F32 scale tensor per gradient unit and moment (blocks are unit-relative, so
+// the same for any grid).
 //
 // Without ZeRO the views point into the optimizer. With ZeRO, a save gathers the shards into full-size buffers on
 // rank 0 (point-to-point; they exist only during the save, tagged ckpt.moments in workspace). A resume reads the
@@ -17,10 +17,6 @@
 #include "parallel/dp_optimizer.h"
 
 namespace agoq {
-
-// The checkpoint's name of a stage's gradient unit u: embed, layers.<global layer> or head (the same on any
-// pipeline split and any tensor-parallel shard).
-std::string moments_unit_name(const ModelStage& stage, size_t u);
 
 class DpMoments {
  public:

@@ -23,6 +23,7 @@
 #include "formats/checkpoint.h"
 #include "formats/model_source.h"
 #include "model/backend_timed.h"
+#include "train/checkpoint_reshard.h"
 #include "train/metrics.h"
 #include "train/run_dir.h"
 #include "train/trainer.h"
@@ -120,50 +121,6 @@ std::string model_flags_disagreeing(const TrainOptions& o, const LlamaConfig& co
                                     const char* source = "checkpoint");
 // "name size bytes fnv <hash>": ranks compare file contents, not paths (machines may mount data differently).
 std::string file_digest(const std::filesystem::path& p);
-// A tensor-parallel shard's tensors (weights, or moments named adam.m./adam.v. + a weight's name) at the whole
-// model's shapes, in buffers of their own (workspace, tag ckpt.gather) that exist while a checkpoint is saved or
-// loaded (allocate: false, only the split dimensions, for a rank that sends); with T = 1 the views are the shard's
-// own tensors and nothing is allocated.
-struct WholeTensors {
-  std::vector<Buffer<float>> buffers;
-  std::vector<int> split_dims;  // of each tensor (model_tensor_split_dim)
-  NamedTensors views;
-  int T = 1;
-};
-WholeTensors whole_tensors_of(const NamedTensors& shard, const ParamSet& params, int T, bool allocate = true);
-// Copies shard tp_rank's slices of the whole tensors into `shard` (the tensors whole_tensors_of was given).
-void whole_tensors_slice(const WholeTensors& whole, const NamedTensors& shard, int tp_rank);
-// TP rank 0 receives the other shards' tensors into `whole` (which holds its own slices first); the others send
-// theirs. Collective over tp.
-void whole_tensors_gather(WholeTensors& whole, const NamedTensors& shard, Communicator& tp);
-// 8-bit moments under tensor parallelism are saved per shard (docs/checkpoint-format.md): shard r's tensors under
-// the names of a one-shard run prefixed "tp<r>.". moments_of_shard renames a shard's views so; moments_tp_of reads
-// the checkpoint's TP degree (trainer.json "tp"; absent: 1).
-NamedTensors moments_of_shard(NamedTensors moments, int tp_rank);
-int moments_tp_of(const nlohmann::json& trainer, const LlamaConfig& cfg);
-// A checkpoint's 8-bit moments of one pipeline stage as written by a run of T shards (T = 1: whole tensors), in
-// buffers of their own (workspace, ckpt.moments) to checkpoint_load into (`tensors`), then decoded into the whole
-// fp32 moments adam.m.<name> / adam.v.<name> of the stage: the resume of another TP degree, converting.
-struct Q8FileMoments {
-  Q8FileMoments(const LlamaConfig& cfg, ModelStage stage, const MomentsForm& file, int T);
-  void decode(const LlamaConfig& cfg, const NamedTensors& whole);
-  NamedTensors tensors;
-
- private:
-  struct Shard {
-    ModelStage stage;
-    std::vector<GradRange> units;
-    size_t blocks, at;  // the shard's scales per moment; its bytes' start
-  };
-  size_t values(int r) const;
-  int8_t* m_codes(int r);
-  uint8_t* v_codes(int r);
-  float* m_scales(int r);
-  float* v_scales(int r);
-  AdamQ8Format form;
-  std::vector<Shard> shards;
-  Buffer<uint8_t> bytes;
-};
 // Where the data loader stood at the checkpoint (its trainer.json); errors name the checkpoint and what is wrong.
 DataLoader::State resume_loader_state(const CheckpointMeta& meta, const std::string& dir);
 // The moments' form a checkpoint was written with (trainer.json "optim_state", "optim_q8"; absent: fp32).

@@ -13,7 +13,6 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/stop_signal.h"
-#include "parallel/grad_store.h"
 #include "formats/checkpoint.h"
 #include "train/run_dir.h"
 #include "formats/safetensors.h"
@@ -25,11 +24,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-size_t tensor_bytes(const NamedTensor& t) {
-  size_t n = t.raw ? safetensors_dtype_size(t.dtype) : sizeof(float);
-  for (int64_t d : t.shape) n *= size_t(d);
-  return n;
-}
 void* tensor_ptr(const NamedTensor& t) { return t.raw ? t.raw : static_cast<void*>(t.data); }
 
 // "name dtype d0 d1 ..\n" per tensor: what a stage's moments are (their form is the run's, the same on every stage,
@@ -73,7 +67,7 @@ void tensors_send(Communicator& c, const NamedTensors& ts, int to, int tag) {
   const uint64_t len = what.size();
   c.send(&len, sizeof len, to, tag);
   c.send(what.data(), len, to, tag);
-  for (const NamedTensor& t : ts) c.send(tensor_ptr(t), tensor_bytes(t), to, tag);
+  for (const NamedTensor& t : ts) c.send(tensor_ptr(t), named_tensor_bytes(t), to, tag);
 }
 NamedTensors tensors_recv(Communicator& c, int from, int tag, Buffer<uint8_t>& bytes) {
   uint64_t len = 0;
@@ -81,7 +75,7 @@ NamedTensors tensors_recv(Communicator& c, int from, int tag, Buffer<uint8_t>& b
   std::string what(len, '\0');
   c.recv(what.data(), len, from, tag);
   NamedTensors ts = tensors_of_description(what, bytes);
-  for (NamedTensor& t : ts) c.recv(tensor_ptr(t), tensor_bytes(t), from, tag);
+  for (NamedTensor& t : ts) c.recv(tensor_ptr(t), named_tensor_bytes(t), from, tag);
   return ts;
 }
 
@@ -96,7 +90,7 @@ void stages_gather_tensors(Communicator& pipe, const LlamaConfig& cfg, const std
                            NamedTensors& weights, NamedTensors& moments, GatheredTensors& held) {
   constexpr int kTag = 21;
   if (pipe.rank() != 0) {
-    for (const NamedTensor& t : weights) pipe.send(t.data, tensor_bytes(t), 0, kTag);
+    for (const NamedTensor& t : weights) pipe.send(t.data, named_tensor_bytes(t), 0, kTag);
     tensors_send(pipe, moments, 0, kTag);
     return;
   }
@@ -108,7 +102,7 @@ void stages_gather_tensors(Communicator& pipe, const LlamaConfig& cfg, const std
     const size_t first_weight = weights.size();
     for (const ParamTensor& t : w.named()) weights.push_back({t.name, t.shape, t.data});
     for (size_t i = first_weight; i < weights.size(); ++i)
-      pipe.recv(weights[i].data, tensor_bytes(weights[i]), s, kTag);
+      pipe.recv(weights[i].data, named_tensor_bytes(weights[i]), s, kTag);
     for (NamedTensor& t : tensors_recv(pipe, s, kTag, held.moments.emplace_back())) moments.push_back(std::move(t));
   }
 }
@@ -126,19 +120,6 @@ NamedTensors shards_gather_moments(Communicator& tp, const NamedTensors& mine, G
     for (NamedTensor& t : moments_of_shard(tensors_recv(tp, r, kTag, held.moments.emplace_back()), r))
       out.push_back(std::move(t));
   return out;
-}
-
-// Shard r of T of a tensor split along `split` (model_tensor_slice; -1: the same tensor) to its place in the whole
-// tensor (into_whole), or back.
-void shard_copy(float* shard, float* whole, const std::vector<int64_t>& shape, int split, int T, int r,
-                bool into_whole) {
-  const TensorSlice t = model_tensor_slice(shape, split, T, r);
-  for (size_t i = 0; i < t.rows; ++i) {
-    float* w = whole + (t.row0 + i) * t.whole_cols + t.col0;
-    float* s = shard + i * t.cols;
-    if (into_whole) std::copy(s, s + t.cols, w);
-    else std::copy(w, w + t.cols, s);
-  }
 }
 
 std::string file_read(const fs::path& p) {
@@ -178,149 +159,6 @@ MomentsForm moments_form_of(const nlohmann::json& trainer) {
     fail(what, ": optim_q8: ", e.what());
   }
   return f;
-}
-
-WholeTensors whole_tensors_of(const NamedTensors& shard, const ParamSet& params, int T, bool allocate) {
-  WholeTensors out;
-  out.T = T;
-  if (T == 1) {
-    out.views = shard;
-    out.split_dims.assign(shard.size(), -1);
-    return out;
-  }
-  std::unordered_map<std::string, int> split;
-  for (const ParamTensor& t : params.named()) split[t.name] = t.split_dim;
-  for (const NamedTensor& t : shard) {
-    std::string weight = t.name;
-    for (const char* prefix : {"adam.m.", "adam.v."})
-      if (weight.rfind(prefix, 0) == 0) weight = weight.substr(std::strlen(prefix));
-    const auto it = split.find(weight);
-    AGOQ_CHECK(it != split.end(), "tensor ", t.name, " is not one of the model's (internal)");
-    std::vector<int64_t> shape = t.shape;
-    if (it->second >= 0) shape[it->second] *= T;
-    out.split_dims.push_back(it->second);
-    if (!allocate) continue;
-    const NamedTensor w{t.name, shape, nullptr};
-    out.buffers.emplace_back(tensor_bytes(w) / sizeof(float), MemCategory::workspace, "ckpt.gather");
-    out.views.push_back({t.name, shape, out.buffers.back().data()});
-  }
-  return out;
-}
-
-void whole_tensors_slice(const WholeTensors& whole, const NamedTensors& shard, int tp_rank) {
-  if (whole.T == 1) return;
-  for (size_t i = 0; i < shard.size(); ++i)
-    shard_copy(shard[i].data, whole.views[i].data, shard[i].shape, whole.split_dims[i], whole.T, tp_rank, false);
-}
-
-void whole_tensors_gather(WholeTensors& whole, const NamedTensors& shard, Communicator& tp) {
-  constexpr int kTag = 22;
-  if (tp.rank() != 0) {
-    for (size_t i = 0; i < shard.size(); ++i)
-      if (whole.split_dims[i] >= 0) tp.send(shard[i].data, tensor_bytes(shard[i]), 0, kTag);
-    return;
-  }
-  size_t largest = 0;
-  for (size_t i = 0; i < shard.size(); ++i) {
-    shard_copy(shard[i].data, whole.views[i].data, shard[i].shape, whole.split_dims[i], whole.T, 0, true);
-    largest = std::max(largest, tensor_bytes(shard[i]) / sizeof(float));
-  }
-  Buffer<float> received(largest, MemCategory::workspace, "ckpt.gather");
-  for (int r = 1; r < tp.size(); ++r)
-    for (size_t i = 0; i < shard.size(); ++i) {
-      if (whole.split_dims[i] < 0) continue;  // replicated: TP rank 0's copy
-      tp.recv(received.data(), tensor_bytes(shard[i]), r, kTag);
-      shard_copy(received.data(), whole.views[i].data, shard[i].shape, whole.split_dims[i], whole.T, r, true);
-    }
-}
-
-NamedTensors moments_of_shard(NamedTensors moments, int tp_rank) {
-  for (NamedTensor& t : moments) t.name = "tp" + std::to_string(tp_rank) + "." + t.name;
-  return moments;
-}
-
-int moments_tp_of(const nlohmann::json& trainer, const LlamaConfig& cfg) {
-  if (!trainer.is_object() || !trainer.contains("tp")) return 1;
-  const nlohmann::json& tp = trainer["tp"];
-  AGOQ_CHECK(tp.is_number_integer() && tp.get<int64_t>() >= 1 && tp.get<int64_t>() <= 65536,
-             "checkpoint's trainer.json: tp must be a whole number from 1 to 65536 (got ", tp.dump(), ")");
-  const int T = tp.get<int>();
-  try {  // the shards its 8-bit moments were written as must exist for this model
-    model_stage_shard(cfg, model_stage_whole(cfg), T, 0);
-  } catch (const Error& e) {
-    std::string why = e.what();  // the shard check speaks of a flag; here no flag was given
-    if (why.rfind("--tp ", 0) == 0) why.erase(0, 2);
-    fail("checkpoint's trainer.json says it was written with tensor parallelism ", T,
-         ", which this model cannot have been split into (damaged?): ", why);
-  }
-  return T;
-}
-
-Q8FileMoments::Q8FileMoments(const LlamaConfig& cfg, ModelStage stage, const MomentsForm& f, int T) : form(f.q8) {
-  stage.tp = 1, stage.tp_rank = 0;
-  const size_t B = size_t(form.block);
-  auto up64 = [](size_t n) { return (n + 63) / 64 * 64; };
-  size_t total = 0;
-  for (int r = 0; r < T; ++r) {  // per shard: m codes, v codes, m scales, v scales (64-byte aligned each)
-    Shard& sh = shards.emplace_back(Shard{model_stage_shard(cfg, stage, T, r), {}, 0, 0});
-    sh.units = grad_units_of(cfg, sh.stage);
-    const size_t n = sh.units.back().end;
-    for (const GradRange& u : sh.units) sh.blocks += adam_q8_blocks(u.size(), int(B));
-    sh.at = total, total += 2 * up64(n) + 2 * up64(sh.blocks * sizeof(float));
-  }
-  bytes = Buffer<uint8_t>(total, MemCategory::workspace, "ckpt.moments");
-  for (int r = 0; r < T; ++r) {
-    const Shard& sh = shards[r];
-    const std::string pre = T > 1 ? "tp" + std::to_string(r) + "." : "";
-    size_t off = 0;
-    for (const HfTensor& t : hf_tensors(cfg, sh.stage)) {
-      tensors.push_back({pre + "adam.m." + t.name, t.shape, nullptr, "I8", m_codes(r) + off});
-      tensors.push_back({pre + "adam.v." + t.name, t.shape, nullptr, "U8", v_codes(r) + off});
-      off += size_t(safetensors_numel(t.shape));
-    }
-    for (size_t u = 0, b = 0; u < sh.units.size(); b += adam_q8_blocks(sh.units[u].size(), int(B)), ++u) {
-      const std::string unit = moments_unit_name(sh.stage, u);
-      const int64_t nb = int64_t(adam_q8_blocks(sh.units[u].size(), int(B)));
-      tensors.push_back({pre + "adam.m.scales." + unit, {nb}, m_scales(r) + b});
-      tensors.push_back({pre + "adam.v.scales." + unit, {nb}, v_scales(r) + b});
-    }
-  }
-}
-
-size_t Q8FileMoments::values(int r) const { return shards[r].units.back().end; }
-int8_t* Q8FileMoments::m_codes(int r) { return reinterpret_cast<int8_t*>(bytes.data() + shards[r].at); }
-uint8_t* Q8FileMoments::v_codes(int r) { return bytes.data() + shards[r].at + (values(r) + 63) / 64 * 64; }
-float* Q8FileMoments::m_scales(int r) {
-  return reinterpret_cast<float*>(bytes.data() + shards[r].at + 2 * ((values(r) + 63) / 64 * 64));
-}
-float* Q8FileMoments::v_scales(int r) { return m_scales(r) + (shards[r].blocks + 15) / 16 * 16; }
-
-void Q8FileMoments::decode(const LlamaConfig& cfg, const NamedTensors& whole) {
-  std::unordered_map<std::string, float*> into;
-  for (const NamedTensor& t : whole) into[t.name] = t.data;
-  const int T = int(shards.size());
-  for (int r = 0; r < T; ++r) {  // one shard's fp32 moments at a time
-    const Shard& sh = shards[r];
-    Buffer<float> m(values(r), MemCategory::workspace, "ckpt.moments"), v(values(r), MemCategory::workspace,
-                                                                            "ckpt.moments");
-    for (size_t u = 0, b = 0; u < sh.units.size(); b += adam_q8_blocks(sh.units[u].size(), form.block), ++u) {
-      const GradRange& g = sh.units[u];
-      adam_q8_decode(form, m_codes(r) + g.begin, v_codes(r) + g.begin, m_scales(r) + b, v_scales(r) + b, g.size(),
-                     m.data() + g.begin, v.data() + g.begin);
-    }
-    size_t off = 0;
-    for (const HfTensor& t : hf_tensors(cfg, sh.stage)) {
-      const int split = model_tensor_split_dim(t.role);
-      if (split >= 0 || r == 0) {  // replicated (the norms): TP rank 0's, as for the weights
-        for (auto [name, from] : {std::pair{"adam.m." + t.name, m.data()}, std::pair{"adam.v." + t.name, v.data()}}) {
-          const auto it = into.find(name);
-          AGOQ_CHECK(it != into.end(), "moment ", name, " is not one of the run's (internal)");
-          shard_copy(from + off, it->second, t.shape, split, T, r, true);
-        }
-      }
-      off += size_t(safetensors_numel(t.shape));
-    }
-  }
 }
 
 DataLoader::State resume_loader_state(const CheckpointMeta& meta, const std::string& dir) {
