@@ -100,15 +100,18 @@ void CudaBackend::crossentropy_forward_backward(float* logits, float* losses, co
                                                 float dloss_scale, float*) {
   cuda_crossentropy_forward_backward(logits, losses, targets, N, V, dloss_scale, mm_.stream());
 }
-void CudaBackend::crossentropy_shard_max(const float*, int, int, float*) {
-  fail("tensor parallelism on the GPU is not built yet (docs/cuda.md)");
+bool CudaBackend::supports(ModelOp op) const {
+  return op != ModelOp::crossentropy_shard_max && op != ModelOp::crossentropy_shard_exp &&
+         op != ModelOp::crossentropy_shard_finish;
 }
+// Unsupported (above): the model checks supports() before a sharded head.
+void CudaBackend::crossentropy_shard_max(const float*, int, int, float*) { fail("internal: unsupported op"); }
 void CudaBackend::crossentropy_shard_exp(float*, const int*, int, int, int, const float*, float*) {
-  fail("tensor parallelism on the GPU is not built yet (docs/cuda.md)");
+  fail("internal: unsupported op");
 }
 void CudaBackend::crossentropy_shard_finish(float*, float*, const int*, int, int, int, const float*, const float*,
                                             float) {
-  fail("tensor parallelism on the GPU is not built yet (docs/cuda.md)");
+  fail("internal: unsupported op");
 }
 void CudaBackend::embedding_forward(float* out, const int* tokens, const float* table, int N, int C, int v_begin,
                                     int V) {

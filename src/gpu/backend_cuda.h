@@ -42,37 +42,10 @@ class CudaBackend final : public ModelBackend {
   std::unique_ptr<ActStoreApi> store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
                                           const ModelStage& stage) override;
 
-  void matmul_forward(float* out, const float* in, const float* w, int N, int in_dim, int out_dim) override;
-  void matmul_backward(float* din, float* dw, const float* dout, const float* in, const float* w, int N, int in_dim,
-                       int out_dim, bool accumulate_din) override;
-  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) override;
-  void rmsnorm_apply(float* out, const float* x, const float* rstd, const float* w, int N, int C) override;
-  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
-                        int N, int C) override;
-  void rope_forward(float* x, const float* cos, const float* sin, int N, int T, int n_heads, int hd) override;
-  void rope_backward(float* dx, const float* cos, const float* sin, int N, int T, int n_heads, int hd) override;
-  void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override;
-  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
-                       size_t n) override;
-  void crossentropy_forward_backward(float* logits, float* losses, const int* targets, int N, int V,
-                                     float dloss_scale, float* stats) override;
-  // Tensor parallelism on the GPU is part 2 of the CUDA backend: these three say so (the model never calls them on
-  // an unsharded model).
-  void crossentropy_shard_max(const float* logits, int N, int V, float* row_max) override;
-  void crossentropy_shard_exp(float* logits, const int* targets, int N, int V, int v_begin, const float* row_max,
-                              float* sums) override;
-  void crossentropy_shard_finish(float* logits, float* losses, const int* targets, int N, int V, int v_begin,
-                                 const float* row_max, const float* sums, float dloss_scale) override;
-  void embedding_forward(float* out, const int* tokens, const float* table, int N, int C, int v_begin,
-                         int V) override;
-  void embedding_backward(float* dtable, const float* dout, const int* tokens, int N, int C, int v_begin,
-                          int V) override;
-  void residual_add(float* out, const float* a, const float* b, size_t n) override;
-  void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
-                         int Hkv, int hd, const int32_t* doc_start) override;
-  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                          const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv,
-                          int hd, const int32_t* doc_start) override;
+  // Every op of the table; the vocabulary shard's cross-entropy (tensor parallelism) is not built on the GPU yet,
+  // which supports() says, so the model never calls it here.
+  bool supports(ModelOp op) const override;
+  AGOQ_MODEL_OPS(AGOQ_OP_DECLARE_OVERRIDE)
 
  private:
   // bf16 GEMMs: the weight's copy (made again when stale), and an activation converted into scratch `slot`.

@@ -1,8 +1,8 @@
-// Where the model computes: the ops of model/ops.h and model/attention.h, with the same signatures, shapes and
-// overwrite / accumulate rules, on the memory of one device. LlamaModel (model/llama.h) calls only these, on
-// buffers the backend allocates, so one model file runs on the CPU (model_backend_cpu(), below: the OpenBLAS and
-// OpenMP ops) and on the GPU (gpu/backend_cuda.h: the CUDA twins of cuda/ops_cuda.h). Like the tensor group, a
-// backend is implemented where its device is and handed to the model at construction.
+// Where the model computes: the ops of model/op_table.h (model/ops.h's and model/attention.h's, with the same
+// signatures, shapes and overwrite / accumulate rules), on the memory of one device. LlamaModel (model/llama.h)
+// calls only these, on buffers the backend allocates, so one model file runs on the CPU (model_backend_cpu(),
+// below: the OpenBLAS and OpenMP ops) and on the GPU (gpu/backend_cuda.h: the CUDA twins of cuda/ops_cuda.h). Like
+// the tensor group, a backend is implemented where its device is and handed to the model at construction.
 //
 // Pointers are the backend's memory (host or device) except where a comment says host. Calls on one backend are
 // ordered; download waits for the work before it.
@@ -16,6 +16,7 @@
 #include "arch/config.h"
 #include "arch/stage.h"
 #include "core/memory.h"
+#include "model/op_table.h"
 
 namespace agoq {
 
@@ -58,40 +59,15 @@ class ModelBackend {
   // for the GEMMs) makes them again. The CPU keeps none.
   virtual void weights_changed() {}
 
-  // ---- the ops (model/ops.h, model/attention.h) ----
-  virtual void matmul_forward(float* out, const float* in, const float* w, int N, int in_dim, int out_dim) = 0;
-  virtual void matmul_backward(float* din, float* dw, const float* dout, const float* in, const float* w, int N,
-                               int in_dim, int out_dim, bool accumulate_din = false) = 0;
-  virtual void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) = 0;
-  virtual void rmsnorm_apply(float* out, const float* x, const float* rstd, const float* w, int N, int C) = 0;
-  virtual void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                                const float* rstd, int N, int C) = 0;
-  virtual void rope_forward(float* x, const float* cos, const float* sin, int N, int T, int n_heads, int hd) = 0;
-  virtual void rope_backward(float* dx, const float* cos, const float* sin, int N, int T, int n_heads, int hd) = 0;
-  virtual void swiglu_forward(float* out, const float* gate, const float* up, size_t n) = 0;
-  virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
-                               size_t n) = 0;
-  // The whole vocabulary's cross-entropy; stats: 3N floats of scratch.
-  virtual void crossentropy_forward_backward(float* logits_to_dlogits, float* losses, const int* targets, int N,
-                                             int V, float dloss_scale, float* stats) = 0;
-  // A vocabulary shard's three phases (model/ops.h), for tensor parallelism (host memory only).
-  virtual void crossentropy_shard_max(const float* logits, int N, int V, float* row_max) = 0;
-  virtual void crossentropy_shard_exp(float* logits, const int* targets, int N, int V, int v_begin,
-                                      const float* row_max, float* sums) = 0;
-  virtual void crossentropy_shard_finish(float* logits_to_dlogits, float* losses, const int* targets, int N, int V,
-                                         int v_begin, const float* row_max, const float* sums,
-                                         float dloss_scale) = 0;
-  virtual void embedding_forward(float* out, const int* tokens, const float* table, int N, int C, int v_begin,
-                                 int V) = 0;
-  virtual void embedding_backward(float* dtable, const float* dout, const int* tokens, int N, int C, int v_begin,
-                                  int V) = 0;
-  virtual void residual_add(float* out, const float* a, const float* b, size_t n) = 0;
-  // doc_start (B, T): the backend's copy of the document starts (model/attention.h), or null.
-  virtual void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T,
-                                 int H, int Hkv, int hd, const int32_t* doc_start) = 0;
-  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                                  const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv,
-                                  int hd, const int32_t* doc_start) = 0;
+  // ---- the ops (model/op_table.h: model/ops.h's and model/attention.h's, under the same names) ----
+  // crossentropy_forward_backward is the whole vocabulary's, stats 3N floats of scratch; attention's doc_start (B, T)
+  // is the backend's copy of the document starts (model/attention.h), or null.
+#define AGOQ_OP_PURE(name, cls, params, args) virtual void name params = 0;
+  AGOQ_MODEL_OPS(AGOQ_OP_PURE)
+#undef AGOQ_OP_PURE
+  // Whether this backend computes `op`: the model asks before it takes a path that needs one (the vocabulary
+  // shard's cross-entropy is the host's only), so no op fails half-way through a step.
+  virtual bool supports(ModelOp op) const { return true; }
 };
 
 // The CPU's ops (model/ops.h: OpenBLAS and OpenMP) on host memory counted by the global tracker. One for the

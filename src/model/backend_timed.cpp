@@ -62,75 +62,11 @@ std::unique_ptr<ActStoreApi> TimedBackend::store_make(const LlamaConfig& cfg, in
 void TimedBackend::zero(float* x, size_t n) {
   timed(OpClass::other, [&] { inner_.zero(x, n); });
 }
-void TimedBackend::matmul_forward(float* out, const float* in, const float* w, int N, int in_dim, int out_dim) {
-  timed(matmul_class(w), [&] { inner_.matmul_forward(out, in, w, N, in_dim, out_dim); });
-}
-void TimedBackend::matmul_backward(float* din, float* dw, const float* dout, const float* in, const float* w, int N,
-                                   int in_dim, int out_dim, bool accumulate_din) {
-  timed(matmul_class(w), [&] { inner_.matmul_backward(din, dw, dout, in, w, N, in_dim, out_dim, accumulate_din); });
-}
-void TimedBackend::rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
-  timed(OpClass::other, [&] { inner_.rmsnorm_forward(out, rstd, x, w, N, C, eps); });
-}
-void TimedBackend::rmsnorm_apply(float* out, const float* x, const float* rstd, const float* w, int N, int C) {
-  timed(OpClass::other, [&] { inner_.rmsnorm_apply(out, x, rstd, w, N, C); });
-}
-void TimedBackend::rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                                    const float* rstd, int N, int C) {
-  timed(OpClass::other, [&] { inner_.rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C); });
-}
-void TimedBackend::rope_forward(float* x, const float* cos, const float* sin, int N, int T, int n_heads, int hd) {
-  timed(OpClass::other, [&] { inner_.rope_forward(x, cos, sin, N, T, n_heads, hd); });
-}
-void TimedBackend::rope_backward(float* dx, const float* cos, const float* sin, int N, int T, int n_heads, int hd) {
-  timed(OpClass::other, [&] { inner_.rope_backward(dx, cos, sin, N, T, n_heads, hd); });
-}
-void TimedBackend::swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
-  timed(OpClass::other, [&] { inner_.swiglu_forward(out, gate, up, n); });
-}
-void TimedBackend::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
-                                   size_t n) {
-  timed(OpClass::other, [&] { inner_.swiglu_backward(dgate, dup, dout, gate, up, n); });
-}
-void TimedBackend::crossentropy_forward_backward(float* logits_to_dlogits, float* losses, const int* targets, int N,
-                                                 int V, float dloss_scale, float* stats) {
-  timed(OpClass::head,
-        [&] { inner_.crossentropy_forward_backward(logits_to_dlogits, losses, targets, N, V, dloss_scale, stats); });
-}
-void TimedBackend::crossentropy_shard_max(const float* logits, int N, int V, float* row_max) {
-  timed(OpClass::head, [&] { inner_.crossentropy_shard_max(logits, N, V, row_max); });
-}
-void TimedBackend::crossentropy_shard_exp(float* logits, const int* targets, int N, int V, int v_begin,
-                                          const float* row_max, float* sums) {
-  timed(OpClass::head, [&] { inner_.crossentropy_shard_exp(logits, targets, N, V, v_begin, row_max, sums); });
-}
-void TimedBackend::crossentropy_shard_finish(float* logits_to_dlogits, float* losses, const int* targets, int N,
-                                             int V, int v_begin, const float* row_max, const float* sums,
-                                             float dloss_scale) {
-  timed(OpClass::head, [&] {
-    inner_.crossentropy_shard_finish(logits_to_dlogits, losses, targets, N, V, v_begin, row_max, sums, dloss_scale);
-  });
-}
-void TimedBackend::embedding_forward(float* out, const int* tokens, const float* table, int N, int C, int v_begin,
-                                     int V) {
-  timed(OpClass::other, [&] { inner_.embedding_forward(out, tokens, table, N, C, v_begin, V); });
-}
-void TimedBackend::embedding_backward(float* dtable, const float* dout, const int* tokens, int N, int C, int v_begin,
-                                      int V) {
-  timed(OpClass::other, [&] { inner_.embedding_backward(dtable, dout, tokens, N, C, v_begin, V); });
-}
-void TimedBackend::residual_add(float* out, const float* a, const float* b, size_t n) {
-  timed(OpClass::other, [&] { inner_.residual_add(out, a, b, n); });
-}
-void TimedBackend::attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B,
-                                     int T, int H, int Hkv, int hd, const int32_t* doc_start) {
-  timed(OpClass::attention, [&] { inner_.attention_forward(o, lse, q, k, v, B, T, H, Hkv, hd, doc_start); });
-}
-void TimedBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                                      const float* k, const float* v, const float* o, const float* lse, int B, int T,
-                                      int H, int Hkv, int hd, const int32_t* doc_start) {
-  timed(OpClass::attention,
-        [&] { inner_.attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, hd, doc_start); });
-}
+#define AGOQ_ARGS(...) __VA_ARGS__
+#define AGOQ_OP_TIMED(name, cls, params, args) \
+  void TimedBackend::name params { timed(class_of(OpClass::cls, AGOQ_ARGS args), [&] { inner_.name args; }); }
+AGOQ_MODEL_OPS(AGOQ_OP_TIMED)
+#undef AGOQ_OP_TIMED
+#undef AGOQ_ARGS
 
 }  // namespace agoq

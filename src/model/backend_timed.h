@@ -5,7 +5,9 @@
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <type_traits>
 
 #include "model/backend.h"
 
@@ -46,35 +48,8 @@ class TimedBackend final : public ModelBackend {
   bool host_memory() const override { return inner_.host_memory(); }
   void weights_changed() override { inner_.weights_changed(); }
 
-  void matmul_forward(float* out, const float* in, const float* w, int N, int in_dim, int out_dim) override;
-  void matmul_backward(float* din, float* dw, const float* dout, const float* in, const float* w, int N, int in_dim,
-                       int out_dim, bool accumulate_din) override;
-  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) override;
-  void rmsnorm_apply(float* out, const float* x, const float* rstd, const float* w, int N, int C) override;
-  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
-                        int N, int C) override;
-  void rope_forward(float* x, const float* cos, const float* sin, int N, int T, int n_heads, int hd) override;
-  void rope_backward(float* dx, const float* cos, const float* sin, int N, int T, int n_heads, int hd) override;
-  void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override;
-  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
-                       size_t n) override;
-  void crossentropy_forward_backward(float* logits_to_dlogits, float* losses, const int* targets, int N, int V,
-                                     float dloss_scale, float* stats) override;
-  void crossentropy_shard_max(const float* logits, int N, int V, float* row_max) override;
-  void crossentropy_shard_exp(float* logits, const int* targets, int N, int V, int v_begin, const float* row_max,
-                              float* sums) override;
-  void crossentropy_shard_finish(float* logits_to_dlogits, float* losses, const int* targets, int N, int V,
-                                 int v_begin, const float* row_max, const float* sums, float dloss_scale) override;
-  void embedding_forward(float* out, const int* tokens, const float* table, int N, int C, int v_begin,
-                         int V) override;
-  void embedding_backward(float* dtable, const float* dout, const int* tokens, int N, int C, int v_begin,
-                          int V) override;
-  void residual_add(float* out, const float* a, const float* b, size_t n) override;
-  void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
-                         int Hkv, int hd, const int32_t* doc_start) override;
-  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                          const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv, int hd,
-                          const int32_t* doc_start) override;
+  bool supports(ModelOp op) const override { return inner_.supports(op); }
+  AGOQ_MODEL_OPS(AGOQ_OP_DECLARE_OVERRIDE)
 
  private:
   friend class TimedStore;
@@ -85,7 +60,17 @@ class TimedBackend final : public ModelBackend {
     f();
     seconds_[c] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  OpClass matmul_class(const float* w) const { return w >= head_begin_ && w < head_end_ ? OpClass::head : OpClass::gemm; }
+  // An op's class: the table's, except that a matmul reading the lm_head's weights is the head's.
+  template <class... Args>
+  OpClass class_of(OpClass table_class, const Args&... args) const {
+    return table_class == OpClass::gemm && (reads_head(args) || ...) ? OpClass::head : table_class;
+  }
+  template <class A>
+  bool reads_head(const A& a) const {
+    if constexpr (std::is_same_v<A, const float*>)
+      return std::less_equal<>()(head_begin_, a) && std::less<>()(a, head_end_);
+    return false;
+  }
 
   ModelBackend& inner_;
   const float *head_begin_ = nullptr, *head_end_ = nullptr;

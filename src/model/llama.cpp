@@ -70,6 +70,10 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
   head_pieces_ = stage.head && cfg.tie_embeddings && sparse_embedding;
   AGOQ_CHECK(be_.host_memory() || (stage.tp == 1 && !sparse_embedding), "a model on ", mem_device_name(be_.device()),
              " runs unsharded (tp 1), with its gradients in device memory (its own or a store's)");
+  for (ModelOp op : {ModelOp::crossentropy_shard_max, ModelOp::crossentropy_shard_exp,
+                     ModelOp::crossentropy_shard_finish})
+    AGOQ_CHECK(stage.tp == 1 || !stage.head || be_.supports(op), "a sharded head needs ", model_op_name(op),
+               ", which the ", mem_device_name(be_.device()), " backend does not have");
   if (be_.host_memory()) {  // the flat buffers as ParamSet owns them (the memory model counts them so)
     params_ = ParamSet(cfg, stage, MemCategory::weights);
   } else {
@@ -245,9 +249,9 @@ void LlamaModel::mlp_backward_rows(int l, int r0, int rows, const float* dout, c
   const float* s = S.stored(l, ActSlot::swiglu_out) ? S.load_rows(l, ActSlot::swiglu_out, r0, rows, t_s_.data())
                                                      : t_s_.data();
   if (!S.stored(l, ActSlot::swiglu_out)) be_.swiglu_forward(t_s_.data(), gate, up, nf);
-  be_.matmul_backward(t_ds_.data(), G.w_down, dout, s, P.w_down, rows, F, C);
+  be_.matmul_backward(t_ds_.data(), G.w_down, dout, s, P.w_down, rows, F, C, /*accumulate_din=*/false);
   be_.swiglu_backward(t_dgate_.data(), t_dup_.data(), t_ds_.data(), gate, up, nf);
-  be_.matmul_backward(dhn, G.w_gate, t_dgate_.data(), hn, P.w_gate, rows, C, F);
+  be_.matmul_backward(dhn, G.w_gate, t_dgate_.data(), hn, P.w_gate, rows, C, F, /*accumulate_din=*/false);
   be_.matmul_backward(dhn, G.w_up, t_dup_.data(), hn, P.w_up, rows, C, F, /*accumulate_din=*/true);
 }
 
@@ -255,7 +259,7 @@ void LlamaModel::mlp_backward_rows(int l, int r0, int rows, const float* dout, c
 void LlamaModel::o_backward_rows(int l, int r0, int rows, const float* dh) {
   const float* o = store().load_rows(l, ActSlot::attn_out, r0, rows, t_o_.data());
   be_.matmul_backward(do_.data() + size_t(r0) * d_.Q, grads_.layers[l].wo, dh, o, params_.layers[l].wo, rows, d_.Q,
-                  d_.C);
+                  d_.C, /*accumulate_din=*/false);
 }
 
 // Attention's backward over the whole batch, from its high-precision saved tensors, into dq_, dk_, dv_.
@@ -281,7 +285,7 @@ void LlamaModel::qkv_backward_rows(int l, int T, int r0, int rows, const float* 
   float *dq = dq_.data() + size_t(r0) * Q, *dk = dk_.data() + size_t(r0) * KV, *dv = dv_.data() + size_t(r0) * KV;
   be_.rope_backward(dq, rope_cos_.data(), rope_sin_.data(), rows, T, d_.H, d_.hd);
   be_.rope_backward(dk, rope_cos_.data(), rope_sin_.data(), rows, T, d_.Hkv, d_.hd);
-  be_.matmul_backward(dxn, G.wq, dq, xn, P.wq, rows, C, Q);
+  be_.matmul_backward(dxn, G.wq, dq, xn, P.wq, rows, C, Q, /*accumulate_din=*/false);
   be_.matmul_backward(dxn, G.wk, dk, xn, P.wk, rows, C, KV, /*accumulate_din=*/true);
   be_.matmul_backward(dxn, G.wv, dv, xn, P.wv, rows, C, KV, /*accumulate_din=*/true);
 }
@@ -439,7 +443,9 @@ void LlamaModel::head_chunk(const float* xn, const int32_t* targets, int r0, int
     be_.crossentropy_shard_finish(logits, losses_.data() + r0, targets + r0, rows, V, d_.v_begin, row_max, sums,
                                   dloss_scale);
   }
-  if (dxn) be_.matmul_backward(dxn, grads_.lm_head, head_logits_.data(), xn, params_.lm_head, rows, C, V);
+  if (dxn)
+    be_.matmul_backward(dxn, grads_.lm_head, head_logits_.data(), xn, params_.lm_head, rows, C, V,
+                        /*accumulate_din=*/false);
 }
 
 // So that no (V, C) fp32 gradient exists: every row's cross-entropy statistics first (the shard phases 1-2,

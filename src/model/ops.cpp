@@ -271,10 +271,16 @@ void crossentropy_forward_backward(float* logits_to_dlogits, float* losses, cons
                                    float dloss_scale) {
   for (int n = 0; n < N; ++n)
     AGOQ_CHECK(targets[n] < V, "crossentropy: target ", targets[n], " of row ", n, " is not below vocab ", V);
-  std::vector<float> stats(3 * size_t(N));  // row_max, then (sum, target logit) per row
-  crossentropy_shard_max(logits_to_dlogits, N, V, stats.data());
-  crossentropy_shard_exp(logits_to_dlogits, targets, N, V, 0, stats.data(), stats.data() + N);
-  crossentropy_shard_finish(logits_to_dlogits, losses, targets, N, V, 0, stats.data(), stats.data() + N, dloss_scale);
+  std::vector<float> stats(3 * size_t(N));
+  crossentropy_forward_backward(logits_to_dlogits, losses, targets, N, V, dloss_scale, stats.data());
+}
+
+// The three phases in a row with nothing between them (ops.h); stats: row_max, then (sum, target logit) per row.
+void crossentropy_forward_backward(float* logits_to_dlogits, float* losses, const int* targets, int N, int V,
+                                   float dloss_scale, float* stats) {
+  crossentropy_shard_max(logits_to_dlogits, N, V, stats);
+  crossentropy_shard_exp(logits_to_dlogits, targets, N, V, 0, stats, stats + N);
+  crossentropy_shard_finish(logits_to_dlogits, losses, targets, N, V, 0, stats, stats + N, dloss_scale);
 }
 
 void crossentropy_shard_max(const float* logits, int N, int V, float* row_max) {

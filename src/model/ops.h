@@ -65,6 +65,9 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
 // gradient row 0. Targets must be < V.
 void crossentropy_forward_backward(float* logits_to_dlogits, float* losses, const int* targets, int N, int V,
                                    float dloss_scale);
+// The same on the caller's scratch (stats: 3N floats), the targets checked already (the backends' form).
+void crossentropy_forward_backward(float* logits_to_dlogits, float* losses, const int* targets, int N, int V,
+                                   float dloss_scale, float* stats);
 // The same on a vocabulary shard (Megatron's vocab-parallel cross-entropy, docs/parallel.md): logits (N, V) are
 // columns [v_begin, v_begin + V) of the whole vocabulary, targets are whole-vocabulary ids. Three phases, with a
 // reduction over the shards between them (with one shard none: the three in a row are the function above):

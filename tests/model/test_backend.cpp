@@ -13,88 +13,10 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/llama.h"
+#include "tests/common/device_like_backend.h"
 
 namespace agoq {
 namespace {
-
-class DeviceLikeBackend final : public ModelBackend {
- public:
-  size_t uploads = 0, downloads = 0;
-
-  MemDevice device() const override { return MemDevice::cuda; }
-  std::shared_ptr<void> allocate(size_t bytes, MemCategory cat, std::string_view tag) override {
-    void* p = std::calloc(bytes, 1);
-    MemoryTracker::of(MemDevice::cuda).record(p, bytes, cat, tag);
-    return std::shared_ptr<void>(p, [](void* q) {
-      MemoryTracker::of(MemDevice::cuda).forget(q);
-      std::free(q);
-    });
-  }
-  void upload(void* dst, const void* host, size_t bytes) override { std::memcpy(dst, host, bytes), ++uploads; }
-  void download(void* host, const void* src, size_t bytes) override { std::memcpy(host, src, bytes), ++downloads; }
-  void zero(float* x, size_t n) override { cpu().zero(x, n); }
-  std::unique_ptr<ActStoreApi> store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
-                                          const ModelStage& stage) override {
-    return cpu().store_make(cfg, max_rows, policy, stage);
-  }
-  void matmul_forward(float* out, const float* in, const float* w, int N, int i, int o) override {
-    cpu().matmul_forward(out, in, w, N, i, o);
-  }
-  void matmul_backward(float* din, float* dw, const float* dout, const float* in, const float* w, int N, int i, int o,
-                       bool acc) override {
-    cpu().matmul_backward(din, dw, dout, in, w, N, i, o, acc);
-  }
-  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) override {
-    cpu().rmsnorm_forward(out, rstd, x, w, N, C, eps);
-  }
-  void rmsnorm_apply(float* out, const float* x, const float* rstd, const float* w, int N, int C) override {
-    cpu().rmsnorm_apply(out, x, rstd, w, N, C);
-  }
-  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
-                        int N, int C) override {
-    cpu().rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
-  }
-  void rope_forward(float* x, const float* c, const float* s, int N, int T, int h, int hd) override {
-    cpu().rope_forward(x, c, s, N, T, h, hd);
-  }
-  void rope_backward(float* x, const float* c, const float* s, int N, int T, int h, int hd) override {
-    cpu().rope_backward(x, c, s, N, T, h, hd);
-  }
-  void swiglu_forward(float* out, const float* g, const float* u, size_t n) override { cpu().swiglu_forward(out, g, u, n); }
-  void swiglu_backward(float* dg, float* du, const float* d, const float* g, const float* u, size_t n) override {
-    cpu().swiglu_backward(dg, du, d, g, u, n);
-  }
-  void crossentropy_forward_backward(float* z, float* l, const int* t, int N, int V, float s, float* st) override {
-    cpu().crossentropy_forward_backward(z, l, t, N, V, s, st);
-  }
-  void crossentropy_shard_max(const float*, int, int, float*) override { fail("device-like backend: no shards"); }
-  void crossentropy_shard_exp(float*, const int*, int, int, int, const float*, float*) override {
-    fail("device-like backend: no shards");
-  }
-  void crossentropy_shard_finish(float*, float*, const int*, int, int, int, const float*, const float*,
-                                 float) override {
-    fail("device-like backend: no shards");
-  }
-  void embedding_forward(float* out, const int* t, const float* table, int N, int C, int v0, int V) override {
-    cpu().embedding_forward(out, t, table, N, C, v0, V);
-  }
-  void embedding_backward(float* d, const float* dout, const int* t, int N, int C, int v0, int V) override {
-    cpu().embedding_backward(d, dout, t, N, C, v0, V);
-  }
-  void residual_add(float* out, const float* a, const float* b, size_t n) override { cpu().residual_add(out, a, b, n); }
-  void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
-                         int Hkv, int hd, const int32_t* doc_start) override {
-    cpu().attention_forward(o, lse, q, k, v, B, T, H, Hkv, hd, doc_start);
-  }
-  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                          const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv,
-                          int hd, const int32_t* doc_start) override {
-    cpu().attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, hd, doc_start);
-  }
-
- private:
-  static ModelBackend& cpu() { return model_backend_cpu(); }
-};
 
 constexpr int kB = 2, kT = 16;
 
