@@ -1,4 +1,4 @@
-// SIMD helpers shared by ops.cpp and attention.cpp. Private: only those .cpp files (and the op tests) include it, so
+// SIMD helpers shared by ops.cpp and attention.cpp, beside core/simd_avx2.h's lane helpers. Private: only those .cpp files (and the op tests) include it, so
 // <immintrin.h> stays out of the public headers. exp8 is opmath/op_math.h's op_exp (Cephes' expf polynomial) on 8
 // lanes: the same operations, so vector bodies, scalar tails and the CUDA kernels agree bit for bit.
 #pragma once
@@ -6,11 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/isa.h"
+#include "core/simd_avx2.h"
 #include "opmath/op_math.h"
-#if AGOQ_AVX2
-#include <immintrin.h>
-#endif
 
 namespace agoq {
 namespace simd {
@@ -19,7 +16,8 @@ namespace simd {
 inline __m256 exp8(__m256 x) {
   const __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(kExpLo), _CMP_GE_OQ);
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kExpLo)), _mm256_set1_ps(kExpHi));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kExpLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kExpLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2Hi), x);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2Lo), r);
   __m256 p = _mm256_set1_ps(kExpP0);
@@ -31,19 +29,6 @@ inline __m256 exp8(__m256 x) {
   const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(bits)), ok);
-}
-// Sum of the 8 lanes, in a fixed order.
-inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
-inline float hmax8(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
 }
 #endif
 

@@ -41,12 +41,8 @@ void encode_scalar(const AdamQ8Tile& t, size_t n, int8_t* mc, uint8_t* vc, const
 }
 
 #if AGOQ_AVX2
-inline __m256 abs8(__m256 x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.f), x); }
-inline float hmax8(__m256 x) {
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, x);
-  return *std::max_element(lanes, lanes + 8);
-}
+using simd::abs8;
+using simd::hmax8;
 
 // update_scalar, 8 values at a time (the same operations; MR, VR: the roots of m and v).
 template <int MR, int VR>

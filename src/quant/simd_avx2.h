@@ -2,6 +2,7 @@
 // .cpp files include it, so <immintrin.h> stays out of the public headers. Each helper mirrors a scalar one in
 // simd.h or half.h bit for bit.
 #pragma once
+#include "core/simd_avx2.h"
 #include "quant/simd.h"
 
 #if AGOQ_AVX2
@@ -73,12 +74,6 @@ inline void store_chunk(const Philox4& even, const Philox4& odd, uint8_t* out) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32), merge(even.c1, odd.c1));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64), merge(even.c2, odd.c2));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 96), merge(even.c3, odd.c3));
-}
-
-inline __m256 abs8(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.f), v); }
-// All-ones lanes where v is NaN or +-Inf.
-inline __m256 nonfinite8(__m256 v) {
-  return _mm256_cmp_ps(abs8(v), _mm256_set1_ps(INFINITY), _CMP_NLT_UQ);
 }
 
 // 32 codes in order (4 vectors of 8 int32 lanes, each in [-1, 2^B]: the stochastic rounding of a value at the
