@@ -32,7 +32,7 @@ PolicyRun policy_run(const BenchTrainCudaOptions& o, const LlamaConfig& cfg, con
   const std::string policy = q8 ? name.substr(0, name.size() - 3) : name;
   CudaBackend gpu(o.gemm == "fp32" ? GemmPrecision::fp32 : GemmPrecision::bf16);
   const ModelStage whole = model_stage_whole(cfg);
-  auto grads = q8 ? std::make_unique<DeviceGradStore>(gpu, cfg, whole, 256, QuantRounding::stochastic) : nullptr;
+  auto grads = q8 ? std::make_unique<CudaGradStore>(gpu, cfg, whole, 256, QuantRounding::stochastic) : nullptr;
   LlamaModel model(cfg, o.B, o.T, ActPolicy::parse(policy, cfg.n_layers), whole, 1,
                    grads ? grads->model_storage() : std::vector<ParamSegment>{}, nullptr, gpu);
   model.init_weights(7);

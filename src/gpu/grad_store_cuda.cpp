@@ -6,7 +6,7 @@
 
 namespace agoq {
 
-DeviceGradStore::DeviceGradStore(ModelBackend& gpu, const LlamaConfig& cfg, const ModelStage& stage, int block,
+CudaGradStore::CudaGradStore(ModelBackend& gpu, const LlamaConfig& cfg, const ModelStage& stage, int block,
                                  QuantRounding rounding)
     : gpu_(gpu), block_(block), rounding_(rounding), units_(model_grad_units(cfg, stage)) {
   const bool tied = stage.embed && cfg.tie_embeddings;
@@ -21,13 +21,13 @@ DeviceGradStore::DeviceGradStore(ModelBackend& gpu, const LlamaConfig& cfg, cons
   if (tied) embed_scratch_ = gpu.buffer<float>(units_[0].end - units_[0].begin, MemCategory::gradients, "grad.scratch");
 }
 
-std::vector<ParamSegment> DeviceGradStore::model_storage() {
+std::vector<ParamSegment> CudaGradStore::model_storage() {
   std::vector<ParamSegment> out;
   for (int u = 0; u < unit_count(); ++u) out.push_back({units_[u].begin, units_[u].end, scratch(u)});
   return out;
 }
 
-void DeviceGradStore::unit_ready(int u, bool first, uint64_t seed) {
+void CudaGradStore::unit_ready(int u, bool first, uint64_t seed) {
   GradQ8Options o;
   o.block = block_, o.rounding = rounding_, o.seed = {seed, uint64_t(u)}, o.index_base = 0;
   const size_t n = units_[u].end - units_[u].begin;
@@ -36,12 +36,12 @@ void DeviceGradStore::unit_ready(int u, bool first, uint64_t seed) {
   gpu_.zero(scratch(u), n);
 }
 
-float* DeviceGradStore::unit_fp32(int u) {
+float* CudaGradStore::unit_fp32(int u) {
   const size_t n = units_[u].end - units_[u].begin;
   cuda_grad_q8_dequantize(codes_[u].data(), scales_[u].data(), n, scratch(u), block_);
   return scratch(u);
 }
 
-void DeviceGradStore::unit_release(int u) { gpu_.zero(scratch(u), units_[u].end - units_[u].begin); }
+void CudaGradStore::unit_release(int u) { gpu_.zero(scratch(u), units_[u].end - units_[u].begin); }
 
 }  // namespace agoq

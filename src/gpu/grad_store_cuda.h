@@ -15,10 +15,10 @@
 
 namespace agoq {
 
-class DeviceGradStore {
+class CudaGradStore {
  public:
   // Device memory from `gpu` (category gradients: tags grad.q8 and grad.scratch).
-  DeviceGradStore(ModelBackend& gpu, const LlamaConfig& cfg, const ModelStage& stage, int block,
+  CudaGradStore(ModelBackend& gpu, const LlamaConfig& cfg, const ModelStage& stage, int block,
                   QuantRounding rounding);
 
   // Where the model's backward writes (LlamaModel's grad_storage): each unit's scratch.

@@ -10,7 +10,7 @@
 
 namespace agoq {
 
-CudaTrainStep::CudaTrainStep(LlamaModel& model, CudaBackend& gpu, std::unique_ptr<DeviceGradStore> q8_grads,
+CudaTrainStep::CudaTrainStep(LlamaModel& model, CudaBackend& gpu, std::unique_ptr<CudaGradStore> q8_grads,
                              const AdamWConfig& adam, float clip, uint64_t seed)
     : model_(model),
       gpu_(gpu),
@@ -36,7 +36,7 @@ std::vector<MicroBatchRun> CudaTrainStep::step_begin(long step, int m, double lo
     MicroBatchRun& r = runs[j];
     r = step_micro_batch(seed_, step, uint64_t(j), m, loss_tokens);
     if (!q8_) continue;
-    const uint64_t grad_seed = dp_grad_seed(seed_, step, uint64_t(j));
+    const uint64_t grad_seed = step_grad_seed(seed_, step, uint64_t(j));
     r.grads_ready = [this, first = j == 0, grad_seed](int layer) {
       q8_->unit_ready(model_grad_unit_of_layer(model_.stage(), layer), first, grad_seed);
     };
@@ -46,8 +46,8 @@ std::vector<MicroBatchRun> CudaTrainStep::step_begin(long step, int m, double lo
 
 // One replica's step: the norm of the whole gradient (the 8-bit store: unit by unit, each dequantized into its
 // scratch once for the norm and once more for the update), then the step core (optim/step_core.h).
-DpStepResult CudaTrainStep::step_end(float lr, double loss_sum) {
-  DpStepResult res;
+StepResult CudaTrainStep::step_end(float lr, double loss_sum) {
+  StepResult res;
   res.loss = step_loss(loss_sum, m_, loss_tokens_);
   double sum_squares = 0;
   if (!q8_) sum_squares = cuda_grad_sum_squares(model_.grads_flat(), n_);

@@ -1,7 +1,7 @@
 // One optimizer step of a model on the GPU, in one process: DataParallel's twin for a single replica
 // (parallel/data_parallel.h), in the same two calls around the micro-batches:
 //
-//   runs = step.step_begin(step, m)     each micro-batch's seeds (dp_act_seed, dp_grad_seed) and 1/m scale; with
+//   runs = step.step_begin(step, m)     each micro-batch's seeds (step_act_seed, step_grad_seed) and 1/m scale; with
 //                                        the 8-bit store, grads_ready folds each finished unit into it
 //   loss_sum = model.forward_backward_micro_batches(..., runs)
 //   result = step.step_end(lr, loss_sum)   the norm, then optim/step_core.h's check, clipping and AdamW with fp32
@@ -29,11 +29,11 @@ class CudaTrainStep final : public TrainStep, private StepDevice {
  public:
   // model: on `gpu`, writing its gradients into its own fp32 buffer (q8_grads null) or into q8_grads' storage
   // (the store the model was built on, kept here). adam.state must be fp32.
-  CudaTrainStep(LlamaModel& model, CudaBackend& gpu, std::unique_ptr<DeviceGradStore> q8_grads,
+  CudaTrainStep(LlamaModel& model, CudaBackend& gpu, std::unique_ptr<CudaGradStore> q8_grads,
                 const AdamWConfig& adam, float clip, uint64_t seed);
 
   std::vector<MicroBatchRun> step_begin(long step, int m, double loss_tokens = 0) override;
-  DpStepResult step_end(float lr, double loss_sum) override;
+  StepResult step_end(float lr, double loss_sum) override;
 
   // moments_gather copies the weights and the moments to the host; moments_scatter sends them back (a resume).
   NamedTensors weights_views() override;
@@ -56,7 +56,7 @@ class CudaTrainStep final : public TrainStep, private StepDevice {
 
   LlamaModel& model_;
   CudaBackend& gpu_;
-  std::unique_ptr<DeviceGradStore> q8_;
+  std::unique_ptr<CudaGradStore> q8_;
   AdamWConfig adam_;
   float clip_;
   uint64_t seed_;

@@ -9,7 +9,7 @@ namespace agoq {
 
 MicroBatchRun step_micro_batch(uint64_t seed, long step, uint64_t g, int micro_total, double loss_tokens) {
   MicroBatchRun r;
-  r.act_seed = dp_act_seed(seed, step, g);
+  r.act_seed = step_act_seed(seed, step, g);
   r.grad_scale = loss_tokens > 0 ? 1.0f : 1.0f / float(micro_total);
   r.loss_tokens = loss_tokens;
   return r;

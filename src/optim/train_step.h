@@ -23,7 +23,7 @@
 namespace agoq {
 
 // What a step did, the same on every rank of the grid.
-struct DpStepResult {
+struct StepResult {
   double loss = 0;       // mean over all ranks' micro-batches
   double grad_norm = 0;  // global norm of the reduced gradient, before clipping
   double wait_s = 0;     // communication not hidden behind backward
@@ -38,12 +38,12 @@ struct MomentsForm {
 
 // The stochastic-rounding seed of the saved activations of global micro-batch g at `step`: fresh per micro-batch,
 // reproducible from (seed, step, g), the same whichever device or grid runs it.
-inline uint64_t dp_act_seed(uint64_t seed, long step, uint64_t g) {
+inline uint64_t step_act_seed(uint64_t seed, long step, uint64_t g) {
   return philox4x32(seed, uint64_t(step), g)[0] | (uint64_t(step) << 32);
 }
 
 // The stochastic-rounding seed of global micro-batch g's gradients in an 8-bit store at `step`.
-inline uint64_t dp_grad_seed(uint64_t seed, long step, uint64_t g) {
+inline uint64_t step_grad_seed(uint64_t seed, long step, uint64_t g) {
   return philox4x32(seed ^ 0x67726164ull, uint64_t(step), g)[0];  // "grad"
 }
 
@@ -53,7 +53,7 @@ class TrainStep {
   // loss_tokens: the counted targets of the step's whole global batch (all ranks' micro-batches), or 0 for a mean
   // per micro-batch (above).
   virtual std::vector<MicroBatchRun> step_begin(long step, int m, double loss_tokens = 0) = 0;
-  virtual DpStepResult step_end(float lr, double loss_sum) = 0;
+  virtual StepResult step_end(float lr, double loss_sum) = 0;
 
   virtual NamedTensors weights_views() = 0;
   virtual NamedTensors moments_views() = 0;

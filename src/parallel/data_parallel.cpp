@@ -40,7 +40,7 @@ std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m, double los
     const uint64_t g = uint64_t(rank_) * uint64_t(m) + uint64_t(j);  // the global micro-batch index
     MicroBatchRun& r = runs[j];
     r = step_micro_batch(seed_, step, g, D_ * m, loss_tokens);  // the seed a single process running all D * m uses
-    const uint64_t grad_seed = dp_grad_seed(seed_, step, g);
+    const uint64_t grad_seed = step_grad_seed(seed_, step, g);
     r.grads_ready = [this, j, m, grad_seed](int layer) {
       reducer_.unit_ready(model_grad_unit_of_layer(store_.stage(), layer), j == 0, j == m - 1, grad_seed);
     };
@@ -54,9 +54,9 @@ std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m, double los
   return runs;
 }
 
-DpStepResult DataParallel::step_end(float lr, double loss_sum) {
+StepResult DataParallel::step_end(float lr, double loss_sum) {
   const double wait_s = reducer_.reduce();
-  DpStepResult res = optimizer_.step(step_, lr, loss_sum, D_ * m_, loss_tokens_, reducer_);
+  StepResult res = optimizer_.step(step_, lr, loss_sum, D_ * m_, loss_tokens_, reducer_);
   res.wait_s = wait_s;
   return res;
 }

@@ -54,7 +54,7 @@ class DataParallel final : public TrainStep {
   std::vector<MicroBatchRun> step_begin(long step, int m, double loss_tokens = 0) override;
   // After the m micro-batches: reduction, norm, clipping, divergence check, AdamW. loss_sum: the sum of this rank's
   // micro-batch losses (0 on pipeline stages without the head). Collective.
-  DpStepResult step_end(float lr, double loss_sum) override;
+  StepResult step_end(float lr, double loss_sum) override;
 
   // Adam moments for checkpoints (dp_moments.h).
   // The weights are this rank's parameters themselves.

@@ -64,9 +64,9 @@ DpOptimizer::DpOptimizer(Communicator& comm, ParamSet& params, const std::vector
   }
 }
 
-DpStepResult DpOptimizer::step(long step, float lr, double loss_sum, int micro_total, double loss_tokens,
+StepResult DpOptimizer::step(long step, float lr, double loss_sum, int micro_total, double loss_tokens,
                                GradReducer& reducer) {
-  DpStepResult res;
+  StepResult res;
   double loss_all = D_ > 1 ? comm_.allreduce_value(loss_sum) : loss_sum;
   double sum_squares = reducer.sum_squares();
   if (opts_.tensor && opts_.tensor->rank() != 0) sum_squares -= replicated_sum_squares(reducer);

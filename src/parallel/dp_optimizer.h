@@ -7,7 +7,7 @@
 
 #include "comm/communicator.h"
 #include "optim/adamw.h"
-#include "optim/train_step.h"  // DpStepResult
+#include "optim/train_step.h"  // StepResult
 #include "parallel/grad_reduce.h"
 
 namespace agoq {
@@ -32,7 +32,7 @@ class DpOptimizer {
   // loss_sum: this rank's micro-batches' summed loss, of micro_total over all ranks (or per counted token of
   // loss_tokens, optim/train_step.h); the reduced gradient in reducer. Throws CommAgreedError (the same on every
   // rank) when the loss or the norm is not finite. Collective.
-  DpStepResult step(long step, float lr, double loss_sum, int micro_total, double loss_tokens, GradReducer& reducer);
+  StepResult step(long step, float lr, double loss_sum, int micro_total, double loss_tokens, GradReducer& reducer);
   // Unit u's AdamW (its moments cover the unit's own part).
   AdamW& adam(int u) { return *adam_[u]; }
 

@@ -258,9 +258,9 @@ void TrainSession::model_build_gpu() {
   gpu_ = std::move(gpu);
   batches_allocate();
   const ModelStage whole = model_stage_whole(cfg_);
-  std::unique_ptr<DeviceGradStore> q8;  // --grad-store q8: the model writes into its scratch
+  std::unique_ptr<CudaGradStore> q8;  // --grad-store q8: the model writes into its scratch
   if (dp_options_.store.kind == GradStoreKind::q8)
-    q8 = std::make_unique<DeviceGradStore>(backend, cfg_, whole, dp_options_.store.block, dp_options_.store.rounding);
+    q8 = std::make_unique<CudaGradStore>(backend, cfg_, whole, dp_options_.store.block, dp_options_.store.rounding);
   model_ = std::make_unique<LlamaModel>(cfg_, B_, T_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers), whole, 1,
                                         q8 ? q8->model_storage() : std::vector<ParamSegment>{}, nullptr, backend);
   model_->init_weights(opt_.seed);
@@ -365,7 +365,7 @@ TrainResult TrainSession::run() {
     const float lr = lr_schedule(step, opt_.lr, opt_.min_lr, opt_.warmup, opt_.steps);
     if (tensor_group_) tensor_group_->seconds_take();  // from here: this step's
     if (timed_) timed_->take();
-    const DpStepResult r = train_step(step, lr);
+    const StepResult r = train_step(step, lr);
     const double tp_seconds = tensor_group_ ? tensor_group_->seconds_take() : 0.0;
     const OpSeconds ops = timed_ ? timed_->take() : OpSeconds{};
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -445,7 +445,7 @@ void TrainSession::batches_next() {
   }
 }
 
-DpStepResult TrainSession::train_step(long step, float lr) {
+StepResult TrainSession::train_step(long step, float lr) {
   batches_next();
   const bool masked = !docs_.empty();
   // A global batch of prompts only (no target counts) trains on nothing: loss and gradients 0.

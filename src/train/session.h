@@ -53,7 +53,7 @@ class TrainSession {
   void resume();
   void weights_init_from();
   // One optimizer step: this replica's micro-batches through the model (or the pipeline), reduction, AdamW.
-  DpStepResult train_step(long step, float lr);
+  StepResult train_step(long step, float lr);
   void batches_allocate();  // the loaders and the batch buffers
   void batches_next();      // this replica's micro-batches of the next step into inputs_, targets_ (and docs_)
   // Validation loss, the same on every rank.

@@ -172,7 +172,7 @@ TEST(ModelCuda, EightBitGradientStoreHoldsTheFp32Gradients) {
   LlamaModel plain(gpu, cfg, kB, kT, policy);
   plain.init_weights(4);
   const MemSnapshot before = MemoryTracker::of(MemDevice::cuda).current();
-  DeviceGradStore store(gpu, cfg, whole, 256, QuantRounding::stochastic);
+  CudaGradStore store(gpu, cfg, whole, 256, QuantRounding::stochastic);
   const MemSnapshot after = MemoryTracker::of(MemDevice::cuda).current();
   LlamaModel q8(cfg, kB, kT, policy, whole, 1, store.model_storage(), nullptr, gpu);
   q8.init_weights(4);
