@@ -23,12 +23,21 @@ struct TrainArgs {
   // 8-bit all-reduce. The library's TrainOptions stay unquantized, so a caller opts in explicitly.
   static TrainOptions agoq_defaults() {
     TrainOptions o;
-    o.act_policy = "agoq", o.grad_store = "q8", o.allreduce = "q8";
+    o.act_policy = "agoq", o.grad_store = GradStoreKind::q8, o.allreduce = GradReduce::q8;
     return o;
   }
 };
 
 void cmd_train_body(TrainArgs& a);
+
+// A flag whose values are an enum's names (train/trainer.h's tables), parsed into it once.
+template <class E, size_t N>
+CLI::Option* add_enum_option(CLI::App* c, const char* flag, E& into, const EnumName<E> (&names)[N],
+                             const std::string& help) {
+  return c->add_option_function<std::string>(
+              flag, [&into, &names, flag](const std::string& v) { into = enum_parse(names, v, flag); }, help)
+      ->default_str(enum_name(names, into));
+}
 
 void cmd_train_run(TrainArgs& a) {
   // Under mpirun every rank runs this; started alone, the process is a world of one. A failure on one rank ends
@@ -104,12 +113,10 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   c->add_flag("--overwrite", o.overwrite,
               "start afresh in an --out that holds an earlier run (its checkpoint link and metrics are replaced)");
   c->add_flag("--quiet", o.quiet, "no console progress");
-  c->add_option("--grad-store", o.grad_store,
-                "gradient accumulation buffers: fp32 | q8 (INT8 + a scale per 256 values; docs/parallel.md)")
-      ->capture_default_str();
-  c->add_option("--allreduce", o.allreduce,
-                "gradient all-reduce across data-parallel ranks: mpi (fp32) | q8 (AGoQ's 8-bit all-to-all)")
-      ->capture_default_str();
+  add_enum_option(c, "--grad-store", o.grad_store, kGradStoreNames,
+                  "gradient accumulation buffers: fp32 | q8 (INT8 + a scale per 256 values; docs/parallel.md)");
+  add_enum_option(c, "--allreduce", o.allreduce, kAllreduceNames,
+                  "gradient all-reduce across data-parallel ranks: mpi (fp32) | q8 (AGoQ's 8-bit all-to-all)");
   c->add_option_function<std::string>(
        "--optim-state", [&o](const std::string& v) { o.adam.state = optim_state_parse(v); },
        "AdamW moments: fp32 | q8 (8 bits per value, a scale per 128 values; docs/optimizer.md)")
@@ -120,12 +127,11 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
       "defaults switched off)");
   for (const char* f : {"--act-policy", "--act-store", "--grad-store", "--allreduce", "--optim-state"})
     baseline->excludes(f);
-  c->add_option("--grad-rounding", o.grad_rounding, "rounding of the q8 grad store: stochastic | nearest")
-      ->capture_default_str();
-  c->add_option("--lm-head-grad", o.lm_head_grad,
-                "q8 grad store, tied embeddings: the lm_head's gradient whole (an fp32 buffer of the embedding's "
-                "size) | pieces (none; one more lm_head GEMM per micro-batch)")
-      ->capture_default_str();
+  add_enum_option(c, "--grad-rounding", o.grad_rounding, kGradRoundingNames,
+                  "rounding of the q8 grad store: stochastic | nearest");
+  add_enum_option(c, "--lm-head-grad", o.lm_head_grad, kLmHeadGradNames,
+                  "q8 grad store, tied embeddings: the lm_head's gradient whole (an fp32 buffer of the embedding's "
+                  "size) | pieces (none; one more lm_head GEMM per micro-batch)");
   c->add_flag("--profile", o.profile,
               "time the ops by class (GEMMs, attention, LM head + loss, activation store, other): each step's "
               "op_seconds in metrics.jsonl and the split in the final report");
@@ -160,14 +166,10 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   // Test hooks (tests/mpi_tests.cmake): that rank ends abruptly (_exit(3)) when the step begins. Hidden.
   c->add_option("--debug-exit-at-step", o.debug_exit_step)->group("");
   c->add_option("--debug-exit-rank", o.debug_exit_rank)->group("");
-  c->add_option("--device", o.device,
-                "cpu, or cuda: one GPU in one process, with fp32 AdamW moments (docs/cuda.md)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
-  c->add_option("--gpu-gemm", o.gpu_gemm,
-                "with --device cuda: bf16 (GEMM inputs in bf16, fp32 accumulation and masters) or fp32")
-      ->check(CLI::IsMember({"bf16", "fp32"}))
-      ->capture_default_str();
+  add_enum_option(c, "--device", o.device, kDeviceNames,
+                  "cpu, or cuda: one GPU in one process, with fp32 AdamW moments (docs/cuda.md)");
+  add_enum_option(c, "--gpu-gemm", o.gpu_gemm, kGpuGemmNames,
+                  "with --device cuda: bf16 (GEMM inputs in bf16, fp32 accumulation and masters) or fp32");
   c->callback([args, c, kv_heads] {
     if (args->layout == "auto")
       for (const char* f : {"--tp", "--pp", "--sp", "--zero", "--stage-layers"})
@@ -176,7 +178,8 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
                           "--tie-embeddings"})
       if (c->count(f) > 0) args->opt.model_flags.push_back(f);
     if (kv_heads->count() == 0) args->opt.model.n_kv_heads = args->opt.model.n_heads;  // plain multi-head attention
-    if (args->baseline) args->opt.act_policy = "fp32", args->opt.grad_store = "fp32", args->opt.allreduce = "mpi";
+    if (args->baseline)
+      args->opt.act_policy = "fp32", args->opt.grad_store = GradStoreKind::fp32, args->opt.allreduce = GradReduce::fp32;
     cmd_train_run(*args);
   });
 });

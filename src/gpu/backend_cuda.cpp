@@ -8,8 +8,6 @@
 
 namespace agoq {
 
-const char* gemm_precision_name(GemmPrecision p) { return p == GemmPrecision::bf16 ? "bf16" : "fp32"; }
-
 namespace {
 // The device is opened before the members (cuBLASLt's handle, its workspace) are made on it.
 GemmPrecision device_opened(GemmPrecision p) {

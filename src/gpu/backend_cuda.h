@@ -21,8 +21,6 @@
 
 namespace agoq {
 
-enum class GemmPrecision { fp32, bf16 };
-const char* gemm_precision_name(GemmPrecision p);
 
 class CudaBackend final : public ModelBackend {
  public:

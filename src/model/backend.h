@@ -36,6 +36,10 @@ class BackendBuffer {
   size_t n_ = 0;
 };
 
+// The GEMMs' inputs on a device that can round them (the CUDA backend, `--gpu-gemm`): fp32, or bf16 copies with fp32
+// accumulation (Megatron's mixed precision). The CPU computes fp32.
+enum class GemmPrecision : uint8_t { fp32, bf16 };
+
 class ModelBackend {
  public:
   virtual ~ModelBackend() = default;

@@ -7,12 +7,9 @@
 
 namespace agoq {
 
-const char* optim_state_name(OptimState s) { return s == OptimState::q8 ? "q8" : "fp32"; }
+const char* optim_state_name(OptimState s) { return enum_name(kOptimStateNames, s); }
 
-OptimState optim_state_parse(const std::string& s) {
-  AGOQ_CHECK(s == "fp32" || s == "q8", "--optim-state must be fp32 or q8 (got '", s, "')");
-  return s == "q8" ? OptimState::q8 : OptimState::fp32;
-}
+OptimState optim_state_parse(const std::string& s) { return enum_parse(kOptimStateNames, s, "--optim-state"); }
 
 AdamW::AdamW(const ParamSet& layout, const AdamWConfig& cfg, size_t begin, size_t end)
     : cfg_(cfg), begin_(begin), end_(std::min(end, layout.size())) {

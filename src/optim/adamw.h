@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "core/memory.h"
 #include "arch/params.h"
 #include "optim/adam_q8.h"
@@ -13,6 +14,7 @@ namespace agoq {
 
 // How the moments are kept (`--optim-state`): fp32, or 8 bits per value with a scale per block.
 enum class OptimState : uint8_t { fp32, q8 };
+inline constexpr EnumName<OptimState> kOptimStateNames[] = {{OptimState::fp32, "fp32"}, {OptimState::q8, "q8"}};
 const char* optim_state_name(OptimState s);
 OptimState optim_state_parse(const std::string& s);  // "fp32" | "q8"; throws naming the flag
 

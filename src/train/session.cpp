@@ -220,7 +220,7 @@ void TrainSession::memory_check() const {
 
 void TrainSession::model_build() {
   comm_agreed(world_, [&] { step_ids_check(); });
-  if (opt_.device == "cuda") return model_build_gpu();
+  if (opt_.device == TrainDevice::cuda) return model_build_gpu();
   comm_agreed(world_, [&] {
     AGOQ_CHECK(!dp_options_.store.lm_head_pieces || cfg_.tie_embeddings, "--lm-head-grad pieces is for tied "
                "embeddings: this model's lm_head is its own tensor, whose gradient the store holds whole");
@@ -253,7 +253,7 @@ void TrainSession::model_build_gpu() {
 #if AGOQ_HAVE_CUDA
   AGOQ_CHECK(world_.size() == 1, "--device cuda trains on one GPU in one process (", world_.size(),
              " ranks here): data parallelism over GPUs is not built yet");
-  auto gpu = std::make_unique<CudaBackend>(opt_.gpu_gemm == "fp32" ? GemmPrecision::fp32 : GemmPrecision::bf16);
+  auto gpu = std::make_unique<CudaBackend>(opt_.gpu_gemm);
   CudaBackend& backend = *gpu;
   gpu_ = std::move(gpu);
   batches_allocate();

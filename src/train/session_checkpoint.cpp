@@ -209,8 +209,8 @@ void TrainSession::checkpoint(long at_step) {
                               {"pp", grid_.P},
                               {"tp", grid_.T},
                               {"accum", m_},
-                              {"grad_store", opt_.grad_store},
-                              {"allreduce", opt_.allreduce},
+                              {"grad_store", enum_name(kGradStoreNames, opt_.grad_store)},
+                              {"allreduce", enum_name(kAllreduceNames, opt_.allreduce)},
                               {"zero", opt_.zero},
                               {"optim_state", optim_state_name(dp_options_.adam.state)}};
     if (dp_options_.adam.state == OptimState::q8)  // the 8-bit format, which moments_form_of reads back

@@ -46,7 +46,7 @@ void TrainSession::report(const TrainResult& r, long first) const {
   if (gpu_) std::fprintf(stderr, " on the GPU");
   if (D > 1)
     std::fprintf(stderr, " on %d ranks (grad store %s, all-reduce %s%s; %.1f%% of step time waiting on it)", D,
-                 opt_.grad_store.c_str(), opt_.allreduce.c_str(), opt_.zero ? ", ZeRO-1" : "",
+                 enum_name(kGradStoreNames, opt_.grad_store), enum_name(kAllreduceNames, opt_.allreduce), opt_.zero ? ", ZeRO-1" : "",
                  100.0 * wait_total_ / seconds_total_);
   if (grid_.T > 1)
     std::fprintf(stderr, " with layers split over %d tensor-parallel ranks%s", grid_.T, opt_.sp ? " (sequence-parallel)" : "");
@@ -125,7 +125,7 @@ void TrainSession::report_memory(const TrainResult& r) const {
 // The GPU's peaks per category (the device tracker's), and the host's total beside them. The CPU's memory model does
 // not describe the device's workspaces, so no baseline columns here: the activation line above compares the stores.
 void TrainSession::report_memory_gpu(const TrainResult& r) const {
-  std::fprintf(stderr, "peak GPU memory by category (%s GEMMs)\n", opt_.gpu_gemm.c_str());
+  std::fprintf(stderr, "peak GPU memory by category (%s GEMMs)\n", enum_name(kGpuGemmNames, opt_.gpu_gemm));
   for (int c = 0; c < kCats; ++c)
     std::fprintf(stderr, "  %-22s %14s\n", mem_category_name(MemCategory(c)), format_bytes(r.peak.bytes[c]).c_str());
   std::fprintf(stderr, "  %-22s %14s   (host: %s)\n", "total", format_bytes(r.peak_total).c_str(),

@@ -41,16 +41,9 @@ void train_options_validate(const TrainOptions& o) {
              "give one of them (a fine-tune's own checkpoint resumes with --resume alone)");
   AGOQ_CHECK(o.zero == 0 || o.zero == 1, "--zero must be 0 or 1 (got ", o.zero, ")");
   AGOQ_CHECK(o.replan_after >= 1, "--replan-after must be >= 1 (got ", o.replan_after, ")");
-  AGOQ_CHECK(o.grad_rounding == "stochastic" || o.grad_rounding == "nearest",
-             "--grad-rounding must be stochastic or nearest (got '", o.grad_rounding, "')");
-  AGOQ_CHECK(o.lm_head_grad == "whole" || o.lm_head_grad == "pieces",
-             "--lm-head-grad must be whole or pieces (got '", o.lm_head_grad, "')");
-  AGOQ_CHECK(o.lm_head_grad == "whole" || o.grad_store == "q8", "--lm-head-grad pieces is a way of the 8-bit "
-             "gradient store (--grad-store q8); the fp32 store holds every gradient whole");
-  AGOQ_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda (got '", o.device, "')");
-  AGOQ_CHECK(o.gpu_gemm == "bf16" || o.gpu_gemm == "fp32", "--gpu-gemm must be bf16 or fp32 (got '", o.gpu_gemm,
-             "')");
-  if (o.device == "cuda") {  // one GPU, fp32 moments: what the CUDA backend builds so far
+  AGOQ_CHECK(o.lm_head_grad == LmHeadGrad::whole || o.grad_store == GradStoreKind::q8,
+             "--lm-head-grad pieces is a way of the 8-bit gradient store (--grad-store q8); the fp32 store holds every gradient whole");
+  if (o.device == TrainDevice::cuda) {  // one GPU, fp32 moments: what the CUDA backend builds so far
     auto gpu_lacks = [](bool refused, const char* what) {
       AGOQ_CHECK(!refused, "--device cuda: ", what, " is not built on the GPU yet (docs/cuda.md)");
     };
@@ -59,7 +52,7 @@ void train_options_validate(const TrainOptions& o) {
     gpu_lacks(o.zero != 0, "ZeRO-1 (--zero)");
     gpu_lacks(o.adam.state != OptimState::fp32, "8-bit AdamW moments (--optim-state q8)");
     gpu_lacks(o.mem_budget > 0, "re-planning the activation bits (--mem-budget)");
-    gpu_lacks(o.lm_head_grad == "pieces", "the lm_head's gradient in pieces (--lm-head-grad pieces)");
+    gpu_lacks(o.lm_head_grad == LmHeadGrad::pieces, "the lm_head's gradient in pieces (--lm-head-grad pieces)");
     gpu_lacks(o.profile, "timing the ops by class (--profile)");
   }
 }
@@ -107,9 +100,11 @@ std::string train_run_description(const TrainOptions& o, const LlamaConfig& cfg,
      << " steps " << o.steps << " warmup " << o.warmup << " lr " << o.lr << " min_lr " << o.min_lr << " clip "
      << o.clip << " adam " << o.adam.beta1 << ' ' << o.adam.beta2 << ' ' << o.adam.eps << ' ' << o.adam.weight_decay
      << " seed " << o.seed << " eval " << o.eval_every << ' ' << o.eval_batches << " ckpt " << o.ckpt_every
-     << " stop_after " << o.stop_after << " act " << o.act_policy << " grad_store " << o.grad_store << " allreduce "
-     << o.allreduce << " rounding " << o.grad_rounding << " lm_head_grad " << o.lm_head_grad << " optim_state " << optim_state_name(o.adam.state)
-     << " zero " << o.zero << " pp " << o.pp << ' ' << o.stage_layers << " tp " << o.tp << " sp " << o.sp << " mem_budget "
+     << " stop_after " << o.stop_after << " act " << o.act_policy << " grad_store "
+     << enum_name(kGradStoreNames, o.grad_store) << " allreduce " << enum_name(kAllreduceNames, o.allreduce)
+     << " rounding " << enum_name(kGradRoundingNames, o.grad_rounding) << " lm_head_grad "
+     << enum_name(kLmHeadGradNames, o.lm_head_grad) << " optim_state " << optim_state_name(o.adam.state) << " zero "
+     << o.zero << " pp " << o.pp << ' ' << o.stage_layers << " tp " << o.tp << " sp " << o.sp << " mem_budget "
      << o.mem_budget << ' ' << o.replan_after << " resume " << resume_commit << " init_from " << o.init_from;
   return os.str();
 }

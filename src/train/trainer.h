@@ -5,12 +5,30 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
-#include "core/memory.h"
 #include "arch/config.h"
+#include "comm/allreduce_q8.h"
+#include "comm/communicator.h"
+#include "core/enum_names.h"
+#include "core/memory.h"
+#include "model/backend.h"
 #include "optim/adamw.h"
+#include "parallel/grad_store.h"
 
 namespace agoq {
+
+// The lm_head's weight gradient with the 8-bit store and tied embeddings (`--lm-head-grad`).
+enum class LmHeadGrad : uint8_t { whole, pieces };
+// Where the model computes (`--device`).
+enum class TrainDevice : uint8_t { cpu, cuda };
+
+// The flags' spellings of the options' enums (the CLI parses with them; reports and checkpoints name with them).
+inline constexpr EnumName<GradStoreKind> kGradStoreNames[] = {{GradStoreKind::fp32, "fp32"}, {GradStoreKind::q8, "q8"}};
+inline constexpr EnumName<GradReduce> kAllreduceNames[] = {{GradReduce::fp32, "mpi"}, {GradReduce::q8, "q8"}};
+inline constexpr EnumName<QuantRounding> kGradRoundingNames[] = {{QuantRounding::stochastic, "stochastic"},
+                                                                 {QuantRounding::nearest, "nearest"}};
+inline constexpr EnumName<LmHeadGrad> kLmHeadGradNames[] = {{LmHeadGrad::whole, "whole"}, {LmHeadGrad::pieces, "pieces"}};
+inline constexpr EnumName<TrainDevice> kDeviceNames[] = {{TrainDevice::cpu, "cpu"}, {TrainDevice::cuda, "cuda"}};
+inline constexpr EnumName<GemmPrecision> kGpuGemmNames[] = {{GemmPrecision::bf16, "bf16"}, {GemmPrecision::fp32, "fp32"}};
 
 struct TrainOptions {
   std::string data_dir;              // from `agoq prepare`: train.bin, val.bin, tokenizer.model
@@ -38,12 +56,12 @@ struct TrainOptions {
   bool overwrite = false;  // a fresh run may replace an earlier run's checkpoints and metrics in out_dir
   bool quiet = false;
   // Data parallelism (docs/parallel.md): D = comm's size replicas, each running `accum` micro-batches per step.
-  std::string grad_store = "fp32";  // fp32 | q8: gradient accumulation buffers
-  std::string allreduce = "mpi";    // mpi (fp32 MPI_Allreduce) | q8 (allreduce_q8)
-  std::string grad_rounding = "stochastic";  // q8 grad store: stochastic | nearest
+  GradStoreKind grad_store = GradStoreKind::fp32;  // gradient accumulation buffers
+  GradReduce allreduce = GradReduce::fp32;        // MPI's fp32 all-reduce, or allreduce_q8
+  QuantRounding grad_rounding = QuantRounding::stochastic;  // of the q8 grad store
   // q8 grad store, tied embeddings: the lm_head's weight gradient whole (an fp32 scratch of the embedding's size)
   // or in vocabulary pieces (no such scratch; one more lm_head GEMM per micro-batch).
-  std::string lm_head_grad = "whole";
+  LmHeadGrad lm_head_grad = LmHeadGrad::whole;
   bool profile = false;  // time the ops by class (model/backend_timed.h): metrics.jsonl's op_seconds, the report
   int zero = 0;                     // 1: ZeRO-1, AdamW state sharded over the ranks
   // Pipeline parallelism (1F1B): ranks form a pp x (ranks / pp) grid; `accum` is the micro-batches per step.
@@ -59,9 +77,9 @@ struct TrainOptions {
   size_t mem_budget = 0;
   long replan_after = 2;
   // Where the model computes (docs/cuda.md): cpu, or cuda (one GPU in one process: fp32 gradients and AdamW moments
-  // on the device; GEMMs with bf16 inputs and fp32 accumulation, or fp32 throughout with gpu_gemm "fp32").
-  std::string device = "cpu";
-  std::string gpu_gemm = "bf16";
+  // on the device; GEMMs with bf16 inputs and fp32 accumulation, or fp32 throughout).
+  TrainDevice device = TrainDevice::cpu;
+  GemmPrecision gpu_gemm = GemmPrecision::bf16;
   Communicator* comm = nullptr;     // null: comm_world()
   // Test hook (hidden flags --debug-exit-at-step/--debug-exit-rank): that rank _exit(3)s when the step begins.
   long debug_exit_step = 0;

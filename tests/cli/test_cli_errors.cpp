@@ -54,6 +54,10 @@ TEST_F(CliErrors, BadFlagValues) {
   expect_clean_error(train({{"--act-policy", "attn=4,mlp=fp7"}}), "mlp=fp7");
   expect_clean_error(train({{"--stepz", "3"}}), "--stepz");
   expect_clean_error(train({{"--optim-state", "int4"}}), "--optim-state must be fp32 or q8");
+  expect_clean_error(train({{"--grad-store", "q4"}}), "--grad-store must be fp32 or q8 (got 'q4')");
+  expect_clean_error(train({{"--allreduce", "nccl"}}), "--allreduce must be mpi or q8 (got 'nccl')");
+  expect_clean_error(train({{"--grad-rounding", "up"}}), "--grad-rounding must be stochastic or nearest (got 'up')");
+  expect_clean_error(train({{"--lm-head-grad", "half"}}), "--lm-head-grad must be whole or pieces (got 'half')");
   expect_clean_error(train({{"--optim-state", "q8"}, {"--baseline", " "}}), "--optim-state");
 }
 

@@ -25,7 +25,7 @@ TrainOptions options(const fs::path& data, const std::string& out, const std::st
   TrainOptions o;
   o.data_dir = data.string();
   o.out_dir = (data / out).string();
-  o.device = device;
+  o.device = enum_parse(kDeviceNames, device, "device");
   o.model.dim = 64, o.model.n_layers = 2, o.model.n_heads = 4, o.model.n_kv_heads = 2, o.model.ffn_dim = 96;
   o.batch = 4, o.seq = 32, o.accum = 2, o.steps = steps, o.warmup = 5, o.lr = 1e-2f, o.min_lr = 1e-3f;
   o.eval_every = 0, o.eval_batches = 2, o.quiet = true;
@@ -52,7 +52,7 @@ TEST(TrainCuda, EightBitGradientsFollowTheCpuLossCurve) {
   AGOQ_REQUIRE_GPU();
   const fs::path data = make_data("q8");
   TrainOptions c = options(data, "cpu", "cpu", 30), g = options(data, "gpu", "cuda", 30);
-  c.grad_store = g.grad_store = "q8";
+  c.grad_store = g.grad_store = GradStoreKind::q8;
   const TrainResult cpu = train_run(c), gpu = train_run(g);
   ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
   for (size_t i = 0; i < cpu.losses.size(); ++i)
@@ -114,7 +114,7 @@ TEST(TrainCuda, PeaksAreTheDevicesBytes) {
   AGOQ_REQUIRE_GPU();
   const fs::path data = make_data("peaks");
   TrainOptions o = options(data, "gpu", "cuda", 2);
-  o.gpu_gemm = "fp32";  // no bf16 copies of the weights: weights are the fp32 masters alone
+  o.gpu_gemm = GemmPrecision::fp32;  // no bf16 copies of the weights: weights are the fp32 masters alone
   const TrainResult r = train_run(o);
   LlamaConfig cfg = o.model;
   cfg.vocab_size = 50, cfg.max_seq_len = std::max(cfg.max_seq_len, o.seq);

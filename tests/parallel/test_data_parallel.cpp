@@ -78,7 +78,8 @@ TEST(DataParallel, Q8PathsFollowTheFp32Curve) {
   };
   for (const Variant v : {Variant{"q8", "q8", 0}, Variant{"fp32", "q8", 0}, Variant{"q8", "mpi", 0},
                           Variant{"q8", "q8", 1}}) {
-    o.grad_store = v.store, o.allreduce = v.reduce, o.zero = v.zero;
+    o.grad_store = enum_parse(kGradStoreNames, v.store, "store"), o.zero = v.zero;
+    o.allreduce = enum_parse(kAllreduceNames, v.reduce, "reduce");
     o.out_dir = (data / (std::string(v.store) + v.reduce + std::to_string(v.zero))).string();
     const TrainResult q = train_run(o);
     if (world().rank() != 0) continue;
@@ -145,7 +146,8 @@ TEST(DataParallel, OverlappedQ8StoreReductionIsBitIdentical) {
 void check_resume(const std::string& store, const std::string& reduce, int zero) {
   const fs::path data = shared_data("resume" + store + reduce);
   TrainOptions o = tiny(data, "straight", 2);
-  o.grad_store = store, o.allreduce = reduce, o.zero = zero;
+  o.grad_store = enum_parse(kGradStoreNames, store, "store"), o.zero = zero;
+  o.allreduce = enum_parse(kAllreduceNames, reduce, "reduce");
   expect_resume_bit_identical(o, data);
   shared_cleanup(data);
 }
@@ -161,7 +163,7 @@ TEST(DataParallel, Q8StatesFollowTheFp32CurveResumeExactlyAndMatchTheModel) {
   const fs::path data = shared_data("q8states");
   TrainOptions o = tiny(data, "fp32", 2);
   const TrainResult ref = single_reference(o, D);
-  o.grad_store = "q8", o.allreduce = "q8", o.adam.state = OptimState::q8;
+  o.grad_store = GradStoreKind::q8, o.allreduce = GradReduce::q8, o.adam.state = OptimState::q8;
   for (int zero : {0, 1}) {
     o.zero = zero;
     o.out_dir = (data / ("q8z" + std::to_string(zero))).string();
@@ -199,12 +201,12 @@ TEST(DataParallel, BadFlagsAreOneClearError) {
   TrainOptions o = tiny(data, "x", 1);
   std::unique_ptr<Communicator> self = world().split(world().rank(), 0);
   o.comm = self.get();
-  o.grad_store = "q4";
+  o.zero = 2;
   try {
     train_run(o);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--grad-store must be fp32 or q8"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--zero must be 0 or 1 (got 2"), std::string::npos) << e.what();
   }
   shared_cleanup(data);
 }

@@ -236,9 +236,9 @@ TEST(GradStore, TiedHeadInPiecesTrainsAsTheWholeOnEveryGrid) {
     const std::string grid = "TP " + std::to_string(T) + (sp ? " + SP" : "") + " x DP " + std::to_string(W / T);
     TrainOptions o = tiny(data, "whole" + std::to_string(T) + (sp ? "sp" : ""), 2);
     o.model.tie_embeddings = true;
-    o.grad_store = "q8", o.allreduce = "q8", o.tp = T, o.sp = sp;
+    o.grad_store = GradStoreKind::q8, o.allreduce = GradReduce::q8, o.tp = T, o.sp = sp;
     const TrainResult whole = train_run(o);
-    o.lm_head_grad = "pieces", o.out_dir += "_pieces";
+    o.lm_head_grad = LmHeadGrad::pieces, o.out_dir += "_pieces";
     const TrainResult pieces = train_run(o);
     const double dl = max_rel_diff(pieces.losses, whole.losses), dn = max_rel_diff(pieces.grad_norms, whole.grad_norms);
     if (world().rank() == 0) std::printf("[ measured ] %s: pieces vs whole losses %.2e, norms %.2e\n", grid.c_str(), dl, dn);
@@ -276,11 +276,9 @@ TEST(GradStore, LmHeadGradFlagErrorsAreOneLine) {
     return std::string("no error");
   };
   TrainOptions o = tiny(data, "x" + std::to_string(world().rank()), 1);
-  o.grad_store = "q8", o.lm_head_grad = "half";
-  EXPECT_NE(error_of(o).find("--lm-head-grad must be whole or pieces (got 'half')"), std::string::npos);
-  o.grad_store = "fp32", o.lm_head_grad = "pieces";
+  o.grad_store = GradStoreKind::fp32, o.lm_head_grad = LmHeadGrad::pieces;
   EXPECT_NE(error_of(o).find("--lm-head-grad pieces is a way of the 8-bit gradient store"), std::string::npos);
-  o.grad_store = "q8";
+  o.grad_store = GradStoreKind::q8;
   EXPECT_NE(error_of(o).find("--lm-head-grad pieces is for tied embeddings"), std::string::npos);
   shared_cleanup(data);
 }

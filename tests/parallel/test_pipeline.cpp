@@ -207,7 +207,7 @@ TEST(Pipeline, GridMatchesOneProcess) {
   const TrainResult ref = single_reference(o, W / 2);
   o.zero = 1, o.out_dir = (data / "grid_zero").string();
   const TrainResult grid_zero = train_run(o);
-  o.grad_store = "q8", o.allreduce = "q8";
+  o.grad_store = GradStoreKind::q8, o.allreduce = GradReduce::q8;
   o.out_dir = (data / "grid_q8").string();
   const TrainResult q8 = train_run(o);
   if (world().rank() == 0) {

@@ -39,7 +39,8 @@ TEST(ResumeMatrix, EveryGridAndPrecisionResumesBitIdentically) {
         const fs::path data = shared_data("matrix" + std::to_string(ran), 48);
         TrainOptions o = tiny(data, "straight", 2);
         o.tp = g.tp, o.pp = g.pp, o.sp = g.sp;
-        o.grad_store = grad_q8 ? "q8" : "fp32", o.allreduce = grad_q8 ? "q8" : "mpi";
+        o.grad_store = grad_q8 ? GradStoreKind::q8 : GradStoreKind::fp32;
+        o.allreduce = grad_q8 ? GradReduce::q8 : GradReduce::fp32;
         o.adam.state = moments;
         expect_resume_bit_identical(o, data);
         shared_cleanup(data);
