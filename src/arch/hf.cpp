@@ -6,7 +6,10 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
+#include "arch/config_fields.h"
 #include "core/error.h"
 
 namespace agoq {
@@ -21,6 +24,12 @@ double float_clean(float f) {
   const auto r = std::to_chars(buf, buf + sizeof buf, f);
   *r.ptr = '\0';
   return std::strtod(buf, nullptr);
+}
+
+template <class T>
+json hf_value(T v) {
+  if constexpr (std::is_same_v<T, float>) return float_clean(v);
+  else return v;
 }
 
 json rope_scaling_to_hf_json(const RopeScaling& r) {
@@ -74,18 +83,8 @@ json config_to_hf_json(const LlamaConfig& c, std::optional<int> bos_token_id, st
   c.validate();
   json j = {{"architectures", {"LlamaForCausalLM"}},
             {"model_type", "llama"},
-            {"hidden_size", c.dim},
-            {"intermediate_size", c.ffn_dim},
-            {"num_hidden_layers", c.n_layers},
-            {"num_attention_heads", c.n_heads},
-            {"num_key_value_heads", c.n_kv_heads},
             {"head_dim", c.head_dim()},
-            {"vocab_size", c.vocab_size},
-            {"max_position_embeddings", c.max_seq_len},
-            {"rms_norm_eps", float_clean(c.norm_eps)},
-            {"rope_theta", float_clean(c.rope_theta)},
             {"rope_scaling", rope_scaling_to_hf_json(c.rope_scaling)},
-            {"tie_word_embeddings", c.tie_embeddings},
             {"hidden_act", "silu"},
             {"attention_bias", false},
             {"attention_dropout", 0.0},
@@ -94,6 +93,8 @@ json config_to_hf_json(const LlamaConfig& c, std::optional<int> bos_token_id, st
             {"initializer_range", 0.02},
             {"use_cache", true},
             {"torch_dtype", "float32"}};
+  for (const ConfigField& f : kConfigFields)
+    std::visit([&](auto m) { j[f.hf_key] = hf_value(c.*m); }, f.member);
   if (c.sliding_window) j["sliding_window"] = c.sliding_window;
   if (bos_token_id) j["bos_token_id"] = *bos_token_id;
   if (eos_token_id) j["eos_token_id"] = *eos_token_id;
@@ -103,9 +104,8 @@ json config_to_hf_json(const LlamaConfig& c, std::optional<int> bos_token_id, st
 LlamaConfig config_from_hf_json(const json& j) {
   AGOQ_CHECK(j.is_object(), "LlamaConfig JSON is not an object");
   std::string missing;
-  for (const char* k : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
-                        "max_position_embeddings", "rms_norm_eps"})
-    if (!j.contains(k)) missing += (missing.empty() ? "" : ", ") + std::string(k);
+  for (const ConfigField& f : kConfigFields)
+    if (f.hf_required && !j.contains(f.hf_key)) missing += (missing.empty() ? "" : ", ") + std::string(f.hf_key);
   AGOQ_CHECK(missing.empty(), "LlamaConfig JSON is missing ", missing);
 
   auto get_int = [&](const char* k, int dflt) {
@@ -115,10 +115,21 @@ LlamaConfig config_from_hf_json(const json& j) {
     AGOQ_CHECK(v >= INT_MIN && v <= INT_MAX, "LlamaConfig key ", k, " out of range (", v, ")");
     return int(v);
   };
-  auto get_float = [&](const char* k, float dflt) {
-    if (!j.contains(k)) return dflt;
-    AGOQ_CHECK(j[k].is_number(), "LlamaConfig key ", k, " must be a number (got ", j[k].dump(), ")");
-    return float(j[k].get<double>());
+  // A field's value, or (absent) its default; a required integer that is null reads as 0, which validate() refuses.
+  auto read = [&](const ConfigField& f, auto& into) {
+    using T = std::decay_t<decltype(into)>;
+    const char* k = f.hf_key;
+    if constexpr (std::is_same_v<T, int>) {
+      into = get_int(k, f.hf_required ? 0 : into);
+    } else if constexpr (std::is_same_v<T, float>) {
+      if (!j.contains(k)) return;
+      AGOQ_CHECK(j[k].is_number(), "LlamaConfig key ", k, " must be a number (got ", j[k].dump(), ")");
+      into = float(j[k].get<double>());
+    } else {
+      if (!j.contains(k)) return;
+      AGOQ_CHECK(j[k].is_boolean(), "LlamaConfig key ", k, " must be a boolean");
+      into = j[k].get<bool>();
+    }
   };
   // Options agoq does not implement are refused rather than silently trained differently.
   auto require = [&](const char* k, const json& want) {
@@ -137,25 +148,13 @@ LlamaConfig config_from_hf_json(const json& j) {
   require("attention_bias", false);
   require("mlp_bias", false);
 
-  LlamaConfig c;
-  c.dim = get_int("hidden_size", 0);
-  c.ffn_dim = get_int("intermediate_size", 0);
-  c.n_layers = get_int("num_hidden_layers", 0);
-  c.n_heads = get_int("num_attention_heads", 0);
-  c.n_kv_heads = get_int("num_key_value_heads", c.n_heads);  // HF's default: no grouping
-  c.vocab_size = get_int("vocab_size", 0);
-  c.max_seq_len = get_int("max_position_embeddings", 0);
-  c.norm_eps = get_float("rms_norm_eps", 0);
-  c.rope_theta = get_float("rope_theta", 10000.0f);
+  LlamaConfig c;  // HF LlamaConfig's defaults: rope_theta 10000, untied embeddings, no grouping of the kv heads
+  c.rope_theta = 10000.0f, c.tie_embeddings = false;
+  for (const ConfigField& f : kConfigFields) std::visit([&](auto m) { read(f, c.*m); }, f.member);
+  if (!j.contains("num_key_value_heads") || j["num_key_value_heads"].is_null()) c.n_kv_heads = c.n_heads;
   if (j.contains("rope_scaling")) c.rope_scaling = rope_scaling_from_hf_json(j["rope_scaling"]);
   // (LlamaForCausalLM ignores the key; MistralConfig's default window is 4096, null means none)
   if (mistral) c.sliding_window = j.contains("sliding_window") ? get_int("sliding_window", 0) : 4096;
-  if (j.contains("tie_word_embeddings")) {
-    AGOQ_CHECK(j["tie_word_embeddings"].is_boolean(), "LlamaConfig key tie_word_embeddings must be a boolean");
-    c.tie_embeddings = j["tie_word_embeddings"].get<bool>();
-  } else {
-    c.tie_embeddings = false;  // HF LlamaConfig's default
-  }
   c.validate();
   const int head_dim = get_int("head_dim", c.head_dim());
   AGOQ_CHECK(head_dim == c.head_dim(), "LlamaConfig head_dim ", head_dim,
@@ -168,16 +167,7 @@ std::string config_diff(const LlamaConfig& a, const LlamaConfig& b) {
   auto cmp = [&](const char* key, auto x, auto y) {
     if (os.tellp() == 0 && x != y) os << key << " " << x << " vs " << y;
   };
-  cmp("vocab_size", a.vocab_size, b.vocab_size);
-  cmp("hidden_size", a.dim, b.dim);
-  cmp("num_hidden_layers", a.n_layers, b.n_layers);
-  cmp("num_attention_heads", a.n_heads, b.n_heads);
-  cmp("num_key_value_heads", a.n_kv_heads, b.n_kv_heads);
-  cmp("intermediate_size", a.ffn_dim, b.ffn_dim);
-  cmp("max_position_embeddings", a.max_seq_len, b.max_seq_len);
-  cmp("rope_theta", a.rope_theta, b.rope_theta);
-  cmp("rms_norm_eps", a.norm_eps, b.norm_eps);
-  cmp("tie_word_embeddings", a.tie_embeddings, b.tie_embeddings);
+  for (const ConfigField& f : kConfigFields) std::visit([&](auto m) { cmp(f.hf_key, a.*m, b.*m); }, f.member);
   cmp("rope_scaling", rope_scaling_to_hf_json(a.rope_scaling).dump(), rope_scaling_to_hf_json(b.rope_scaling).dump());
   cmp("sliding_window", a.sliding_window, b.sliding_window);
   return os.str();

@@ -1,11 +1,14 @@
 // `agoq train`: train a LLaMA model on data prepared by `agoq prepare`.
 #include <fstream>
+#include <type_traits>
+#include <variant>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/layout_auto.h"
 #include "comm/communicator.h"
 #include "core/error.h"
+#include "arch/config_fields.h"
 #include "arch/hf.h"
 #include "plan/memory_model.h"
 #include "train/trainer.h"
@@ -29,6 +32,17 @@ struct TrainArgs {
 };
 
 void cmd_train_body(TrainArgs& a);
+
+// A model-shape flag: a switch for a bool field; the value's default shown, but for --kv-heads (default: --heads).
+template <class T>
+void model_flag_add(CLI::App* c, const ConfigField& f, T& into) {
+  if constexpr (std::is_same_v<T, bool>) {
+    c->add_flag(f.flag, into, f.help);
+  } else {
+    CLI::Option* opt = c->add_option(f.flag, into, f.help);
+    if (std::string(f.flag) != "--kv-heads") opt->capture_default_str();
+  }
+}
 
 // A flag whose values are an enum's names (train/trainer.h's tables), parsed into it once.
 template <class E, size_t N>
@@ -67,14 +81,8 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   c->add_option("--data", o.data_dir, "prepared data directory (from `agoq prepare`)")->required();
   c->add_option("--out", o.out_dir, "output directory: metrics.jsonl and ckpt/")->capture_default_str();
   c->add_option("--config", args->config_json, "model shape from a Hugging Face config.json (overrides the flags below)");
-  c->add_option("--dim", o.model.dim, "hidden size")->capture_default_str();
-  c->add_option("--layers", o.model.n_layers, "decoder layers")->capture_default_str();
-  c->add_option("--heads", o.model.n_heads, "attention heads")->capture_default_str();
-  CLI::Option* kv_heads =
-      c->add_option("--kv-heads", o.model.n_kv_heads, "key/value heads, grouped-query attention (default: --heads)");
-  c->add_option("--ffn", o.model.ffn_dim, "MLP hidden size")->capture_default_str();
-  c->add_option("--rope-theta", o.model.rope_theta, "rotary embedding base")->capture_default_str();
-  c->add_flag("--tie-embeddings", o.model.tie_embeddings, "share the embedding and LM head weights");
+  for (const ConfigField& f : kConfigFields)  // the model shape's flags (arch/config_fields.h)
+    if (f.flag) std::visit([&](auto member) { model_flag_add(c, f, o.model.*member); }, f.member);
   c->add_option("--seq", o.seq, "sequence length")->capture_default_str();
   c->add_option("--batch", o.batch, "sequences per micro-batch")->capture_default_str();
   c->add_option("--accum", o.accum, "micro-batches per step (gradient accumulation)")->capture_default_str();
@@ -170,14 +178,14 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
                   "cpu, or cuda: one GPU in one process, with fp32 AdamW moments (docs/cuda.md)");
   add_enum_option(c, "--gpu-gemm", o.gpu_gemm, kGpuGemmNames,
                   "with --device cuda: bf16 (GEMM inputs in bf16, fp32 accumulation and masters) or fp32");
-  c->callback([args, c, kv_heads] {
+  c->callback([args, c] {
     if (args->layout == "auto")
       for (const char* f : {"--tp", "--pp", "--sp", "--zero", "--stage-layers"})
         AGOQ_CHECK(c->count(f) == 0, "--layout auto chooses ", f, " itself: drop it, or use --layout flags");
-    for (const char* f : {"--config", "--dim", "--layers", "--heads", "--kv-heads", "--ffn", "--rope-theta",
-                          "--tie-embeddings"})
-      if (c->count(f) > 0) args->opt.model_flags.push_back(f);
-    if (kv_heads->count() == 0) args->opt.model.n_kv_heads = args->opt.model.n_heads;  // plain multi-head attention
+    if (c->count("--config") > 0) args->opt.model_flags.push_back("--config");
+    for (const ConfigField& f : kConfigFields)
+      if (f.flag && c->count(f.flag) > 0) args->opt.model_flags.push_back(f.flag);
+    if (c->count("--kv-heads") == 0) args->opt.model.n_kv_heads = args->opt.model.n_heads;  // plain multi-head
     if (args->baseline)
       args->opt.act_policy = "fp32", args->opt.grad_store = GradStoreKind::fp32, args->opt.allreduce = GradReduce::fp32;
     cmd_train_run(*args);

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <variant>
 #include <vector>
 
+#include "arch/config_fields.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "train/session.h"
@@ -64,13 +66,8 @@ std::string model_flags_disagreeing(const TrainOptions& o, const LlamaConfig& ck
     if (std::find(o.model_flags.begin(), o.model_flags.end(), flag) == o.model_flags.end() || given == saved) return;
     out << (out.tellp() > 0 ? ", " : "") << flag << ' ' << given << " (" << source << ": " << saved << ')';
   };
-  field("--dim", m.dim, ck.dim);
-  field("--layers", m.n_layers, ck.n_layers);
-  field("--heads", m.n_heads, ck.n_heads);
-  field("--kv-heads", m.n_kv_heads, ck.n_kv_heads);
-  field("--ffn", m.ffn_dim, ck.ffn_dim);
-  field("--rope-theta", m.rope_theta, ck.rope_theta);
-  field("--tie-embeddings", m.tie_embeddings, ck.tie_embeddings);
+  for (const ConfigField& f : kConfigFields)
+    if (f.flag) std::visit([&](auto member) { field(f.flag, m.*member, ck.*member); }, f.member);
   if (std::find(o.model_flags.begin(), o.model_flags.end(), "--config") != o.model_flags.end()) {
     LlamaConfig file = m;  // the data and the sequence length decide these two, not the file
     file.vocab_size = ck.vocab_size, file.max_seq_len = ck.max_seq_len;
