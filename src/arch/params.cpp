@@ -1,6 +1,7 @@
 #include "arch/params.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/error.h"
 #include "arch/hf.h"
@@ -70,6 +71,27 @@ std::vector<ParamSegment> model_grad_units(const LlamaConfig& cfg, const ModelSt
   }
   AGOQ_CHECK(at == model_stage_param_count(cfg, stage), "gradient units and parameter count disagree (internal)");
   return units;
+}
+
+GradScratchLayout model_grad_scratch(const LlamaConfig& cfg, const ModelStage& stage, int block, bool embed_sparse,
+                                     bool lm_head_pieces, size_t max_tokens) {
+  const std::vector<ParamSegment> units = model_grad_units(cfg, stage);
+  GradScratchLayout l;
+  for (size_t u = stage.embed ? 1 : 0; u < units.size(); ++u)
+    l.others = std::max(l.others, units[u].end - units[u].begin);
+  if (!stage.embed) return l;
+  const size_t embed = units[0].end - units[0].begin;
+  if (cfg.tie_embeddings && !lm_head_pieces) {
+    l.embed_tied = embed;
+    return l;
+  }
+  const ShardDims d = model_shard_dims(cfg, stage);
+  const size_t C = size_t(d.C), B = size_t(block), min_rows = std::lcm(C, std::lcm(B, size_t(256))) / C;
+  l.embed_rows = embed_sparse ? std::min(size_t(d.V), std::max(min_rows, l.others / C / min_rows * min_rows))
+                              : size_t(d.V);
+  l.embed_piece = l.embed_rows * C;
+  if (cfg.tie_embeddings) l.kept = std::min(embed, max_tokens * (C / B + 2) * B);
+  return l;
 }
 
 int model_block_isolating_replicated(const LlamaConfig& cfg, const std::vector<ModelStage>& shards, int block) {

@@ -51,6 +51,21 @@ inline int model_grad_unit_of_layer(const ModelStage& s, int layer) {
   return layer < 0 ? 0 : (s.embed ? 1 : 0) + (layer - s.first_layer);
 }
 
+// The fp32 scratch of a stage's 8-bit gradient store (parallel/grad_store.h, gpu/grad_store_cuda.h), in floats:
+// the largest unit but the embedding (`others`); tied, the embedding's own beside it (`embed_tied`). Untied (or
+// tied with the lm_head's gradient in pieces) on the first stage, the embedding goes through the shared scratch in
+// pieces of `embed_rows` vocabulary rows: with embed_sparse (its gradient handed over per token) as many as `others`
+// holds, at least the fewest that make whole q8 blocks (`block`) and whole 8-bit AdamW blocks (which divide 256:
+// the optimizer steps piece by piece), at most the shard's; without, the whole shard at once. With the lm_head's
+// pieces, `kept`: the blocks a micro-batch's max_tokens tokens can touch (a row spans at most C / block + 1).
+struct GradScratchLayout {
+  size_t others = 0, embed_rows = 0, embed_piece = 0, embed_tied = 0, kept = 0;
+  size_t shared() const { return others > embed_piece ? others : embed_piece; }
+  size_t floats() const { return shared() + embed_tied + kept; }
+};
+GradScratchLayout model_grad_scratch(const LlamaConfig& cfg, const ModelStage& stage, int block, bool embed_sparse,
+                                     bool lm_head_pieces, size_t max_tokens);
+
 // The largest power of two <= `block` for which no quantization block of a grad unit (blocks of that many values from
 // the unit's start) holds both a replicated tensor (the norms) and a slice of a split one, on any of these shards:
 // then every tensor-parallel rank computes the same bits for its copy of the norms (their gradients, reductions and

@@ -9,16 +9,15 @@ namespace agoq {
 CudaGradStore::CudaGradStore(ModelBackend& gpu, const LlamaConfig& cfg, const ModelStage& stage, int block,
                                  QuantRounding rounding)
     : gpu_(gpu), block_(block), rounding_(rounding), units_(model_grad_units(cfg, stage)) {
-  const bool tied = stage.embed && cfg.tie_embeddings;
-  size_t shared = 0;  // untied, the embedding comes last, after every other unit is folded: it shares the scratch
-  for (size_t u = tied ? 1 : 0; u < units_.size(); ++u) shared = std::max(shared, units_[u].end - units_[u].begin);
+  // Untied, the embedding comes last, after every other unit is folded: it shares the scratch, written densely.
+  const GradScratchLayout l = model_grad_scratch(cfg, stage, block, /*embed_sparse=*/false, false, 0);
   for (const ParamSegment& u : units_) {
     const size_t n = u.end - u.begin;
     codes_.push_back(gpu.buffer<int8_t>(n, MemCategory::gradients, "grad.q8"));
     scales_.push_back(gpu.buffer<float>(grad_q8_blocks(n, block), MemCategory::gradients, "grad.q8"));
   }
-  scratch_ = gpu.buffer<float>(shared, MemCategory::gradients, "grad.scratch");
-  if (tied) embed_scratch_ = gpu.buffer<float>(units_[0].end - units_[0].begin, MemCategory::gradients, "grad.scratch");
+  scratch_ = gpu.buffer<float>(l.shared(), MemCategory::gradients, "grad.scratch");
+  if (l.embed_tied) embed_scratch_ = gpu.buffer<float>(l.embed_tied, MemCategory::gradients, "grad.scratch");
 }
 
 std::vector<ParamSegment> CudaGradStore::model_storage() {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 
 #include "core/error.h"
 #include "model/ops.h"
@@ -17,37 +16,13 @@ std::vector<GradRange> grad_units_of(const LlamaConfig& cfg, const ModelStage& s
 }
 
 namespace {
-// The q8 scratch: the largest unit but the embedding (`others`); tied, the embedding's own beside it; untied (or
-// tied with the lm_head's gradient in pieces) on the first stage, the embedding in pieces of `embed_rows`
-// vocabulary rows: as many as `others` holds, at least the fewest that make whole q8 blocks and whole 8-bit AdamW
-// blocks (which divide 256: the optimizer steps piece by piece), at most the shard's. With pieces, `kept`: the
-// blocks a micro-batch's tokens can touch (each token's row spans at most C / block + 1 of them).
-struct ScratchLayout {
-  size_t others = 0, embed_rows = 0, embed_piece = 0, embed_tied = 0, kept = 0;
-  size_t shared() const { return std::max(others, embed_piece); }
-};
-
-ScratchLayout scratch_layout(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& o) {
-  const std::vector<GradRange> units = grad_units_of(cfg, stage);
-  ScratchLayout l;
-  for (size_t u = stage.embed ? 1 : 0; u < units.size(); ++u) l.others = std::max(l.others, units[u].size());
-  if (!stage.embed) return l;
-  if (cfg.tie_embeddings && !o.lm_head_pieces) {
-    l.embed_tied = units[0].size();
-    return l;
-  }
-  const ShardDims d = model_shard_dims(cfg, stage);
-  const size_t C = size_t(d.C), block = size_t(o.block), min_rows = std::lcm(C, std::lcm(block, size_t(256))) / C;
-  l.embed_rows = std::min(size_t(d.V), std::max(min_rows, l.others / C / min_rows * min_rows));
-  l.embed_piece = l.embed_rows * C;
-  if (cfg.tie_embeddings) l.kept = std::min(units[0].size(), o.max_tokens * (C / block + 2) * block);
-  return l;
+GradScratchLayout scratch_layout(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& o) {
+  return model_grad_scratch(cfg, stage, o.block, /*embed_sparse=*/true, o.lm_head_pieces, o.max_tokens);
 }
 }  // namespace
 
 size_t grad_store_scratch_floats(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& opts) {
-  const ScratchLayout l = scratch_layout(cfg, stage, opts);
-  return l.shared() + l.embed_tied + l.kept;
+  return scratch_layout(cfg, stage, opts).floats();
 }
 
 GradStore::GradStore(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& opts)
@@ -59,7 +34,7 @@ GradStore::GradStore(const LlamaConfig& cfg, const ModelStage& stage, const Grad
   for (const GradRange& u : units_) q8_.emplace_back(u.size(), opts.block, MemCategory::gradients, "grad.q8");
   AGOQ_CHECK(!opts.lm_head_pieces || (cfg.tie_embeddings && opts.max_tokens > 0),
              "the lm_head's gradient in pieces is for tied embeddings (internal)");
-  const ScratchLayout l = scratch_layout(cfg, stage, opts);
+  const GradScratchLayout l = scratch_layout(cfg, stage, opts);
   embed_piece_rows_ = l.embed_rows;
   scratch_ = Buffer<float>(l.shared(), MemCategory::gradients, "grad.scratch");
   if (l.embed_tied) embed_scratch_ = Buffer<float>(l.embed_tied, MemCategory::gradients, "grad.scratch");
