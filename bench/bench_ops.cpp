@@ -21,6 +21,7 @@
 #include "core/memory.h"
 #include "core/rng.h"
 #include "model/ops.h"
+#include "opmath/op_flops.h"
 #if AGOQ_HAVE_CUDA
 #include "bench/cuda/bench_cuda.h"
 #endif
@@ -108,7 +109,7 @@ void bench_ops_run(const Args& a) {
     });
   }
 
-  {  // attention, causal FLOPs: forward 2 products of B·H·T²/2·hd multiply-adds, backward 2.5× that
+  {  // attention, causal FLOPs (model/attention.h)
     const int hd = a.dim / a.heads;
     std::vector<int> kv_list = {a.kv_heads};  // the configured heads, and a grouped-query variant
     if (a.heads % 4 == 0 && a.heads / 4 != a.kv_heads) kv_list.push_back(a.heads / 4);
@@ -117,7 +118,8 @@ void bench_ops_run(const Args& a) {
       auto q = random_buffer(nq, 6), k = random_buffer(nk, 7), v = random_buffer(nk, 8), dout = random_buffer(nq, 9);
       Buffer<float> o(nq, MemCategory::workspace), lse(size_t(a.B) * a.heads * a.T, MemCategory::workspace),
           dq(nq, MemCategory::workspace), dk(nk, MemCategory::workspace), dv(nk, MemCategory::workspace);
-      const double fwd = 2.0 * 2.0 * a.B * a.heads * double(a.T) * a.T * hd / 2;
+      const double fwd = attention_forward_flops(a.B, a.heads, a.T, hd);
+      const double bwd = attention_backward_flops(a.B, a.heads, a.T, hd);
       const std::string name = "attention B" + std::to_string(a.B) + " T" + std::to_string(a.T) + " H" +
                                std::to_string(a.heads) + "/" + std::to_string(kvh) + " hd" + std::to_string(hd);
       auto f = [&] { attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), a.B, a.T, a.heads, kvh, hd); };
@@ -126,8 +128,8 @@ void bench_ops_run(const Args& a) {
                            lse.data(), a.B, a.T, a.heads, kvh, hd);
       };
       add_flops(name + " fwd", fwd, f);
-      add_flops(name + " bwd", 2.5 * fwd, b);
-      add_flops(name + " fwd+bwd", 3.5 * fwd, [&] { f(), b(); });
+      add_flops(name + " bwd", bwd, b);
+      add_flops(name + " fwd+bwd", fwd + bwd, [&] { f(), b(); });
     }
   }
 

@@ -20,6 +20,7 @@
 #include "cuda/matmul_cuda.h"
 #include "cuda/ops_cuda.h"
 #include "cuda/quant_cuda.h"
+#include "opmath/op_flops.h"
 
 namespace agoq {
 namespace {
@@ -96,7 +97,7 @@ void bench_ops_cuda(const BenchOpsCudaOptions& o) {
                   [&] { mm.backward(y.data(), dw.data(), dout, in, wp, t, N, g.in, g.out); });
       }
   }
-  {  // causal attention: forward 2·B·T²·H·hd flops (half of the T² scores are masked), backward 2.5× that
+  {  // causal attention, its FLOPs as model/attention.h counts them
     const size_t nq = size_t(N) * C, nkv = size_t(N) * Ckv;
     DeviceBuffer<float> q = random_device(nq, 3), k = random_device(nkv, 4), v = random_device(nkv, 5),
                         out(nq, MemCategory::workspace, "bench.ops"), dout = random_device(nq, 6),
@@ -104,10 +105,9 @@ void bench_ops_cuda(const BenchOpsCudaOptions& o) {
                         dq(nq, MemCategory::workspace, "bench.ops"), dk(nkv, MemCategory::workspace, "bench.ops"),
                         dv(nkv, MemCategory::workspace, "bench.ops");
     CudaAttention attn(mm, o.B, o.T, o.heads, o.kv_heads, hd);
-    const double fwd = 2.0 * o.B * double(o.T) * o.T * o.heads * hd;
-    add_flops("attention fwd", fwd,
+    add_flops("attention fwd", attention_forward_flops(o.B, o.heads, o.T, hd),
               [&] { attn.forward(out.data(), lse.data(), q.data(), k.data(), v.data(), nullptr); });
-    add_flops("attention bwd", 2.5 * fwd, [&] {
+    add_flops("attention bwd", attention_backward_flops(o.B, o.heads, o.T, hd), [&] {
       attn.backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
                     lse.data(), nullptr);
     });

@@ -16,6 +16,7 @@
 #include "model/attention.h"
 #include "model/llama.h"
 #include "model/ops.h"
+#include "opmath/op_flops.h"
 #include "optim/adamw.h"
 #include "quant/grad_q8.h"
 #include "quant/tensor.h"
@@ -260,7 +261,7 @@ PlanRateCurve measure_attention(Communicator& world, int reps) {
     Buffer<float> q = random_values(n, 4), k = random_values(n, 5), v = random_values(n, 6), dout = random_values(n, 7);
     Buffer<float> o(n, MemCategory::workspace), lse(size_t(H) * T, MemCategory::workspace),
         dq(n, MemCategory::workspace), dk(n, MemCategory::workspace), dv(n, MemCategory::workspace);
-    const double flops = 3.5 * 2.0 * 2.0 * H * double(T) * T / 2 * hd;
+    const double flops = attention_forward_flops(1, H, T, hd) + attention_backward_flops(1, H, T, hd);
     const double s = mean_seconds(world, reps, [&] {
       attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), 1, T, H, H, hd);
       attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), o.data(),

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/llama.h"
+#include "opmath/op_flops.h"
 
 namespace agoq {
 
@@ -88,8 +89,9 @@ PlanStageFlops plan_stage_flops(const LlamaConfig& cfg, const PlanStage& st, int
     add(r.layer, w.d, w.ct, 2 * L);   // q, o
     add(r.layer, w.d, w.kvt, 2 * L);  // k, v
     add(r.layer, w.d, w.ft, 3 * L);   // gate, up, down
-    const double fwd = 2.0 * 2.0 * micro_batch * (double(cfg.n_heads) / tp) * double(seq) * seq / 2 * cfg.head_dim();
-    f.attention = 3.5 * fwd * L;
+    const double heads = double(cfg.n_heads) / tp;
+    f.attention = (attention_forward_flops(micro_batch, heads, seq, cfg.head_dim()) +
+                   attention_backward_flops(micro_batch, heads, seq, cfg.head_dim())) * L;
   }
   if (st.head) add(r.head, w.d, w.vt, 1);
   return f;
