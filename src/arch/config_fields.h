@@ -29,8 +29,8 @@ inline constexpr ConfigField kConfigFields[] = {
     {&LlamaConfig::max_seq_len, "max_position_embeddings", nullptr, "", true},
     {&LlamaConfig::rope_theta, "rope_theta", "--rope-theta", "rotary embedding base", false},
     {&LlamaConfig::norm_eps, "rms_norm_eps", nullptr, "", true},
-    {&LlamaConfig::tie_embeddings, "tie_word_embeddings", "--tie-embeddings",
-     "share the embedding and LM head weights", false},
+    {&LlamaConfig::tie_embeddings, "tie_word_embeddings", "--tie-embeddings", "share the embedding and LM head weights",
+     false},
 };
 
 }  // namespace agoq

@@ -20,8 +20,8 @@ float step_clip_scale(long step, double loss, double grad_norm, float clip) {
     fail("training diverged at step ", step, ": the loss is ", loss, " (loss ", loss, ", gradient norm ", grad_norm,
          ")");
   if (!std::isfinite(grad_norm))
-    fail("training diverged at step ", step, ": the gradient norm is ", grad_norm, " (loss ", loss,
-         ", gradient norm ", grad_norm, ")");
+    fail("training diverged at step ", step, ": the gradient norm is ", grad_norm, " (loss ", loss, ", gradient norm ",
+         grad_norm, ")");
   return grad_norm > clip ? float(clip / grad_norm) : 1.0f;
 }
 

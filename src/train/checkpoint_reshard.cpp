@@ -143,8 +143,8 @@ void Q8FileMoments::decode(const LlamaConfig& cfg, const NamedTensors& whole) {
     Buffer<float> m(n, MemCategory::workspace, "ckpt.moments"), v(n, MemCategory::workspace, "ckpt.moments");
     for (size_t u = 0; u < sh.units.size(); ++u) {
       const size_t a = sh.units[u].begin, b = sh.scale_at[u];
-      adam_q8_decode(form, sh.m_codes.data() + a, sh.v_codes.data() + a, sh.m_scales.data() + b,
-                     sh.v_scales.data() + b, sh.units[u].end - a, m.data() + a, v.data() + a);
+      adam_q8_decode(form, sh.m_codes.data() + a, sh.v_codes.data() + a, sh.m_scales.data() + b, sh.v_scales.data() + b,
+                     sh.units[u].end - a, m.data() + a, v.data() + a);
     }
     MomentsPlace at;  // the decoded shard, fp32
     at.m = {m.data()}, at.v = {v.data()};

@@ -102,7 +102,7 @@ inline std::vector<OpCase> op_cases() {
   std::vector<OpCase> cases;
   const int N = 6, I = 7, O = 5, C = 12;
 
-  cases.push_back({"matmul_forward", {ModelOp::matmul_forward}, [=](ModelBackend& be) {
+  const auto case_matmul_forward = [=](ModelBackend& be) {
     OnBackend d(be);
     const auto in = randn(size_t(N) * I, 1), w = randn(size_t(O) * I, 2);
     float* out = d.put(randn(size_t(N) * O, 3));  // overwritten
@@ -110,9 +110,10 @@ inline std::vector<OpCase> op_cases() {
     Vec want(size_t(N) * O), ind = to_double(in), wd = to_double(w);
     ref::matmul_forward(want.data(), ind.data(), wd.data(), N, I, O);
     return std::vector<OpCheck>{{"out", rel_err(d.get(out, want.size()), want), kFwdTol}};
-  }});
+  };
+  cases.push_back({"matmul_forward", {ModelOp::matmul_forward}, case_matmul_forward});
 
-  cases.push_back({"matmul_backward", {ModelOp::matmul_backward}, [=](ModelBackend& be) {
+  const auto case_matmul_backward = [=](ModelBackend& be) {
     OnBackend d(be);
     const auto in = randn(size_t(N) * I, 4), w = randn(size_t(O) * I, 5), dout = randn(size_t(N) * O, 6);
     const auto din0 = randn(in.size(), 7), dw0 = randn(w.size(), 8);
@@ -125,10 +126,11 @@ inline std::vector<OpCase> op_cases() {
     return std::vector<OpCheck>{{"din accumulated", rel_err(d.get(din, in.size()), plus(din0, want_din)), kFwdTol},
                                 {"dw accumulated", rel_err(d.get(dw, w.size()), plus(dw0, want_dw)), kFwdTol},
                                 {"din overwritten", rel_err(d.get(din_over, in.size()), want_din), kFwdTol}};
-  }});
+  };
+  cases.push_back({"matmul_backward", {ModelOp::matmul_backward}, case_matmul_backward});
 
   const auto x = randn(size_t(N) * C, 10, 3.0f), g = randn(C, 11);
-  cases.push_back({"rmsnorm_forward+apply", {ModelOp::rmsnorm_forward, ModelOp::rmsnorm_apply}, [=](ModelBackend& be) {
+  const auto case_rmsnorm_forward_apply = [=](ModelBackend& be) {
     OnBackend d(be);
     float *out = d.put(randn(x.size(), 12)), *rstd = d.put(randn(N, 13)), *again = d.put(randn(x.size(), 14));
     const float *x_d = d.put(x), *g_d = d.put(g);
@@ -139,9 +141,11 @@ inline std::vector<OpCase> op_cases() {
     return std::vector<OpCheck>{{"out", rel_err(d.get(out, x.size()), want), kFwdTol},
                                 {"rstd", rel_err(d.get(rstd, N), want_rstd), kFwdTol},
                                 {"apply", rel_err(d.get(again, x.size()), want), kFwdTol}};
-  }});
+  };
+  cases.push_back(
+      {"rmsnorm_forward+apply", {ModelOp::rmsnorm_forward, ModelOp::rmsnorm_apply}, case_rmsnorm_forward_apply});
 
-  cases.push_back({"rmsnorm_backward", {ModelOp::rmsnorm_forward, ModelOp::rmsnorm_backward}, [=](ModelBackend& be) {
+  const auto case_rmsnorm_backward = [=](ModelBackend& be) {
     OnBackend d(be);
     const auto R = randn(x.size(), 15), dx0 = randn(x.size(), 16), dg0 = randn(C, 17);
     float *out = d.put(std::vector<float>(x.size())), *rstd = d.put(std::vector<float>(N));
@@ -158,10 +162,11 @@ inline std::vector<OpCase> op_cases() {
     const auto gx = minus(d.get(dx, x.size()), dx0), gg = minus(d.get(dg, C), dg0);
     return std::vector<OpCheck>{{"dx accumulated", fd_err(gx.data(), xd, loss), kGradTol},
                                 {"dw accumulated", fd_err(gg.data(), gd, loss), kGradTol}};
-  }});
+  };
+  cases.push_back({"rmsnorm_backward", {ModelOp::rmsnorm_forward, ModelOp::rmsnorm_backward}, case_rmsnorm_backward});
 
   const int T = 3, heads = 2, hd = 6;  // rope rows: N = 2 sequences of T
-  cases.push_back({"rope_forward+backward", {ModelOp::rope_forward, ModelOp::rope_backward}, [=](ModelBackend& be) {
+  const auto case_rope_forward_backward = [=](ModelBackend& be) {
     OnBackend d(be);
     const size_t n = size_t(N) * heads * hd;
     std::vector<float> cos(size_t(T) * hd / 2), sin(cos.size());
@@ -181,20 +186,23 @@ inline std::vector<OpCase> op_cases() {
     const auto back = d.get(r_d, n);
     return std::vector<OpCheck>{{"forward", rel_err(d.get(q_d, n), want), kFwdTol},
                                 {"backward", fd_err(back.data(), qd, loss), kGradTol}};
-  }});
+  };
+  cases.push_back(
+      {"rope_forward+backward", {ModelOp::rope_forward, ModelOp::rope_backward}, case_rope_forward_backward});
 
   const size_t nf = 40;
   const auto gate = randn(nf, 20, 3.0f), up = randn(nf, 21);
-  cases.push_back({"swiglu_forward", {ModelOp::swiglu_forward}, [=](ModelBackend& be) {
+  const auto case_swiglu_forward = [=](ModelBackend& be) {
     OnBackend d(be);
     float* out = d.put(randn(nf, 22));
     be.swiglu_forward(out, d.put(gate), d.put(up), nf);
     Vec want(nf), gd = to_double(gate), ud = to_double(up);
     ref::swiglu_forward(want.data(), gd.data(), ud.data(), nf);
     return std::vector<OpCheck>{{"out", rel_err(d.get(out, nf), want), kFwdTol}};
-  }});
+  };
+  cases.push_back({"swiglu_forward", {ModelOp::swiglu_forward}, case_swiglu_forward});
 
-  cases.push_back({"swiglu_backward", {ModelOp::swiglu_backward}, [=](ModelBackend& be) {
+  const auto case_swiglu_backward = [=](ModelBackend& be) {
     OnBackend d(be);
     const auto R = randn(nf, 23);
     float *dgate = d.put(randn(nf, 24)), *dup = d.put(randn(nf, 25));  // overwritten
@@ -208,12 +216,13 @@ inline std::vector<OpCase> op_cases() {
     const auto dg = d.get(dgate, nf), du = d.get(dup, nf);
     return std::vector<OpCheck>{{"dgate", fd_err(dg.data(), gd, loss), kGradTol},
                                 {"dup", fd_err(du.data(), ud, loss), kGradTol}};
-  }});
+  };
+  cases.push_back({"swiglu_backward", {ModelOp::swiglu_backward}, case_swiglu_backward});
 
   const int V = 10;
   const auto z = randn(size_t(N) * V, 26, 2.0f);
   const std::vector<int> targets = {3, -1, 0, 9, 5, 5};
-  cases.push_back({"crossentropy_forward_backward", {ModelOp::crossentropy_forward_backward}, [=](ModelBackend& be) {
+  const auto case_crossentropy_forward_backward = [=](ModelBackend& be) {
     OnBackend d(be);
     float *logits = d.put(z), *losses = d.put(randn(N, 27)), *stats = d.put(std::vector<float>(3 * N));
     be.crossentropy_forward_backward(logits, losses, d.put(targets), N, V, 0.25f, stats);
@@ -221,20 +230,20 @@ inline std::vector<OpCase> op_cases() {
     crossentropy_ref(want_loss, want_dz, z, targets, N, V, 0.25);
     return std::vector<OpCheck>{{"losses", rel_err(d.get(losses, N), want_loss), kFwdTol},
                                 {"dlogits", rel_err(d.get(logits, z.size()), want_dz), kFwdTol}};
-  }});
+  };
+  cases.push_back(
+      {"crossentropy_forward_backward", {ModelOp::crossentropy_forward_backward}, case_crossentropy_forward_backward});
 
   // The vocabulary in two shards [0, 4) and [4, 10), with the reductions between the phases done here.
-  cases.push_back({"crossentropy_shards",
-                   {ModelOp::crossentropy_shard_max, ModelOp::crossentropy_shard_exp,
-                    ModelOp::crossentropy_shard_finish},
-                   [=](ModelBackend& be) {
+  const auto case_crossentropy_shards = [=](ModelBackend& be) {
     OnBackend d(be);
     const int bounds[3] = {0, 4, V};
     std::vector<float*> shard(2), row_max(2), sums(2), losses(2);
     const int* t_d = d.put(targets);
     for (int s = 0; s < 2; ++s) {
       std::vector<float> part;
-      for (int n = 0; n < N; ++n) part.insert(part.end(), z.begin() + n * V + bounds[s], z.begin() + n * V + bounds[s + 1]);
+      for (int n = 0; n < N; ++n)
+        part.insert(part.end(), z.begin() + n * V + bounds[s], z.begin() + n * V + bounds[s + 1]);
       shard[s] = d.put(part), row_max[s] = d.put(std::vector<float>(N)), sums[s] = d.put(std::vector<float>(2 * N));
       losses[s] = d.put(std::vector<float>(N));
       be.crossentropy_shard_max(shard[s], N, bounds[s + 1] - bounds[s], row_max[s]);
@@ -261,13 +270,17 @@ inline std::vector<OpCase> op_cases() {
     crossentropy_ref(want_loss, want_dz, z, targets, N, V, 0.25);
     return std::vector<OpCheck>{{"losses", rel_err(d.get(losses[0], N), want_loss), kFwdTol},
                                 {"dlogits", rel_err(got_dz, want_dz), kFwdTol}};
-  }});
+  };
+  cases.push_back(
+      {"crossentropy_shards",
+       {ModelOp::crossentropy_shard_max, ModelOp::crossentropy_shard_exp, ModelOp::crossentropy_shard_finish},
+       case_crossentropy_shards});
 
   // A shard of rows [2, 7) of a vocabulary of 9: tokens outside it give zero rows and no gradient.
   const int Vt = 9, v_begin = 2, Vs = 5;
   const std::vector<int> tokens = {2, 8, 4, 4, 0, 6};
   const auto table = randn(size_t(Vs) * C, 28);
-  cases.push_back({"embedding_forward", {ModelOp::embedding_forward}, [=](ModelBackend& be) {
+  const auto case_embedding_forward = [=](ModelBackend& be) {
     OnBackend d(be);
     float* out = d.put(randn(size_t(N) * C, 29));
     be.embedding_forward(out, d.put(tokens), d.put(table), N, C, v_begin, Vs);
@@ -276,9 +289,10 @@ inline std::vector<OpCase> op_cases() {
       for (int c = 0; c < C && tokens[n] >= v_begin && tokens[n] < v_begin + Vs; ++c)
         want[size_t(n) * C + c] = table[size_t(tokens[n] - v_begin) * C + c];
     return std::vector<OpCheck>{{"out", rel_err(d.get(out, want.size()), want), 0.0}};
-  }});
+  };
+  cases.push_back({"embedding_forward", {ModelOp::embedding_forward}, case_embedding_forward});
 
-  cases.push_back({"embedding_backward", {ModelOp::embedding_backward}, [=](ModelBackend& be) {
+  const auto case_embedding_backward = [=](ModelBackend& be) {
     OnBackend d(be);
     const auto dout = randn(size_t(N) * C, 30), dtable0 = randn(table.size(), 31);
     float* dtable = d.put(dtable0);
@@ -289,9 +303,10 @@ inline std::vector<OpCase> op_cases() {
         want[size_t(tokens[n] - v_begin) * C + c] += dout[size_t(n) * C + c];
     (void)Vt;
     return std::vector<OpCheck>{{"dtable accumulated", rel_err(d.get(dtable, table.size()), want), kFwdTol}};
-  }});
+  };
+  cases.push_back({"embedding_backward", {ModelOp::embedding_backward}, case_embedding_backward});
 
-  cases.push_back({"residual_add", {ModelOp::residual_add}, [=](ModelBackend& be) {
+  const auto case_residual_add = [=](ModelBackend& be) {
     OnBackend d(be);
     const auto a = randn(nf, 32), b = randn(nf, 33);
     float* out = d.put(randn(nf, 34));
@@ -299,14 +314,15 @@ inline std::vector<OpCase> op_cases() {
     Vec want(nf);
     for (size_t i = 0; i < nf; ++i) want[i] = double(a[i]) + double(b[i]);
     return std::vector<OpCheck>{{"out", rel_err(d.get(out, nf), want), kFwdTol}};
-  }});
+  };
+  cases.push_back({"residual_add", {ModelOp::residual_add}, case_residual_add});
 
   // Attention over a tile boundary (T > kAttentionTile), grouped-query heads, packed documents.
   const int B = 2, Ta = kAttentionTile + 6, H = 4, Hkv = 2, ahd = 8;
   const size_t nq = size_t(B) * Ta * H * ahd, nk = size_t(B) * Ta * Hkv * ahd;
   const auto q = randn(nq, 35), k = randn(nk, 36), v = randn(nk, 37);
   const std::vector<int32_t> docs = doc_starts_random(B, Ta, 38);
-  cases.push_back({"attention_forward", {ModelOp::attention_forward}, [=](ModelBackend& be) {
+  const auto case_attention_forward = [=](ModelBackend& be) {
     OnBackend d(be);
     float *o = d.put(randn(nq, 39)), *lse = d.put(randn(size_t(B) * H * Ta, 40));
     be.attention_forward(o, lse, d.put(q), d.put(k), d.put(v), B, Ta, H, Hkv, ahd, d.put(docs));
@@ -315,10 +331,10 @@ inline std::vector<OpCase> op_cases() {
                            docs.data());
     return std::vector<OpCheck>{{"o", rel_err(d.get(o, nq), want), kFwdTol},
                                 {"lse", rel_err(d.get(lse, want_lse.size()), want_lse), kFwdTol}};
-  }});
+  };
+  cases.push_back({"attention_forward", {ModelOp::attention_forward}, case_attention_forward});
 
-  cases.push_back({"attention_backward", {ModelOp::attention_forward, ModelOp::attention_backward},
-                   [=](ModelBackend& be) {
+  const auto case_attention_backward = [=](ModelBackend& be) {
     OnBackend d(be);
     const auto R = randn(nq, 41);
     float *o = d.put(std::vector<float>(nq)), *lse = d.put(std::vector<float>(size_t(B) * H * Ta));
@@ -337,7 +353,9 @@ inline std::vector<OpCase> op_cases() {
     return std::vector<OpCheck>{{"dq", fd_err(gq.data(), qd, loss, 20), kGradTol},
                                 {"dk", fd_err(gk.data(), kd, loss, 20), kGradTol},
                                 {"dv", fd_err(gv.data(), vd, loss, 20), kGradTol}};
-  }});
+  };
+  cases.push_back(
+      {"attention_backward", {ModelOp::attention_forward, ModelOp::attention_backward}, case_attention_backward});
   return cases;
 }
 

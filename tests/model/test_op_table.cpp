@@ -28,8 +28,7 @@ TEST_P(OpTable, MatchesTheReference) {
   const auto [backend, index] = GetParam();
   const OpCase c = op_cases()[size_t(index)];
   switch (backend) {
-    case Backend::cpu:
-      return run_case(model_backend_cpu(), c, "the CPU backend");
+    case Backend::cpu: return run_case(model_backend_cpu(), c, "the CPU backend");
     case Backend::timed: {
       TimedBackend timed(model_backend_cpu());
       run_case(timed, c, "the timed backend");
