@@ -74,18 +74,21 @@ void cmd_train_body(TrainArgs& a) {
   }
 }
 
-const CliCommand kTrain("", 20, [](CLI::App& app) {
-  auto args = std::make_shared<TrainArgs>();
-  TrainOptions& o = args->opt;
-  CLI::App* c = app.add_subcommand("train", "train a LLaMA model on prepared data");
+// The data, the output and the model's shape and batch.
+void train_flags_data_model(CLI::App* c, TrainArgs& a) {
+  TrainOptions& o = a.opt;
   c->add_option("--data", o.data_dir, "prepared data directory (from `agoq prepare`)")->required();
   c->add_option("--out", o.out_dir, "output directory: metrics.jsonl and ckpt/")->capture_default_str();
-  c->add_option("--config", args->config_json, "model shape from a Hugging Face config.json (overrides the flags below)");
+  c->add_option("--config", a.config_json, "model shape from a Hugging Face config.json (overrides the flags below)");
   for (const ConfigField& f : kConfigFields)  // the model shape's flags (arch/config_fields.h)
     if (f.flag) std::visit([&](auto member) { model_flag_add(c, f, o.model.*member); }, f.member);
   c->add_option("--seq", o.seq, "sequence length")->capture_default_str();
   c->add_option("--batch", o.batch, "sequences per micro-batch")->capture_default_str();
   c->add_option("--accum", o.accum, "micro-batches per step (gradient accumulation)")->capture_default_str();
+}
+
+// Steps, the learning-rate schedule and AdamW, evaluation, checkpoints and logging.
+void train_flags_schedule(CLI::App* c, TrainOptions& o) {
   c->add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
   c->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
   c->add_option("--min-lr", o.min_lr, "final learning rate of the cosine decay")->capture_default_str();
@@ -102,6 +105,32 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   c->add_option("--ckpt-every", o.ckpt_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
   c->add_option("--stop-after", o.stop_after, "stop after N steps of this run (checkpointed; continue with --resume)");
   c->add_option("--log-every", o.log_every, "console line every N steps when not on a terminal")->capture_default_str();
+}
+
+// Where the run starts from and computes, and what it reports.
+void train_flags_run(CLI::App* c, TrainOptions& o) {
+  c->add_option("--resume", o.resume, "continue from a checkpoint directory (e.g. runs/demo/ckpt)");
+  c->add_option("--init-from", o.init_from,
+                "fine-tune a pretrained model: a Hugging Face folder, a GGUF file or an agoq checkpoint (its shape "
+                "and weights; a fresh optimizer; --data prepared with its tokenizer)");
+  c->add_flag("--overwrite", o.overwrite,
+              "start afresh in an --out that holds an earlier run (its checkpoint link and metrics are replaced)");
+  c->add_flag("--quiet", o.quiet, "no console progress");
+  c->add_flag("--profile", o.profile,
+              "time the ops by class (GEMMs, attention, LM head + loss, activation store, other): each step's "
+              "op_seconds in metrics.jsonl and the split in the final report");
+  // Test hooks (tests/mpi_tests.cmake): that rank ends abruptly (_exit(3)) when the step begins. Hidden.
+  c->add_option("--debug-exit-at-step", o.debug_exit_step)->group("");
+  c->add_option("--debug-exit-rank", o.debug_exit_rank)->group("");
+  add_enum_option(c, "--device", o.device, kDeviceNames,
+                  "cpu, or cuda: one GPU in one process, with fp32 AdamW moments (docs/cuda.md)");
+  add_enum_option(c, "--gpu-gemm", o.gpu_gemm, kGpuGemmNames,
+                  "with --device cuda: bf16 (GEMM inputs in bf16, fp32 accumulation and masters) or fp32");
+}
+
+// What is stored in how many bits: activations, gradients, AdamW's moments (and --baseline, none).
+void train_flags_storage(CLI::App* c, TrainArgs& a) {
+  TrainOptions& o = a.opt;
   c->add_option("--act-policy", o.act_policy,
                  "storage of saved activations: fp32 | baseline-bf16 | agoq | uniform4 | a spec such as "
                  "attn=bf16,mlp=4,norm=4,layers[0..1]=8 (docs/activations.md)")
@@ -114,13 +143,6 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
        },
        "every saved activation in fp32 or bf16 (shorthand for --act-policy fp32 | baseline-bf16)")
       ->excludes("--act-policy");
-  c->add_option("--resume", o.resume, "continue from a checkpoint directory (e.g. runs/demo/ckpt)");
-  c->add_option("--init-from", o.init_from,
-                "fine-tune a pretrained model: a Hugging Face folder, a GGUF file or an agoq checkpoint (its shape "
-                "and weights; a fresh optimizer; --data prepared with its tokenizer)");
-  c->add_flag("--overwrite", o.overwrite,
-              "start afresh in an --out that holds an earlier run (its checkpoint link and metrics are replaced)");
-  c->add_flag("--quiet", o.quiet, "no console progress");
   add_enum_option(c, "--grad-store", o.grad_store, kGradStoreNames,
                   "gradient accumulation buffers: fp32 | q8 (INT8 + a scale per 256 values; docs/parallel.md)");
   add_enum_option(c, "--allreduce", o.allreduce, kAllreduceNames,
@@ -130,7 +152,7 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
        "AdamW moments: fp32 | q8 (8 bits per value, a scale per 128 values; docs/optimizer.md)")
       ->default_str("fp32");
   CLI::Option* baseline = c->add_flag(
-      "--baseline", args->baseline,
+      "--baseline", a.baseline,
       "the unquantized run: fp32 activations, fp32 gradients, MPI's fp32 all-reduce, fp32 AdamW moments (AGoQ's "
       "defaults switched off)");
   for (const char* f : {"--act-policy", "--act-store", "--grad-store", "--allreduce", "--optim-state"})
@@ -140,9 +162,11 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
   add_enum_option(c, "--lm-head-grad", o.lm_head_grad, kLmHeadGradNames,
                   "q8 grad store, tied embeddings: the lm_head's gradient whole (an fp32 buffer of the embedding's "
                   "size) | pieces (none; one more lm_head GEMM per micro-batch)");
-  c->add_flag("--profile", o.profile,
-              "time the ops by class (GEMMs, attention, LM head + loss, activation store, other): each step's "
-              "op_seconds in metrics.jsonl and the split in the final report");
+}
+
+// The layout over the ranks, and the memory budget that re-plans the bits.
+void train_flags_parallel(CLI::App* c, TrainArgs& a) {
+  TrainOptions& o = a.opt;
   c->add_option("--zero", o.zero, "1: ZeRO-1, optimizer state sharded across data-parallel ranks")
       ->capture_default_str();
   c->add_option("--pp", o.pp,
@@ -157,12 +181,13 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
               "sequence parallelism over the --tp ranks (Megatron-SP): residual stream and norms on each rank's rows "
               "of a micro-batch, all-gather / reduce-scatter around the split GEMMs");
   CLI::Option* layout =
-      c->add_option("--layout", args->layout,
-                    "flags (--tp, --pp, --sp, --zero, --batch, --accum as given) or auto: the layout `agoq plan --auto` "
-                    "ranks first for these ranks, model and system, at a global batch of --batch x --accum x ranks")
+      c->add_option("--layout", a.layout,
+                    "flags (--tp, --pp, --sp, --zero, --batch, --accum as given) or auto: the layout "
+                    "`agoq plan --auto` ranks first for these ranks, model and system, at a global batch of --batch x "
+                    "--accum x ranks")
           ->check(CLI::IsMember({"flags", "auto"}))
           ->capture_default_str();
-  c->add_option("--calibration", args->calibration,
+  c->add_option("--calibration", a.calibration,
                 "--layout auto: step-time inputs from FILE (`agoq plan --calibrate FILE`); default: measured at start")
       ->needs(layout);
   c->add_option_function<std::string>(
@@ -171,13 +196,16 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
       "the measured peaks (docs/plan.md)");
   c->add_option("--replan-after", o.replan_after, "steps measured before re-planning (with --mem-budget)")
       ->capture_default_str();
-  // Test hooks (tests/mpi_tests.cmake): that rank ends abruptly (_exit(3)) when the step begins. Hidden.
-  c->add_option("--debug-exit-at-step", o.debug_exit_step)->group("");
-  c->add_option("--debug-exit-rank", o.debug_exit_rank)->group("");
-  add_enum_option(c, "--device", o.device, kDeviceNames,
-                  "cpu, or cuda: one GPU in one process, with fp32 AdamW moments (docs/cuda.md)");
-  add_enum_option(c, "--gpu-gemm", o.gpu_gemm, kGpuGemmNames,
-                  "with --device cuda: bf16 (GEMM inputs in bf16, fp32 accumulation and masters) or fp32");
+}
+
+const CliCommand kTrain("", 20, [](CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* c = app.add_subcommand("train", "train a LLaMA model on prepared data");
+  train_flags_data_model(c, *args);
+  train_flags_schedule(c, args->opt);
+  train_flags_run(c, args->opt);
+  train_flags_storage(c, *args);
+  train_flags_parallel(c, *args);
   c->callback([args, c] {
     if (args->layout == "auto")
       for (const char* f : {"--tp", "--pp", "--sp", "--zero", "--stage-layers"})
