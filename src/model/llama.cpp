@@ -151,9 +151,9 @@ void LlamaModel::stores_allocate(const ActPolicy& policy, int count) {
   ws_if(o_, ActSlot::attn_out, d_.Q);
 }
 
-void LlamaModel::select_store(int i) {
-  AGOQ_CHECK(i >= 0 && i < store_count(), "activation store ", i, " of ", store_count());
-  active_ = i;
+ActStoreApi& LlamaModel::store(int i) {
+  AGOQ_CHECK(i >= 0 && i < store_count(), "activation store ", i, " of ", store_count(), " (internal)");
+  return *stores_[i];
 }
 
 void LlamaModel::set_policy(const ActPolicy& policy) { stores_allocate(policy, store_count()); }
@@ -184,16 +184,17 @@ void LlamaModel::init_weights(uint64_t seed) {
 }
 
 float* LlamaModel::attention_buffer(int l, ActSlot s, const BackendBuffer<float>& workspace) {
-  return store().is_fp32(l, s) ? store().fp32_data(l, s) : workspace.data();
+  return active_store().is_fp32(l, s) ? active_store().fp32_data(l, s) : workspace.data();
 }
 
 float* LlamaModel::slot_out_rows(int l, ActSlot s, int r0, const BackendBuffer<float>& tile) {
-  return store().is_fp32(l, s) ? store().fp32_data(l, s) + size_t(r0) * store().cols(s) : tile.data();
+  ActStoreApi& S = active_store();
+  return S.is_fp32(l, s) ? S.fp32_data(l, s) + size_t(r0) * S.cols(s) : tile.data();
 }
 
 const float* LlamaModel::norm_out_rows(int l, ActSlot out, const float* x, const float* rstd, const float* w, int r0,
                                        int rows, float* buf) {
-  if (store().stored(l, out)) return store().load_rows(l, out, r0, rows, buf);
+  if (active_store().stored(l, out)) return active_store().load_rows(l, out, r0, rows, buf);
   be_.rmsnorm_apply(buf, x, rstd, w, rows, d_.C);  // not stored: rebuilt, bit for bit
   return buf;
 }
@@ -204,7 +205,7 @@ const float* LlamaModel::norm_out_rows(int l, ActSlot out, const float* x, const
 // xn -> q, k, v (RoPE applied), saved.
 void LlamaModel::qkv_forward_rows(int l, int T, int r0, int rows, const float* xn) {
   const LayerParams& P = params_.layers[l];
-  ActStoreApi& S = store();
+  ActStoreApi& S = active_store();
   const int C = d_.C, Q = d_.Q, KV = d_.KV;
   float* qr = attention_buffer(l, ActSlot::q, q_) + size_t(r0) * Q;
   float* kr = attention_buffer(l, ActSlot::k, k_) + size_t(r0) * KV;
@@ -222,7 +223,7 @@ void LlamaModel::qkv_forward_rows(int l, int T, int r0, int rows, const float* x
 // hn -> gate, up -> s = SwiGLU (saved) -> out = down(s) (a partial sum on a shard). out may alias hn.
 void LlamaModel::mlp_forward_rows(int l, int r0, int rows, const float* hn, float* out) {
   const LayerParams& P = params_.layers[l];
-  ActStoreApi& S = store();
+  ActStoreApi& S = active_store();
   const int C = d_.C, F = d_.F;
   float* gate = slot_out_rows(l, ActSlot::gate, r0, t_gate_);
   float* up = slot_out_rows(l, ActSlot::up, r0, t_up_);
@@ -241,7 +242,7 @@ void LlamaModel::mlp_forward_rows(int l, int r0, int rows, const float* hn, floa
 void LlamaModel::mlp_backward_rows(int l, int r0, int rows, const float* dout, const float* hn, float* dhn) {
   const LayerParams& P = params_.layers[l];
   LayerParams& G = grads_.layers[l];
-  ActStoreApi& S = store();
+  ActStoreApi& S = active_store();
   const int C = d_.C, F = d_.F;
   const size_t nf = size_t(rows) * F;
   const float* gate = S.load_rows(l, ActSlot::gate, r0, rows, t_gate_.data());
@@ -257,14 +258,14 @@ void LlamaModel::mlp_backward_rows(int l, int r0, int rows, const float* dout, c
 
 // o_proj's backward from dh = dloss/d(o_proj output): its weight gradient and do_'s rows.
 void LlamaModel::o_backward_rows(int l, int r0, int rows, const float* dh) {
-  const float* o = store().load_rows(l, ActSlot::attn_out, r0, rows, t_o_.data());
+  const float* o = active_store().load_rows(l, ActSlot::attn_out, r0, rows, t_o_.data());
   be_.matmul_backward(do_.data() + size_t(r0) * d_.Q, grads_.layers[l].wo, dh, o, params_.layers[l].wo, rows, d_.Q,
                   d_.C, /*accumulate_din=*/false);
 }
 
 // Attention's backward over the whole batch, from its high-precision saved tensors, into dq_, dk_, dv_.
 void LlamaModel::attention_backward_layer(int l, int B, int T) {
-  ActStoreApi& S = store();
+  ActStoreApi& S = active_store();
   auto full = [&](ActSlot s, const BackendBuffer<float>& ws) {
     return S.load_rows(l, s, 0, size_t(B) * T, ws.data());  // fp32: in place; else decoded into the workspace
   };
@@ -299,7 +300,7 @@ void LlamaModel::qkv_backward_rows(int l, int T, int r0, int rows, const float* 
 void LlamaModel::forward_layer(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   const int N = B * T, C = d_.C, Q = d_.Q, R = llama_tile_rows(T, N);
-  ActStoreApi& S = store();
+  ActStoreApi& S = active_store();
   float* o = attention_buffer(l, ActSlot::attn_out, o_);
   float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
   float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
@@ -337,7 +338,7 @@ void LlamaModel::forward_layer(int l, int B, int T) {
 }
 
 void LlamaModel::attention_forward_layer(int l, int B, int T) {
-  be_.attention_forward(attention_buffer(l, ActSlot::attn_out, o_), store().fp32_data(l, ActSlot::attn_lse),
+  be_.attention_forward(attention_buffer(l, ActSlot::attn_out, o_), active_store().fp32_data(l, ActSlot::attn_lse),
                     attention_buffer(l, ActSlot::q, q_), attention_buffer(l, ActSlot::k, k_),
                     attention_buffer(l, ActSlot::v, v_), B, T, d_.H, d_.Hkv, d_.hd, doc_start_);
 }
@@ -350,7 +351,7 @@ void LlamaModel::backward_layer(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   LayerParams& G = grads_.layers[l];
   const int N = B * T, C = d_.C, R = llama_tile_rows(T, N);
-  ActStoreApi& S = store();
+  ActStoreApi& S = active_store();
   const float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
   const float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
 
@@ -491,7 +492,9 @@ void LlamaModel::check_batch(int B, int T) const {
   if (stage().sp) model_sp_check(stage().tp, B, T);
 }
 
-void LlamaModel::documents_use(const MicroBatchRun& run, int B, int T) {
+void LlamaModel::run_use(const MicroBatchRun& run, int B, int T) {
+  store(run.store);  // checks the index
+  active_ = run.store;
   doc_start_ = nullptr;
   if (!run.doc_start) return;
   attention_check_doc_start(run.doc_start, B, T);
@@ -502,8 +505,8 @@ void LlamaModel::documents_use(const MicroBatchRun& run, int B, int T) {
 
 void LlamaModel::stage_forward(const int32_t* inputs, int B, int T, const MicroBatchRun& run) {
   check_batch(B, T);
-  documents_use(run, B, T);
-  store().set_seed(run.act_seed);
+  run_use(run, B, T);
+  active_store().set_seed(run.act_seed);
   const int N = B * T, V = cfg_.vocab_size;
   head_tokens_ = inputs;
   if (stage().embed) {
@@ -539,7 +542,7 @@ float LlamaModel::stage_head(const int32_t* targets, int B, int T, const MicroBa
 
 void LlamaModel::stage_backward(const int32_t* inputs, int B, int T, const MicroBatchRun& run) {
   check_batch(B, T);
-  documents_use(run, B, T);
+  run_use(run, B, T);
   for (int l = stage().end_layer - 1; l >= stage().first_layer; --l) {
     if (stage().sp) backward_layer_sp(l, B, T);
     else backward_layer(l, B, T);

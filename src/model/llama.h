@@ -26,6 +26,9 @@ struct MicroBatchRun {
   // count. A step normalising per counted token over its whole global batch (loss masks: micro-batches count
   // different numbers) sets the step's count here and grad_scale 1.
   double loss_tokens = 0;
+  // Which of the model's activation stores forward writes and backward reads (LlamaModel::store_count of them: a
+  // pipeline's micro-batches in flight each have their own).
+  int store = 0;
   // (B, T) on the host: where each row's document begins in its sequence (model/attention.h's document masking
   // of packed examples); null: one document per sequence. Valid during the pass.
   const int32_t* doc_start = nullptr;
@@ -90,11 +93,10 @@ class LlamaModel {
   // gradients' is null when a gradient store holds them (grad_storage).
   float* params_flat() { return params_.data() ? params_.data() : params_mem_.data(); }
   float* grads_flat() { return grads_.data() ? grads_.data() : grads_mem_.data(); }
-  // The activation store forward writes and backward reads: one per micro-batch in flight (select_store). On the
-  // host backend it is a model/act_store.h ActivationStore.
-  ActStoreApi& store() { return *stores_[active_]; }
+  // Activation store i: one per micro-batch in flight, which a micro-batch names (MicroBatchRun::store). On the host
+  // backend a model/act_store.h ActivationStore.
+  ActStoreApi& store(int i = 0);
   int store_count() const { return int(stores_.size()); }
-  void select_store(int i);
   // Replaces the activation policy (re-planned bits): the stores are reallocated, their contents are lost.
   void set_policy(const ActPolicy& policy);
 
@@ -139,8 +141,10 @@ class LlamaModel {
   // Final norm -> lm_head -> cross-entropy, in chunks of rows so the (N, V) logits never exist; when dx is
   // given it also runs the backward of those three (dx = dloss/dx_final) and accumulates their weight gradients.
   float head_forward_backward(const float* x, const int32_t* targets, int N, const MicroBatchRun& run, float* dx);
-  // The run's document starts where the backend's attention reads them (doc_start_), checked.
-  void documents_use(const MicroBatchRun& run, int B, int T);
+  // The run's activation store (active_) and its document starts where the backend's attention reads them
+  // (doc_start_), checked.
+  void run_use(const MicroBatchRun& run, int B, int T);
+  ActStoreApi& active_store() { return *stores_[active_]; }
   void check_batch(int B, int T) const;
   void stores_allocate(const ActPolicy& policy, int count);
   float run_whole(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run,
@@ -195,7 +199,7 @@ class LlamaModel {
   BackendBuffer<float> params_mem_, grads_mem_;  // a device backend's flat parameters and gradients
   ParamSet params_, grads_;
   std::vector<std::unique_ptr<ActStoreApi>> stores_;
-  int active_ = 0;
+  int active_ = 0;  // the store of the micro-batch running
   BackendBuffer<int32_t> inputs_dev_, targets_dev_;  // (N) a device backend's copy of the token ids
   BackendBuffer<int32_t> docs_dev_;                  // (N) and of the document starts (made when first needed)
   const int32_t* doc_start_ = nullptr;               // the pass's document starts on the backend, or null

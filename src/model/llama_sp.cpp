@@ -29,7 +29,7 @@ void LlamaModel::sp_scatter(const float* whole, float* part, int n) {
 void LlamaModel::forward_layer_sp(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   const int N = B * T, n = stage().rows_held(N), C = d_.C, Q = d_.Q, R = llama_tile_rows(T, N);
-  ActStoreApi& S = store();
+  ActStoreApi& S = active_store();
   float* whole = sp_whole_.data();
   float* mine = whole + size_t(stage().tp_rank) * n * C;  // this rank's rows of the gathered tensor
   float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
@@ -76,7 +76,7 @@ void LlamaModel::norm_out_gather(int l, ActSlot in, ActSlot out, const float* rs
   const int n = stage().rows_held(N), C = d_.C;
   float* mine = sp_whole2_.data() + size_t(stage().tp_rank) * n * C;
   rows_tiled(n, R, [&](int r0, int rows) {
-    const float* x = store().load_rows(l, in, r0, rows, t_x_.data());
+    const float* x = active_store().load_rows(l, in, r0, rows, t_x_.data());
     const float* xn = norm_out_rows(l, out, x, rstd + r0, w, r0, rows, t_xn_.data());
     std::copy(xn, xn + size_t(rows) * C, mine + size_t(r0) * C);
   });
@@ -90,7 +90,7 @@ void LlamaModel::norm_backward_sp(int l, ActSlot in, const float* dxn, const flo
   const int C = d_.C;
   be_.zero(norm_dw_.data(), size_t(C));
   rows_tiled(n, R, [&](int r0, int rows) {
-    const float* x = store().load_rows(l, in, r0, rows, t_x_.data());
+    const float* x = active_store().load_rows(l, in, r0, rows, t_x_.data());
     be_.rmsnorm_backward(dx_.data() + size_t(r0) * C, norm_dw_.data(), dxn + size_t(r0) * C, x, w, rstd + r0, rows, C);
   });
   tp_sum(norm_dw_.data(), size_t(C));
@@ -104,7 +104,7 @@ void LlamaModel::backward_layer_sp(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   LayerParams& G = grads_.layers[l];
   const int N = B * T, n = stage().rows_held(N), C = d_.C, R = llama_tile_rows(T, N);
-  ActStoreApi& S = store();
+  ActStoreApi& S = active_store();
   const float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
   const float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
   float* whole = sp_whole_.data();

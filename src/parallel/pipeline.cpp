@@ -85,9 +85,9 @@ double Pipeline::run(const int32_t* inputs, const int32_t* targets, int B, int T
   for (const PipeOp& op : pipeline_schedule_1f1b(P_, r_, m)) {
     const int j = op.micro;
     const int32_t* in = inputs + size_t(j) * rows;
-    const MicroBatchRun run = with_progress(runs[j]);
+    MicroBatchRun run = with_progress(runs[j]);
     // In-flight micro-batches form a window of at most K consecutive ones: j mod K is free when j starts.
-    model_.select_store(j % K);
+    run.store = j % K;
     if (op.kind == PipeOpKind::forward) {
       if (!first) comm_.recv(model_.stage_input(), bytes, r_ - 1, kTagActivation);
       model_.stage_forward(in, B, T, run);
@@ -108,7 +108,6 @@ double Pipeline::run(const int32_t* inputs, const int32_t* targets, int B, int T
 double Pipeline::forward_loss_sum(const EvalBatch& batch, int n, int B, int T, double loss_tokens, bool documents) {
   const size_t rows = rows_cap_, bytes = message_bytes(B, T);
   std::vector<int32_t> in(rows), tgt(rows), docs(documents ? rows : 0);
-  model_.select_store(0);
   MicroBatchRun run = with_progress({});
   run.loss_tokens = loss_tokens;
   run.doc_start = documents ? docs.data() : nullptr;

@@ -30,10 +30,9 @@ ReplanResult replan_activation_bits(LlamaModel& model, const ParallelGrid& grid,
   // 1. Sensitivities: C per slot calibrated by this stage's stores, summed over its replicas, gathered per stage.
   std::vector<double> sens(size_t(P) * kActSlotCount, 0.0);
   for (int i = 0; i < model.store_count(); ++i) {
-    model.select_store(i);
-    for (int s = 0; s < kActSlotCount; ++s) sens[size_t(grid.stage) * kActSlotCount + s] += model.store().sensitivity()[s];
+    for (int s = 0; s < kActSlotCount; ++s)
+      sens[size_t(grid.stage) * kActSlotCount + s] += model.store(i).sensitivity()[s];
   }
-  model.select_store(0);
   if (grid.D > 1) grid.dp->allreduce_sum(sens.data(), sens.size());
   if (grid.pipe) grid.pipe->allreduce_sum(sens.data(), sens.size());
   // A stage's T shards get one plan (their slots have the same widths): their sensitivities add up.

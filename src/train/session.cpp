@@ -59,7 +59,7 @@ TrainSession::TrainSession(const TrainOptions& opt)
   if (!block_notes_.empty()) log_->note(block_notes_);
   // Dynamic bit allocation (train/replan.h): the stores calibrate sensitivities until the re-planning step.
   if (opt_.mem_budget > 0)
-    for (int i = model_->store_count() - 1; i >= 0; --i) model_->select_store(i), model_->store().set_calibration(true);
+    for (int i = 0; i < model_->store_count(); ++i) model_->store(i).set_calibration(true);
 }
 
 // One run per --out (its lock, held until the session ends), and nothing there that agoq would misuse
