@@ -35,8 +35,13 @@ inline RunResult run_agoq(const std::string& args) {
       fs::temp_directory_path() / ("agoq_cli_stderr_" + test_name() + "_" + std::to_string(::getpid()) + ".txt");
   const std::string cmd = "timeout 60 " AGOQ_BIN_PATH " " + args + " >/dev/null 2>" + err_file.string();
   const int st = std::system(cmd.c_str());
-  std::ifstream f(err_file);
-  std::string err((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string err;
+  {
+    std::ifstream f(err_file);
+    err.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  std::error_code ec;
+  fs::remove(err_file, ec);  // nothing of the test's left in /tmp
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, err};
 }
 

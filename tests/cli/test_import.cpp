@@ -143,7 +143,15 @@ TEST_F(ImportHf, PrepareWithAModelsTokenizerGivesItsTokens) {
 
 // The model's text prepared with its own tokenizer, once for the suite.
 std::string prepared_with_model_tokenizer(const RefModel& m) {
-  static std::string out;
+  struct RemovedAtExit {
+    std::string path;
+    ~RemovedAtExit() {
+      std::error_code ec;
+      if (!path.empty()) fs::remove_all(path, ec);
+    }
+  };
+  static RemovedAtExit held;
+  std::string& out = held.path;
   if (!out.empty()) return out;
   out = (fs::temp_directory_path() / ("agoq_import_data_" + std::to_string(::getpid()))).string();
   fs::remove_all(out);

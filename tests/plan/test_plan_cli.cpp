@@ -32,7 +32,9 @@ RunOut run_plan(const std::string& args) {
   const fs::path err = test_temp_path("plan_" + name + ".err");
   const std::string cmd = "timeout 60 " AGOQ_BIN_PATH " plan " + args + " >" + out.string() + " 2>" + err.string();
   const int st = std::system(cmd.c_str());
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(out), slurp(err)};
+  RunOut r{WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(out), slurp(err)};
+  fs::remove(out), fs::remove(err);  // nothing of the test's left in /tmp
+  return r;
 }
 
 TEST(PlanCli, PresetJson) {
@@ -97,6 +99,7 @@ TEST(PlanCli, ConfigJsonPath) {
   const RunOut r = run_plan("--model " + cfg.string() + " --gpus 8 --tp 2 --pp 2 --seq 2048 --json");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["model"]["layers"], 22);
+  fs::remove(cfg);
 }
 
 TEST(PlanCli, BadFlagsAreOneLineErrors) {
@@ -169,6 +172,7 @@ TEST(PlanCli, Png) {
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   EXPECT_GT(fs::file_size(png), 1000u);
   EXPECT_TRUE(fs::exists(fs::path(png).replace_extension(".json")));
+  fs::remove(png), fs::remove(fs::path(png).replace_extension(".json"));
 }
 
 }  // namespace
