@@ -93,8 +93,7 @@ json config_to_hf_json(const LlamaConfig& c, std::optional<int> bos_token_id, st
             {"initializer_range", 0.02},
             {"use_cache", true},
             {"torch_dtype", "float32"}};
-  for (const ConfigField& f : kConfigFields)
-    std::visit([&](auto m) { j[f.hf_key] = hf_value(c.*m); }, f.member);
+  for (const ConfigField& f : kConfigFields) std::visit([&](auto m) { j[f.hf_key] = hf_value(c.*m); }, f.member);
   if (c.sliding_window) j["sliding_window"] = c.sliding_window;
   if (bos_token_id) j["bos_token_id"] = *bos_token_id;
   if (eos_token_id) j["eos_token_id"] = *eos_token_id;

@@ -87,8 +87,8 @@ GradScratchLayout model_grad_scratch(const LlamaConfig& cfg, const ModelStage& s
   }
   const ShardDims d = model_shard_dims(cfg, stage);
   const size_t C = size_t(d.C), B = size_t(block), min_rows = std::lcm(C, std::lcm(B, size_t(256))) / C;
-  l.embed_rows = embed_sparse ? std::min(size_t(d.V), std::max(min_rows, l.others / C / min_rows * min_rows))
-                              : size_t(d.V);
+  l.embed_rows =
+      embed_sparse ? std::min(size_t(d.V), std::max(min_rows, l.others / C / min_rows * min_rows)) : size_t(d.V);
   l.embed_piece = l.embed_rows * C;
   if (cfg.tie_embeddings) l.kept = std::min(embed, max_tokens * (C / B + 2) * B);
   return l;

@@ -1,15 +1,15 @@
 // `agoq train`: train a LLaMA model on data prepared by `agoq prepare`.
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <type_traits>
 #include <variant>
-#include <nlohmann/json.hpp>
 
+#include "arch/config_fields.h"
+#include "arch/hf.h"
 #include "cli/commands.h"
 #include "cli/layout_auto.h"
 #include "comm/communicator.h"
 #include "core/error.h"
-#include "arch/config_fields.h"
-#include "arch/hf.h"
 #include "plan/memory_model.h"
 #include "train/trainer.h"
 
@@ -48,9 +48,8 @@ void model_flag_add(CLI::App* c, const ConfigField& f, T& into) {
 template <class E, size_t N>
 CLI::Option* add_enum_option(CLI::App* c, const char* flag, E& into, const EnumName<E> (&names)[N],
                              const std::string& help) {
-  return c->add_option_function<std::string>(
-              flag, [&into, &names, flag](const std::string& v) { into = enum_parse(names, v, flag); }, help)
-      ->default_str(enum_name(names, into));
+  auto parse = [&into, &names, flag](const std::string& v) { into = enum_parse(names, v, flag); };
+  return c->add_option_function<std::string>(flag, parse, help)->default_str(enum_name(names, into));
 }
 
 void cmd_train_run(TrainArgs& a) {

@@ -55,7 +55,8 @@ void train_layout_auto(TrainOptions& o, Communicator& comm, const std::string& c
   if (req.cal.measured_ranks > 0 && req.cal.measured_ranks != comm.size() && comm.rank() == 0)
     std::printf("layout auto: note: %s was measured at %d ranks, this run has %d (rates a rank sees depend on how "
                 "many share the machine)\n", calibration.c_str(), req.cal.measured_ranks, comm.size());
-  const PlanSystem system = o.act_policy == "fp32" && o.grad_store == GradStoreKind::fp32 ? PlanSystem::baseline : PlanSystem::agoq;
+  const PlanSystem system =
+      o.act_policy == "fp32" && o.grad_store == GradStoreKind::fp32 ? PlanSystem::baseline : PlanSystem::agoq;
   const PlanAutoResult r = plan_auto(req);
   const PlanCandidate* pick = r.best_of(system, o.adam.state == OptimState::q8);
   AGOQ_CHECK(pick, "--layout auto: no layout of ", comm.size(), " ranks fits ", format_bytes(req.gpu_mem),

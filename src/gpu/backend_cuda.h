@@ -21,7 +21,6 @@
 
 namespace agoq {
 
-
 class CudaBackend final : public ModelBackend {
  public:
   // Opens the GPU first (cuda_device_open: one error line where none is usable).

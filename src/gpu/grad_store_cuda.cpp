@@ -7,7 +7,7 @@
 namespace agoq {
 
 CudaGradStore::CudaGradStore(ModelBackend& gpu, const LlamaConfig& cfg, const ModelStage& stage, int block,
-                                 QuantRounding rounding)
+                             QuantRounding rounding)
     : gpu_(gpu), block_(block), rounding_(rounding), units_(model_grad_units(cfg, stage)) {
   // Untied, the embedding comes last, after every other unit is folded: it shares the scratch, written densely.
   const GradScratchLayout l = model_grad_scratch(cfg, stage, block, /*embed_sparse=*/false, false, 0);

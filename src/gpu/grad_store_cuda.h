@@ -18,8 +18,7 @@ namespace agoq {
 class CudaGradStore {
  public:
   // Device memory from `gpu` (category gradients: tags grad.q8 and grad.scratch).
-  CudaGradStore(ModelBackend& gpu, const LlamaConfig& cfg, const ModelStage& stage, int block,
-                  QuantRounding rounding);
+  CudaGradStore(ModelBackend& gpu, const LlamaConfig& cfg, const ModelStage& stage, int block, QuantRounding rounding);
 
   // Where the model's backward writes (LlamaModel's grad_storage): each unit's scratch.
   std::vector<ParamSegment> model_storage();

@@ -29,8 +29,8 @@ class CudaTrainStep final : public TrainStep, private StepDevice {
  public:
   // model: on `gpu`, writing its gradients into its own fp32 buffer (q8_grads null) or into q8_grads' storage
   // (the store the model was built on, kept here). adam.state must be fp32.
-  CudaTrainStep(LlamaModel& model, CudaBackend& gpu, std::unique_ptr<CudaGradStore> q8_grads,
-                const AdamWConfig& adam, float clip, uint64_t seed);
+  CudaTrainStep(LlamaModel& model, CudaBackend& gpu, std::unique_ptr<CudaGradStore> q8_grads, const AdamWConfig& adam,
+                float clip, uint64_t seed);
 
   std::vector<MicroBatchRun> step_begin(long step, int m, double loss_tokens = 0) override;
   StepResult step_end(float lr, double loss_sum) override;

@@ -2,8 +2,8 @@
 #include <cstring>
 
 #include "model/act_store.h"
-#include "model/backend.h"
 #include "model/attention.h"
+#include "model/backend.h"
 #include "model/ops.h"
 
 namespace agoq {

@@ -63,8 +63,10 @@ void TimedBackend::zero(float* x, size_t n) {
   timed(OpClass::other, [&] { inner_.zero(x, n); });
 }
 #define AGOQ_ARGS(...) __VA_ARGS__
-#define AGOQ_OP_TIMED(name, cls, params, args) \
-  void TimedBackend::name params { timed(class_of(OpClass::cls, AGOQ_ARGS args), [&] { inner_.name args; }); }
+#define AGOQ_OP_TIMED(name, cls, params, args)                                \
+  void TimedBackend::name params {                                            \
+    timed(class_of(OpClass::cls, AGOQ_ARGS args), [&] { inner_.name args; }); \
+  }
 AGOQ_MODEL_OPS(AGOQ_OP_TIMED)
 #undef AGOQ_OP_TIMED
 #undef AGOQ_ARGS

@@ -70,8 +70,8 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
   head_pieces_ = stage.head && cfg.tie_embeddings && sparse_embedding;
   AGOQ_CHECK(be_.host_memory() || (stage.tp == 1 && !sparse_embedding), "a model on ", mem_device_name(be_.device()),
              " runs unsharded (tp 1), with its gradients in device memory (its own or a store's)");
-  for (ModelOp op : {ModelOp::crossentropy_shard_max, ModelOp::crossentropy_shard_exp,
-                     ModelOp::crossentropy_shard_finish})
+  for (ModelOp op :
+       {ModelOp::crossentropy_shard_max, ModelOp::crossentropy_shard_exp, ModelOp::crossentropy_shard_finish})
     AGOQ_CHECK(stage.tp == 1 || !stage.head || be_.supports(op), "a sharded head needs ", model_op_name(op),
                ", which the ", mem_device_name(be_.device()), " backend does not have");
   if (be_.host_memory()) {  // the flat buffers as ParamSet owns them (the memory model counts them so)
@@ -260,7 +260,7 @@ void LlamaModel::mlp_backward_rows(int l, int r0, int rows, const float* dout, c
 void LlamaModel::o_backward_rows(int l, int r0, int rows, const float* dh) {
   const float* o = active_store().load_rows(l, ActSlot::attn_out, r0, rows, t_o_.data());
   be_.matmul_backward(do_.data() + size_t(r0) * d_.Q, grads_.layers[l].wo, dh, o, params_.layers[l].wo, rows, d_.Q,
-                  d_.C, /*accumulate_din=*/false);
+                      d_.C, /*accumulate_din=*/false);
 }
 
 // Attention's backward over the whole batch, from its high-precision saved tensors, into dq_, dk_, dv_.
@@ -339,8 +339,8 @@ void LlamaModel::forward_layer(int l, int B, int T) {
 
 void LlamaModel::attention_forward_layer(int l, int B, int T) {
   be_.attention_forward(attention_buffer(l, ActSlot::attn_out, o_), active_store().fp32_data(l, ActSlot::attn_lse),
-                    attention_buffer(l, ActSlot::q, q_), attention_buffer(l, ActSlot::k, k_),
-                    attention_buffer(l, ActSlot::v, v_), B, T, d_.H, d_.Hkv, d_.hd, doc_start_);
+                        attention_buffer(l, ActSlot::q, q_), attention_buffer(l, ActSlot::k, k_),
+                        attention_buffer(l, ActSlot::v, v_), B, T, d_.H, d_.Hkv, d_.hd, doc_start_);
 }
 
 // One decoder layer, backward. dx_ holds dloss/dx_next on entry and dloss/dx on exit (the residual stream's

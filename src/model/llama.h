@@ -199,7 +199,7 @@ class LlamaModel {
   BackendBuffer<float> params_mem_, grads_mem_;  // a device backend's flat parameters and gradients
   ParamSet params_, grads_;
   std::vector<std::unique_ptr<ActStoreApi>> stores_;
-  int active_ = 0;  // the store of the micro-batch running
+  int active_ = 0;                                   // the store of the micro-batch running
   BackendBuffer<int32_t> inputs_dev_, targets_dev_;  // (N) a device backend's copy of the token ids
   BackendBuffer<int32_t> docs_dev_;                  // (N) and of the document starts (made when first needed)
   const int32_t* doc_start_ = nullptr;               // the pass's document starts on the backend, or null

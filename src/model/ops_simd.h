@@ -1,6 +1,7 @@
-// SIMD helpers shared by ops.cpp and attention.cpp, beside core/simd_avx2.h's lane helpers. Private: only those .cpp files (and the op tests) include it, so
-// <immintrin.h> stays out of the public headers. exp8 is opmath/op_math.h's op_exp (Cephes' expf polynomial) on 8
-// lanes: the same operations, so vector bodies, scalar tails and the CUDA kernels agree bit for bit.
+// SIMD helpers shared by ops.cpp and attention.cpp, beside core/simd_avx2.h's lane helpers. Private: only those .cpp
+// files (and the op tests) include it, so <immintrin.h> stays out of the public headers. exp8 is opmath/op_math.h's
+// op_exp (Cephes' expf polynomial) on 8 lanes: the same operations, so vector bodies, scalar tails and the CUDA kernels
+// agree bit for bit.
 #pragma once
 #include <cmath>
 #include <cstdint>

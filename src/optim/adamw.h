@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "arch/params.h"
 #include "core/enum_names.h"
 #include "core/memory.h"
-#include "arch/params.h"
 #include "optim/adam_q8.h"
 
 namespace agoq {

@@ -65,7 +65,7 @@ DpOptimizer::DpOptimizer(Communicator& comm, ParamSet& params, const std::vector
 }
 
 StepResult DpOptimizer::step(long step, float lr, double loss_sum, int micro_total, double loss_tokens,
-                               GradReducer& reducer) {
+                             GradReducer& reducer) {
   StepResult res;
   double loss_all = D_ > 1 ? comm_.allreduce_value(loss_sum) : loss_sum;
   double sum_squares = reducer.sum_squares();

@@ -91,7 +91,8 @@ PlanStageFlops plan_stage_flops(const LlamaConfig& cfg, const PlanStage& st, int
     add(r.layer, w.d, w.ft, 3 * L);   // gate, up, down
     const double heads = double(cfg.n_heads) / tp;
     f.attention = (attention_forward_flops(micro_batch, heads, seq, cfg.head_dim()) +
-                   attention_backward_flops(micro_batch, heads, seq, cfg.head_dim())) * L;
+                   attention_backward_flops(micro_batch, heads, seq, cfg.head_dim())) *
+                  L;
   }
   if (st.head) add(r.head, w.d, w.vt, 1);
   return f;

@@ -14,8 +14,8 @@
 #include "core/error.h"
 #include "core/stop_signal.h"
 #include "formats/checkpoint.h"
-#include "train/run_dir.h"
 #include "formats/safetensors.h"
+#include "train/run_dir.h"
 #include "train/session.h"
 
 namespace agoq {

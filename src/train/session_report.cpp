@@ -46,8 +46,8 @@ void TrainSession::report(const TrainResult& r, long first) const {
   if (gpu_) std::fprintf(stderr, " on the GPU");
   if (D > 1)
     std::fprintf(stderr, " on %d ranks (grad store %s, all-reduce %s%s; %.1f%% of step time waiting on it)", D,
-                 enum_name(kGradStoreNames, opt_.grad_store), enum_name(kAllreduceNames, opt_.allreduce), opt_.zero ? ", ZeRO-1" : "",
-                 100.0 * wait_total_ / seconds_total_);
+                 enum_name(kGradStoreNames, opt_.grad_store), enum_name(kAllreduceNames, opt_.allreduce),
+                 opt_.zero ? ", ZeRO-1" : "", 100.0 * wait_total_ / seconds_total_);
   if (grid_.T > 1)
     std::fprintf(stderr, " with layers split over %d tensor-parallel ranks%s", grid_.T, opt_.sp ? " (sequence-parallel)" : "");
   if (P > 1)

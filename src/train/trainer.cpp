@@ -43,8 +43,9 @@ void train_options_validate(const TrainOptions& o) {
              "give one of them (a fine-tune's own checkpoint resumes with --resume alone)");
   AGOQ_CHECK(o.zero == 0 || o.zero == 1, "--zero must be 0 or 1 (got ", o.zero, ")");
   AGOQ_CHECK(o.replan_after >= 1, "--replan-after must be >= 1 (got ", o.replan_after, ")");
-  AGOQ_CHECK(o.lm_head_grad == LmHeadGrad::whole || o.grad_store == GradStoreKind::q8,
-             "--lm-head-grad pieces is a way of the 8-bit gradient store (--grad-store q8); the fp32 store holds every gradient whole");
+  AGOQ_CHECK(
+      o.lm_head_grad == LmHeadGrad::whole || o.grad_store == GradStoreKind::q8,
+      "--lm-head-grad pieces is a way of the 8-bit gradient store (--grad-store q8); the fp32 store holds every gradient whole");
   if (o.device == TrainDevice::cuda) {  // one GPU, fp32 moments: what the CUDA backend builds so far
     auto gpu_lacks = [](bool refused, const char* what) {
       AGOQ_CHECK(!refused, "--device cuda: ", what, " is not built on the GPU yet (docs/cuda.md)");
@@ -94,12 +95,12 @@ std::string file_digest(const fs::path& p) {
 std::string train_run_description(const TrainOptions& o, const LlamaConfig& cfg, const std::string& resume_commit) {
   std::ostringstream os;
   os << "model " << config_to_hf_json(cfg).dump() << "\nbatch " << o.batch << " seq " << o.seq << " accum " << o.accum
-     << " steps " << o.steps << " warmup " << o.warmup << " lr " << o.lr << " min_lr " << o.min_lr << " clip "
-     << o.clip << " adam " << o.adam.beta1 << ' ' << o.adam.beta2 << ' ' << o.adam.eps << ' ' << o.adam.weight_decay
-     << " seed " << o.seed << " eval " << o.eval_every << ' ' << o.eval_batches << " ckpt " << o.ckpt_every
-     << " stop_after " << o.stop_after << " act " << o.act_policy << " grad_store "
-     << enum_name(kGradStoreNames, o.grad_store) << " allreduce " << enum_name(kAllreduceNames, o.allreduce)
-     << " rounding " << enum_name(kGradRoundingNames, o.grad_rounding) << " lm_head_grad "
+     << " steps " << o.steps << " warmup " << o.warmup << " lr " << o.lr << " min_lr " << o.min_lr << " clip " << o.clip
+     << " adam " << o.adam.beta1 << ' ' << o.adam.beta2 << ' ' << o.adam.eps << ' ' << o.adam.weight_decay << " seed "
+     << o.seed << " eval " << o.eval_every << ' ' << o.eval_batches << " ckpt " << o.ckpt_every << " stop_after "
+     << o.stop_after << " act " << o.act_policy << " grad_store " << enum_name(kGradStoreNames, o.grad_store)
+     << " allreduce " << enum_name(kAllreduceNames, o.allreduce) << " rounding "
+     << enum_name(kGradRoundingNames, o.grad_rounding) << " lm_head_grad "
      << enum_name(kLmHeadGradNames, o.lm_head_grad) << " optim_state " << optim_state_name(o.adam.state) << " zero "
      << o.zero << " pp " << o.pp << ' ' << o.stage_layers << " tp " << o.tp << " sp " << o.sp << " mem_budget "
      << o.mem_budget << ' ' << o.replan_after << " resume " << resume_commit << " init_from " << o.init_from;

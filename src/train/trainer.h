@@ -26,9 +26,11 @@ inline constexpr EnumName<GradStoreKind> kGradStoreNames[] = {{GradStoreKind::fp
 inline constexpr EnumName<GradReduce> kAllreduceNames[] = {{GradReduce::fp32, "mpi"}, {GradReduce::q8, "q8"}};
 inline constexpr EnumName<QuantRounding> kGradRoundingNames[] = {{QuantRounding::stochastic, "stochastic"},
                                                                  {QuantRounding::nearest, "nearest"}};
-inline constexpr EnumName<LmHeadGrad> kLmHeadGradNames[] = {{LmHeadGrad::whole, "whole"}, {LmHeadGrad::pieces, "pieces"}};
+inline constexpr EnumName<LmHeadGrad> kLmHeadGradNames[] = {{LmHeadGrad::whole, "whole"},
+                                                            {LmHeadGrad::pieces, "pieces"}};
 inline constexpr EnumName<TrainDevice> kDeviceNames[] = {{TrainDevice::cpu, "cpu"}, {TrainDevice::cuda, "cuda"}};
-inline constexpr EnumName<GemmPrecision> kGpuGemmNames[] = {{GemmPrecision::bf16, "bf16"}, {GemmPrecision::fp32, "fp32"}};
+inline constexpr EnumName<GemmPrecision> kGpuGemmNames[] = {{GemmPrecision::bf16, "bf16"},
+                                                            {GemmPrecision::fp32, "fp32"}};
 
 struct TrainOptions {
   std::string data_dir;              // from `agoq prepare`: train.bin, val.bin, tokenizer.model
@@ -56,8 +58,8 @@ struct TrainOptions {
   bool overwrite = false;  // a fresh run may replace an earlier run's checkpoints and metrics in out_dir
   bool quiet = false;
   // Data parallelism (docs/parallel.md): D = comm's size replicas, each running `accum` micro-batches per step.
-  GradStoreKind grad_store = GradStoreKind::fp32;  // gradient accumulation buffers
-  GradReduce allreduce = GradReduce::fp32;        // MPI's fp32 all-reduce, or allreduce_q8
+  GradStoreKind grad_store = GradStoreKind::fp32;           // gradient accumulation buffers
+  GradReduce allreduce = GradReduce::fp32;                  // MPI's fp32 all-reduce, or allreduce_q8
   QuantRounding grad_rounding = QuantRounding::stochastic;  // of the q8 grad store
   // q8 grad store, tied embeddings: the lm_head's weight gradient whole (an fp32 scratch of the embedding's size)
   // or in vocabulary pieces (no such scratch; one more lm_head GEMM per micro-batch).

@@ -65,7 +65,8 @@ TEST(TensorParallel, GridsOfFourMatchOneProcess) {
   const TrainResult ref = single_reference(dp, 2);
   expect_matches(train_run(dp), ref, "TP2xDP2 ZeRO-1", 1e-5);
   // The q8 paths' tolerance is the data-parallel one (test_data_parallel.cpp, Q8PathsFollowTheFp32Curve).
-  dp.grad_store = GradStoreKind::q8, dp.allreduce = GradReduce::q8, dp.zero = 0, dp.out_dir = (data / "tp2dp2q8").string();
+  dp.grad_store = GradStoreKind::q8, dp.allreduce = GradReduce::q8, dp.zero = 0,
+  dp.out_dir = (data / "tp2dp2q8").string();
   const TrainResult q = train_run(dp);
   if (world().rank() == 0) {
     const double d = max_rel_diff(q.losses, ref.losses);
