@@ -54,7 +54,7 @@ class HostStepDevice final : public StepDevice {
 
 DpOptimizer::DpOptimizer(Communicator& comm, ParamSet& params, const std::vector<GradUnit>& units,
                          const DpOptimizerOptions& o)
-    : comm_(comm), params_(params), units_(units), opts_(o), D_(comm.size()), rank_(comm.rank()) {
+    : comm_(comm), params_(params), units_(units), opts_(o), D_(comm.size()) {
   for (const GradUnit& u : units) {
     const size_t own = u.range.begin + u.own.begin;
     // 8-bit moments: blocks start on the shard, so shards must start on blocks for every grid to see one layout.

@@ -44,7 +44,7 @@ class DpOptimizer {
   ParamSet& params_;
   const std::vector<GradUnit>& units_;
   DpOptimizerOptions opts_;
-  int D_, rank_;
+  int D_;
   std::vector<std::unique_ptr<AdamW>> adam_;
 };
 

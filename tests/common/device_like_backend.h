@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/error.h"
 #include "model/backend.h"
 
 namespace agoq {
