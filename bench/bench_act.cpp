@@ -40,12 +40,14 @@ struct PolicyResult {
 // Model, optimizer and a few full training steps under one policy, from a clean tracker peak.
 struct PolicyRun {
   PolicyRun(const Args& a, const std::string& policy)
-      : model(a.model, a.batch, a.seq, ActPolicy::parse(policy, a.model.n_layers)), adam(model.params(), AdamWConfig{}) {
+      : model(a.model, a.batch, a.seq, ActPolicy::parse(policy, a.model.n_layers)),
+        adam(model.params(), AdamWConfig{}) {
     model.init_weights(7);
     Rng rng(3);
     const size_t n = size_t(a.batch) * a.seq;
     in.resize(n), tgt.resize(n);
-    for (size_t i = 0; i < n; ++i) in[i] = int32_t(rng.below(a.model.vocab_size)), tgt[i] = int32_t(rng.below(a.model.vocab_size));
+    for (size_t i = 0; i < n; ++i)
+      in[i] = int32_t(rng.below(a.model.vocab_size)), tgt[i] = int32_t(rng.below(a.model.vocab_size));
   }
   double step(const Args& a) {
     const auto t0 = Clock::now();
@@ -99,12 +101,16 @@ void bench_act_run(const Args& a) {
   if (a.json) {
     nlohmann::json out = nlohmann::json::array();
     for (const PolicyResult& r : results) {
-      nlohmann::json j = {{"policy", r.policy},          {"activation_bytes", r.act_bytes},
-                          {"activation_attention_bytes", r.act_attention}, {"activation_other_bytes", r.act_other},
-                          {"peak_bytes", r.peak_total},  {"step_ms", r.step_s * 1e3}};
+      nlohmann::json j = {{"policy", r.policy},
+                          {"activation_bytes", r.act_bytes},
+                          {"activation_attention_bytes", r.act_attention},
+                          {"activation_other_bytes", r.act_other},
+                          {"peak_bytes", r.peak_total},
+                          {"step_ms", r.step_s * 1e3}};
       j["step_time_ratio"] = base > 0 ? nlohmann::json(r.step_s / base) : nlohmann::json(nullptr);
       j["activation_ratio"] = base_act > 0 ? nlohmann::json(double(r.act_bytes) / base_act) : nlohmann::json(nullptr);
-      for (int c = 0; c < kMemCategoryCount; ++c) j["peak_by_category"][mem_category_name(MemCategory(c))] = r.at_peak.bytes[c];
+      for (int c = 0; c < kMemCategoryCount; ++c)
+        j["peak_by_category"][mem_category_name(MemCategory(c))] = r.at_peak.bytes[c];
       out.push_back(j);
     }
     std::printf("%s\n", out.dump(2).c_str());
@@ -113,13 +119,14 @@ void bench_act_run(const Args& a) {
   std::printf("agoq bench act: dim %d, %d layers, %d heads (kv %d), ffn %d, vocab %d, seq %d, batch %d\n", a.model.dim,
               a.model.n_layers, a.model.n_heads, a.model.n_kv_heads, a.model.ffn_dim, a.model.vocab_size, a.seq,
               a.batch);
-  std::printf("%-15s %12s %9s %12s %12s %12s %12s %10s %9s\n", "policy", "activations", "vs bf16", "attention",
-              "other", "workspace", "peak total", "step ms", "vs bf16");
+  std::printf("%-15s %12s %9s %12s %12s %12s %12s %10s %9s\n", "policy", "activations", "vs bf16", "attention", "other",
+              "workspace", "peak total", "step ms", "vs bf16");
   for (const PolicyResult& r : results) {
-    std::printf("%-15s %12s %8.3fx %12s %12s %12s %12s %10.0f %8.3fx\n", r.policy.c_str(), format_bytes(r.act_bytes).c_str(),
-                base_act ? double(r.act_bytes) / base_act : 0.0, format_bytes(r.act_attention).c_str(),
-                format_bytes(r.act_other).c_str(), format_bytes(r.at_peak.bytes[int(MemCategory::workspace)]).c_str(),
-                format_bytes(r.peak_total).c_str(), r.step_s * 1e3, base > 0 ? r.step_s / base : 0.0);
+    std::printf("%-15s %12s %8.3fx %12s %12s %12s %12s %10.0f %8.3fx\n", r.policy.c_str(),
+                format_bytes(r.act_bytes).c_str(), base_act ? double(r.act_bytes) / base_act : 0.0,
+                format_bytes(r.act_attention).c_str(), format_bytes(r.act_other).c_str(),
+                format_bytes(r.at_peak.bytes[int(MemCategory::workspace)]).c_str(), format_bytes(r.peak_total).c_str(),
+                r.step_s * 1e3, base > 0 ? r.step_s / base : 0.0);
   }
 }
 

@@ -84,12 +84,14 @@ struct Measured {
 // A 3-step `agoq train` of cfg on one thread; its peak resident memory from the kernel.
 Measured train_measured(const Options& o, const LlamaConfig& cfg, const System& s, int batch, int seq) {
   const fs::path out = fs::temp_directory_path() / ("agoq_capacity_" + std::to_string(getpid()));
+  // clang-format off
   std::vector<std::string> args = {fs::read_symlink("/proc/self/exe").string(), "train", "--data", o.data, "--out",
                                    out.string(), "--overwrite", "--quiet", "--steps", "3", "--warmup", "1",
                                    "--eval-every", "0", "--eval-batches", "1", "--dim", std::to_string(cfg.dim),
                                    "--layers", std::to_string(cfg.n_layers), "--heads", std::to_string(cfg.n_heads),
                                    "--ffn", std::to_string(cfg.ffn_dim), "--seq", std::to_string(seq), "--batch",
                                    std::to_string(batch)};
+  // clang-format on
   if (s.agoq) args.insert(args.end(), {"--act-policy", "agoq", "--grad-store", "q8", "--optim-state", "q8"});
   else args.push_back("--baseline");
   std::vector<char*> argv;
@@ -113,8 +115,8 @@ Measured train_measured(const Options& o, const LlamaConfig& cfg, const System& 
   Measured m;
   m.max_rss = size_t(ru.ru_maxrss) * 1024;
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  m.cpu_seconds = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-                  1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  m.cpu_seconds =
+      double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
   return m;
 }
 
@@ -168,9 +170,16 @@ void run(const Options& o) {
         const LlamaConfig cfg = config_of(o, by_layers, layers, seq, vocab);
         // What stopped the search: the budget, or the end of its range (the corpus' length for sequences).
         const char* limit = best == (by_layers ? 4096 : longest) ? (by_layers ? "layer range" : "corpus") : "memory";
-        r = {{"search", search}, {"system", s.name}, {"limited_by", limit}, {"layers", layers},
-             {"seq", seq}, {"batch", batch}, {"dim", cfg.dim}, {"params", cfg.param_count()},
-             {"predicted_bytes", predicted(cfg, s, batch, seq) + overhead(layers)}, {"searches", attempt}};
+        r = {{"search", search},
+             {"system", s.name},
+             {"limited_by", limit},
+             {"layers", layers},
+             {"seq", seq},
+             {"batch", batch},
+             {"dim", cfg.dim},
+             {"params", cfg.param_count()},
+             {"predicted_bytes", predicted(cfg, s, batch, seq) + overhead(layers)},
+             {"searches", attempt}};
         if (!o.confirm) break;
         const Measured m = train_measured(o, cfg, s, batch, seq);
         r["max_rss_bytes"] = m.max_rss, r["under_budget"] = m.max_rss <= budget;
@@ -180,9 +189,12 @@ void run(const Options& o) {
       }
       rows.push_back(r);
     }
-  const nlohmann::json j = {{"budget_bytes", budget}, {"overhead_fixed_bytes", fixed},
-                            {"overhead_per_layer_bytes", per_layer}, {"fill", o.fill},
-                            {"vocab", vocab}, {"rows", rows},
+  const nlohmann::json j = {{"budget_bytes", budget},
+                            {"overhead_fixed_bytes", fixed},
+                            {"overhead_per_layer_bytes", per_layer},
+                            {"fill", o.fill},
+                            {"vocab", vocab},
+                            {"rows", rows},
                             {"params_ratio", rows[1]["params"].get<double>() / rows[0]["params"].get<double>()},
                             {"seq_ratio", rows[3]["seq"].get<double>() / rows[2]["seq"].get<double>()}};
   if (!o.json_path.empty()) atomic_file_write(o.json_path, j.dump(2) + "\n");
@@ -199,31 +211,32 @@ void run(const Options& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("what fits %s (vocab %d; one thread; untracked memory measured %s + %s per layer; the searches fill "
-              "%.0f%%)\n",
-              format_bytes(budget).c_str(), vocab, format_bytes(size_t(fixed)).c_str(),
-              format_bytes(size_t(per_layer)).c_str(), 100 * o.fill);
+  std::printf(
+      "what fits %s (vocab %d; one thread; untracked memory measured %s + %s per layer; the searches fill "
+      "%.0f%%)\n",
+      format_bytes(budget).c_str(), vocab, format_bytes(size_t(fixed)).c_str(), format_bytes(size_t(per_layer)).c_str(),
+      100 * o.fill);
   std::printf("%-7s %-9s %5s %7s %7s %6s %12s %12s %12s %6s %8s %s\n", "search", "system", "dim", "layers", "seq",
               "batch", "params", "predicted", "peak RSS", "fits", "run s", "limited by");
   for (const auto& r : rows)
     std::printf("%-7s %-9s %5d %7d %7d %6d %11.1fM %12s %12s %6s %8.0f %s\n", r["search"].get<std::string>().c_str(),
                 r["system"].get<std::string>().c_str(), r["dim"].get<int>(), r["layers"].get<int>(),
-                r["seq"].get<int>(),
-                r["batch"].get<int>(), r["params"].get<double>() / 1e6,
+                r["seq"].get<int>(), r["batch"].get<int>(), r["params"].get<double>() / 1e6,
                 format_bytes(r["predicted_bytes"].get<size_t>()).c_str(),
                 r.contains("max_rss_bytes") ? format_bytes(r["max_rss_bytes"].get<size_t>()).c_str() : "-",
                 r.contains("under_budget") ? (r["under_budget"].get<bool>() ? "yes" : "NO") : "-",
                 r.value("seconds", 0.0), r["limited_by"].get<std::string>().c_str());
-  std::printf("AGoQ + q8 states: %.2fx the parameters (dim %d, seq %d, batch %d), %.2fx the sequence (dim %d, %d "
-              "layers, batch 1)\n",
-              j["params_ratio"].get<double>(), o.dim, o.seq, o.batch, j["seq_ratio"].get<double>(), o.seq_dim,
-              o.seq_layers);
+  std::printf(
+      "AGoQ + q8 states: %.2fx the parameters (dim %d, seq %d, batch %d), %.2fx the sequence (dim %d, %d "
+      "layers, batch 1)\n",
+      j["params_ratio"].get<double>(), o.dim, o.seq, o.batch, j["seq_ratio"].get<double>(), o.seq_dim, o.seq_layers);
 }
 
 const CliCommand kBenchCapacity("bench", 62, [](CLI::App& bench) {
   auto o = std::make_shared<Options>();
-  CLI::App* c = bench.add_subcommand("capacity", "largest model and longest sequence within a memory budget, baseline "
-                                                 "vs AGoQ + 8-bit AdamW states, confirmed by real runs' peak RSS");
+  CLI::App* c = bench.add_subcommand("capacity",
+                                     "largest model and longest sequence within a memory budget, baseline "
+                                     "vs AGoQ + 8-bit AdamW states, confirmed by real runs' peak RSS");
   c->add_option("--data", o->data, "prepared corpus for the confirmation runs, e.g. data/austen")->required();
   c->add_option("--mem-budget", o->budget, "memory budget, e.g. 4GiB")->capture_default_str();
   c->add_option("--dim", o->dim, "model width of the layer search")->capture_default_str()->check(cli_at_least(1));

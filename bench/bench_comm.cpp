@@ -15,8 +15,8 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -83,7 +83,8 @@ void bench_e2e_round(Communicator& comm, const Args& a, const DpOptions& o, E2eR
   std::vector<int32_t> in(size_t(m) * B * T), tgt(in.size());
   Rng rng(11, uint64_t(comm.rank()));
   auto fill = [&] {
-    for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
+    for (size_t i = 0; i < in.size(); ++i)
+      in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
   };
   MemoryTracker::global().reset_peaks();  // from here: training only (set-up transients excluded, as in train)
   for (int s = 0; s <= a.e2e_steps; ++s) {
@@ -178,12 +179,18 @@ Row bench_comm_size(Communicator& comm, CommQ8Workspace& ws, int mib, const Args
 nlohmann::json e2e_json(const Args& a, const std::vector<E2eResult>& e2e) {
   nlohmann::json j;
   const LlamaConfig cfg = e2e_config(a);
-  j["model"] = {{"dim", a.e2e_dim}, {"layers", a.e2e_layers}, {"vocab", a.e2e_vocab}, {"batch", a.e2e_batch},
-                {"seq", a.e2e_seq}, {"accum", a.e2e_accum}, {"steps", 2 * a.e2e_steps},
-                {"params", cfg.param_count()}, {"grad_mib", double(cfg.param_count()) * 4 / (1 << 20)}};
+  j["model"] = {{"dim", a.e2e_dim},
+                {"layers", a.e2e_layers},
+                {"vocab", a.e2e_vocab},
+                {"batch", a.e2e_batch},
+                {"seq", a.e2e_seq},
+                {"accum", a.e2e_accum},
+                {"steps", 2 * a.e2e_steps},
+                {"params", cfg.param_count()},
+                {"grad_mib", double(cfg.param_count()) * 4 / (1 << 20)}};
   for (const E2eResult& r : e2e) {
-    nlohmann::json c = {{"name", r.name}, {"step_ms", bench_median(r.step_ms)},
-                        {"exposed_comm_ms", bench_median(r.wait_ms)}};
+    nlohmann::json c = {
+        {"name", r.name}, {"step_ms", bench_median(r.step_ms)}, {"exposed_comm_ms", bench_median(r.wait_ms)}};
     for (size_t k = 0; k < r.peak.size(); ++k) {
       nlohmann::json p = {{"rank", k}};
       for (int i = 0; i < kMemCategoryCount; ++i) p[mem_category_name(MemCategory(i))] = r.peak[k].bytes[i];
@@ -199,10 +206,11 @@ nlohmann::json e2e_json(const Args& a, const std::vector<E2eResult>& e2e) {
 
 void e2e_print(const Args& a, int N, const std::vector<E2eResult>& e2e) {
   const LlamaConfig cfg = e2e_config(a);
-  std::printf("\nend to end: data-parallel training step on %d ranks, LLaMA dim %d x %d layers, vocab %d (%.1f MiB of "
-              "fp32 gradients), %d micro-batches of %dx%d per rank; median of %d steps\n",
-              N, a.e2e_dim, a.e2e_layers, a.e2e_vocab, double(cfg.param_count()) * 4 / (1 << 20), a.e2e_accum,
-              a.e2e_batch, a.e2e_seq, 2 * a.e2e_steps);
+  std::printf(
+      "\nend to end: data-parallel training step on %d ranks, LLaMA dim %d x %d layers, vocab %d (%.1f MiB of "
+      "fp32 gradients), %d micro-batches of %dx%d per rank; median of %d steps\n",
+      N, a.e2e_dim, a.e2e_layers, a.e2e_vocab, double(cfg.param_count()) * 4 / (1 << 20), a.e2e_accum, a.e2e_batch,
+      a.e2e_seq, 2 * a.e2e_steps);
   std::printf("%-30s %10s %17s %8s\n", "configuration", "step ms", "exposed comm ms", "speedup");
   for (const E2eResult& r : e2e)
     std::printf("%-30s %10.1f %17.1f %7.2fx\n", r.name.c_str(), bench_median(r.step_ms), bench_median(r.wait_ms),
@@ -240,10 +248,18 @@ void bench_comm_run(const Args& a) {
       j["ranks"] = N, j["hosts"] = hosts, j["block"] = a.block, j["chunk_kib"] = a.chunk_kib, j["reps"] = a.reps;
       j["results"] = nlohmann::json::array();
       for (const Row& r : rows)
-        j["results"].push_back({{"size_mib", r.mib}, {"ranks", N}, {"hosts", hosts}, {"mpi_ms", r.mpi}, {"q8_ms", r.q8},
-                                {"q8_one_chunk_ms", r.q8_one_chunk}, {"quantize_ms", r.quantize},
-                                {"alltoall_ms", r.alltoall}, {"reduce_ms", r.reduce}, {"allgather_ms", r.allgather},
-                                {"dequantize_ms", r.dequantize}, {"speedup", r.q8 > 0 ? r.mpi / r.q8 : 0.0},
+        j["results"].push_back({{"size_mib", r.mib},
+                                {"ranks", N},
+                                {"hosts", hosts},
+                                {"mpi_ms", r.mpi},
+                                {"q8_ms", r.q8},
+                                {"q8_one_chunk_ms", r.q8_one_chunk},
+                                {"quantize_ms", r.quantize},
+                                {"alltoall_ms", r.alltoall},
+                                {"reduce_ms", r.reduce},
+                                {"allgather_ms", r.allgather},
+                                {"dequantize_ms", r.dequantize},
+                                {"speedup", r.q8 > 0 ? r.mpi / r.q8 : 0.0},
                                 {"speedup_one_chunk", r.q8_one_chunk > 0 ? r.mpi / r.q8_one_chunk : 0.0},
                                 {"same_bits", r.same_bits}});
       if (!e2e.empty()) j["e2e"] = e2e_json(a, e2e);
@@ -251,9 +267,10 @@ void bench_comm_run(const Args& a) {
       return;
     }
     if (a.e2e_only) return e2e_print(a, N, e2e);
-    std::printf("all-reduce of fp32 gradients, N = %d ranks on %d hosts, q8 block %d, chunks of %d KiB, median of %d "
-                "(phases of the pipelined q8, rank 0: passes, and the exchanges' waits)\n",
-                N, hosts, a.block, a.chunk_kib, a.reps);
+    std::printf(
+        "all-reduce of fp32 gradients, N = %d ranks on %d hosts, q8 block %d, chunks of %d KiB, median of %d "
+        "(phases of the pipelined q8, rank 0: passes, and the exchanges' waits)\n",
+        N, hosts, a.block, a.chunk_kib, a.reps);
     std::printf("%8s %10s %10s %9s %9s %9s %9s %9s %8s %12s %8s %10s\n", "size", "MPI ms", "q8 ms", "quant", "a2a",
                 "reduce", "allgath", "dequant", "speedup", "1-chunk ms", "speedup", "same bits");
     for (const Row& r : rows)
@@ -267,13 +284,16 @@ void bench_comm_run(const Args& a) {
 
 const CliCommand kComm("bench", 40, [](CLI::App& bench) {
   auto args = std::make_shared<Args>();
-  CLI::App* c = bench.add_subcommand("comm", "fp32 MPI_Allreduce vs allreduce_q8, and DP training steps fp32 vs q8 (run under mpirun -np N)");
+  CLI::App* c = bench.add_subcommand(
+      "comm", "fp32 MPI_Allreduce vs allreduce_q8, and DP training steps fp32 vs q8 (run under mpirun -np N)");
   c->add_option("--sizes", args->sizes_mib, "gradient sizes in MiB of fp32")->delimiter(',');
   c->add_option("--reps", args->reps, "timed repetitions per size (median)")->check(cli_at_least(1));
   c->add_option("--block", args->block, "values per q8 scale")->check(cli_at_least(1));
-  c->add_option("--chunk-kib", args->chunk_kib, "allreduce_q8's pipeline chunk in KiB of fp32 (0: one chunk)")->check(cli_at_least(0));
+  c->add_option("--chunk-kib", args->chunk_kib, "allreduce_q8's pipeline chunk in KiB of fp32 (0: one chunk)")
+      ->check(cli_at_least(0));
   c->add_flag("--json", args->json, "print JSON");
-  c->add_option("--e2e-steps", args->e2e_steps, "end-to-end DP training: timed steps per config and round (0: skip)")->check(cli_at_least(0));
+  c->add_option("--e2e-steps", args->e2e_steps, "end-to-end DP training: timed steps per config and round (0: skip)")
+      ->check(cli_at_least(0));
   c->add_option("--e2e-dim", args->e2e_dim, "end-to-end model: hidden size")->check(cli_at_least(1));
   c->add_option("--e2e-layers", args->e2e_layers, "end-to-end model: layers")->check(cli_at_least(1));
   c->add_option("--e2e-vocab", args->e2e_vocab, "end-to-end model: vocabulary size")->check(cli_at_least(1));

@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -88,8 +88,8 @@ void bench_ops_run(const Args& a) {
     auto x = random_buffer(size_t(n) * n, 1), y = random_buffer(size_t(n) * n, 2);
     Buffer<float> z(size_t(n) * n, MemCategory::workspace);
     add_flops("sgemm 1536^3 (peak)", 2.0 * n * n * n, [&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, x.data(), n, y.data(), n, 0.0f,
-                  z.data(), n);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, x.data(), n, y.data(), n, 0.0f, z.data(),
+                  n);
     });
   }
 
@@ -102,11 +102,11 @@ void bench_ops_run(const Args& a) {
     Buffer<float> out(size_t(N) * out_dim, MemCategory::workspace), din(size_t(N) * in_dim, MemCategory::workspace),
         dw(size_t(out_dim) * in_dim, MemCategory::workspace);
     const double flops = 2.0 * N * in_dim * out_dim;
-    const std::string name = "matmul " + std::to_string(N) + "x" + std::to_string(in_dim) + "->" + std::to_string(out_dim);
+    const std::string name =
+        "matmul " + std::to_string(N) + "x" + std::to_string(in_dim) + "->" + std::to_string(out_dim);
     add_flops(name + " fwd", flops, [&] { matmul_forward(out.data(), in.data(), w.data(), N, in_dim, out_dim); });
-    add_flops(name + " bwd", 2 * flops, [&] {
-      matmul_backward(din.data(), dw.data(), dout.data(), in.data(), w.data(), N, in_dim, out_dim);
-    });
+    add_flops(name + " bwd", 2 * flops,
+              [&] { matmul_backward(din.data(), dw.data(), dout.data(), in.data(), w.data(), N, in_dim, out_dim); });
   }
 
   {  // attention, causal FLOPs (model/attention.h)
@@ -122,7 +122,9 @@ void bench_ops_run(const Args& a) {
       const double bwd = attention_backward_flops(a.B, a.heads, a.T, hd);
       const std::string name = "attention B" + std::to_string(a.B) + " T" + std::to_string(a.T) + " H" +
                                std::to_string(a.heads) + "/" + std::to_string(kvh) + " hd" + std::to_string(hd);
-      auto f = [&] { attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), a.B, a.T, a.heads, kvh, hd); };
+      auto f = [&] {
+        attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), a.B, a.T, a.heads, kvh, hd);
+      };
       auto b = [&] {
         attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), o.data(),
                            lse.data(), a.B, a.T, a.heads, kvh, hd);
@@ -138,19 +140,21 @@ void bench_ops_run(const Args& a) {
     auto x = random_buffer(nc, 10), w = random_buffer(a.dim, 11), dout = random_buffer(nc, 12);
     Buffer<float> out(nc, MemCategory::workspace), rstd(N, MemCategory::workspace), dx(nc, MemCategory::workspace),
         dw(a.dim, MemCategory::workspace);
-    add_bytes("rmsnorm fwd", 8.0 * nc, [&] { rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, a.dim, 1e-5f); });
-    add_bytes("rmsnorm bwd", 16.0 * nc, [&] {
-      rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, a.dim);
-    });
+    add_bytes("rmsnorm fwd", 8.0 * nc,
+              [&] { rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, a.dim, 1e-5f); });
+    add_bytes("rmsnorm bwd", 16.0 * nc,
+              [&] { rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, a.dim); });
     std::vector<float> cos(size_t(a.T) * (a.dim / a.heads / 2)), sin(cos.size());
     rope_init_tables(cos.data(), sin.data(), a.T, a.dim / a.heads, 10000.0f);
-    add_bytes("rope fwd (q)", 8.0 * nc, [&] { rope_forward(out.data(), cos.data(), sin.data(), N, a.T, a.heads, a.dim / a.heads); });
+    add_bytes("rope fwd (q)", 8.0 * nc,
+              [&] { rope_forward(out.data(), cos.data(), sin.data(), N, a.T, a.heads, a.dim / a.heads); });
     add_bytes("residual_add", 12.0 * nc, [&] { residual_add(out.data(), x.data(), dout.data(), nc); });
 
     auto g = random_buffer(nf, 13, 3.0f), u = random_buffer(nf, 14), dh = random_buffer(nf, 15);
     Buffer<float> h(nf, MemCategory::workspace), dg(nf, MemCategory::workspace), du(nf, MemCategory::workspace);
     add_bytes("swiglu fwd", 12.0 * nf, [&] { swiglu_forward(h.data(), g.data(), u.data(), nf); });
-    add_bytes("swiglu bwd", 20.0 * nf, [&] { swiglu_backward(dg.data(), du.data(), dh.data(), g.data(), u.data(), nf); });
+    add_bytes("swiglu bwd", 20.0 * nf,
+              [&] { swiglu_backward(dg.data(), du.data(), dh.data(), g.data(), u.data(), nf); });
 
     const int rows_ce = 512;  // the model calls it on chunks of rows
     auto logits = random_buffer(size_t(rows_ce) * a.vocab, 16, 4.0f);
@@ -165,7 +169,8 @@ void bench_ops_run(const Args& a) {
     std::vector<int> tokens(N);
     for (int i = 0; i < N; ++i) tokens[i] = (i * 977) % a.vocab;
     Buffer<float> table(size_t(a.vocab) * a.dim, MemCategory::workspace);
-    add_bytes("embedding bwd", 12.0 * nc, [&] { embedding_backward(table.data(), dout.data(), tokens.data(), N, a.dim); });
+    add_bytes("embedding bwd", 12.0 * nc,
+              [&] { embedding_backward(table.data(), dout.data(), tokens.data(), N, a.dim); });
   }
 
   if (a.json) {
@@ -193,7 +198,9 @@ const CliCommand kBenchOps("bench", 30, [](CLI::App& bench) {
   CLI::App* c = bench.add_subcommand("ops", "GFLOP/s (matmul, attention) and GB/s (the rest) of each model op");
   c->add_flag("--json", args->json, "print one JSON array");
   c->add_flag("--cpu-time", args->cpu_time, "time process CPU time instead of wall time (use with OMP_NUM_THREADS=1)");
-  c->add_option("--reps", args->reps, "timed runs per op (the best is reported)")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--reps", args->reps, "timed runs per op (the best is reported)")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
   c->add_option("--batch", args->B, "batch size")->capture_default_str()->check(cli_at_least(1));
   c->add_option("--seq", args->T, "sequence length")->capture_default_str()->check(cli_at_least(1));
   c->add_option("--dim", args->dim, "model dimension")->capture_default_str()->check(cli_at_least(1));

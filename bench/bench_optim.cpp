@@ -73,8 +73,12 @@ void run(const Options& o) {
   if (o.json) {
     nlohmann::json j = nlohmann::json::array();
     for (const Row& r : rows)
-      j.push_back({{"state", r.name}, {"params", n}, {"threads", omp_get_max_threads()}, {"seconds", r.seconds},
-                   {"ratio_vs_fp32", r.seconds / base}, {"state_bytes", r.state_bytes},
+      j.push_back({{"state", r.name},
+                   {"params", n},
+                   {"threads", omp_get_max_threads()},
+                   {"seconds", r.seconds},
+                   {"ratio_vs_fp32", r.seconds / base},
+                   {"state_bytes", r.state_bytes},
                    {"gb_per_s", r.bytes_moved / r.seconds / 1e9}});
     std::printf("%s\n", j.dump(2).c_str());
     return;

@@ -117,10 +117,15 @@ void run(const Options& o) {
       q8[k]->step(shadow.data(), g, lr, step);
       if (!report) continue;
       const Errors e = errors_of(ref, *q8[k], before.data(), p, shadow.data());
-      out.push_back({{"variant", vs[k].name}, {"block", vs[k].fmt.block}, {"m_root", vs[k].fmt.m_root},
+      out.push_back({{"variant", vs[k].name},
+                     {"block", vs[k].fmt.block},
+                     {"m_root", vs[k].fmt.m_root},
                      {"v_root", vs[k].fmt.v_root},
                      {"rounding", vs[k].fmt.rounding == QuantRounding::nearest ? "nearest" : "stochastic"},
-                     {"step", step}, {"m_rel_err", e.m}, {"v_rel_err", e.v}, {"update_rel_err", e.update},
+                     {"step", step},
+                     {"m_rel_err", e.m},
+                     {"v_rel_err", e.v},
+                     {"update_rel_err", e.update},
                      {"v_zero_share", e.v_zero},
                      {"state_bytes_per_value", double(adam_q8_bytes(1 << 20, vs[k].fmt.block)) / (1 << 20)}});
     }
@@ -129,9 +134,10 @@ void run(const Options& o) {
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
-  std::printf("8-bit Adam states vs fp32 after N steps of a dim-%d, %d-layer LLaMA on %s (%zu parameters, same "
-              "gradients for all)\n",
-              o.dim, o.layers, o.data.c_str(), model.params().size());
+  std::printf(
+      "8-bit Adam states vs fp32 after N steps of a dim-%d, %d-layer LLaMA on %s (%zu parameters, same "
+      "gradients for all)\n",
+      o.dim, o.layers, o.data.c_str(), model.params().size());
   std::printf("%-44s %5s %10s %10s %10s %10s %8s\n", "variant", "step", "m err", "v err", "update err", "v->0",
               "B/value");
   for (const auto& r : out)

@@ -31,8 +31,8 @@ using Args = BenchGridArgs;
 
 struct Config {
   std::string name;
-  int pp;               // 1: data parallel over all ranks
-  std::string act;      // activation policy
+  int pp;           // 1: data parallel over all ranks
+  std::string act;  // activation policy
   std::vector<double> step_ms;
   std::vector<MemSnapshot> peak;  // per world rank, each category's own peak over the steps
 };
@@ -88,11 +88,20 @@ void bench_pipe_run(const Args& a) {
     if (world.rank() != 0) return;
     const double tokens = double(a.micro) * a.batch * a.seq, ideal = double(a.micro) / (a.micro + N - 1);
     if (a.json) {
-      nlohmann::json j = {{"ranks", N}, {"ideal_1f1b_efficiency", ideal},
-                          {"model", {{"dim", a.dim}, {"layers", a.layers}, {"vocab", a.vocab}, {"batch", a.batch},
-                                     {"seq", a.seq}, {"micro_batches", a.micro}}}};
+      nlohmann::json j = {{"ranks", N},
+                          {"ideal_1f1b_efficiency", ideal},
+                          {"model",
+                           {{"dim", a.dim},
+                            {"layers", a.layers},
+                            {"vocab", a.vocab},
+                            {"batch", a.batch},
+                            {"seq", a.seq},
+                            {"micro_batches", a.micro}}}};
       for (const Config& c : cfgs) {
-        nlohmann::json r = {{"name", c.name}, {"pp", c.pp}, {"act_policy", c.act}, {"step_ms", bench_median(c.step_ms)},
+        nlohmann::json r = {{"name", c.name},
+                            {"pp", c.pp},
+                            {"act_policy", c.act},
+                            {"step_ms", bench_median(c.step_ms)},
                             {"tokens_per_s", tokens / bench_median(c.step_ms) * 1e3}};
         for (const MemSnapshot& p : c.peak) {
           nlohmann::json mem;

@@ -80,8 +80,8 @@ void run(const Options& o) {
       for (size_t k = 0; k < kSlices; ++k) {
         const size_t r0 = rows * k / kSlices, r1 = rows * (k + 1) / kSlices;
         best_copy[k] = std::min(best_copy[k], seconds([&] {
-          parallel_memcpy(out.data() + r0 * cols, src.data() + r0 * cols, (r1 - r0) * cols);
-        }));
+                                  parallel_memcpy(out.data() + r0 * cols, src.data() + r0 * cols, (r1 - r0) * cols);
+                                }));
       }
       for (size_t k = 0; k < kSlices; ++k)
         best[k] = std::min(best[k], seconds([&] { fn(rows * k / kSlices, rows * (k + 1) / kSlices); }));
@@ -141,17 +141,25 @@ void run(const Options& o) {
   if (o.json) {
     nlohmann::json j = nlohmann::json::array();
     for (const Record& r : recs)
-      j.push_back({{"format", r.format}, {"direction", r.direction}, {"gbps", r.gbps}, {"memcpy_gbps", r.memcpy_gbps},
-                   {"ratio", r.gbps / r.memcpy_gbps}, {"ms", r.seconds * 1e3}, {"bytes", r.bytes},
-                   {"bits_per_value", r.bits_per_value}, {"mib_fp32", o.mib}, {"threads", threads},
+      j.push_back({{"format", r.format},
+                   {"direction", r.direction},
+                   {"gbps", r.gbps},
+                   {"memcpy_gbps", r.memcpy_gbps},
+                   {"ratio", r.gbps / r.memcpy_gbps},
+                   {"ms", r.seconds * 1e3},
+                   {"bytes", r.bytes},
+                   {"bits_per_value", r.bits_per_value},
+                   {"mib_fp32", o.mib},
+                   {"threads", threads},
                    {"simd", quant_simd_enabled()}});
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
   std::printf("quantization throughput: %.0f MiB fp32 (%zu x %zu), %d threads, %s kernels, %zu slices x best of %d\n",
               o.mib, rows, cols, threads, quant_simd_enabled() ? "AVX2" : "scalar", kSlices, o.reps);
-  std::printf("GB/s = (bytes read + written) / time; memcpy = the same %.0f MiB copied, alternating with each kernel\n\n",
-              o.mib);
+  std::printf(
+      "GB/s = (bytes read + written) / time; memcpy = the same %.0f MiB copied, alternating with each kernel\n\n",
+      o.mib);
   std::printf("%-26s %-15s %8s %8s %8s %8s %8s\n", "format", "direction", "bits/val", "GB/s", "memcpy", "ratio", "ms");
   for (const Record& r : recs)
     std::printf("%-26s %-15s %8.3f %8.2f %8.2f %8.2f %8.2f\n", r.format.c_str(), r.direction.c_str(), r.bits_per_value,

@@ -62,20 +62,25 @@ double best_of(int reps, const std::function<void()>& fn) {
 
 std::string text_for(const Options& o, const fs::path& src) {
   std::string path = o.text;
-  if (path.empty() && fs::exists(src / "data" / "janeaustenr" / "Rdata.rdx")) path = (src / "data" / "janeaustenr").string();
+  if (path.empty() && fs::exists(src / "data" / "janeaustenr" / "Rdata.rdx"))
+    path = (src / "data" / "janeaustenr").string();
   std::string text;
   if (!path.empty()) {
     text = corpus_read(path).text;
   } else {  // synthetic: words of 1-4 syllables (a large vocabulary), numbers, punctuation, a little code
-    static const char* syl[] = {"ka", "te", "ri", "so", "mun", "der", "el", "iz", "ab", "eth", "ar", "cy", "ben",
-                                "net", "lo", "ve", "wi", "th", "ou", "gh", "pr", "id", "e", "an", "st", "ing"};
+    static const char* syl[] = {"ka",  "te", "ri", "so", "mun", "der", "el", "iz", "ab", "eth", "ar", "cy", "ben",
+                                "net", "lo", "ve", "wi", "th",  "ou",  "gh", "pr", "id", "e",   "an", "st", "ing"};
     const size_t n_syl = sizeof syl / sizeof *syl;
     uint64_t x = 88172645463325252ull;
     const auto next = [&] { return x ^= x << 13, x ^= x >> 7, x ^= x << 17; };
     while (text.size() < size_t(o.mb * 1e6)) {
       for (int k = int(next() % 4); k >= 0; --k) text += syl[next() % n_syl];
       const uint64_t r = next() % 40;
-      text += r == 0 ? ".\n" : r == 1 ? ", " : r == 2 ? " " + std::to_string(next() % 100000) + " " : r == 3 ? "();\n  " : " ";
+      text += r == 0   ? ".\n"
+              : r == 1 ? ", "
+              : r == 2 ? " " + std::to_string(next() % 100000) + " "
+              : r == 3 ? "();\n  "
+                       : " ";
     }
   }
   const size_t want = size_t(o.mb * 1e6);
@@ -136,14 +141,16 @@ void run(const Options& o) {
   }
   std::vector<Row> rows;
   const std::string sp_what = "trained here, " + std::to_string(o.vocab) + " pieces";
-  time_engine(sp, "agoq sentencepiece", sp_what, text, o.reps, ref.empty() ? std::vector<int32_t>{} : ids_read(tmp / "sp.ids"), rows);
+  time_engine(sp, "agoq sentencepiece", sp_what, text, o.reps,
+              ref.empty() ? std::vector<int32_t>{} : ids_read(tmp / "sp.ids"), rows);
   if (!ref.empty()) rows.push_back({"sentencepiece (python)", sp_what, 1, ref["sp_s"], ref["sp_tokens"], ""});
   const std::string bpe_dir = !ref.empty() ? ref["bpe_dir"].get<std::string>() : o.bpe;
   if (!bpe_dir.empty()) {
     const Tokenizer bpe = Tokenizer::load(bpe_dir);
     const std::string what = (o.bpe.empty() ? "Llama-3-style, " : fs::path(bpe_dir).filename().string() + ", ") +
                              std::to_string(bpe.vocab_size()) + " tokens";
-    time_engine(bpe, "agoq byte-level bpe", what, text, o.reps, ref.empty() ? std::vector<int32_t>{} : ids_read(tmp / "hf.ids"), rows);
+    time_engine(bpe, "agoq byte-level bpe", what, text, o.reps,
+                ref.empty() ? std::vector<int32_t>{} : ids_read(tmp / "hf.ids"), rows);
     if (!ref.empty()) {
       rows.push_back({"tokenizers encode(text)", what, 1, ref["hf_encode_s"], ref["hf_tokens"], ""});
       rows.push_back({"tokenizers encode_batch(lines)", what, int(ref["cpus"]), ref["hf_batch_s"], 0, ""});
@@ -158,14 +165,20 @@ void run(const Options& o) {
     if (!skipped.empty()) j["skipped"] = skipped;
     if (!ref.empty()) j["tokenizers_version"] = ref["tokenizers"], j["sentencepiece_version"] = ref["sentencepiece"];
     for (const Row& r : rows)
-      j["rows"].push_back({{"engine", r.engine}, {"tokenizer", r.tokenizer}, {"threads", r.threads}, {"seconds", r.seconds},
-                           {"mb_per_s", mb / r.seconds}, {"tokens", r.tokens}, {"same_ids_as_reference", r.same}});
+      j["rows"].push_back({{"engine", r.engine},
+                           {"tokenizer", r.tokenizer},
+                           {"threads", r.threads},
+                           {"seconds", r.seconds},
+                           {"mb_per_s", mb / r.seconds},
+                           {"tokens", r.tokens},
+                           {"same_ids_as_reference", r.same}});
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
   std::printf("tokenize: %.1f MB of %s, best of %d; 'same ids' compares agoq's with the reference's below it\n", mb,
               o.text.empty() ? (fs::exists(src / "data" / "janeaustenr") ? "data/janeaustenr" : "synthetic text")
-                             : o.text.c_str(), o.reps);
+                             : o.text.c_str(),
+              o.reps);
   if (!skipped.empty()) std::printf("(%s)\n", skipped.c_str());
   std::printf("\n%-31s %-28s %7s %9s %10s %8s\n", "engine", "tokenizer", "threads", "MB/s", "tokens", "same ids");
   for (const Row& r : rows)
@@ -185,17 +198,23 @@ void run(const Options& o) {
 
 const CliCommand kTokenize("bench", 95, [](CLI::App& bench) {
   static Options o;
-  CLI::App* cmd = bench.add_subcommand("tokenize", "tokenizer MB/s: agoq's SentencePiece and byte-level BPE engines "
-                                                   "next to sentencepiece and HF tokenizers");
-  cmd->add_option("--text", o.text, "text to encode (.txt, folder or R data folder; default data/janeaustenr, "
-                                    "else synthetic)");
-  cmd->add_option("--mb", o.mb, "MB of it to encode (repeated when shorter)")->capture_default_str()
+  CLI::App* cmd = bench.add_subcommand("tokenize",
+                                       "tokenizer MB/s: agoq's SentencePiece and byte-level BPE engines "
+                                       "next to sentencepiece and HF tokenizers");
+  cmd->add_option("--text", o.text,
+                  "text to encode (.txt, folder or R data folder; default data/janeaustenr, "
+                  "else synthetic)");
+  cmd->add_option("--mb", o.mb, "MB of it to encode (repeated when shorter)")
+      ->capture_default_str()
       ->check(CLI::Range(0.01, 4096.0));
-  cmd->add_option("--bpe", o.bpe, "a tokenizer.json (or its folder) for the byte-level BPE rows (default: one "
-                                  "tokenizers trains here)");
-  cmd->add_option("--vocab", o.vocab, "pieces of the SentencePiece model trained here")->capture_default_str()
+  cmd->add_option("--bpe", o.bpe,
+                  "a tokenizer.json (or its folder) for the byte-level BPE rows (default: one "
+                  "tokenizers trains here)");
+  cmd->add_option("--vocab", o.vocab, "pieces of the SentencePiece model trained here")
+      ->capture_default_str()
       ->check(CLI::Range(300, 100000));
-  cmd->add_option("--reps", o.reps, "repetitions (the best is reported)")->capture_default_str()
+  cmd->add_option("--reps", o.reps, "repetitions (the best is reported)")
+      ->capture_default_str()
       ->check(CLI::Range(1, 100));
   cmd->add_flag("--json", o.json, "print JSON instead of a table");
   cmd->callback([] { run(o); });

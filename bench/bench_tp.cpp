@@ -44,7 +44,8 @@ void bench_tp_round(Communicator& world, const Args& a, Config& c, bool record_m
   const LlamaConfig cfg = bench_grid_model(a);
   const ParallelGrid grid = parallel_grid_make(world, c.pp, c.tp);
   const int m = a.micro / grid.D, B = a.batch, T = a.seq;
-  const ModelStage stage = model_stage_shard(cfg, model_stages_split(cfg, grid.P)[grid.stage], grid.T, grid.tp_rank, c.sp);
+  const ModelStage stage =
+      model_stage_shard(cfg, model_stages_split(cfg, grid.P)[grid.stage], grid.T, grid.tp_rank, c.sp);
   DpOptions o;
   o.stages = grid.pipe, o.tensor = grid.tp;
   if (c.agoq) o.store.kind = GradStoreKind::q8, o.reduce = GradReduce::q8;
@@ -84,12 +85,23 @@ void bench_tp_print(const Args& a, int N, const std::vector<Config>& cfgs) {
   const double tokens = double(a.micro) * a.batch * a.seq;
   if (a.json) {
     nlohmann::json j = {{"ranks", N},
-                        {"model", {{"dim", a.dim}, {"layers", a.layers}, {"vocab", a.vocab}, {"batch", a.batch},
-                                   {"seq", a.seq}, {"micro_batches", a.micro}}}};
+                        {"model",
+                         {{"dim", a.dim},
+                          {"layers", a.layers},
+                          {"vocab", a.vocab},
+                          {"batch", a.batch},
+                          {"seq", a.seq},
+                          {"micro_batches", a.micro}}}};
     for (const Config& c : cfgs) {
-      nlohmann::json r = {{"name", c.name}, {"tp", c.tp}, {"pp", c.pp}, {"sp", c.sp}, {"agoq", c.agoq},
-                          {"step_ms", bench_median(c.step_ms)}, {"tokens_per_s", tokens / bench_median(c.step_ms) * 1e3},
-                          {"tp_comm_ms", bench_median(c.tp_ms)}, {"dp_wait_ms", bench_median(c.dp_wait_ms)}};
+      nlohmann::json r = {{"name", c.name},
+                          {"tp", c.tp},
+                          {"pp", c.pp},
+                          {"sp", c.sp},
+                          {"agoq", c.agoq},
+                          {"step_ms", bench_median(c.step_ms)},
+                          {"tokens_per_s", tokens / bench_median(c.step_ms) * 1e3},
+                          {"tp_comm_ms", bench_median(c.tp_ms)},
+                          {"dp_wait_ms", bench_median(c.dp_wait_ms)}};
       for (const MemSnapshot& p : c.peak) {
         nlohmann::json mem;
         for (int k = 0; k < kMemCategoryCount; ++k) mem[mem_category_name(MemCategory(k))] = p.bytes[k];
@@ -102,8 +114,9 @@ void bench_tp_print(const Args& a, int N, const std::vector<Config>& cfgs) {
   }
   std::printf("one step = %d micro-batches of %dx%d tokens on %d ranks (dim %d, %d layers, vocab %d); median of %d\n",
               a.micro, a.batch, a.seq, N, a.dim, a.layers, a.vocab, a.steps * a.rounds);
-  std::printf("communication (rank 0): TP comm = time in the layers' collectives, DP wait = the gradient\n"
-              "reduction not hidden behind backward\n\n");
+  std::printf(
+      "communication (rank 0): TP comm = time in the layers' collectives, DP wait = the gradient\n"
+      "reduction not hidden behind backward\n\n");
   const double base = bench_median(cfgs.back().step_ms);
   std::printf("%-34s %9s %10s %8s %11s %11s\n", "configuration", "step ms", "tokens/s", "vs DP", "TP comm ms",
               "DP wait ms");
@@ -123,8 +136,8 @@ void bench_tp_run(const Args& a) {
   comm_run_guarded(world, [&] {
     const int N = world.size();
     AGOQ_CHECK(N >= 2 && N % 2 == 0, "bench tp: run it under mpirun -np N with an even N >= 2 (e.g. 4)");
-    AGOQ_CHECK(a.micro >= N && a.micro % N == 0, "bench tp: --micro (", a.micro,
-               ") must be a multiple of the ranks (", N, ") so data parallelism gets whole micro-batches");
+    AGOQ_CHECK(a.micro >= N && a.micro % N == 0, "bench tp: --micro (", a.micro, ") must be a multiple of the ranks (",
+               N, ") so data parallelism gets whole micro-batches");
     AGOQ_CHECK(a.layers >= 2, "bench tp: --layers (", a.layers, ") must be at least 2 (two pipeline stages)");
     AGOQ_CHECK(a.steps >= 1 && a.rounds >= 1, "bench tp: --steps and --rounds must be >= 1");
     const std::string dp = std::to_string(N / 2);
@@ -144,8 +157,9 @@ void bench_tp_run(const Args& a) {
 const CliCommand kTp("bench", 46, [](CLI::App& bench) {
   auto args = std::make_shared<Args>();
   CLI::App* c = bench.add_subcommand(
-      "tp", "tensor x data vs pipeline x data vs data parallelism on the same ranks: step time, communication and "
-            "memory per rank (mpirun -np 4)");
+      "tp",
+      "tensor x data vs pipeline x data vs data parallelism on the same ranks: step time, communication and "
+      "memory per rank (mpirun -np 4)");
   bench_grid_args_add(*c, *args);
   c->callback([args] { bench_tp_run(*args); });
 });

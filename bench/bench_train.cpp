@@ -8,8 +8,8 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -64,7 +64,8 @@ StepStats bench_steps(const LlamaConfig& cfg, int B, int T, int warmup, int step
   AdamW adam(model.params(), AdamWConfig{});
   std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
   Rng rng(3);
-  for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
   auto one_step = [&](long s) {
     if (threads) threads->adapt();
     model.grads().zero();
@@ -120,8 +121,11 @@ void bench_train_busy(const Args& a, const LlamaConfig& ref, int B, int T) {
     fixed = B * T / bench_steps(ref, B, T, 0, 2, "fp32").seconds_per_step;
   }
   if (a.json) {
-    nlohmann::json j = {{"cores", cores}, {"quiet_tokens_per_s", quiet}, {"busy_adaptive_tokens_per_s", adaptive},
-                        {"busy_fixed_tokens_per_s", fixed}, {"adaptive_vs_quiet", adaptive / quiet},
+    nlohmann::json j = {{"cores", cores},
+                        {"quiet_tokens_per_s", quiet},
+                        {"busy_adaptive_tokens_per_s", adaptive},
+                        {"busy_fixed_tokens_per_s", fixed},
+                        {"adaptive_vs_quiet", adaptive / quiet},
                         {"fixed_vs_quiet", fixed / quiet}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
@@ -151,8 +155,11 @@ void bench_train_run(const Args& a) {
   if (!a.skip_memory) m = bench_steps(big, 16, 512, 0, 1, "fp32");
 
   if (a.json) {
-    nlohmann::json j = {{"tokens_per_s", tokens_per_s}, {"mfu", mfu}, {"sgemm_gflops", peak},
-                        {"model_gflops", achieved}, {"step_ms", s.seconds_per_step * 1e3}};
+    nlohmann::json j = {{"tokens_per_s", tokens_per_s},
+                        {"mfu", mfu},
+                        {"sgemm_gflops", peak},
+                        {"model_gflops", achieved},
+                        {"step_ms", s.seconds_per_step * 1e3}};
     if (!a.skip_memory) {
       for (int c = 0; c < kMemCategoryCount; ++c) j["memory"][mem_category_name(MemCategory(c))] = m.at_peak.bytes[c];
       j["memory"]["total"] = m.peak_total;

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/memory.h"
 #include "arch/config.h"
+#include "core/memory.h"
 
 namespace agoq {
 
@@ -51,7 +51,8 @@ inline LlamaConfig bench_grid_model(const BenchGridArgs& a) {
 
 // The table of every rank's peak memory by category (each category's own peak), one block of rows per
 // configuration: names[i] and peaks[i] (per world rank).
-inline void bench_print_rank_memory(const std::vector<std::string>& names, const std::vector<std::vector<MemSnapshot>>& peaks) {
+inline void bench_print_rank_memory(const std::vector<std::string>& names,
+                                    const std::vector<std::vector<MemSnapshot>>& peaks) {
   std::printf("\npeak memory per rank (each category's own peak over the steps)\n%-34s %4s", "configuration", "rank");
   for (int k = 0; k < kMemCategoryCount; ++k) std::printf(" %13s", mem_category_name(MemCategory(k)));
   std::printf(" %13s\n", "sum");

@@ -30,9 +30,9 @@ struct BenchOpsCudaOptions {
 void bench_ops_cuda(const BenchOpsCudaOptions& o);
 
 // Whole training steps on the GPU (`agoq bench train|act --device cuda`), built where the GPU model is
-// (AGOQ_HAVE_GPU_MODEL): per activation policy (and gradient store), step time, tokens/s and MFU against peak_tflops, saved-activation
-// bytes per token per layer and the device's peak memory, each next to the bf16 store's in the same run. Default:
-// the 1B-class model of the issue and of scripts/gpu_torch_reference.py (dim 2048, 16 layers, seq 2048).
+// (AGOQ_HAVE_GPU_MODEL): per activation policy (and gradient store), step time, tokens/s and MFU against peak_tflops,
+// saved-activation bytes per token per layer and the device's peak memory, each next to the bf16 store's in the same
+// run. Default: the 1B-class model of the issue and of scripts/gpu_torch_reference.py (dim 2048, 16 layers, seq 2048).
 struct BenchTrainCudaOptions {
   std::vector<std::string> policies = {"baseline-bf16", "agoq", "agoq+q8"};  // +q8: the 8-bit gradient store
   int dim = 2048, layers = 16, heads = 16, kv_heads = 16, ffn = 5632, vocab = 32000;

@@ -59,9 +59,8 @@ void bench_ops_cuda(const BenchOpsCudaOptions& o) {
     std::vector<float> t, tc;
     fn();
     for (int r = 0; r < o.reps; ++r) {
-      tc.push_back(bench_cuda_ms([&] {
-        AGOQ_CUDA_CHECK(cudaMemcpyAsync(copy_dst.data(), copy_src.data(), copy, cudaMemcpyDeviceToDevice));
-      }));
+      tc.push_back(bench_cuda_ms(
+          [&] { AGOQ_CUDA_CHECK(cudaMemcpyAsync(copy_dst.data(), copy_src.data(), copy, cudaMemcpyDeviceToDevice)); }));
       t.push_back(bench_cuda_ms(fn));
     }
     const double ms = bench_median(t), copy_ms = bench_median(tc);
@@ -93,8 +92,7 @@ void bench_ops_cuda(const BenchOpsCudaOptions& o) {
         const double flops = 2.0 * N * g.in * g.out;
         const std::string name = std::string("matmul ") + g.name + (bf ? " bf16" : " fp32");
         add_flops(name + " fwd", flops, [&] { mm.forward(y.data(), in, wp, t, N, g.in, g.out); });
-        add_flops(name + " bwd", 2 * flops,
-                  [&] { mm.backward(y.data(), dw.data(), dout, in, wp, t, N, g.in, g.out); });
+        add_flops(name + " bwd", 2 * flops, [&] { mm.backward(y.data(), dw.data(), dout, in, wp, t, N, g.in, g.out); });
       }
   }
   {  // causal attention, its FLOPs as model/attention.h counts them
@@ -108,21 +106,20 @@ void bench_ops_cuda(const BenchOpsCudaOptions& o) {
     add_flops("attention fwd", attention_forward_flops(o.B, o.heads, o.T, hd),
               [&] { attn.forward(out.data(), lse.data(), q.data(), k.data(), v.data(), nullptr); });
     add_flops("attention bwd", attention_backward_flops(o.B, o.heads, o.T, hd), [&] {
-      attn.backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
-                    lse.data(), nullptr);
+      attn.backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(),
+                    nullptr);
     });
   }
   {  // memory-bound ops
     const size_t nc = size_t(N) * C, nf = size_t(N) * F, nmax = std::max(nc, nf);
     DeviceBuffer<float> x = random_device(nmax, 7), y = random_device(nmax, 8),
                         z(nmax, MemCategory::workspace, "bench.ops"), z2(nmax, MemCategory::workspace, "bench.ops"),
-                        w = random_device(C, 9),
-                        dw(C, MemCategory::workspace, "bench.ops"), rstd(N, MemCategory::workspace, "bench.ops");
+                        w = random_device(C, 9), dw(C, MemCategory::workspace, "bench.ops"),
+                        rstd(N, MemCategory::workspace, "bench.ops");
     add_bytes("rmsnorm fwd", 8.0 * nc,
               [&] { cuda_rmsnorm_forward(z.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f); });
-    add_bytes("rmsnorm bwd", 16.0 * nc, [&] {
-      cuda_rmsnorm_backward(z.data(), dw.data(), y.data(), x.data(), w.data(), rstd.data(), N, C);
-    });
+    add_bytes("rmsnorm bwd", 16.0 * nc,
+              [&] { cuda_rmsnorm_backward(z.data(), dw.data(), y.data(), x.data(), w.data(), rstd.data(), N, C); });
     add_bytes("swiglu fwd", 12.0 * nf, [&] { cuda_swiglu_forward(z.data(), x.data(), y.data(), nf); });
     add_bytes("swiglu bwd", 20.0 * nf,
               [&] { cuda_swiglu_backward(z.data(), z2.data(), x.data(), y.data(), x.data(), nf); });
@@ -150,9 +147,10 @@ void bench_ops_cuda(const BenchOpsCudaOptions& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("agoq bench ops on %s (sm_%d%d): %d tokens (batch %d x seq %d), dim %d, %d/%d heads, ffn %d; "
-              "median of %d; MFU against %.0f TFLOP/s\n\n", dev.name.c_str(), dev.sm_major, dev.sm_minor, N, o.B, o.T,
-              C, o.heads, o.kv_heads, F, o.reps, o.peak_tflops);
+  std::printf(
+      "agoq bench ops on %s (sm_%d%d): %d tokens (batch %d x seq %d), dim %d, %d/%d heads, ffn %d; "
+      "median of %d; MFU against %.0f TFLOP/s\n\n",
+      dev.name.c_str(), dev.sm_major, dev.sm_minor, N, o.B, o.T, C, o.heads, o.kv_heads, F, o.reps, o.peak_tflops);
   std::printf("  %-34s %10s %9s %6s %9s %9s\n", "op", "ms", "TFLOP/s", "MFU", "GB/s", "copy GB/s");
   for (const Row& r : rows) {
     std::printf("  %-34s %10.3f", r.op.c_str(), r.ms);

@@ -15,7 +15,9 @@ const CliCommand kBenchOpsCuda("bench", 30, [](CLI::App& bench) {
   CLI::App* c = bench.add_subcommand("ops", "TFLOP/s (GEMMs, attention) and GB/s (the rest) of each op on the GPU");
   c->add_option("--device", *device, "cuda (this build has no CPU ops)")->check(CLI::IsMember({"cuda"}));
   c->add_flag("--json", g->json, "print one JSON array");
-  c->add_option("--reps", g->reps, "timed runs per op (the median is reported)")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--reps", g->reps, "timed runs per op (the median is reported)")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
   c->add_option("--batch", g->B, "batch size")->capture_default_str()->check(cli_at_least(1));
   c->add_option("--seq", g->T, "sequence length")->capture_default_str()->check(cli_at_least(1));
   c->add_option("--dim", g->dim, "model dimension")->capture_default_str()->check(cli_at_least(1));

@@ -43,9 +43,8 @@ void bench_quant_cuda(const BenchQuantCudaOptions& o) {
     fn();  // warm-up
     std::vector<float> t, tc;
     for (int r = 0; r < o.reps; ++r) {
-      tc.push_back(bench_cuda_ms([&] {
-        AGOQ_CUDA_CHECK(cudaMemcpyAsync(out.data(), src.data(), n * 4, cudaMemcpyDeviceToDevice));
-      }));
+      tc.push_back(bench_cuda_ms(
+          [&] { AGOQ_CUDA_CHECK(cudaMemcpyAsync(out.data(), src.data(), n * 4, cudaMemcpyDeviceToDevice)); }));
       t.push_back(bench_cuda_ms(fn));
     }
     const double ms = bench_median(t), copy_ms = bench_median(tc);
@@ -55,13 +54,15 @@ void bench_quant_cuda(const BenchQuantCudaOptions& o) {
   std::vector<QuantFormat> formats = {quant_format_fp32(), quant_format_bf16()};
   for (int bits : {2, 3, 4, 8})
     for (bool sym : {true, false})
-      for (auto r : {QuantRounding::nearest, QuantRounding::stochastic}) formats.push_back(quant_format_int(bits, 128, sym, r));
+      for (auto r : {QuantRounding::nearest, QuantRounding::stochastic})
+        formats.push_back(quant_format_int(bits, 128, sym, r));
   for (const QuantFormat& f : formats) {
     DeviceQuantTensor t(f, rows, cols, MemCategory::workspace, "bench.quant");
     const double q = double(t.bytes()), bpv = quant_bits_per_value(f);
     uint64_t step = 0;
-    add(quant_format_name(f), "quantize", in_bytes + q, bpv,
-        [&] { cuda_quant_encode_rows(f, src.data(), 0, rows, cols, t.view(), {++step, 1}); });
+    add(quant_format_name(f), "quantize", in_bytes + q, bpv, [&] {
+      cuda_quant_encode_rows(f, src.data(), 0, rows, cols, t.view(), {++step, 1});
+    });
     add(quant_format_name(f), "dequantize", q + in_bytes, bpv,
         [&] { cuda_quant_decode_rows(f, t.view(), 0, rows, cols, out.data()); });
   }
@@ -90,20 +91,27 @@ void bench_quant_cuda(const BenchQuantCudaOptions& o) {
   if (o.json) {
     nlohmann::json j = nlohmann::json::array();
     for (const Record& r : recs)
-      j.push_back({{"device", dev.name}, {"format", r.format}, {"direction", r.direction}, {"gbps", r.gbps},
-                   {"copy_gbps", r.copy_gbps}, {"ratio", r.gbps / r.copy_gbps}, {"ms", r.ms},
-                   {"bits_per_value", r.bits_per_value}, {"mib_fp32", o.mib}});
+      j.push_back({{"device", dev.name},
+                   {"format", r.format},
+                   {"direction", r.direction},
+                   {"gbps", r.gbps},
+                   {"copy_gbps", r.copy_gbps},
+                   {"ratio", r.gbps / r.copy_gbps},
+                   {"ms", r.ms},
+                   {"bits_per_value", r.bits_per_value},
+                   {"mib_fp32", o.mib}});
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
   std::printf("quantization throughput on %s (sm_%d%d): %.0f MiB fp32 (%zu x %zu), median of %d\n", dev.name.c_str(),
               dev.sm_major, dev.sm_minor, o.mib, rows, cols, o.reps);
-  std::printf("GB/s = (bytes read + written) / time; copy = the same fp32 tensor copied device to device, "
-              "alternating with each kernel\n\n");
+  std::printf(
+      "GB/s = (bytes read + written) / time; copy = the same fp32 tensor copied device to device, "
+      "alternating with each kernel\n\n");
   std::printf("%-26s %-12s %8s %9s %9s %7s %8s\n", "format", "direction", "bits/val", "GB/s", "copy", "ratio", "ms");
   for (const Record& r : recs)
-    std::printf("%-26s %-12s %8.3f %9.1f %9.1f %7.2f %8.3f\n", r.format.c_str(), r.direction.c_str(),
-                r.bits_per_value, r.gbps, r.copy_gbps, r.gbps / r.copy_gbps, r.ms);
+    std::printf("%-26s %-12s %8.3f %9.1f %9.1f %7.2f %8.3f\n", r.format.c_str(), r.direction.c_str(), r.bits_per_value,
+                r.gbps, r.copy_gbps, r.gbps / r.copy_gbps, r.ms);
 }
 
 }  // namespace agoq

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/cuda/bench_cuda.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "bench/cuda/bench_cuda.h"
 #include "core/rng.h"
 #include "gpu/train_step_cuda.h"
 
@@ -39,7 +39,8 @@ PolicyRun policy_run(const BenchTrainCudaOptions& o, const LlamaConfig& cfg, con
   CudaTrainStep step(model, gpu, std::move(grads), AdamWConfig{}, 1.0f, 7);
   std::vector<int32_t> in(size_t(o.B) * o.T), tgt(in.size());
   Rng rng(3);
-  for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
   auto one = [&](long s) {
     const std::vector<MicroBatchRun> runs = step.step_begin(s, 1);
     step.step_end(1e-4f, model.forward_backward_micro_batches(in.data(), tgt.data(), o.B, o.T, runs));
@@ -51,8 +52,8 @@ PolicyRun policy_run(const BenchTrainCudaOptions& o, const LlamaConfig& cfg, con
   gpu.synchronize();
   PolicyRun r{name};
   r.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.steps;
-  r.act_bytes_per_token_layer = double(model.store().stored_bytes(true) + model.store().stored_bytes(false)) /
-                                (double(o.B) * o.T * cfg.n_layers);
+  r.act_bytes_per_token_layer =
+      double(model.store().stored_bytes(true) + model.store().stored_bytes(false)) / (double(o.B) * o.T * cfg.n_layers);
   r.peak_total = device.peak_total();
   return r;
 }
@@ -66,7 +67,9 @@ void bench_train_cuda_flags(CLI::App& c, BenchTrainCudaOptions& o) {
   c.add_option("--dim", o.dim, "--device cuda: hidden size")->capture_default_str()->check(cli_at_least(1));
   c.add_option("--layers", o.layers, "--device cuda: decoder layers")->capture_default_str()->check(cli_at_least(1));
   c.add_option("--heads", o.heads, "--device cuda: attention heads")->capture_default_str()->check(cli_at_least(1));
-  c.add_option("--kv-heads", o.kv_heads, "--device cuda: key/value heads")->capture_default_str()->check(cli_at_least(1));
+  c.add_option("--kv-heads", o.kv_heads, "--device cuda: key/value heads")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
   c.add_option("--ffn", o.ffn, "--device cuda: SwiGLU width")->capture_default_str()->check(cli_at_least(1));
   c.add_option("--vocab", o.vocab, "--device cuda: vocabulary")->capture_default_str()->check(cli_at_least(1));
   c.add_option("--batch", o.B, "--device cuda: sequences per step")->capture_default_str()->check(cli_at_least(1));
@@ -93,20 +96,29 @@ void bench_train_cuda(const BenchTrainCudaOptions& o) {
   const PolicyRun& base = runs.front();
   nlohmann::json out = nlohmann::json::array();
   if (!o.json)
-    std::printf("agoq bench train --device cuda: dim %d, %d layers, %d heads (kv %d), ffn %d, vocab %d, batch %d x "
-                "seq %d, %s GEMMs, %d timed steps\n  %-14s %9s %10s %6s %12s %8s %8s %12s\n",
-                cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim, cfg.vocab_size, o.B, o.T,
-                o.gemm.c_str(), o.steps, "policy", "step ms", "tokens/s", "MFU", "act B/tok/L", "act vs", "step vs",
-                "peak memory");
+    std::printf(
+        "agoq bench train --device cuda: dim %d, %d layers, %d heads (kv %d), ffn %d, vocab %d, batch %d x "
+        "seq %d, %s GEMMs, %d timed steps\n  %-14s %9s %10s %6s %12s %8s %8s %12s\n",
+        cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim, cfg.vocab_size, o.B, o.T, o.gemm.c_str(),
+        o.steps, "policy", "step ms", "tokens/s", "MFU", "act B/tok/L", "act vs", "step vs", "peak memory");
   for (const PolicyRun& r : runs) {
     const double mfu = flops * tokens / r.step_s / (o.peak_tflops * 1e12);
     const double act_ratio = r.act_bytes_per_token_layer / base.act_bytes_per_token_layer;
     const double step_ratio = r.step_s / base.step_s;
     if (o.json) {
-      out.push_back({{"policy", r.policy}, {"step_ms", r.step_s * 1e3}, {"tokens_per_s", tokens / r.step_s},
-                     {"mfu", mfu}, {"act_bytes_per_token_layer", r.act_bytes_per_token_layer},
-                     {"act_vs_first", act_ratio}, {"step_vs_first", step_ratio}, {"peak_bytes", r.peak_total},
-                     {"dim", cfg.dim}, {"layers", cfg.n_layers}, {"batch", o.B}, {"seq", o.T}, {"gemm", o.gemm}});
+      out.push_back({{"policy", r.policy},
+                     {"step_ms", r.step_s * 1e3},
+                     {"tokens_per_s", tokens / r.step_s},
+                     {"mfu", mfu},
+                     {"act_bytes_per_token_layer", r.act_bytes_per_token_layer},
+                     {"act_vs_first", act_ratio},
+                     {"step_vs_first", step_ratio},
+                     {"peak_bytes", r.peak_total},
+                     {"dim", cfg.dim},
+                     {"layers", cfg.n_layers},
+                     {"batch", o.B},
+                     {"seq", o.T},
+                     {"gemm", o.gemm}});
       continue;
     }
     std::printf("  %-14s %9.1f %10.0f %5.1f%% %12.0f %7.2fx %7.2fx %12s\n", r.policy.c_str(), r.step_s * 1e3,

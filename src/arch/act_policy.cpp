@@ -10,9 +10,9 @@ namespace agoq {
 
 namespace {
 
-const char* kSlotNames[kActSlotCount] = {"attn_norm_in", "attn_rstd", "attn_norm_out", "q",           "k",
-                                         "v",            "attn_out",  "attn_lse",      "mlp_norm_in", "mlp_rstd",
-                                         "mlp_norm_out", "gate",      "up",            "swiglu_out"};
+const char* kSlotNames[kActSlotCount] = {
+    "attn_norm_in", "attn_rstd", "attn_norm_out", "q",    "k",  "v",         "attn_out", "attn_lse",
+    "mlp_norm_in",  "mlp_rstd",  "mlp_norm_out",  "gate", "up", "swiglu_out"};
 
 bool slot_always_fp32(ActSlot s) { return s == ActSlot::attn_rstd || s == ActSlot::mlp_rstd || s == ActSlot::attn_lse; }
 
@@ -77,8 +77,8 @@ ActPolicy policy_agoq(int n_layers, bool attention_int4) {
 // "layers[a..b]" or "layers[a]" -> [a, b]; errors name the part.
 std::pair<int, int> parse_layer_range(const std::string& key, int n_layers, const std::string& part) {
   const size_t open = key.find('['), close = key.find(']');
-  AGOQ_CHECK(open != std::string::npos && close != std::string::npos && close > open + 1,
-             "activation policy '", part, "': expected layers[a..b]");
+  AGOQ_CHECK(open != std::string::npos && close != std::string::npos && close > open + 1, "activation policy '", part,
+             "': expected layers[a..b]");
   const std::string inner = key.substr(open + 1, close - open - 1);
   const size_t dots = inner.find("..");
   int a, b;
@@ -88,8 +88,8 @@ std::pair<int, int> parse_layer_range(const std::string& key, int n_layers, cons
   } catch (const std::exception&) {
     fail("activation policy '", part, "': bad layer range '", inner, "'");
   }
-  AGOQ_CHECK(0 <= a && a <= b && b < n_layers, "activation policy '", part, "': layers ", a, "..", b,
-             " outside 0..", n_layers - 1);
+  AGOQ_CHECK(0 <= a && a <= b && b < n_layers, "activation policy '", part, "': layers ", a, "..", b, " outside 0..",
+             n_layers - 1);
   return {a, b};
 }
 
@@ -195,8 +195,7 @@ size_t act_slot_rows(ActSlot s, size_t rows, int tp, bool sp) {
   return sp && act_slot_is_residual(s) ? rows / size_t(tp) : rows;
 }
 
-size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t rows, bool attention, int tp,
-                       bool sp) {
+size_t act_store_bytes(const ActPolicy& policy, const LlamaConfig& cfg, size_t rows, bool attention, int tp, bool sp) {
   const auto cols = act_slot_cols(cfg, tp);
   size_t total = 0;
   for (const auto& layer : policy.slots)

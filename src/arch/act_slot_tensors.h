@@ -42,11 +42,15 @@ class ActSlotTensors : public ActStoreApi {
   const ActPolicy& policy() const override { return policy_; }
   bool stored(int layer, ActSlot s) const override { return policy_.at(layer, s).stored; }
   const QuantFormat& format(int layer, ActSlot s) const override { return policy_.at(layer, s).format; }
-  bool is_fp32(int layer, ActSlot s) const override { return stored(layer, s) && format(layer, s).kind == QuantKind::fp32; }
+  bool is_fp32(int layer, ActSlot s) const override {
+    return stored(layer, s) && format(layer, s).kind == QuantKind::fp32;
+  }
   int cols(ActSlot s) const override { return cols_[int(s)]; }
 
   void set_seed(uint64_t seed) override { seed_ = seed; }
-  QuantSeed slot_seed(int layer, ActSlot s) const override { return {seed_, uint64_t(layer) * kActSlotCount + uint64_t(s)}; }
+  QuantSeed slot_seed(int layer, ActSlot s) const override {
+    return {seed_, uint64_t(layer) * kActSlotCount + uint64_t(s)};
+  }
 
   // The stored tensor of a slot (tests compare it against whole-tensor encodes).
   const Tensor& tensor(int layer, ActSlot s) const { return tensors_[layer][int(s)]; }

@@ -20,7 +20,8 @@ void LlamaConfig::validate() const {
   AGOQ_CHECK(n_layers >= 1, "config: n_layers must be positive (got ", n_layers, ")");
   AGOQ_CHECK(n_heads >= 1, "config: n_heads must be positive (got ", n_heads, ")");
   AGOQ_CHECK(dim % n_heads == 0, "config: n_heads (", n_heads, ") must divide dim (", dim, ")");
-  AGOQ_CHECK(head_dim() % 2 == 0, "config: head dim (dim / n_heads = ", head_dim(), ") must be even for rotary embeddings");
+  AGOQ_CHECK(head_dim() % 2 == 0, "config: head dim (dim / n_heads = ", head_dim(),
+             ") must be even for rotary embeddings");
   AGOQ_CHECK(n_kv_heads >= 1 && n_heads % n_kv_heads == 0, "config: n_kv_heads (", n_kv_heads,
              ") must divide n_heads (", n_heads, ")");
   AGOQ_CHECK(ffn_dim >= 1, "config: ffn_dim must be positive (got ", ffn_dim, ")");

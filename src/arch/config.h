@@ -23,12 +23,12 @@ const char* rope_scaling_name(RopeScaling::Type t);  // "none", "linear", "llama
 struct LlamaConfig {
   static constexpr int kMaxLayers = 4096, kMaxWidth = 1 << 20, kMaxVocab = 1 << 24, kMaxPositions = 1 << 24;
   int vocab_size = 4096;
-  int dim = 256;         // hidden_size
-  int n_layers = 6;      // num_hidden_layers
-  int n_heads = 8;       // num_attention_heads
-  int n_kv_heads = 8;    // num_key_value_heads (grouped-query attention when < n_heads)
-  int ffn_dim = 688;     // intermediate_size
-  int max_seq_len = 256; // max_position_embeddings
+  int dim = 256;          // hidden_size
+  int n_layers = 6;       // num_hidden_layers
+  int n_heads = 8;        // num_attention_heads
+  int n_kv_heads = 8;     // num_key_value_heads (grouped-query attention when < n_heads)
+  int ffn_dim = 688;      // intermediate_size
+  int max_seq_len = 256;  // max_position_embeddings
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;  // rms_norm_eps
   bool tie_embeddings = false;

@@ -37,7 +37,18 @@ std::string config_diff(const LlamaConfig& a, const LlamaConfig& b);
 
 // Which tensor of the model an HF name is (ParamSet and LayerParams, arch/params.h, hold one pointer each).
 enum class ModelTensor : uint8_t {
-  embed, attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down, final_norm, lm_head
+  embed,
+  attn_norm,
+  wq,
+  wk,
+  wv,
+  wo,
+  mlp_norm,
+  w_gate,
+  w_up,
+  w_down,
+  final_norm,
+  lm_head
 };
 
 // Which dimension of an (out, in) weight the tensor-parallel shards split (arch/stage.h): 0, rows (column-parallel
@@ -55,7 +66,7 @@ struct HfTensor {
   std::string name;            // e.g. "model.layers.0.self_attn.q_proj.weight"
   std::vector<int64_t> shape;  // row-major, [out, in] for projections; a tensor-parallel shard's own shape
   ModelTensor role;
-  int layer = -1;              // decoder layer, -1 for the embedding, final norm and lm_head
+  int layer = -1;  // decoder layer, -1 for the embedding, final norm and lm_head
 };
 // A stage's tensors in HF order (the whole model's by default); lm_head.weight only when untied. A shard's tensors
 // keep their HF names with the shard's shapes.

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "core/error.h"
 #include "arch/hf.h"
+#include "core/error.h"
 
 namespace agoq {
 

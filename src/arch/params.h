@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "core/memory.h"
 #include "arch/config.h"
 #include "arch/hf.h"
 #include "arch/stage.h"
+#include "core/memory.h"
 
 namespace agoq {
 
@@ -29,8 +29,8 @@ struct ParamTensor {
   std::string name;            // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
   std::vector<int64_t> shape;  // row-major
   float* data;
-  bool decay;                  // AdamW weight decay applies (matrices, not norms)
-  int split_dim;               // of a tensor-parallel shard: model_tensor_split_dim (-1: replicated)
+  bool decay;     // AdamW weight decay applies (matrices, not norms)
+  int split_dim;  // of a tensor-parallel shard: model_tensor_split_dim (-1: replicated)
   size_t numel() const;
 };
 
@@ -76,7 +76,8 @@ int model_block_isolating_replicated(const LlamaConfig& cfg, const std::vector<M
 class ParamSet {
  public:
   ParamSet() = default;
-  ParamSet(const LlamaConfig& cfg, MemCategory cat, const char* tag = "") : ParamSet(cfg, model_stage_whole(cfg), cat, tag) {}
+  ParamSet(const LlamaConfig& cfg, MemCategory cat, const char* tag = "")
+      : ParamSet(cfg, model_stage_whole(cfg), cat, tag) {}
   // Only a pipeline stage's tensors (global HF names; the other layers' pointers stay null).
   ParamSet(const LlamaConfig& cfg, const ModelStage& stage, MemCategory cat, const char* tag = "");
   // Views into storage someone else owns: each tensor at its place in the segment holding it (every tensor lies in
@@ -85,10 +86,10 @@ class ParamSet {
   ParamSet(ParamSet&&) = default;
   ParamSet& operator=(ParamSet&&) = default;
 
-  float* embed = nullptr;       // (V, C)
+  float* embed = nullptr;           // (V, C)
   std::vector<LayerParams> layers;  // indexed by global layer number
-  float* final_norm = nullptr;  // (C)
-  float* lm_head = nullptr;     // (V, C); aliases `embed` when embeddings are tied
+  float* final_norm = nullptr;      // (C)
+  float* lm_head = nullptr;         // (V, C); aliases `embed` when embeddings are tied
   const ModelStage& stage() const { return stage_; }
 
   // The flat buffer (null for views, whose size() is 0).

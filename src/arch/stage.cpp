@@ -25,8 +25,8 @@ ModelStage model_stage_shard(const LlamaConfig& cfg, ModelStage stage, int T, in
 }
 
 void model_sp_check(int T, int B, int seq) {
-  AGOQ_CHECK(int64_t(B) * seq % T == 0, "--sp: --tp ", T, " does not divide the ", int64_t(B) * seq,
-             " rows (batch ", B, " x seq ", seq, ") of a micro-batch");
+  AGOQ_CHECK(int64_t(B) * seq % T == 0, "--sp: --tp ", T, " does not divide the ", int64_t(B) * seq, " rows (batch ", B,
+             " x seq ", seq, ") of a micro-batch");
 }
 
 ShardDims model_shard_dims(const LlamaConfig& cfg, const ModelStage& stage) {

@@ -29,10 +29,10 @@ inline ModelStage model_stage_whole(const LlamaConfig& cfg) { return {0, cfg.n_l
 
 // The widths of a stage's shard: every tensor the model allocates is sized from these.
 struct ShardDims {
-  int C, hd;      // model width (whole), head dim
-  int H, Hkv;     // attention heads, kv heads on this rank
-  int Q, KV, F;   // widths of q (H * hd), of k and v (Hkv * hd), of the MLP's hidden layer on this rank
-  int V, v_begin; // vocabulary rows on this rank: [v_begin, v_begin + V) of the whole vocabulary
+  int C, hd;       // model width (whole), head dim
+  int H, Hkv;      // attention heads, kv heads on this rank
+  int Q, KV, F;    // widths of q (H * hd), of k and v (Hkv * hd), of the MLP's hidden layer on this rank
+  int V, v_begin;  // vocabulary rows on this rank: [v_begin, v_begin + V) of the whole vocabulary
 };
 ShardDims model_shard_dims(const LlamaConfig& cfg, const ModelStage& stage);
 // Throws agoq::Error naming what T tensor-parallel ranks cannot split evenly (heads, kv-heads, MLP width, vocab).

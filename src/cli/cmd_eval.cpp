@@ -55,15 +55,15 @@ void cmd_eval_run(const EvalArgs& a) {
     const size_t start = (ids.size() - 2) / size_t(m.window) * size_t(m.window);
     std::vector<float> logits(size_t(m.source->config().vocab_size));
     m.model->forward_last_logits(ids.data() + start, int(ids.size() - start), logits.data());
-    atomic_file_write(a.logits_out, std::string(reinterpret_cast<const char*>(logits.data()),
-                                                logits.size() * sizeof(float)));
+    atomic_file_write(a.logits_out,
+                      std::string(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float)));
   }
   const double ppl = std::exp(r.loss), tps = double(r.tokens) / std::max(r.seconds, 1e-9);
   if (a.json) {
-    const nlohmann::json j = {{"model", a.ckpt},       {"source", model_source_kind_name(m.source->kind())},
-                              {"text", a.text},        {"seq", m.window},
-                              {"tokens", r.tokens},    {"loss", r.loss},
-                              {"perplexity", ppl},     {"tokens_per_s", tps}};
+    const nlohmann::json j = {{"model", a.ckpt},    {"source", model_source_kind_name(m.source->kind())},
+                              {"text", a.text},     {"seq", m.window},
+                              {"tokens", r.tokens}, {"loss", r.loss},
+                              {"perplexity", ppl},  {"tokens_per_s", tps}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }

@@ -47,8 +47,10 @@ void cmd_inspect_run(const InspectArgs& a) {
   const LlamaConfig& c = src->config();
   const int seq = a.seq > 0 ? a.seq : inference_window_default(c);
   AGOQ_CHECK(seq <= c.max_seq_len, "--seq ", seq, " is beyond the model's context of ", c.max_seq_len);
-  nlohmann::json j = {{"model", a.src}, {"source", model_source_kind_name(src->kind())},
-                      {"config", config_to_hf_json(c)}, {"parameters", c.param_count()}};
+  nlohmann::json j = {{"model", a.src},
+                      {"source", model_source_kind_name(src->kind())},
+                      {"config", config_to_hf_json(c)},
+                      {"parameters", c.param_count()}};
   for (const auto& [type, n] : src->storage_types()) j["storage"][type] = n;
   std::string tok_line;
   try {
@@ -74,13 +76,14 @@ void cmd_inspect_run(const InspectArgs& a) {
   }
   std::printf("model: %s (%s)\n", a.src.c_str(), model_source_kind_name(src->kind()));
   std::printf("config: vocab %d, hidden %d, %d layers, %d heads (%d kv), ffn %d, context %d, rope %s, %s embeddings\n",
-              c.vocab_size, c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_dim, c.max_seq_len,
-              rope_text(c).c_str(), c.tie_embeddings ? "tied" : "untied");
+              c.vocab_size, c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_dim, c.max_seq_len, rope_text(c).c_str(),
+              c.tie_embeddings ? "tied" : "untied");
   const double params = double(c.param_count());
   std::printf("parameters: %zu (%.3g %s)\n", c.param_count(), params >= 1e9 ? params / 1e9 : params / 1e6,
               params >= 1e9 ? "B" : "M");
   std::string storage;
-  for (const auto& [type, n] : src->storage_types()) storage += (storage.empty() ? "" : ", ") + type + " x" + std::to_string(n);
+  for (const auto& [type, n] : src->storage_types())
+    storage += (storage.empty() ? "" : ", ") + type + " x" + std::to_string(n);
   std::printf("weights: %s\n", storage.c_str());
   std::printf("tokenizer: %s\n", tok_line.c_str());
   std::printf("training memory of one CPU process, micro-batch %d x %d tokens (memory model):\n", a.batch, seq);
@@ -95,8 +98,10 @@ void cmd_inspect_run(const InspectArgs& a) {
     }
     std::printf("\n");
   }
-  std::printf("  (flags: agoq = train's default, agoq+q8 = --optim-state q8%s, baseline = --baseline; this machine "
-              "has %s)\n", c.tie_embeddings ? " --lm-head-grad pieces" : "", format_bytes(memory_physical_bytes()).c_str());
+  std::printf(
+      "  (flags: agoq = train's default, agoq+q8 = --optim-state q8%s, baseline = --baseline; this machine "
+      "has %s)\n",
+      c.tie_embeddings ? " --lm-head-grad pieces" : "", format_bytes(memory_physical_bytes()).c_str());
 }
 
 const CliCommand kInspect("", 36, [](CLI::App& app) {

@@ -8,13 +8,13 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "comm/communicator.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "comm/communicator.h"
+#include "optim/adamw.h"
 #include "plan/auto_plan.h"
 #include "plan/calibration.h"
 #include "plan/plan_report.h"
-#include "optim/adamw.h"
 #include "plan/presets.h"
 
 namespace agoq {
@@ -98,8 +98,7 @@ void check_calibration_target(const std::string& path) {
   try {
     plan_calibration_load(path);
     calibration = true;
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   AGOQ_CHECK(calibration, "--calibrate: ", path, " exists and is not a calibration; remove it or name another file");
 }
 
@@ -188,7 +187,8 @@ const CliCommand kPlan("", 40, [](CLI::App& app) {
   c->add_option("--model", a->model, "llama-8b, llama-13b, llama-32b or a Hugging Face config.json");
   c->add_option("--gpus", a->gpus, "total GPUs (= tp * pp * dp)")->capture_default_str();
   c->add_option("--tp", a->tp, "tensor-parallel size (modelled Megatron-style)")->capture_default_str();
-  c->add_flag("--sp", a->sp, "sequence parallelism over the --tp ranks (Megatron-SP: residual-stream activations 1/tp per rank)");
+  c->add_flag("--sp", a->sp,
+              "sequence parallelism over the --tp ranks (Megatron-SP: residual-stream activations 1/tp per rank)");
   c->add_option("--pp", a->pp, "pipeline stages")->capture_default_str();
   c->add_option("--seq", a->seq, "sequence length")->capture_default_str();
   c->add_option("--micro-batch", a->micro_batch, "sequences per micro-batch")->capture_default_str();
@@ -199,18 +199,23 @@ const CliCommand kPlan("", 40, [](CLI::App& app) {
       ->capture_default_str();
   c->add_option("--bits", a->bits, "activation bit-widths the allocator may use")->capture_default_str();
   c->add_flag("--quantize-attention", a->quantize_attention, "let the allocator quantize attention slots too");
-  c->add_option("--bucket-mb", a->bucket_mb, "gradient bucket (fp32 MiB) of AGoQ's q8 all-reduce")->capture_default_str();
-  c->add_option("--reserve", a->reserve, "per-GPU runtime reserve (CUDA context, NCCL, allocator)")->capture_default_str();
+  c->add_option("--bucket-mb", a->bucket_mb, "gradient bucket (fp32 MiB) of AGoQ's q8 all-reduce")
+      ->capture_default_str();
+  c->add_option("--reserve", a->reserve, "per-GPU runtime reserve (CUDA context, NCCL, allocator)")
+      ->capture_default_str();
   c->add_flag("--json", a->json, "print the plan as JSON");
-  c->add_flag("--auto", a->auto_search, "search every layout, micro-batching and system; rank those that fit by "
+  c->add_flag("--auto", a->auto_search,
+              "search every layout, micro-batching and system; rank those that fit by "
               "predicted tokens/s (needs --global-batch)");
   c->add_option("--global-batch", a->global_batch, "--auto: sequences per optimizer step");
   c->add_option("--top", a->top, "--auto: layouts shown")->capture_default_str();
   c->add_flag("--time", a->time, "also predict this layout's step time, term by term (--system agoq|baseline)");
   c->add_option("--system", a->system, "--time: agoq | baseline")->capture_default_str();
-  c->add_option("--calibration", a->calibration, "step-time inputs from FILE (written by --calibrate); default: "
+  c->add_option("--calibration", a->calibration,
+                "step-time inputs from FILE (written by --calibrate); default: "
                 "H100-class GPU defaults (docs/plan.md)");
-  c->add_option("--calibrate", a->calibrate_out, "measure this machine (under mpirun: at that rank count) and "
+  c->add_option("--calibrate", a->calibrate_out,
+                "measure this machine (under mpirun: at that rank count) and "
                 "write the calibration to FILE");
   c->add_option("--reps", a->reps, "--calibrate: repetitions per measurement")->capture_default_str();
   c->add_option("--intra", a->intra, "link bandwidth inside a node, e.g. 900GB/s (overrides the calibration)");

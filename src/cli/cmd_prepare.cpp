@@ -82,8 +82,7 @@ PreparedTokenizer prepare_tokenizer(const PrepareArgs& a, const Corpus& corpus) 
              a.tokenizer.empty() ? std::string("training") : a.tokenizer, " gives vocab ", vocab);
   if (a.tokenizer.empty())
     std::printf("tokenizer: trained BPE, vocab %u, on %zu bytes in %.1f s\n", vocab, p.train_bytes, p.seconds);
-  else
-    std::printf("tokenizer: %s, vocab %u\n", a.tokenizer.c_str(), vocab);
+  else std::printf("tokenizer: %s, vocab %u\n", a.tokenizer.c_str(), vocab);
   return p;
 }
 
@@ -143,8 +142,11 @@ void prepare_examples(const PrepareArgs& a, std::chrono::steady_clock::time_poin
   token_file_write((staging / "train.bin").string(), train.tokens, vocab, train.flags, uint32_t(a.seq + 1));
   token_file_write((staging / "val.bin").string(), val.tokens, vocab, val.flags, uint32_t(a.seq + 1));
   auto part = [](const PackedExamples& p, size_t examples) {
-    return nlohmann::json{{"examples", examples}, {"windows", p.windows}, {"tokens", p.tokens.size()},
-                          {"loss_tokens", p.loss_tokens}, {"pad_tokens", p.pad_tokens}};
+    return nlohmann::json{{"examples", examples},
+                          {"windows", p.windows},
+                          {"tokens", p.tokens.size()},
+                          {"loss_tokens", p.loss_tokens},
+                          {"pad_tokens", p.pad_tokens}};
   };
   const double total_s = seconds_since(t0);
   const nlohmann::json meta = {
@@ -169,21 +171,22 @@ void prepare_examples(const PrepareArgs& a, std::chrono::steady_clock::time_poin
   };
   atomic_file_write((staging / "meta.json").string(), meta.dump(2) + "\n");
   prepared_dir_commit(out);
-  std::printf("examples: %zu (%zu truncated): train %zu in %zu windows of %d tokens (%zu counted in the loss, %zu "
-              "padding), val %zu in %zu windows\n",
-              n, read.truncated, n - n_val, train.windows, a.seq + 1, train.loss_tokens, train.pad_tokens, n_val,
-              val.windows);
+  std::printf(
+      "examples: %zu (%zu truncated): train %zu in %zu windows of %d tokens (%zu counted in the loss, %zu "
+      "padding), val %zu in %zu windows\n",
+      n, read.truncated, n - n_val, train.windows, a.seq + 1, train.loss_tokens, train.pad_tokens, n_val, val.windows);
   std::printf("wrote %s in %.1f s\n", a.out.c_str(), total_s);
 }
 
 void prepare_run(const PrepareArgs& a) {
-  AGOQ_CHECK(a.val_fraction >= 0 && a.val_fraction < 1, "--val-fraction must be in [0, 1) (got ", a.val_fraction,
-             ")");
+  AGOQ_CHECK(a.val_fraction >= 0 && a.val_fraction < 1, "--val-fraction must be in [0, 1) (got ", a.val_fraction, ")");
   AGOQ_CHECK(a.max_chars >= 0, "--max-chars must be >= 0 (got ", a.max_chars, ")");
   const bool examples = a.format == "prompt-completion";
-  AGOQ_CHECK(!examples || !a.tokenizer.empty(), "--format prompt-completion needs --tokenizer (the model's own: its "
+  AGOQ_CHECK(!examples || !a.tokenizer.empty(),
+             "--format prompt-completion needs --tokenizer (the model's own: its "
              "file, folder or GGUF)");
-  AGOQ_CHECK(!examples || a.seq >= 1, "--format prompt-completion needs --seq N (the training's): examples are "
+  AGOQ_CHECK(!examples || a.seq >= 1,
+             "--format prompt-completion needs --seq N (the training's): examples are "
              "packed into windows of N + 1 tokens");
   AGOQ_CHECK(examples || a.seq == 0, "--seq is for --format prompt-completion (a text corpus is one stream)");
   const auto t0 = std::chrono::steady_clock::now();
@@ -238,11 +241,13 @@ void prepare_run(const PrepareArgs& a) {
 
 const CliCommand kPrepare("", 10, [](CLI::App& app) {
   auto a = std::make_shared<PrepareArgs>();
-  CLI::App* cmd = app.add_subcommand("prepare", "tokenize a corpus: train a BPE tokenizer, write train/val token files");
+  CLI::App* cmd =
+      app.add_subcommand("prepare", "tokenize a corpus: train a BPE tokenizer, write train/val token files");
   cmd->add_option("--input", a->input, "a .txt file, a folder of .txt files, or an R data folder (data/janeaustenr)")
       ->required();
   cmd->add_option("--out", a->out, "output folder")->capture_default_str();
-  CLI::Option* vocab = cmd->add_option("--vocab-size", a->vocab_size, "tokenizer vocabulary size")->capture_default_str();
+  CLI::Option* vocab =
+      cmd->add_option("--vocab-size", a->vocab_size, "tokenizer vocabulary size")->capture_default_str();
   cmd->add_option("--tokenizer", a->tokenizer,
                   "use this tokenizer instead of training one: tokenizer.model, tokenizer.json, a model folder or a "
                   "GGUF file");
@@ -250,12 +255,14 @@ const CliCommand kPrepare("", 10, [](CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-chars", a->max_chars, "train the tokenizer on at most the first N chars (0 = all)");
   cmd->add_flag("--overwrite", a->overwrite, "replace the prepared corpus --out already holds");
-  cmd->add_option("--format", a->format, "text: a corpus (one token stream); prompt-completion: a .jsonl of "
+  cmd->add_option("--format", a->format,
+                  "text: a corpus (one token stream); prompt-completion: a .jsonl of "
                   "{\"prompt\", \"completion\"} or {\"messages\"} examples, the loss on completions only")
       ->check(CLI::IsMember({"text", "prompt-completion"}))
       ->capture_default_str();
   cmd->add_option("--seq", a->seq, "prompt-completion: the --seq the data will be trained with");
-  cmd->add_option("--overlong", a->overlong, "prompt-completion: an example longer than --seq + 1 tokens is "
+  cmd->add_option("--overlong", a->overlong,
+                  "prompt-completion: an example longer than --seq + 1 tokens is "
                   "refused, or its completion cut")
       ->check(CLI::IsMember({"refuse", "truncate"}))
       ->capture_default_str();

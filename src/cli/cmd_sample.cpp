@@ -91,7 +91,8 @@ void cmd_sample_run(const SampleArgs& a) {
 const CliCommand kSample("", 30, [](CLI::App& app) {
   auto a = std::make_shared<SampleArgs>();
   CLI::App* c = app.add_subcommand("sample", "generate text from a model");
-  c->add_option("--ckpt", a->ckpt, "the model: an agoq checkpoint (runs/demo/ckpt), a Hugging Face folder or a GGUF file")
+  c->add_option("--ckpt", a->ckpt,
+                "the model: an agoq checkpoint (runs/demo/ckpt), a Hugging Face folder or a GGUF file")
       ->required();
   c->add_option("--tokenizer", a->tokenizer, "tokenizer.model, tokenizer.json or a folder (default: the model's own)");
   c->add_option("--prompt", a->prompt, "text to continue")->capture_default_str();

@@ -131,14 +131,14 @@ void train_flags_run(CLI::App* c, TrainOptions& o) {
 void train_flags_storage(CLI::App* c, TrainArgs& a) {
   TrainOptions& o = a.opt;
   c->add_option("--act-policy", o.act_policy,
-                 "storage of saved activations: fp32 | baseline-bf16 | agoq | uniform4 | a spec such as "
-                 "attn=bf16,mlp=4,norm=4,layers[0..1]=8 (docs/activations.md)")
+                "storage of saved activations: fp32 | baseline-bf16 | agoq | uniform4 | a spec such as "
+                "attn=bf16,mlp=4,norm=4,layers[0..1]=8 (docs/activations.md)")
       ->capture_default_str();
   c->add_option_function<std::string>(
        "--act-store",
        [&o](const std::string& f) {
-         AGOQ_CHECK(f == "fp32" || f == "bf16", "--act-store must be fp32 or bf16 (got '", f, "')");
-         o.act_policy = f == "fp32" ? "fp32" : "baseline-bf16";
+    AGOQ_CHECK(f == "fp32" || f == "bf16", "--act-store must be fp32 or bf16 (got '", f, "')");
+    o.act_policy = f == "fp32" ? "fp32" : "baseline-bf16";
        },
        "every saved activation in fp32 or bf16 (shorthand for --act-policy fp32 | baseline-bf16)")
       ->excludes("--act-policy");

@@ -49,12 +49,16 @@ void train_layout_auto(TrainOptions& o, Communicator& comm, const std::string& c
   req.gpu_mem = o.mem_budget > 0 ? o.mem_budget : host_memory_per_rank(comm);
   req.gpu.reserve_bytes = 0;  // no device runtime to reserve for
   if (calibration.empty() && comm.rank() == 0)
-    std::printf("layout auto: measuring this machine at %d ranks (plan --calibrate FILE once, then "
-                "--calibration FILE, saves this)\n", comm.size());
+    std::printf(
+        "layout auto: measuring this machine at %d ranks (plan --calibrate FILE once, then "
+        "--calibration FILE, saves this)\n",
+        comm.size());
   req.cal = calibration.empty() ? plan_calibrate(comm) : plan_calibration_load(calibration);
   if (req.cal.measured_ranks > 0 && req.cal.measured_ranks != comm.size() && comm.rank() == 0)
-    std::printf("layout auto: note: %s was measured at %d ranks, this run has %d (rates a rank sees depend on how "
-                "many share the machine)\n", calibration.c_str(), req.cal.measured_ranks, comm.size());
+    std::printf(
+        "layout auto: note: %s was measured at %d ranks, this run has %d (rates a rank sees depend on how "
+        "many share the machine)\n",
+        calibration.c_str(), req.cal.measured_ranks, comm.size());
   const PlanSystem system =
       o.act_policy == "fp32" && o.grad_store == GradStoreKind::fp32 ? PlanSystem::baseline : PlanSystem::agoq;
   const PlanAutoResult r = plan_auto(req);
@@ -63,8 +67,8 @@ void train_layout_auto(TrainOptions& o, Communicator& comm, const std::string& c
              " per rank for a global batch of ", req.global_batch, " sequences",
              r.faster_not_fitting.empty() ? "" : " (" + r.faster_not_fitting[0].not_fit + ")");
   // Every rank computed the same search from the same calibration; rank 0's choice is broadcast all the same.
-  int layout[6] = {pick->par.tp, pick->par.pp, pick->par.sp, pick->par.zero1, pick->work.micro_batch,
-                   pick->work.num_micro_batches};
+  int layout[6] = {pick->par.tp,    pick->par.pp,           pick->par.sp,
+                   pick->par.zero1, pick->work.micro_batch, pick->work.num_micro_batches};
   comm.broadcast(layout, sizeof layout, 0);
   o.tp = layout[0], o.pp = layout[1], o.sp = layout[2] != 0, o.zero = layout[3];
   o.batch = layout[4], o.accum = layout[5];

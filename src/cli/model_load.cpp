@@ -35,8 +35,8 @@ InferenceModel inference_model_load(const std::string& src, const std::string& t
   memory_check(cfg, policy, m.window);
   m.tok = tokenizer_path.empty() ? m.source->tokenizer() : Tokenizer::load(tokenizer_path);
   // Models often pad their embedding beyond the tokenizer's ids (to a multiple of 64 or 128); never the reverse.
-  AGOQ_CHECK(m.tok.vocab_size() <= cfg.vocab_size, "tokenizer ", tokenizer_path.empty() ? src : tokenizer_path,
-             " has ", m.tok.vocab_size(), " tokens but the model's vocabulary is ", cfg.vocab_size);
+  AGOQ_CHECK(m.tok.vocab_size() <= cfg.vocab_size, "tokenizer ", tokenizer_path.empty() ? src : tokenizer_path, " has ",
+             m.tok.vocab_size(), " tokens but the model's vocabulary is ", cfg.vocab_size);
   m.model = std::make_unique<LlamaModel>(cfg, 1, m.window, policy);
   NamedTensors weights;
   for (const ParamTensor& t : m.model->params().named()) weights.push_back({t.name, t.shape, t.data});

@@ -82,10 +82,13 @@ using Q8Step4 = std::function<void(const CommQ8Plan& p, int k, const uint8_t* ms
 class Q8Pipeline {
  public:
   Q8Pipeline(Communicator& comm, CommQ8Workspace& ws, const CommQ8Plan& base, const CommQ8Options& o)
-      : comm_(comm), ws_(ws), base_(base), N_(comm.size()), me_(comm.rank()),
-        chunks_(ws.plan_chunks(base, comm.one_host() && !o.pipeline_one_host
-                                         ? 1
-                                         : comm_q8_chunk_count(base, o.chunk_bytes))) {
+      : comm_(comm),
+        ws_(ws),
+        base_(base),
+        N_(comm.size()),
+        me_(comm.rank()),
+        chunks_(ws.plan_chunks(
+            base, comm.one_host() && !o.pipeline_one_host ? 1 : comm_q8_chunk_count(base, o.chunk_bytes))) {
     const size_t C = chunks_.size();
     msg_at_.assign(C + 1, 0), recv_at_.assign(C + 1, 0);
     for (size_t c = 0; c < C; ++c) {
@@ -224,7 +227,7 @@ CommQ8PlanBytes comm_q8_plan_bytes(size_t n, int nranks, int block) {
   out.total = big * message(per + 1, (per + 1) * B) + small * message(per, per * B) +
               message(last_blocks, (last_blocks - 1) * B + tail);
   out.first_message = last == 0 ? message(last_blocks, (last_blocks - 1) * B + tail)
-                                  : message(per + (extra > 0 ? 1 : 0), (per + (extra > 0 ? 1 : 0)) * B);
+                                : message(per + (extra > 0 ? 1 : 0), (per + (extra > 0 ? 1 : 0)) * B);
   return out;
 }
 
@@ -325,8 +328,7 @@ void comm_q8_dequantize_shard(const CommQ8Plan& p, int k, const uint8_t* m, floa
   const CommShard s = p.shards[k];
   if (p.n * sizeof(float) >= kStreamBytes)
     grad_q8_dequantize_stream(msg_codes(m), msg_scales(p, k, m), s.size(), out + s.begin, p.block);
-  else
-    grad_q8_dequantize(msg_codes(m), msg_scales(p, k, m), s.size(), out + s.begin, p.block);
+  else grad_q8_dequantize(msg_codes(m), msg_scales(p, k, m), s.size(), out + s.begin, p.block);
 }
 
 void comm_q8_dequantize_shards(const CommQ8Plan& p, const uint8_t* msgs, float* out) {
@@ -386,8 +388,8 @@ void comm_allreduce_q8_codes(Communicator& comm, CommQ8Workspace& ws, const floa
            [=](const CommQ8Plan& p, int k, const uint8_t* m) { comm_q8_unpack_shard(p, k, m, codes, scales); });
 }
 
-void comm_allreduce_q8_codes_inplace(Communicator& comm, CommQ8Workspace& ws, int8_t* codes, float* scales,
-                                     size_t n, const CommQ8Options& o) {
+void comm_allreduce_q8_codes_inplace(Communicator& comm, CommQ8Workspace& ws, int8_t* codes, float* scales, size_t n,
+                                     const CommQ8Options& o) {
   check_options(o);
   ws.times = {};
   if (comm.size() == 1) return;  // the sum of one
@@ -398,8 +400,8 @@ void comm_allreduce_q8_codes_inplace(Communicator& comm, CommQ8Workspace& ws, in
            [=](const CommQ8Plan& p, int k, const uint8_t* m) { comm_q8_unpack_shard(p, k, m, codes, scales); });
 }
 
-CommShard comm_reduce_scatter_q8(Communicator& comm, CommQ8Workspace& ws, const float* in, size_t n,
-                                 float* out_shard, const CommQ8Options& o) {
+CommShard comm_reduce_scatter_q8(Communicator& comm, CommQ8Workspace& ws, const float* in, size_t n, float* out_shard,
+                                 const CommQ8Options& o) {
   return comm_reduce_scatter_q8_piece(comm, ws, in, n, 0, n, out_shard, o);
 }
 
@@ -423,8 +425,8 @@ CommShard comm_reduce_scatter_q8_piece(Communicator& comm, CommQ8Workspace& ws, 
     return mine;
   }
   Q8Pipeline(comm, ws, p, o)
-      .run([in](const CommQ8Plan& c, int k, uint8_t* m) { comm_q8_quantize_shard(c, k, in, m); }, o.average,
-           out_shard, nullptr);
+      .run([in](const CommQ8Plan& c, int k, uint8_t* m) { comm_q8_quantize_shard(c, k, in, m); }, o.average, out_shard,
+           nullptr);
   return mine;
 }
 

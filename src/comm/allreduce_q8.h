@@ -16,9 +16,9 @@ namespace agoq {
 enum class GradReduce : uint8_t { fp32, q8 };
 
 struct CommQ8Options {
-  int block = 256;                     // B: values per scale
-  bool average = false;                // divide the sum by the number of ranks
-  size_t fallback_bytes = 64 << 10;    // tensors of fewer fp32 bytes go through a plain fp32 all-reduce (exact)
+  int block = 256;                   // B: values per scale
+  bool average = false;              // divide the sum by the number of ranks
+  size_t fallback_bytes = 64 << 10;  // tensors of fewer fp32 bytes go through a plain fp32 all-reduce (exact)
   // Pipelining: a tensor of more fp32 bytes is reduced in chunks of about this size, each chunk's passes overlapping
   // the other chunks' exchanges (the same bits as one chunk). 0: one chunk, the passes and exchanges in turn.
   size_t chunk_bytes = 4 << 20;
@@ -48,7 +48,7 @@ struct CommQ8Plan {
   std::vector<CommShard> shards;
   std::vector<size_t> msg_offset, msg_bytes;  // per shard
   size_t total_bytes = 0;
-  size_t scales_offset(int k) const;          // within message k
+  size_t scales_offset(int k) const;  // within message k
 };
 CommQ8Plan comm_q8_plan(size_t n, int nranks, int block);
 // comm_q8_plan(n, nranks, block)'s total_bytes and msg_bytes[0] without the per-rank lists, in constant time (the
@@ -82,9 +82,9 @@ class CommQ8Workspace {
  public:
   const CommQ8Plan& plan(size_t n, int nranks, int block) { return plan_piece(n, 0, n, nranks, block); }
   const CommQ8Plan& plan_piece(size_t whole, size_t offset, size_t n, int nranks, int block);  // cached
-  const std::vector<CommQ8Plan>& plan_chunks(const CommQ8Plan& base, int chunks);             // cached
-  uint8_t* msgs(size_t bytes);                              // send (all-to-all) = receive (all-gather) buffer
-  uint8_t* recv(size_t bytes);                              // all-to-all receive buffer
+  const std::vector<CommQ8Plan>& plan_chunks(const CommQ8Plan& base, int chunks);              // cached
+  uint8_t* msgs(size_t bytes);  // send (all-to-all) = receive (all-gather) buffer
+  uint8_t* recv(size_t bytes);  // all-to-all receive buffer
   CommQ8Times times;
 
  private:
@@ -109,13 +109,13 @@ void comm_allreduce_q8_codes(Communicator& comm, CommQ8Workspace& ws, const floa
 // the codes and scales into the messages, so the exchange starts at once. The same bits as
 // comm_allreduce_q8_codes on their dequantized values, for every block of normal floats (requantizing such a block
 // gives back its codes and scale: tests/comm).
-void comm_allreduce_q8_codes_inplace(Communicator& comm, CommQ8Workspace& ws, int8_t* codes, float* scales,
-                                     size_t n, const CommQ8Options& opts = {});
+void comm_allreduce_q8_codes_inplace(Communicator& comm, CommQ8Workspace& ws, int8_t* codes, float* scales, size_t n,
+                                     const CommQ8Options& opts = {});
 // Steps 1-3 only, for the sharded optimizer: out_shard (comm_shard_range(n, N, rank).size() values) receives this
 // rank's reduced fp32 shard (quantized once); returns its range. Below the fallback size, an exact fp32
 // reduce-scatter.
-CommShard comm_reduce_scatter_q8(Communicator& comm, CommQ8Workspace& ws, const float* in, size_t n,
-                                 float* out_shard, const CommQ8Options& opts = {});
+CommShard comm_reduce_scatter_q8(Communicator& comm, CommQ8Workspace& ws, const float* in, size_t n, float* out_shard,
+                                 const CommQ8Options& opts = {});
 // The same reduce-scatter of a tensor of `whole` values, one piece [offset, offset + n) of it at a time (offset on
 // a block): each rank receives its whole-tensor shard clipped to the piece (returned, relative to the piece), with
 // the bits one call over the whole tensor gives it (the fallback is chosen by `whole`). For a caller that never
@@ -133,8 +133,8 @@ void comm_q8_quantize_shards(const CommQ8Plan& plan, const float* in, uint8_t* m
 void comm_q8_quantize_shard(const CommQ8Plan& plan, int k, const float* in, uint8_t* msg);
 // Step 1 from 8-bit input: copies the shards of codes[0..n) / scales (the whole tensor's grad_q8 layout) into their
 // messages, like comm_q8_quantize_shards without the quantization.
-void comm_q8_pack_shards(const CommQ8Plan& plan, const int8_t* codes, const float* scales, uint8_t* msgs,
-                         int self = -1, uint8_t* self_msg = nullptr);
+void comm_q8_pack_shards(const CommQ8Plan& plan, const int8_t* codes, const float* scales, uint8_t* msgs, int self = -1,
+                         uint8_t* self_msg = nullptr);
 void comm_q8_pack_shard(const CommQ8Plan& plan, int k, const int8_t* codes, const float* scales, uint8_t* msg);
 // Step 3: `received` holds N messages of shard k (from ranks 0..N-1, plan.msg_bytes[k] each, back to back). Sums
 // them in rank order in fp32 (divides by N if average) and requantizes in one pass, block by block, writing the fp32

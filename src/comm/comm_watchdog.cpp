@@ -22,8 +22,10 @@ double comm_timeout_from_env() {
   if (!v || !*v) return kCommTimeoutDefaultSeconds;
   char* end = nullptr;
   const double s = std::strtod(v, &end);
-  AGOQ_CHECK(end && *end == '\0' && s >= 0 && s <= 1e6, "AGOQ_COMM_TIMEOUT must be seconds in [0, 1e6] (0: no "
-             "watchdog), got '", v, "'");
+  AGOQ_CHECK(end && *end == '\0' && s >= 0 && s <= 1e6,
+             "AGOQ_COMM_TIMEOUT must be seconds in [0, 1e6] (0: no "
+             "watchdog), got '",
+             v, "'");
   return s;
 }
 

@@ -19,10 +19,22 @@ size_t comm_dtype_size(CommDtype t);
 
 template <class T>
 constexpr CommDtype comm_dtype_of();
-template <> constexpr CommDtype comm_dtype_of<float>() { return CommDtype::f32; }
-template <> constexpr CommDtype comm_dtype_of<double>() { return CommDtype::f64; }
-template <> constexpr CommDtype comm_dtype_of<int32_t>() { return CommDtype::i32; }
-template <> constexpr CommDtype comm_dtype_of<int64_t>() { return CommDtype::i64; }
+template <>
+constexpr CommDtype comm_dtype_of<float>() {
+  return CommDtype::f32;
+}
+template <>
+constexpr CommDtype comm_dtype_of<double>() {
+  return CommDtype::f64;
+}
+template <>
+constexpr CommDtype comm_dtype_of<int32_t>() {
+  return CommDtype::i32;
+}
+template <>
+constexpr CommDtype comm_dtype_of<int64_t>() {
+  return CommDtype::i64;
+}
 
 // A pending non-blocking operation (send/recv, all-to-allv, all-gatherv). Move-only; wait() is idempotent.
 // Destroying a request that was never waited for waits for it (the buffer must outlive the transfer either way).
@@ -56,8 +68,7 @@ class CommRequest {
   void finish_quietly() noexcept {
     try {
       wait();
-    } catch (...) {
-    }
+    } catch (...) {}
   }
   std::unique_ptr<Impl> impl_;
 };
@@ -110,7 +121,9 @@ class Communicator {
 
   // Typed conveniences.
   template <class T>
-  void allreduce_sum(T* data, size_t count) { allreduce(data, data, count, comm_dtype_of<T>(), CommOp::sum); }
+  void allreduce_sum(T* data, size_t count) {
+    allreduce(data, data, count, comm_dtype_of<T>(), CommOp::sum);
+  }
   template <class T>
   T allreduce_value(T v, CommOp op = CommOp::sum) {
     allreduce(&v, &v, 1, comm_dtype_of<T>(), op);

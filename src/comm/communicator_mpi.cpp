@@ -139,8 +139,8 @@ class MpiCommunicator final : public Communicator {
     const CommWatchdog::Pending pending(g_watchdog, "all-to-allv");
     if (fits_int(sb, size_) && fits_int(sd, size_) && fits_int(rb, size_) && fits_int(rd, size_)) {
       const auto isb = to_int(sb, size_), isd = to_int(sd, size_), irb = to_int(rb, size_), ird = to_int(rd, size_);
-      check("all-to-allv", MPI_Alltoallv(send, isb.data(), isd.data(), MPI_BYTE, recv, irb.data(), ird.data(),
-                                         MPI_BYTE, comm_));
+      check("all-to-allv",
+            MPI_Alltoallv(send, isb.data(), isd.data(), MPI_BYTE, recv, irb.data(), ird.data(), MPI_BYTE, comm_));
       return;
     }
     std::vector<MPI_Request> reqs;
@@ -156,8 +156,8 @@ class MpiCommunicator final : public Communicator {
       for (const size_t* v : {sb, sd, rb, rd}) c.insert(c.end(), v, v + size_);
       const int n = size_;
       MPI_Request r;
-      check("all-to-allv", MPI_Ialltoallv(send, &c[0], &c[n], MPI_BYTE, recv, &c[2 * n], &c[3 * n], MPI_BYTE,
-                                          comm_, &r));
+      check("all-to-allv",
+            MPI_Ialltoallv(send, &c[0], &c[n], MPI_BYTE, recv, &c[2 * n], &c[3 * n], MPI_BYTE, comm_, &r));
       req->reqs.push_back(r);
     } else {
       post_alltoallv_pieces(req->reqs, send, sb, sd, recv, rb, rd);
@@ -171,8 +171,8 @@ class MpiCommunicator final : public Communicator {
     for (int i = 0; i < size_; ++i) displs[i] = size_t(i) * bytes;
     if (send == static_cast<char*>(recv) + displs[rank_]) send = recv;  // in place
     if (bytes * size_t(size_) <= size_t(INT_MAX)) {
-      check("all-gather", MPI_Allgather(send == recv ? MPI_IN_PLACE : send, int(bytes), MPI_BYTE, recv, int(bytes),
-                                        MPI_BYTE, comm_));
+      check("all-gather",
+            MPI_Allgather(send == recv ? MPI_IN_PLACE : send, int(bytes), MPI_BYTE, recv, int(bytes), MPI_BYTE, comm_));
       return;
     }
     allgatherv(send == recv ? static_cast<char*>(recv) + displs[rank_] : send, bytes, recv, counts.data(),
@@ -181,14 +181,14 @@ class MpiCommunicator final : public Communicator {
 
   void allgatherv(const void* send, size_t send_bytes, void* recv, const size_t* rb, const size_t* rd) override {
     const CommWatchdog::Pending pending(g_watchdog, "all-gatherv");
-    AGOQ_CHECK(send_bytes == rb[rank_], "all-gatherv: rank ", rank_, " sends ", send_bytes, " bytes but ",
-               rb[rank_], " are expected from it");
+    AGOQ_CHECK(send_bytes == rb[rank_], "all-gatherv: rank ", rank_, " sends ", send_bytes, " bytes but ", rb[rank_],
+               " are expected from it");
     char* own = static_cast<char*>(recv) + rd[rank_];
     const bool in_place = send == own;
     if (fits_int(rb, size_) && fits_int(rd, size_)) {
       const auto irb = to_int(rb, size_), ird = to_int(rd, size_);
-      check("all-gatherv", MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, int(send_bytes), MPI_BYTE, recv,
-                                          irb.data(), ird.data(), MPI_BYTE, comm_));
+      check("all-gatherv", MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, int(send_bytes), MPI_BYTE, recv, irb.data(),
+                                          ird.data(), MPI_BYTE, comm_));
       return;
     }
     std::vector<MPI_Request> reqs;
@@ -198,8 +198,8 @@ class MpiCommunicator final : public Communicator {
 
   CommRequest iallgatherv(const void* send, size_t send_bytes, void* recv, const size_t* rb,
                           const size_t* rd) override {
-    AGOQ_CHECK(send_bytes == rb[rank_], "all-gatherv: rank ", rank_, " sends ", send_bytes, " bytes but ",
-               rb[rank_], " are expected from it");
+    AGOQ_CHECK(send_bytes == rb[rank_], "all-gatherv: rank ", rank_, " sends ", send_bytes, " bytes but ", rb[rank_],
+               " are expected from it");
     auto req = std::make_unique<MpiRequest>("all-gatherv");
     if (fits_int(rb, size_) && fits_int(rd, size_)) {
       std::vector<int>& c = req->counts;
@@ -225,8 +225,8 @@ class MpiCommunicator final : public Communicator {
   void broadcast(void* buf, size_t bytes, int root) override {
     const CommWatchdog::Pending pending(g_watchdog, "broadcast");
     for (size_t i = 0; i < bytes; i += kMaxPiece)
-      check("broadcast", MPI_Bcast(static_cast<char*>(buf) + i, int(std::min(kMaxPiece, bytes - i)), MPI_BYTE,
-                                   root, comm_));
+      check("broadcast",
+            MPI_Bcast(static_cast<char*>(buf) + i, int(std::min(kMaxPiece, bytes - i)), MPI_BYTE, root, comm_));
   }
 
   void send(const void* buf, size_t bytes, int dst, int tag) override { isend(buf, bytes, dst, tag).wait(); }
@@ -335,7 +335,7 @@ struct MpiWorld {
     } else {
       MPI_Query_thread(&got);
     }
-    provided = got >= MPI_THREAD_MULTIPLE ? CommThreads::multiple
+    provided = got >= MPI_THREAD_MULTIPLE     ? CommThreads::multiple
                : got >= MPI_THREAD_SERIALIZED ? CommThreads::serialized
                                               : CommThreads::single;
     world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
@@ -371,9 +371,7 @@ MpiWorld& mpi_world(CommThreads level) {
 
 }  // namespace
 
-size_t comm_dtype_size(CommDtype t) {
-  return t == CommDtype::f32 || t == CommDtype::i32 ? 4 : 8;
-}
+size_t comm_dtype_size(CommDtype t) { return t == CommDtype::f32 || t == CommDtype::i32 ? 4 : 8; }
 
 Communicator& comm_world(CommThreads level) { return *mpi_world(level).world; }
 CommThreads comm_thread_level() { return mpi_world(CommThreads::multiple).provided; }

@@ -208,8 +208,8 @@ class NcclCommunicator : public Communicator {
     NcclGroup group;
     for (int r = 0; r < size_; ++r)
       if (recv_bytes[r])
-        AGOQ_NCCL(ncclBroadcast(r == rank_ ? send : at(recv, recv_displs[r]), at(recv, recv_displs[r]),
-                                recv_bytes[r], ncclUint8, r, comm_, stream_));  // (send is read on the root only)
+        AGOQ_NCCL(ncclBroadcast(r == rank_ ? send : at(recv, recv_displs[r]), at(recv, recv_displs[r]), recv_bytes[r],
+                                ncclUint8, r, comm_, stream_));  // (send is read on the root only)
     group.end();
   }
   // The calling thread's device is the communicator's (a communication thread may not have set it).

@@ -131,8 +131,8 @@ class SoloCommunicator final : public Communicator {
     r.done = true;
   }
 
-  std::map<int, std::deque<std::vector<char>>> sends_;                       // sent, not yet received, per tag
-  std::map<int, std::deque<std::shared_ptr<PendingReceive>>> receives_;    // posted, not yet matched, per tag
+  std::map<int, std::deque<std::vector<char>>> sends_;                   // sent, not yet received, per tag
+  std::map<int, std::deque<std::shared_ptr<PendingReceive>>> receives_;  // posted, not yet matched, per tag
 };
 
 }  // namespace

@@ -49,7 +49,8 @@ GradBuckets::GradBuckets(Communicator& comm, float* grads, size_t n, std::vector
       opts_(opts),
       buckets_(buckets_of(layers, n, opts)),
       layer_buckets_(layers.size()),
-      jobs_(int(buckets_.size()), [this](int b) { reduce_bucket(b); }, opts.overlap, opts.comm_omp_threads) {
+      jobs_(
+          int(buckets_.size()), [this](int b) { reduce_bucket(b); }, opts.overlap, opts.comm_omp_threads) {
   for (int b = 0; b < bucket_count(); ++b)
     for (int l : buckets_[b].layers) layer_buckets_[l].push_back(b);
 }

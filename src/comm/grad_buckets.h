@@ -24,10 +24,10 @@ struct GradRange {
 struct GradBucketsOptions {
   size_t bucket_bytes = 4 << 20;
   GradReduce reduce = GradReduce::q8;
-  bool average = true;      // mean over ranks (data parallelism); false: sum
-  int block = 256;          // q8 block
-  bool overlap = true;      // false: every bucket is reduced by wait_all on the caller's thread (the reference)
-  int comm_omp_threads = 1; // OpenMP threads of the communication thread's quantize/reduce passes
+  bool average = true;       // mean over ranks (data parallelism); false: sum
+  int block = 256;           // q8 block
+  bool overlap = true;       // false: every bucket is reduced by wait_all on the caller's thread (the reference)
+  int comm_omp_threads = 1;  // OpenMP threads of the communication thread's quantize/reduce passes
 };
 
 class GradBuckets {

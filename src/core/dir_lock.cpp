@@ -75,9 +75,8 @@ void DirLock::release() {
   if (created_) {  // nothing but the lock in a folder this holder made: it goes too
     std::error_code ec;
     const auto entries = std::filesystem::directory_iterator(dir_, ec);
-    const bool only_lock = !ec && std::all_of(begin(entries), end(entries), [](const auto& e) {
-      return e.path().filename() == kFileName;
-    });
+    const bool only_lock = !ec && std::all_of(begin(entries), end(entries),
+                                              [](const auto& e) { return e.path().filename() == kFileName; });
     if (only_lock && ::unlink((std::filesystem::path(dir_) / kFileName).c_str()) == 0) ::rmdir(dir_.c_str());
   }
   ::close(fd_);  // closing the last descriptor drops the lock

@@ -22,7 +22,7 @@ template <class... Parts>
 
 }  // namespace agoq
 
-#define AGOQ_CHECK(cond, ...)                 \
-  do {                                        \
-    if (!(cond)) ::agoq::fail(__VA_ARGS__);   \
+#define AGOQ_CHECK(cond, ...)               \
+  do {                                      \
+    if (!(cond)) ::agoq::fail(__VA_ARGS__); \
   } while (0)

@@ -1,9 +1,9 @@
 // Memory tracker: every large buffer in agoq is allocated here with a category (and optionally a finer tag, e.g.
 // an activation slot class), so a run can print exactly where its bytes go, now and at the peak.
 #pragma once
-#include <cstdint>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>

@@ -46,7 +46,9 @@ class Rng {
     std::array<uint32_t, 4> block;
   };
   State state() const { return {key_, stream_, counter_, pos_, block_}; }
-  void set_state(const State& s) { key_ = s.key, stream_ = s.stream, counter_ = s.counter, pos_ = s.pos, block_ = s.block; }
+  void set_state(const State& s) {
+    key_ = s.key, stream_ = s.stream, counter_ = s.counter, pos_ = s.pos, block_ = s.block;
+  }
 
  private:
   uint64_t key_, stream_, counter_ = 0;

@@ -3,8 +3,8 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 namespace agoq {

@@ -29,7 +29,7 @@ using namespace cuda_kernel;
 // One block per (query row r, head h) of the block's scores, rows of L keys at scores + (h · bq + r) · L.
 struct BlockRows {
   int b, i0, L, T, H;
-  size_t head_stride;       // floats between two heads' score rows
+  size_t head_stride;        // floats between two heads' score rows
   const int32_t* doc_start;  // (B, T) on the device, or null (model/attention.h)
 };
 
@@ -84,8 +84,8 @@ __global__ void dscores_kernel(float* dp, const float* probs, const float* dout,
 
 CudaAttention::CudaAttention(CudaMatmul& mm, int B, int T, int H, int Hkv, int hd, int query_block)
     : mm_(mm), B_(B), T_(T), H_(H), Hkv_(Hkv), hd_(hd), bq_(std::min(query_block, T)), stream_(mm.stream()) {
-  AGOQ_CHECK(B > 0 && T > 0 && hd > 0 && Hkv > 0 && H % Hkv == 0 && query_block > 0, "CUDA attention: B ", B, " T ",
-             T, " H ", H, " Hkv ", Hkv, " hd ", hd, " (H must be a multiple of Hkv)");
+  AGOQ_CHECK(B > 0 && T > 0 && hd > 0 && Hkv > 0 && H % Hkv == 0 && query_block > 0, "CUDA attention: B ", B, " T ", T,
+             " H ", H, " Hkv ", Hkv, " hd ", hd, " (H must be a multiple of Hkv)");
   const size_t n = size_t(H) * bq_ * T;
   scores_ = DeviceBuffer<float>(n, MemCategory::workspace, "cuda.attn_scores");
   grads_ = DeviceBuffer<float>(n, MemCategory::workspace, "cuda.attn_dscores");

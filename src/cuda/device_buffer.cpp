@@ -10,9 +10,10 @@ void* cuda_alloc_tracked(size_t bytes, MemCategory cat, std::string_view tag) {
   if (const cudaError_t e = cudaMalloc(&p, bytes); e == cudaErrorMemoryAllocation) {
     cudaGetLastError();  // not sticky: clear it, so the message below is the only report
     const MemoryTracker& t = MemoryTracker::of(MemDevice::cuda);
-    fail("out of GPU memory: ", format_bytes(bytes), " for ", mem_category_name(cat), tag.empty() ? "" : " (",
-         tag, tag.empty() ? "" : ")", " with ", format_bytes(t.current().total()), " already held by agoq and ",
-         format_bytes(cuda_mem_info().free_bytes), " free on the device: lower --batch or --seq, or use a smaller "
+    fail("out of GPU memory: ", format_bytes(bytes), " for ", mem_category_name(cat), tag.empty() ? "" : " (", tag,
+         tag.empty() ? "" : ")", " with ", format_bytes(t.current().total()), " already held by agoq and ",
+         format_bytes(cuda_mem_info().free_bytes),
+         " free on the device: lower --batch or --seq, or use a smaller "
          "activation policy");
   } else {
     cuda_check(e, "cudaMalloc");

@@ -81,8 +81,8 @@ __global__ void dequantize_kernel(const int8_t* codes, const float* scales, size
 
 // The reduce step: y = the nsrc sources' dequantized values summed in source order (then / divisor), to out_f32
 // and/or requantized (nearest) into out_codes/out_scales.
-__global__ void sum_requantize_kernel(const int8_t* const* codes, const float* const* scales, int nsrc, size_t n,
-                                      int B, float divisor, float* out_f32, int8_t* out_codes, float* out_scales,
+__global__ void sum_requantize_kernel(const int8_t* const* codes, const float* const* scales, int nsrc, size_t n, int B,
+                                      float divisor, float* out_f32, int8_t* out_codes, float* out_scales,
                                       unsigned long long* bad) {
   const size_t b = blockIdx.x, j0 = b * size_t(B), m = n - j0 < size_t(B) ? n - j0 : size_t(B);
   auto y = [&](size_t j) {
@@ -142,8 +142,7 @@ size_t run_blocks(const float* x, size_t n, int8_t* codes, float* scales, const 
   const unsigned grid = grid_blocks(n, size_t(o.block));
   if (o.rounding == QuantRounding::stochastic)
     blocks_kernel<Acc, true><<<grid, kThreads, 0, s>>>(x, n, codes, scales, o.block, o.seed, o.index_base, bad);
-  else
-    blocks_kernel<Acc, false><<<grid, kThreads, 0, s>>>(x, n, codes, scales, o.block, o.seed, o.index_base, bad);
+  else blocks_kernel<Acc, false><<<grid, kThreads, 0, s>>>(x, n, codes, scales, o.block, o.seed, o.index_base, bad);
   return read_bad(bad, s);
 }
 

@@ -23,7 +23,7 @@ void cuda_grad_q8_dequantize_add(const int8_t* codes, const float* scales, size_
                                  cudaStream_t stream = 0);
 // grad_q8_sum_requantize: codes/scales are host arrays of nsrc device pointers (copied to the device here).
 size_t cuda_grad_q8_sum_requantize(const int8_t* const* codes, const float* const* scales, int nsrc, size_t n,
-                                   float divisor, float* out_f32, int8_t* out_codes, float* out_scales,
-                                   int block = 256, cudaStream_t stream = 0);
+                                   float divisor, float* out_f32, int8_t* out_codes, float* out_scales, int block = 256,
+                                   cudaStream_t stream = 0);
 
 }  // namespace agoq

@@ -69,13 +69,26 @@ void CudaMatmul::gemm(const CudaGemm& g) {
                  align_b = operand_alignment(g.B, g.ldb, g.batch > 1 ? g.stride_b : 0, in_bytes),
                  align_d = operand_alignment(g.D, g.ldd, g.batch > 1 ? g.stride_d : 0, sizeof(float));
   const bool batched = g.batch > 1;
-  const GemmKey key = {g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.trans_a, g.trans_b, g.batch,
-                       batched ? g.stride_a : 0, batched ? g.stride_b : 0, batched ? g.stride_d : 0,
-                       int64_t(g.type), align_a, align_b, align_d};
+  const GemmKey key = {g.m,
+                       g.n,
+                       g.k,
+                       g.lda,
+                       g.ldb,
+                       g.ldd,
+                       g.trans_a,
+                       g.trans_b,
+                       g.batch,
+                       batched ? g.stride_a : 0,
+                       batched ? g.stride_b : 0,
+                       batched ? g.stride_d : 0,
+                       int64_t(g.type),
+                       align_a,
+                       align_b,
+                       align_d};
   std::unique_ptr<GemmPlan>& plan = plans_[key];
   if (!plan) plan = plan_make(g, align_a, align_b, align_d);
-  AGOQ_BLAS_CHECK(cublaslt().matmul(handle_, plan->op, &g.alpha, g.A, plan->a, g.B, plan->b, &g.beta, g.D, plan->d,
-                                    g.D, plan->d, &plan->algo, workspace_.data(), workspace_.bytes(), stream_));
+  AGOQ_BLAS_CHECK(cublaslt().matmul(handle_, plan->op, &g.alpha, g.A, plan->a, g.B, plan->b, &g.beta, g.D, plan->d, g.D,
+                                    plan->d, &plan->algo, workspace_.data(), workspace_.bytes(), stream_));
 }
 
 // The descriptors of a GEMM's shape and the heuristic's first algorithm for them, made once per shape.

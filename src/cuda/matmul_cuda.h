@@ -65,15 +65,14 @@ class CudaMatmul {
   void forward(float* out, const void* in, const void* w, CudaDtype t, int N, int in_dim, int out_dim);
   // din (N, in_dim) = dout · w (OVERWRITES, or ACCUMULATES when accumulate_din; skipped when null);
   // dw (out_dim, in_dim) += doutᵀ · in (ACCUMULATES; skipped when null). dout, in and w have type t.
-  void backward(float* din, float* dw, const void* dout, const void* in, const void* w, CudaDtype t, int N,
-                int in_dim, int out_dim, bool accumulate_din = false);
+  void backward(float* din, float* dw, const void* dout, const void* in, const void* w, CudaDtype t, int N, int in_dim,
+                int out_dim, bool accumulate_din = false);
   // Any GEMM of the layers (attention's per-block products use this). The first GEMM of a shape asks cuBLASLt's
   // heuristic for its algorithm; later ones of that shape reuse it.
   void gemm(const CudaGemm& g);
   cudaStream_t stream() const { return stream_; }
 
  private:
-
   // (m, n, k, lda, ldb, ldd, trans_a, trans_b, batch, strides a/b/d, type, alignments a/b/d)
   using GemmKey = std::array<int64_t, 16>;
   std::unique_ptr<GemmPlan> plan_make(const CudaGemm& g, uint32_t align_a, uint32_t align_b, uint32_t align_d);

@@ -71,8 +71,8 @@ __global__ void encode_int_kernel(const float* src, size_t row_count, size_t col
     const float qmax = float((1 << B) - 1);
     RandomWord rnd{seed};
     for (int k = 0; k < m; ++k) {
-      const uint8_t q = Stoch ? quant_code_stochastic(v[k], p, qmax, rnd.byte(r * cols + c0 + k))
-                              : quant_code_nearest(v[k], p, qmax);
+      const uint8_t q =
+          Stoch ? quant_code_stochastic(v[k], p, qmax, rnd.byte(r * cols + c0 + k)) : quant_code_nearest(v[k], p, qmax);
       w |= uint64_t(q) << (k * B);
     }
   }
@@ -139,11 +139,11 @@ void launch_encode_int(const QuantFormat& f, const float* src, size_t row_begin,
   const size_t units = padded_units(cols);
   const unsigned grid = grid_for(units * row_count);
   if (f.rounding == QuantRounding::stochastic)
-    encode_int_kernel<B, true><<<grid, kThreads, 0, s>>>(src, row_count, cols, units, f.group, f.symmetric, base,
-                                                         row_begin, seed, st);
+    encode_int_kernel<B, true>
+        <<<grid, kThreads, 0, s>>>(src, row_count, cols, units, f.group, f.symmetric, base, row_begin, seed, st);
   else
-    encode_int_kernel<B, false><<<grid, kThreads, 0, s>>>(src, row_count, cols, units, f.group, f.symmetric, base,
-                                                          row_begin, seed, st);
+    encode_int_kernel<B, false>
+        <<<grid, kThreads, 0, s>>>(src, row_count, cols, units, f.group, f.symmetric, base, row_begin, seed, st);
 }
 
 template <int B>
@@ -235,7 +235,11 @@ void cuda_bf16_to_f32(const uint16_t* x, size_t n, float* out, cudaStream_t s) {
 
 DeviceQuantTensor::DeviceQuantTensor(const QuantFormat& fmt, size_t rows, size_t cols, MemCategory cat,
                                      std::string_view tag)
-    : fmt_(fmt), rows_(rows), cols_(cols), layout_(quant_layout(fmt, rows, cols)), data_(layout_.total_bytes, cat, tag) {}
+    : fmt_(fmt),
+      rows_(rows),
+      cols_(cols),
+      layout_(quant_layout(fmt, rows, cols)),
+      data_(layout_.total_bytes, cat, tag) {}
 
 QuantView DeviceQuantTensor::view() {
   uint8_t* p = data_.data();

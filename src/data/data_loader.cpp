@@ -49,8 +49,8 @@ TokenDataset TokenDataset::from_tokens(std::span<const int32_t> tokens, uint32_t
   d.count_ = tokens.size();
   d.vocab_ = vocab_size;
   d.path_ = std::move(name);
-  AGOQ_CHECK(flags.empty() || flags.size() == tokens.size(), d.path_, ": ", flags.size(), " flags for ",
-             tokens.size(), " tokens");
+  AGOQ_CHECK(flags.empty() || flags.size() == tokens.size(), d.path_, ": ", flags.size(), " flags for ", tokens.size(),
+             " tokens");
   AGOQ_CHECK(window == 0 || (!flags.empty() && window >= 2 && tokens.size() % window == 0), d.path_, ": ",
              tokens.size(), " tokens do not fill windows of ", window);
   d.window_ = window;
@@ -73,29 +73,28 @@ TokenDataset TokenDataset::from_tokens(std::span<const int32_t> tokens, uint32_t
 }
 
 void TokenDataset::copy(uint64_t start, size_t n, int32_t* out) const {
-  AGOQ_CHECK(start <= count_ && n <= count_ - start, path_, ": window [", start, ", ", start + n,
-             ") is outside the ", count_, " tokens");
+  AGOQ_CHECK(start <= count_ && n <= count_ - start, path_, ": window [", start, ", ", start + n, ") is outside the ",
+             count_, " tokens");
   if (u16_.empty()) std::copy_n(i32_.data() + start, n, out);
   else std::copy_n(u16_.data() + start, n, out);
 }
 
 void TokenDataset::check_vocab(int64_t model_vocab, bool padded) const {
   AGOQ_CHECK(padded ? int64_t(vocab_) <= model_vocab : int64_t(vocab_) == model_vocab, "token file ", path_,
-             " was made with vocab size ", vocab_,
-             " but the model has vocab size ", model_vocab, " (re-run prepare with --vocab-size ", model_vocab,
-             " or set the model's vocab to ", vocab_, ")");
-  AGOQ_CHECK(count_ == 0 || int64_t(max_token_) < model_vocab, "token file ", path_, " holds token id ",
-             max_token_, ", outside the model's vocab size ", model_vocab);
+             " was made with vocab size ", vocab_, " but the model has vocab size ", model_vocab,
+             " (re-run prepare with --vocab-size ", model_vocab, " or set the model's vocab to ", vocab_, ")");
+  AGOQ_CHECK(count_ == 0 || int64_t(max_token_) < model_vocab, "token file ", path_, " holds token id ", max_token_,
+             ", outside the model's vocab size ", model_vocab);
 }
 
 DataLoader::DataLoader(const TokenDataset& data, int T, uint64_t seed)
     : data_(&data), T_(T), rng_(seed, kDataRngStream) {
   AGOQ_CHECK(T >= 1, "sequence length T must be >= 1 (got ", T, ")");
-  AGOQ_CHECK(uint64_t(T) + 1 <= data.size(), "sequence length T (=", T, ") needs at least T+1 tokens but ",
-             data.path(), " has ", data.size());
+  AGOQ_CHECK(uint64_t(T) + 1 <= data.size(), "sequence length T (=", T, ") needs at least T+1 tokens but ", data.path(),
+             " has ", data.size());
   AGOQ_CHECK(data.window() == 0 || data.window() == uint32_t(T) + 1, data.path(), " packs its examples for --seq ",
-             data.window() - 1, ", not ", T, " (train with --seq ", data.window() - 1,
-             ", or prepare again with --seq ", T, ")");
+             data.window() - 1, ", not ", T, " (train with --seq ", data.window() - 1, ", or prepare again with --seq ",
+             T, ")");
 }
 
 uint64_t DataLoader::window_count() const {
@@ -132,8 +131,8 @@ DataLoader::State DataLoader::state() const {
 
 void DataLoader::set_state(const State& s) {
   AGOQ_CHECK(s.T == T_ && s.data_size == data_->size(), "data loader state was saved for T=", s.T, " over ",
-             s.data_size, " tokens, but this loader has T=", T_, " over ", data_->size(), " tokens (",
-             data_->path(), ")");
+             s.data_size, " tokens, but this loader has T=", T_, " over ", data_->size(), " tokens (", data_->path(),
+             ")");
   rng_.set_state(s.rng);
   batches_ = s.batches;
   windows_ = s.windows;
@@ -155,8 +154,7 @@ DataLoader::State DataLoader::State::from_string(std::string_view text) {
   for (uint32_t& w : s.rng.block) is >> w;
   is >> s.batches >> s.windows >> s.T >> s.data_size;
   std::string extra;
-  AGOQ_CHECK(tag == "v1" && is && !(is >> extra) && s.rng.pos <= 4, "data loader state '", text,
-             "' is malformed");
+  AGOQ_CHECK(tag == "v1" && is && !(is >> extra) && s.rng.pos <= 4, "data loader state '", text, "' is malformed");
   return s;
 }
 

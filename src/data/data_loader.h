@@ -23,9 +23,8 @@ class TokenDataset {
   static TokenDataset load(const std::string& path);
   // From tokens in memory (tests, tools); `name` stands in for the path in messages.
   // flags (one per token, token_file.h) and window as a version 2 file holds them.
-  static TokenDataset from_tokens(std::span<const int32_t> tokens, uint32_t vocab_size,
-                                  std::string name = "<memory>", std::span<const uint8_t> flags = {},
-                                  uint32_t window = 0);
+  static TokenDataset from_tokens(std::span<const int32_t> tokens, uint32_t vocab_size, std::string name = "<memory>",
+                                  std::span<const uint8_t> flags = {}, uint32_t window = 0);
 
   uint64_t size() const { return count_; }
   uint32_t vocab_size() const { return vocab_; }

@@ -42,7 +42,8 @@ void add_prompt_completion(ExampleBuilder& b, const json& obj, const std::string
 // ChatML: <|im_start|>{role}\n{content}<|im_end|>\n per message; an assistant's content and <|im_end|> count.
 void add_messages(ExampleBuilder& b, const json& messages, const std::string& at) {
   const int start = b.tok.piece_id("<|im_start|>"), end = b.tok.piece_id("<|im_end|>");
-  AGOQ_CHECK(start >= 0 && end >= 0, at, "\"messages\" are rendered with ChatML's <|im_start|> and <|im_end|>, and "
+  AGOQ_CHECK(start >= 0 && end >= 0, at,
+             "\"messages\" are rendered with ChatML's <|im_start|> and <|im_end|>, and "
              "this tokenizer has no such tokens (write \"prompt\" and \"completion\" instead)");
   AGOQ_CHECK(messages.is_array() && !messages.empty(), at, "\"messages\" must be a non-empty array");
   bool assistant = false;

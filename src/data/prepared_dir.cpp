@@ -45,19 +45,19 @@ fs::path prepared_dir_staging(const fs::path& dir) {
 void prepared_dir_commit(const fs::path& dir) {
   const fs::path staging = dir / kStaging;
   const fs::path marker = dir / kMarker;
-  AGOQ_CHECK(::unlink(marker.c_str()) == 0 || errno == ENOENT, marker.string(), ": cannot remove the old set's: ",
-             std::strerror(errno));
+  AGOQ_CHECK(::unlink(marker.c_str()) == 0 || errno == ENOENT, marker.string(),
+             ": cannot remove the old set's: ", std::strerror(errno));
   dir_fsync(dir.string());
   for (const char* name : kPreparedFiles) {  // meta.json is the last of them
     const fs::path from = staging / name, to = dir / name;
     std::error_code ec;
     if (!fs::exists(from, ec)) {
-      AGOQ_CHECK(::unlink(to.c_str()) == 0 || errno == ENOENT, to.string(), ": cannot remove the old set's: ",
-                 std::strerror(errno));
+      AGOQ_CHECK(::unlink(to.c_str()) == 0 || errno == ENOENT, to.string(),
+                 ": cannot remove the old set's: ", std::strerror(errno));
       continue;
     }
-    AGOQ_CHECK(::rename(from.c_str(), to.c_str()) == 0, to.string(), ": cannot move the new file into place: ",
-               std::strerror(errno));
+    AGOQ_CHECK(::rename(from.c_str(), to.c_str()) == 0, to.string(),
+               ": cannot move the new file into place: ", std::strerror(errno));
     if (name == std::string(kMarker)) dir_fsync(dir.string());
   }
   ::rmdir(staging.c_str());

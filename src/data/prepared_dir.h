@@ -1,7 +1,8 @@
 // A prepared data folder (`agoq prepare --out D`, docs/data-format.md): the tokenizer's files (tokenizer.model, or
-// tokenizer.json and tokenizer_config.json), train.bin, val.bin and meta.json, written as one set. The set is made in D/.prepare.tmp and then moved into D file by file, meta.json
-// last and after the old meta.json is gone, so meta.json is the set's commit marker: a folder with .prepare.tmp and
-// no meta.json is a replacement that was interrupted, and a training refuses it rather than mix two sets.
+// tokenizer.json and tokenizer_config.json), train.bin, val.bin and meta.json, written as one set. The set is made in
+// D/.prepare.tmp and then moved into D file by file, meta.json last and after the old meta.json is gone, so meta.json
+// is the set's commit marker: a folder with .prepare.tmp and no meta.json is a replacement that was interrupted, and a
+// training refuses it rather than mix two sets.
 #pragma once
 #include <filesystem>
 #include <string>

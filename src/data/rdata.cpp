@@ -94,8 +94,8 @@ class XdrReader {
   size_t read_length(size_t min_elem_bytes) {
     int64_t n = read_int();
     if (n == -1) n = (int64_t(uint32_t(read_int())) << 32) | uint32_t(read_int());
-    AGOQ_CHECK(n >= 0 && uint64_t(n) <= (b_.size() - pos_) / min_elem_bytes, "R serialization: bad vector length ",
-               n, " at byte ", pos_);
+    AGOQ_CHECK(n >= 0 && uint64_t(n) <= (b_.size() - pos_) / min_elem_bytes, "R serialization: bad vector length ", n,
+               " at byte ", pos_);
     return size_t(n);
   }
   std::string read_bytes(size_t n) {
@@ -125,32 +125,33 @@ class XdrReader {
   RObjectPtr read_item_body(int32_t flags) {
     const int type = flags & 0xFF;
     switch (type) {
-      case kRNilValue: case kEmptyEnv: case kBaseEnv: case kGlobalEnv: case kUnbound: case kMissingArg:
-      case kBaseNamespace:
-        return make(type == kRNilValue ? kRNil : type);
-      case kRRef:
-        return read_ref(flags);
-      case kPersist:
-        fail("R serialization: persistent references (type code ", type, ") are not supported");
-      case kRSym:
-        return read_symbol();
-      case kPackage: case kNamespace:
-        return read_package_name(type);
-      case kREnv:
-        return read_env();
-      case kRList: case kRLang: case kRClosure: case kRProm: case kRDot:
-        return read_pairlist(flags);
-      case kAltrep:
-        return read_altrep();
-      case kSpecial: case kBuiltin: {
+      case kRNilValue:
+      case kEmptyEnv:
+      case kBaseEnv:
+      case kGlobalEnv:
+      case kUnbound:
+      case kMissingArg:
+      case kBaseNamespace: return make(type == kRNilValue ? kRNil : type);
+      case kRRef: return read_ref(flags);
+      case kPersist: fail("R serialization: persistent references (type code ", type, ") are not supported");
+      case kRSym: return read_symbol();
+      case kPackage:
+      case kNamespace: return read_package_name(type);
+      case kREnv: return read_env();
+      case kRList:
+      case kRLang:
+      case kRClosure:
+      case kRProm:
+      case kRDot: return read_pairlist(flags);
+      case kAltrep: return read_altrep();
+      case kSpecial:
+      case kBuiltin: {
         auto s = make(type);
         s->text = read_bytes(read_length(1));
         return s;
       }
-      case kRChar:
-        return read_chars(int(uint32_t(flags) >> 12));
-      default:
-        return read_vector(flags);
+      case kRChar: return read_chars(int(uint32_t(flags) >> 12));
+      default: return read_vector(flags);
     }
   }
 
@@ -211,33 +212,30 @@ class XdrReader {
     const int type = flags & 0xFF;
     auto s = make(type);
     switch (type) {
-      case kRLgl: case kRInt:
+      case kRLgl:
+      case kRInt:
         s->ints.resize(read_length(4));
         for (auto& v : s->ints) v = read_int();
         break;
-      case kRReal: case kRCplx: {
+      case kRReal:
+      case kRCplx: {
         const size_t n = read_length(8) * (type == kRCplx ? 2 : 1);
         need(n * 8, "a numeric vector");
         s->reals.resize(n);
         for (auto& v : s->reals) v = read_double();
         break;
       }
-      case kRStr:
-        read_strings(*s);
-        break;
-      case kRVec: case kRExpr: {
+      case kRStr: read_strings(*s); break;
+      case kRVec:
+      case kRExpr: {
         const size_t n = read_length(4);
         s->items.reserve(n);
         for (size_t i = 0; i < n; ++i) s->items.push_back(read_item());
         break;
       }
-      case kRRaw:
-        s->raw = read_bytes(read_length(1));
-        break;
-      case kRS4:
-        break;  // only attributes
-      default:
-        fail("R serialization: unsupported object type code ", type, " at byte ", pos_);
+      case kRRaw: s->raw = read_bytes(read_length(1)); break;
+      case kRS4: break;  // only attributes
+      default: fail("R serialization: unsupported object type code ", type, " at byte ", pos_);
     }
     if (flags & (1 << 9)) s->attributes = read_item();
     return s;
@@ -298,15 +296,15 @@ class XdrReader {
   static std::shared_ptr<RObject> expand_compact_seq(const std::string& cls, const RObject& state) {
     AGOQ_CHECK(state.reals.size() == 3, "R serialization: bad ", cls, " state");
     const double len = state.reals[0], n1 = state.reals[1], inc = state.reals[2];
-    AGOQ_CHECK(len >= 0 && len <= kMaxCompactSeq && len == std::floor(len), "R serialization: ", cls, " length ",
-               len, " is not a count up to ", kMaxCompactSeq);
+    AGOQ_CHECK(len >= 0 && len <= kMaxCompactSeq && len == std::floor(len), "R serialization: ", cls, " length ", len,
+               " is not a count up to ", kMaxCompactSeq);
     const auto n = size_t(len);
     const double last = n1 + (len - 1) * inc;
     auto s = make(cls == "compact_intseq" ? kRInt : kRReal);
     if (s->type == kRInt) {
       const auto fits = [](double v) { return v >= -2147483647.0 && v <= 2147483647.0; };
-      AGOQ_CHECK(n == 0 || (fits(n1) && fits(last) && fits(inc)), "R serialization: ", cls, " from ", n1,
-                 " by ", inc, " leaves the integer range");
+      AGOQ_CHECK(n == 0 || (fits(n1) && fits(last) && fits(inc)), "R serialization: ", cls, " from ", n1, " by ", inc,
+                 " leaves the integer range");
       s->ints.resize(n);
       for (size_t i = 0; i < n; ++i) s->ints[i] = int32_t(n1 + double(i) * inc);
     } else {
@@ -418,10 +416,9 @@ std::string r_decompress(std::string_view b, std::string_view what) {
              " compressed, more than zlib can produce");
   std::string out(n, '\0');
   uLongf len = n;
-  const int rc = uncompress(reinterpret_cast<Bytef*>(out.data()), &len,
-                            reinterpret_cast<const Bytef*>(b.data() + 4), uLong(b.size() - 4));
-  AGOQ_CHECK(rc == Z_OK && len == n, what, ": corrupt zlib data (zlib error ", rc, ", ", len, " of ", n,
-             " bytes)");
+  const int rc = uncompress(reinterpret_cast<Bytef*>(out.data()), &len, reinterpret_cast<const Bytef*>(b.data() + 4),
+                            uLong(b.size() - 4));
+  AGOQ_CHECK(rc == Z_OK && len == n, what, ": corrupt zlib data (zlib error ", rc, ", ", len, " of ", n, " bytes)");
   return out;
 }
 
@@ -472,8 +469,8 @@ std::string RLazyLoadDb::read_entry(std::string_view name, uint64_t offset, uint
   std::ifstream f(rdb, std::ios::binary | std::ios::ate);
   AGOQ_CHECK(f, rdb, ": cannot open file");
   const auto size = uint64_t(f.tellg());
-  AGOQ_CHECK(offset <= size && length <= size - offset, rdb, ": object '", name, "' at offset ", offset, " (",
-             length, " bytes) lies past the end of the file");
+  AGOQ_CHECK(offset <= size && length <= size - offset, rdb, ": object '", name, "' at offset ", offset, " (", length,
+             " bytes) lies past the end of the file");
   std::string blob(length, '\0');
   f.seekg(std::streamoff(offset));
   f.read(blob.data(), std::streamsize(length));
@@ -497,8 +494,7 @@ RObjectPtr RLazyLoadDb::load(std::string_view name) const {
 
 std::vector<std::string> RLazyLoadDb::load_strings(std::string_view name) const {
   const RObjectPtr o = load(name);
-  AGOQ_CHECK(o->type == kRStr, prefix_, ".rdb object '", name, "' is not a character vector (type code ", o->type,
-             ")");
+  AGOQ_CHECK(o->type == kRStr, prefix_, ".rdb object '", name, "' is not a character vector (type code ", o->type, ")");
   std::vector<std::string> out;
   out.reserve(o->strings.size());
   for (const auto& s : o->strings) out.push_back(s.value_or(""));

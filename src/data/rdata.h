@@ -14,9 +14,26 @@ namespace agoq {
 
 // R's SEXPTYPE codes that the decoder understands (plus the serializer's pseudo types).
 enum RType : int {
-  kRNil = 0, kRSym = 1, kRList = 2, kRClosure = 3, kREnv = 4, kRProm = 5, kRLang = 6, kRChar = 9, kRLgl = 10,
-  kRInt = 13, kRReal = 14, kRCplx = 15, kRStr = 16, kRDot = 17, kRVec = 19, kRExpr = 20, kRRaw = 24, kRS4 = 25,
-  kRNilValue = 254, kRRef = 255,
+  kRNil = 0,
+  kRSym = 1,
+  kRList = 2,
+  kRClosure = 3,
+  kREnv = 4,
+  kRProm = 5,
+  kRLang = 6,
+  kRChar = 9,
+  kRLgl = 10,
+  kRInt = 13,
+  kRReal = 14,
+  kRCplx = 15,
+  kRStr = 16,
+  kRDot = 17,
+  kRVec = 19,
+  kRExpr = 20,
+  kRRaw = 24,
+  kRS4 = 25,
+  kRNilValue = 254,
+  kRRef = 255,
 };
 
 struct RObject;
@@ -69,10 +86,10 @@ class RLazyLoadDb {
   std::string read_entry(std::string_view name, uint64_t offset, uint64_t length) const;
 
   std::string prefix_;
-  std::optional<std::string> rdb_;                   // the .rdb bytes when held in memory
+  std::optional<std::string> rdb_;  // the .rdb bytes when held in memory
   std::vector<std::string> names_;
   std::vector<std::pair<uint64_t, uint64_t>> spans_;  // (offset, length) into the .rdb, parallel to names_
-  int compression_ = 1;                              // 1 = zlib; 2 = bzip2, 3 = xz (unsupported)
+  int compression_ = 1;                               // 1 = zlib; 2 = bzip2, 3 = xz (unsupported)
 };
 
 }  // namespace agoq

@@ -126,11 +126,11 @@ struct Reader {
 std::string sentencepiece_proto_from_vocab(const SentencePieceVocab& v, const std::string& what) {
   const size_t n = v.pieces.size();
   AGOQ_CHECK(n > 0, "tokenizer ", what, ": the vocabulary is empty");
-  AGOQ_CHECK(v.scores.size() == n && v.types.size() == n, "tokenizer ", what, ": ", n, " pieces but ",
-             v.scores.size(), " scores and ", v.types.size(), " types");
+  AGOQ_CHECK(v.scores.size() == n && v.types.size() == n, "tokenizer ", what, ": ", n, " pieces but ", v.scores.size(),
+             " scores and ", v.types.size(), " types");
   for (const int id : {v.bos_id, v.eos_id, v.unk_id, v.pad_id})
-    AGOQ_CHECK(id >= -1 && id < int64_t(n), "tokenizer ", what, ": special token id ", id, " is outside the ",
-               n, "-piece vocabulary");
+    AGOQ_CHECK(id >= -1 && id < int64_t(n), "tokenizer ", what, ": special token id ", id, " is outside the ", n,
+               "-piece vocabulary");
   int unk = v.unk_id;
   for (size_t i = 0; i < n && unk < 0; ++i)
     if (v.types[i] == 2) unk = int(i);

@@ -45,14 +45,17 @@ uint32_t token_dtype_for_vocab(uint32_t vocab_size) { return vocab_size <= 65536
 void token_file_write(const std::string& path, std::span<const int32_t> tokens, uint32_t vocab_size,
                       std::span<const uint8_t> flags, uint32_t window) {
   AGOQ_CHECK(vocab_size > 0, "token file ", path, ": vocab size must be positive");
-  AGOQ_CHECK(flags.empty() || flags.size() == tokens.size(), "token file ", path, ": ", flags.size(),
-             " flags for ", tokens.size(), " tokens");
-  AGOQ_CHECK(window == 0 || (flags.size() == tokens.size() && tokens.size() % window == 0), "token file ", path,
-             ": ", tokens.size(), " tokens do not fill windows of ", window);
+  AGOQ_CHECK(flags.empty() || flags.size() == tokens.size(), "token file ", path, ": ", flags.size(), " flags for ",
+             tokens.size(), " tokens");
+  AGOQ_CHECK(window == 0 || (flags.size() == tokens.size() && tokens.size() % window == 0), "token file ", path, ": ",
+             tokens.size(), " tokens do not fill windows of ", window);
   const bool with_flags = !flags.empty() || window > 0;  // packed examples always carry flags, even none of them
   TokenFileHeader h{.version = with_flags ? kTokenFileVersionFlags : kTokenFileVersion,
-                    .vocab_size = vocab_size, .dtype = token_dtype_for_vocab(vocab_size), .window = window,
-                    .count = tokens.size(), .checksum = 0};
+                    .vocab_size = vocab_size,
+                    .dtype = token_dtype_for_vocab(vocab_size),
+                    .window = window,
+                    .count = tokens.size(),
+                    .checksum = 0};
   AtomicFile f(path);
   unsigned char header[kTokenFileHeaderBytes];
   header_encode(h, header);
@@ -100,9 +103,12 @@ TokenFileHeader token_file_read_header(const std::string& path) {
   AGOQ_CHECK(f, "token file ", path, ": cannot read header");
   AGOQ_CHECK(std::memcmp(b, kTokenFileMagic, 8) == 0, "token file ", path,
              ": wrong magic (not an agoq token file; expected \"AGOQTOK\")");
-  TokenFileHeader h{.version = uint32_t(get_le(b + 8, 4)), .vocab_size = uint32_t(get_le(b + 12, 4)),
-                    .dtype = uint32_t(get_le(b + 16, 4)), .window = uint32_t(get_le(b + 20, 4)),
-                    .count = get_le(b + 24, 8), .checksum = get_le(b + 32, 8)};
+  TokenFileHeader h{.version = uint32_t(get_le(b + 8, 4)),
+                    .vocab_size = uint32_t(get_le(b + 12, 4)),
+                    .dtype = uint32_t(get_le(b + 16, 4)),
+                    .window = uint32_t(get_le(b + 20, 4)),
+                    .count = get_le(b + 24, 8),
+                    .checksum = get_le(b + 32, 8)};
   AGOQ_CHECK(h.version == kTokenFileVersion || h.version == kTokenFileVersionFlags, "token file ", path,
              ": unsupported version ", h.version, " (this build reads versions ", kTokenFileVersion, " and ",
              kTokenFileVersionFlags, ")");
@@ -143,8 +149,7 @@ void token_file_read_payload(const std::string& path, const TokenFileHeader& h, 
              "): the file is corrupt");
 }
 
-std::vector<int32_t> token_file_read(const std::string& path, TokenFileHeader* header,
-                                     std::vector<uint8_t>* flags) {
+std::vector<int32_t> token_file_read(const std::string& path, TokenFileHeader* header, std::vector<uint8_t>* flags) {
   const TokenFileHeader h = token_file_read_header(path);
   std::vector<int32_t> out(h.count);
   std::vector<uint8_t> flag_bytes(h.has_flags() ? h.count : 0);

@@ -145,8 +145,8 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
 int Tokenizer::vocab_size() const { return engine().vocab_size(); }
 
 std::string Tokenizer::piece(int id) const {
-  AGOQ_CHECK(id >= 0 && id < vocab_size(), "tokenizer ", origin_, ": token id ", id, " is outside the vocabulary (size ",
-             vocab_size(), ")");
+  AGOQ_CHECK(id >= 0 && id < vocab_size(), "tokenizer ", origin_, ": token id ", id,
+             " is outside the vocabulary (size ", vocab_size(), ")");
   return engine().piece(id);
 }
 

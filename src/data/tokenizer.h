@@ -104,7 +104,7 @@ class Tokenizer {
   std::string decode(std::span<const int32_t> ids) const;
 
   int vocab_size() const;
-  std::string piece(int id) const;           // errors when id is out of range
+  std::string piece(int id) const;             // errors when id is out of range
   int piece_id(std::string_view piece) const;  // -1 when not in the vocabulary
   int unk_id() const;
   int bos_id() const;
@@ -115,7 +115,7 @@ class Tokenizer {
 
  private:
   std::unique_ptr<const TokenizerEngine> engine_;  // tokenizer_sentencepiece.cpp or tokenizer_bpe.cpp
-  std::string origin_;  // path or description, for error messages
+  std::string origin_;                             // path or description, for error messages
   const TokenizerEngine& engine() const;
 };
 

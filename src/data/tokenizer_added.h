@@ -31,7 +31,7 @@ class AddedTokenSplitter {
   struct Trie {
     struct Node {
       std::vector<std::pair<uint8_t, int32_t>> next;  // sorted by byte
-      int32_t token = -1;                            // index into tokens_
+      int32_t token = -1;                             // index into tokens_
     };
     std::vector<Node> nodes{1};
     bool first[256] = {};

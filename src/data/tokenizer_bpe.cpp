@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <queue>
 #include <unordered_map>
@@ -167,7 +167,7 @@ struct PieceCache {
   BytesMap index;  // piece -> [a, a + b) in pool
   std::vector<int32_t> pool;
 };
-constexpr size_t kCachePieceMost = 64;    // longer pieces are rare: not cached
+constexpr size_t kCachePieceMost = 64;  // longer pieces are rare: not cached
 constexpr size_t kCacheEntriesMost = 1 << 18;
 
 // One parallel chunk's scan of a segment with the first split regex (encode_segment).
@@ -214,10 +214,10 @@ class BpeEngine final : public TokenizerEngine {
   BpeSpec spec_;
   TokenizerFiles files_;
   std::string what_;
-  int32_t byte_id_[256];           // each byte's character's id; -1 when the vocabulary lacks it
+  int32_t byte_id_[256];               // each byte's character's id; -1 when the vocabulary lacks it
   std::vector<std::string> id_bytes_;  // what each id decodes to
-  TokenMap token_id_;              // token (in the alphabet) -> id
-  BytesMap bytes_id_;              // a vocabulary token's bytes (in id_bytes_) -> id (ignore_merges)
+  TokenMap token_id_;                  // token (in the alphabet) -> id
+  BytesMap bytes_id_;                  // a vocabulary token's bytes (in id_bytes_) -> id (ignore_merges)
   MergeTable merges_;
   std::vector<SplitRegex> regexes_;
   AddedTokenSplitter added_;
@@ -258,7 +258,10 @@ BpeEngine::BpeEngine(BpeSpec spec, TokenizerFiles files, const std::string& what
     const auto& [a, b] = spec_.merges[r];
     const int32_t ia = piece_id(a), ib = piece_id(b), im = piece_id(a + b);
     AGOQ_CHECK(ia >= 0 && ib >= 0 && im >= 0, "tokenizer ", what_, ": merge ", r, " ('", a, " ", b, "'): '",
-               ia < 0 ? a : ib < 0 ? b : a + b, "' is not in the vocabulary");
+               ia < 0   ? a
+               : ib < 0 ? b
+                        : a + b,
+               "' is not in the vocabulary");
     merges_.put(ia, ib, {int32_t(r), im});
   }
   for (size_t i = 0; i < spec_.split_regexes.size(); ++i)
@@ -272,8 +275,8 @@ void BpeEngine::check_spec() const {
   for (size_t id = 0; id < n; ++id)
     AGOQ_CHECK(utf8_valid(spec_.vocab[id]), "tokenizer ", what_, ": token ", id, " is not valid UTF-8");
   for (size_t r = 0; r < spec_.merges.size(); ++r)
-    AGOQ_CHECK(utf8_valid(spec_.merges[r].first) && utf8_valid(spec_.merges[r].second), "tokenizer ", what_,
-               ": merge ", r, " is not valid UTF-8");
+    AGOQ_CHECK(utf8_valid(spec_.merges[r].first) && utf8_valid(spec_.merges[r].second), "tokenizer ", what_, ": merge ",
+               r, " is not valid UTF-8");
   for (const auto& a : spec_.added) {
     AGOQ_CHECK(a.id >= 0 && size_t(a.id) < n, "tokenizer ", what_, ": added token '", a.content, "' has id ", a.id,
                ", outside the ", n, "-token vocabulary");
@@ -547,8 +550,8 @@ uint64_t BpeEngine::identity_hash() const {
     const int32_t v[] = {a.id, a.special, a.lstrip, a.rstrip, a.single_word};
     h = identity_mix_value(identity_mix(h, a.content), v);
   }
-  const int32_t v[] = {spec_.add_prefix_space, spec_.ignore_merges, spec_.bos_id, spec_.eos_id, spec_.unk_id,
-                       spec_.add_bos, spec_.add_eos};
+  const int32_t v[] = {spec_.add_prefix_space, spec_.ignore_merges, spec_.bos_id, spec_.eos_id,
+                       spec_.unk_id,           spec_.add_bos,       spec_.add_eos};
   return identity_mix_value(h, v);
 }
 

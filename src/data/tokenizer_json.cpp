@@ -71,8 +71,7 @@ std::string regex_escape(const std::string& s) {
 // Split(pattern, Isolated, invert false) as a regex.
 std::string split_regex(const json& p, const Reader& r, const std::string& where) {
   const std::string behavior = r.text(p, "behavior", where);
-  if (behavior != "Isolated")
-    r.refuse(where, ".behavior '", behavior, "' is not supported (agoq implements Isolated)");
+  if (behavior != "Isolated") r.refuse(where, ".behavior '", behavior, "' is not supported (agoq implements Isolated)");
   if (r.flag(p, "invert", false, where)) r.refuse(where, ".invert true is not supported");
   const json* pat = r.get(p, "pattern");
   if (!pat || !pat->is_object()) r.refuse(where, ".pattern is missing or not an object");
@@ -94,7 +93,8 @@ void read_pre_tokenizer(const json* pt, const Reader& r, BpeSpec& s) {
     steps.push_back(pt);
   }
   for (size_t i = 0; i < steps.size(); ++i) {
-    const std::string where = t == "Sequence" ? "pre_tokenizer.pretokenizers[" + std::to_string(i) + "]" : "pre_tokenizer";
+    const std::string where =
+        t == "Sequence" ? "pre_tokenizer.pretokenizers[" + std::to_string(i) + "]" : "pre_tokenizer";
     const json& p = *steps[i];
     const std::string type = r.type(p, where);
     if (type == "Split") {
@@ -191,7 +191,9 @@ struct Vocab {
     if (id < 0) {
       int32_t most = -1;
       for (const auto& [c, i] : added) most = std::max(most, i);
-      id = most < 0 ? int32_t(model_size) : (most >= int32_t(model_size) || model_size == 0) ? most + 1 : int32_t(model_size);
+      id = most < 0                                           ? int32_t(model_size)
+           : (most >= int32_t(model_size) || model_size == 0) ? most + 1
+                                                              : int32_t(model_size);
     }
     added[a.content] = id;
     const auto same = std::find_if(s.added.begin(), s.added.end(), [&](const auto& x) { return x.id == id; });
@@ -215,7 +217,8 @@ void read_model(const json* m, const Reader& r, Vocab& v) {
   v.s.ignore_merges = r.flag(*m, "ignore_merges", false, "model");
   const json* vocab = r.get(*m, "vocab");
   const json* merges = r.get(*m, "merges");
-  if (!vocab || !vocab->is_object() || !merges || !merges->is_array()) r.refuse("model.vocab or model.merges is missing");
+  if (!vocab || !vocab->is_object() || !merges || !merges->is_array())
+    r.refuse("model.vocab or model.merges is missing");
   for (const auto& [token, id] : vocab->items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kIdMost)
       r.refuse("model.vocab '", token, "' has id ", id.dump(), ", not a token id");
@@ -257,8 +260,8 @@ BpeSpec::Added read_added(const json& a, const Reader& r, const std::string& whe
 struct ClassRules {
   const char* name;
   const char *bos, *eos, *unk, *pad;  // the class's default special tokens (nullptr: none)
-  bool sets_prefix_space;            // add_prefix_space from the config replaces ByteLevel's
-  int add_bos, add_eos;              // -1: the post-processor stays; else the class's defaults
+  bool sets_prefix_space;             // add_prefix_space from the config replaces ByteLevel's
+  int add_bos, add_eos;               // -1: the post-processor stays; else the class's defaults
 };
 constexpr ClassRules kClasses[] = {
     {"PreTrainedTokenizer", nullptr, nullptr, nullptr, nullptr, false, -1, -1},
@@ -282,15 +285,18 @@ std::optional<std::string> config_token(const json& c, const char* key, const ch
 
 void apply_config(const json& c, const json* pre_tokenizer, const Reader& r, Vocab& v, Template& tpl) {
   std::string cls = c.is_object() && c.contains("tokenizer_class") && c["tokenizer_class"].is_string()
-                        ? c["tokenizer_class"].get<std::string>() : "PreTrainedTokenizerFast";
+                        ? c["tokenizer_class"].get<std::string>()
+                        : "PreTrainedTokenizerFast";
   if (cls.size() > 4 && cls.compare(cls.size() - 4, 4, "Fast") == 0) cls.resize(cls.size() - 4);
   const ClassRules* rules = &kClasses[0];
   for (const ClassRules& k : kClasses)
     if (cls == k.name) rules = &k;
-  if (rules->sets_prefix_space && pre_tokenizer && pre_tokenizer->is_object() && pre_tokenizer->contains("add_prefix_space"))
+  if (rules->sets_prefix_space && pre_tokenizer && pre_tokenizer->is_object() &&
+      pre_tokenizer->contains("add_prefix_space"))
     v.s.add_prefix_space = r.flag(c, "add_prefix_space", false, "tokenizer_config.json");
   if (std::string(rules->name) == "LlamaTokenizer" && r.get(c, "add_prefix_space"))
-    r.refuse("tokenizer_config.json add_prefix_space with ", cls, " makes transformers rebuild it from the slow tokenizer");
+    r.refuse("tokenizer_config.json add_prefix_space with ", cls,
+             " makes transformers rebuild it from the slow tokenizer");
   // transformers adds the config's added_tokens_decoder, then any special token it does not know yet.
   if (const json* dec = r.get(c, "added_tokens_decoder"); dec && dec->is_object()) {
     std::vector<std::pair<int64_t, const json*>> byid;
@@ -309,7 +315,8 @@ void apply_config(const json& c, const json* pre_tokenizer, const Reader& r, Voc
   for (const char* key : {"sep_token", "cls_token", "mask_token"}) special(key, nullptr);
   if (const json* extra = r.get(c, "additional_special_tokens"); extra && extra->is_array())
     for (const json& t : *extra)
-      if (const std::string s = t.is_string() ? t.get<std::string>() : r.text(t, "content", "additional_special_tokens");
+      if (const std::string s =
+              t.is_string() ? t.get<std::string>() : r.text(t, "content", "additional_special_tokens");
           !v.added.count(s))
         v.add({-1, s, true});
   if (rules->add_bos >= 0) {  // update_post_processor: the template from add_bos_token / add_eos_token
@@ -343,7 +350,8 @@ BpeSpec bpe_spec_from_json(std::string_view tokenizer_json, std::string_view con
   read_post_processor(r.get(j, "post_processor"), r, tpl);
   if (const json* added = r.get(j, "added_tokens")) {
     if (!added->is_array()) r.refuse("added_tokens is not an array");
-    for (size_t i = 0; i < added->size(); ++i) v.add(read_added((*added)[i], r, "added_tokens[" + std::to_string(i) + "]"));
+    for (size_t i = 0; i < added->size(); ++i)
+      v.add(read_added((*added)[i], r, "added_tokens[" + std::to_string(i) + "]"));
   }
   if (!tpl.before.empty()) s.bos_id = tpl.before[0];
   if (!tpl.after.empty()) s.eos_id = tpl.after[0];
@@ -358,7 +366,8 @@ BpeSpec bpe_spec_from_json(std::string_view tokenizer_json, std::string_view con
   if (size > kIdMost) r.refuse(size, " token ids are more than agoq reads (", kIdMost, ")");
   s.vocab.assign(size_t(size), "");
   for (const auto& [t, id] : v.model) {
-    if (!s.vocab[id].empty() && s.vocab[id] != t) r.refuse("model.vocab gives id ", id, " to both '", s.vocab[id], "' and '", t, "'");
+    if (!s.vocab[id].empty() && s.vocab[id] != t)
+      r.refuse("model.vocab gives id ", id, " to both '", s.vocab[id], "' and '", t, "'");
     s.vocab[id] = t;
   }
   for (const auto& a : s.added) s.vocab[a.id] = a.content;
@@ -392,7 +401,8 @@ std::string pre_tokenizer_json(const BpeSpec& s) {
   std::string out = R"({"type": "Sequence", "pretokenizers": [)";
   const bool gpt2_last = r.back() == kGpt2SplitRegex;
   for (size_t i = 0; i + gpt2_last < r.size(); ++i)
-    out += R"({"type": "Split", "pattern": {"Regex": )" + quoted(r[i]) + R"(}, "behavior": "Isolated", "invert": false}, )";
+    out += R"({"type": "Split", "pattern": {"Regex": )" + quoted(r[i]) +
+           R"(}, "behavior": "Isolated", "invert": false}, )";
   return out + byte_level(false, gpt2_last) + "]}";
 }
 
@@ -442,17 +452,21 @@ TokenizerFiles bpe_spec_to_json(const BpeSpec& s) {
     merges += std::string(merges.size() > 1 ? ", " : "") + "[" + quoted(a) + ", " + quoted(b) + "]";
   merges += "]";
   const std::string unk = s.unk_id >= 0 ? quoted(s.vocab[s.unk_id]) : "null";
-  std::string tj = "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": " + added +
-                   ",\n  \"normalizer\": null,\n  \"pre_tokenizer\": " + pre_tokenizer_json(s) +
-                   ",\n  \"post_processor\": " + template_json(s) +
-                   ",\n  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, "
-                   "\"use_regex\": true},\n  \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": " + unk +
-                   ", \"continuing_subword_prefix\": null, \"end_of_word_suffix\": null, \"fuse_unk\": false, "
-                   "\"byte_fallback\": false, \"ignore_merges\": " + flag(s.ignore_merges) + ",\n    \"vocab\": " + vocab +
-                   ",\n    \"merges\": " + merges + "}\n}\n";
+  std::string tj =
+      "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": " + added +
+      ",\n  \"normalizer\": null,\n  \"pre_tokenizer\": " + pre_tokenizer_json(s) +
+      ",\n  \"post_processor\": " + template_json(s) +
+      ",\n  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, "
+      "\"use_regex\": true},\n  \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": " +
+      unk +
+      ", \"continuing_subword_prefix\": null, \"end_of_word_suffix\": null, \"fuse_unk\": false, "
+      "\"byte_fallback\": false, \"ignore_merges\": " +
+      flag(s.ignore_merges) + ",\n    \"vocab\": " + vocab + ",\n    \"merges\": " + merges + "}\n}\n";
   // The class that keeps tokenizer.json as it is; BOS/EOS named only when they are added tokens (transformers would
   // add any other as a new special token, matched in text).
-  json c = {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"add_bos_token", s.add_bos}, {"add_eos_token", s.add_eos},
+  json c = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+            {"add_bos_token", s.add_bos},
+            {"add_eos_token", s.add_eos},
             {"clean_up_tokenization_spaces", false}};
   const auto is_added = [&](int id) {
     return std::any_of(s.added.begin(), s.added.end(), [&](const auto& a) { return a.id == id; });
@@ -477,14 +491,16 @@ bool name_in(const std::string& pre, std::initializer_list<const char*> names) {
 }  // namespace
 
 std::vector<std::string> bpe_split_regexes_for_gguf_pre(const std::string& pre) {
-  if (name_in(pre, {"", "default", "gpt2", "gpt-2", "mpt", "olmo", "jais", "phi-2", "roberta-bpe"})) return {kGpt2SplitRegex};
+  if (name_in(pre, {"", "default", "gpt2", "gpt-2", "mpt", "olmo", "jais", "phi-2", "roberta-bpe"}))
+    return {kGpt2SplitRegex};
   if (name_in(pre, {"llama3", "llama-v3", "llama-bpe", "falcon3", "dbrx", "smaug-bpe", "chatglm-bpe"}))
     return {kLlama3SplitRegex};
   if (name_in(pre, {"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez"})) return {kQwen2SplitRegex};
   // SmolLM and StarCoder: Digits(individual_digits), then ByteLevel's GPT-2 regex.
   if (name_in(pre, {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"}))
     return {R"(\p{N})", kGpt2SplitRegex};
-  fail("tokenizer.ggml.pre '", pre, "' is not supported (agoq knows gpt-2, llama-bpe/llama3, qwen2, smollm and their kin)");
+  fail("tokenizer.ggml.pre '", pre,
+       "' is not supported (agoq knows gpt-2, llama-bpe/llama3, qwen2, smollm and their kin)");
 }
 
 bool bpe_ignore_merges_for_gguf_pre(const std::string& pre) {

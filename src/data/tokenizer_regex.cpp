@@ -31,7 +31,8 @@ MatchScratch& match_scratch() {
 }
 
 // Oniguruma's \s is Unicode's White_Space; PCRE2's (with UCP) also holds U+180E. Ruby syntax's \h is a hex digit.
-constexpr const char* kOnigSpace = R"(\t-\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+constexpr const char* kOnigSpace =
+    R"(\t-\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
 constexpr const char* kOnigHex = "0-9A-Fa-f";
 
 // The pattern with \s, \S, \h and \H spelled out as tokenizers' Oniguruma reads them (\S inside a class is left as
@@ -87,8 +88,8 @@ SplitRegex::SplitRegex(const std::string& pattern, const std::string& what)
   const std::string translated = onig_to_pcre2(pattern);
   code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
                               PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &err, &at, nullptr);
-  AGOQ_CHECK(code_->code, what, ": regex '", pattern, "' does not compile (PCRE2: ", pcre2_message(err),
-             " at offset ", at, ")");
+  AGOQ_CHECK(code_->code, what, ": regex '", pattern, "' does not compile (PCRE2: ", pcre2_message(err), " at offset ",
+             at, ")");
   code_->jit = pcre2_jit_compile(code_->code, PCRE2_JIT_COMPLETE) == 0;
 }
 

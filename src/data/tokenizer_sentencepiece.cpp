@@ -113,14 +113,14 @@ class SentencePieceEngine final : public TokenizerEngine {
   SentencePieceEngine(std::string proto, const std::string& what, bool add_bos, bool add_eos)
       : proto_(std::move(proto)), what_(what), add_bos_(add_bos), add_eos_(add_eos) {
     const auto st = sp_.LoadFromSerializedProto(proto_);
-    AGOQ_CHECK(st.ok() && sp_.GetPieceSize() > 0, "tokenizer ", what,
-               ": not a valid SentencePiece model (", st.ok() ? "no pieces" : sentencepiece_reason(st), ")");
+    AGOQ_CHECK(st.ok() && sp_.GetPieceSize() > 0, "tokenizer ", what, ": not a valid SentencePiece model (",
+               st.ok() ? "no pieces" : sentencepiece_reason(st), ")");
     pieces_start_words_ = pieces_start_words(sp_);
     const SentencePieceProtoSettings set = sentencepiece_proto_settings(proto_);
     cut_ = set.remove_extra_whitespaces || set.treat_whitespace_as_suffix ? ChunkCut::never
-           : !set.add_dummy_prefix                                          ? ChunkCut::after_newline
-           : pieces_start_words_                                            ? ChunkCut::at_single_space
-                                                                            : ChunkCut::never;
+           : !set.add_dummy_prefix                                        ? ChunkCut::after_newline
+           : pieces_start_words_                                          ? ChunkCut::at_single_space
+                                                                          : ChunkCut::never;
     add_bos_ = add_bos && sp_.bos_id() >= 0;
     add_eos_ = add_eos && sp_.eos_id() >= 0;
   }
@@ -148,9 +148,10 @@ class SentencePieceEngine final : public TokenizerEngine {
   TokenizerFiles files() const override {
     TokenizerFiles f = {{"tokenizer.model", proto_}};
     if (add_bos_ || add_eos_)  // a tokenizer.model alone adds neither (tokenizer.cpp)
-      f.emplace_back("tokenizer_config.json", std::string("{\"tokenizer_class\": \"LlamaTokenizer\", \"add_bos_token\": ") +
-                                                  (add_bos_ ? "true" : "false") + ", \"add_eos_token\": " +
-                                                  (add_eos_ ? "true" : "false") + "}\n");
+      f.emplace_back("tokenizer_config.json",
+                     std::string("{\"tokenizer_class\": \"LlamaTokenizer\", \"add_bos_token\": ") +
+                         (add_bos_ ? "true" : "false") + ", \"add_eos_token\": " + (add_eos_ ? "true" : "false") +
+                         "}\n");
     return f;
   }
   uint64_t identity_hash() const override;
@@ -216,8 +217,12 @@ uint64_t SentencePieceEngine::identity_hash() const {
     h = identity_mix_value(h, sp_.GetScore(i));
     h = identity_mix_value(h, size_t(i) < s.types.size() ? s.types[i] : 1);
   }
-  const int32_t flags[] = {s.model_type, s.byte_fallback, s.treat_whitespace_as_suffix, s.add_dummy_prefix,
-                           s.remove_extra_whitespaces, s.escape_whitespaces};
+  const int32_t flags[] = {s.model_type,
+                           s.byte_fallback,
+                           s.treat_whitespace_as_suffix,
+                           s.add_dummy_prefix,
+                           s.remove_extra_whitespaces,
+                           s.escape_whitespaces};
   h = identity_mix_value(h, flags);
   h = identity_mix(h, s.precompiled_charsmap);
   const int32_t ids[] = {sp_.unk_id(), sp_.bos_id(), sp_.eos_id(), add_bos_, add_eos_};

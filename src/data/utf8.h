@@ -78,7 +78,7 @@ inline uint32_t utf8_decode(std::string_view s, size_t i, size_t* len) {
   if (b < 0xF0)
     return *len = 3, uint32_t(b & 0x0F) << 12 | uint32_t(uint8_t(s[i + 1]) & 0x3F) << 6 | (uint8_t(s[i + 2]) & 0x3F);
   return *len = 4, uint32_t(b & 0x07) << 18 | uint32_t(uint8_t(s[i + 1]) & 0x3F) << 12 |
-                   uint32_t(uint8_t(s[i + 2]) & 0x3F) << 6 | (uint8_t(s[i + 3]) & 0x3F);
+                       uint32_t(uint8_t(s[i + 2]) & 0x3F) << 6 | (uint8_t(s[i + 3]) & 0x3F);
 }
 
 inline void utf8_append(std::string& out, uint32_t cp) {

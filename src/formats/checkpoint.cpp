@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -16,10 +16,10 @@
 #include <set>
 #include <sstream>
 
+#include "arch/hf.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/hash.h"
-#include "arch/hf.h"
 #include "formats/model_source.h"
 #include "formats/safetensors.h"
 
@@ -41,7 +41,8 @@ std::string path_join(const std::string& dir, const char* file) { return (fs::pa
 
 json json_read_file(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
-  AGOQ_CHECK(in, what, ": ", fs::path(path).filename().string(), " missing (not a checkpoint, or a save was interrupted)");
+  AGOQ_CHECK(in, what, ": ", fs::path(path).filename().string(),
+             " missing (not a checkpoint, or a save was interrupted)");
   std::stringstream ss;
   ss << in.rdbuf();
   json j = json::parse(ss.str(), nullptr, false);
@@ -129,7 +130,8 @@ void files_check(const std::string& dir, const json& trainer, const std::string&
   const json& files = trainer["files"];
   AGOQ_CHECK(files.is_object(), what, ": trainer.json's \"files\" is not an object");
   for (const auto& [name, rec] : files.items()) {
-    AGOQ_CHECK(file_name_carried(name), what, ": trainer.json lists '", name, "', which is not a file a checkpoint carries");
+    AGOQ_CHECK(file_name_carried(name), what, ": trainer.json lists '", name,
+               "', which is not a file a checkpoint carries");
     std::ifstream in(path_join(dir, name.c_str()), std::ios::binary);
     AGOQ_CHECK(in, what, ": ", name, " missing (the save committed it; deleted since?)");
     std::ostringstream bytes;
@@ -175,8 +177,9 @@ OpenCheckpoint checkpoint_open(const std::string& dir) {
   AGOQ_CHECK(has("commit", json::value_t::string), what, ": trainer.json's commit is not a string");
   const json& step = trainer["step"];
   const bool whole = step.is_number_integer() || step.is_number_unsigned();
-  AGOQ_CHECK(whole && (step.is_number_unsigned() ? step.get<uint64_t>() <= uint64_t(INT64_MAX) : step.get<int64_t>() >= 0),
-             what, ": trainer.json's step ", step.dump(), " is not a step count (a whole number from 0 to 2^63 - 1)");
+  AGOQ_CHECK(
+      whole && (step.is_number_unsigned() ? step.get<uint64_t>() <= uint64_t(INT64_MAX) : step.get<int64_t>() >= 0),
+      what, ": trainer.json's step ", step.dump(), " is not a step count (a whole number from 0 to 2^63 - 1)");
 
   CheckpointMeta meta;
   meta.step = step.get<int64_t>();
@@ -194,8 +197,7 @@ OpenCheckpoint checkpoint_open(const std::string& dir) {
   auto open_part = [&](const char* file) {
     SafetensorsFile f = SafetensorsFile::open(path_join(dir, file));
     AGOQ_CHECK(f.metadata_value("agoq.commit") == meta.commit, what, ": ", file, " belongs to save '",
-               f.metadata_value("agoq.commit"), "', trainer.json committed '", meta.commit,
-               "' (interrupted save?)");
+               f.metadata_value("agoq.commit"), "', trainer.json committed '", meta.commit, "' (interrupted save?)");
     AGOQ_CHECK(f.metadata_value("agoq.step") == std::to_string(meta.step), what, ": ", file, " was saved at step ",
                f.metadata_value("agoq.step"), ", trainer.json says step ", meta.step, " (edited by hand?)");
     return f;
@@ -262,15 +264,15 @@ void checkpoint_write(const std::string& dir, const LlamaConfig& config, const N
     a.finish();
     file_records[f.name] = file_record(f.bytes);
   }
-  const json marker_json = {{"format", kFormat}, {"version", kFormatVersion}, {"step", step}, {"commit", commit},
-                            {"config", hf},      {"files", file_records},   {"trainer", trainer}};
+  const json marker_json = {{"format", kFormat}, {"version", kFormatVersion}, {"step", step},      {"commit", commit},
+                            {"config", hf},      {"files", file_records},     {"trainer", trainer}};
   AtomicFile marker = write_text(kTrainerFile, marker_json);
 
   // Un-commit the old checkpoint first so a crash below leaves "no marker" rather than a marker for mixed files;
   // the commit ids in the safetensors headers catch the remaining windows anyway. Each commit() fsyncs the
   // directory, so the data files are in place before the marker is.
-  AGOQ_CHECK(::unlink(marker.path().c_str()) == 0 || errno == ENOENT, what, ": cannot remove old trainer.json: ",
-             std::strerror(errno));
+  AGOQ_CHECK(::unlink(marker.path().c_str()) == 0 || errno == ENOENT, what,
+             ": cannot remove old trainer.json: ", std::strerror(errno));
   dir_fsync(dir);
   for (AtomicFile* f : {&model, &moments, &hf_config}) f->commit();
   for (AtomicFile& f : carried) f.commit();
@@ -339,15 +341,15 @@ std::string checkpoint_remove(const std::string& dir) {
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (file_name_of_checkpoint(name) && (e.is_symlink(ec) || e.is_regular_file(ec))) {
-      AGOQ_CHECK(::unlink(e.path().c_str()) == 0 || errno == ENOENT, "checkpoint ", dir, ": cannot remove ", name,
-                 ": ", std::strerror(errno));
+      AGOQ_CHECK(::unlink(e.path().c_str()) == 0 || errno == ENOENT, "checkpoint ", dir, ": cannot remove ", name, ": ",
+                 std::strerror(errno));
     } else if (kept.empty()) {
       kept = name;
     }
   }
   if (kept.empty())
-    AGOQ_CHECK(::rmdir(dir.c_str()) == 0 || errno == ENOENT, "checkpoint ", dir, ": cannot delete: ",
-               std::strerror(errno));
+    AGOQ_CHECK(::rmdir(dir.c_str()) == 0 || errno == ENOENT, "checkpoint ", dir,
+               ": cannot delete: ", std::strerror(errno));
   return kept;
 }
 

@@ -26,7 +26,7 @@ struct CheckpointMeta {
   LlamaConfig config;
   int64_t step = 0;
   std::string commit;
-  nlohmann::json trainer;                   // as given to checkpoint_save
+  nlohmann::json trainer;                    // as given to checkpoint_save
   std::vector<std::string> optimizer_names;  // tensors in optimizer.safetensors, sorted
 };
 
@@ -38,7 +38,7 @@ struct CheckpointFile {
 
 // The files a checkpoint may carry besides its own four.
 inline constexpr const char* kCheckpointCarriedFiles[] = {"tokenizer.model", "tokenizer.json", "tokenizer_config.json",
-                                                           "special_tokens_map.json"};
+                                                          "special_tokens_map.json"};
 
 // Saves a checkpoint into dir (created if needed; an existing one must be a real folder holding only checkpoint
 // files, see checkpoint_foreign_entry). `weights` must be exactly hf_tensors(config) (any

@@ -24,10 +24,17 @@ constexpr uint64_t kMinKvBytes = 8 + 4 + 1, kMinTensorInfoBytes = 8 + 4 + 4 + 8;
 
 size_t value_size(GgufValueType t) {  // scalars; 0 for string and array
   switch (t) {
-    case GgufValueType::u8: case GgufValueType::i8: case GgufValueType::boolean: return 1;
-    case GgufValueType::u16: case GgufValueType::i16: return 2;
-    case GgufValueType::u32: case GgufValueType::i32: case GgufValueType::f32: return 4;
-    case GgufValueType::u64: case GgufValueType::i64: case GgufValueType::f64: return 8;
+    case GgufValueType::u8:
+    case GgufValueType::i8:
+    case GgufValueType::boolean: return 1;
+    case GgufValueType::u16:
+    case GgufValueType::i16: return 2;
+    case GgufValueType::u32:
+    case GgufValueType::i32:
+    case GgufValueType::f32: return 4;
+    case GgufValueType::u64:
+    case GgufValueType::i64:
+    case GgufValueType::f64: return 8;
     default: return 0;
   }
 }
@@ -252,7 +259,8 @@ void GgufFile::header_parse() {
     kv_.emplace_back(std::move(key), value_read(c, *this, t, 0));
   }
   if (const GgufValue* a = find("general.alignment")) {
-    if (a->type != GgufValueType::u32) fail_here("general.alignment is ", gguf_value_type_name(a->type), ", not uint32");
+    if (a->type != GgufValueType::u32)
+      fail_here("general.alignment is ", gguf_value_type_name(a->type), ", not uint32");
     if (a->bits == 0 || (a->bits & (a->bits - 1)) != 0)
       fail_here("general.alignment ", a->bits, " is not a power of two");
     alignment_ = uint32_t(a->bits);
@@ -347,14 +355,16 @@ std::optional<double> GgufFile::get_float(std::string_view key) const {
 std::optional<bool> GgufFile::get_bool(std::string_view key) const {
   const GgufValue* v = find(key);
   if (!v) return std::nullopt;
-  if (v->type != GgufValueType::boolean) fail_here("metadata '", key, "' is ", gguf_value_type_name(v->type), ", not a bool");
+  if (v->type != GgufValueType::boolean)
+    fail_here("metadata '", key, "' is ", gguf_value_type_name(v->type), ", not a bool");
   return v->bits != 0;
 }
 
 std::optional<std::string> GgufFile::get_string(std::string_view key) const {
   const GgufValue* v = find(key);
   if (!v) return std::nullopt;
-  if (v->type != GgufValueType::string) fail_here("metadata '", key, "' is ", gguf_value_type_name(v->type), ", not a string");
+  if (v->type != GgufValueType::string)
+    fail_here("metadata '", key, "' is ", gguf_value_type_name(v->type), ", not a string");
   return v->str;
 }
 

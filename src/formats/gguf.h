@@ -23,8 +23,19 @@
 namespace agoq {
 
 enum class GgufValueType : uint32_t {
-  u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7, string = 8, array = 9, u64 = 10,
-  i64 = 11, f64 = 12
+  u8 = 0,
+  i8 = 1,
+  u16 = 2,
+  i16 = 3,
+  u32 = 4,
+  i32 = 5,
+  f32 = 6,
+  boolean = 7,
+  string = 8,
+  array = 9,
+  u64 = 10,
+  i64 = 11,
+  f64 = 12
 };
 const char* gguf_value_type_name(GgufValueType t);  // "uint32", "string", "array", ...
 
@@ -67,13 +78,13 @@ class GgufFile {
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
   const GgufValue* find(std::string_view key) const;
   // Typed reads: absent -> nullopt; another type (or an integer out of range) is one error naming the key.
-  std::optional<int64_t> get_int(std::string_view key) const;  // any integer type
-  std::optional<double> get_float(std::string_view key) const; // f32 or f64
+  std::optional<int64_t> get_int(std::string_view key) const;   // any integer type
+  std::optional<double> get_float(std::string_view key) const;  // f32 or f64
   std::optional<bool> get_bool(std::string_view key) const;
   std::optional<std::string> get_string(std::string_view key) const;
-  const std::vector<std::string>* get_strings(std::string_view key) const;  // an array of strings, or null
-  std::optional<std::vector<float>> get_floats(std::string_view key) const;    // an f32 array
-  std::optional<std::vector<int32_t>> get_ints(std::string_view key) const;    // an array of 8/16/32-bit ints
+  const std::vector<std::string>* get_strings(std::string_view key) const;   // an array of strings, or null
+  std::optional<std::vector<float>> get_floats(std::string_view key) const;  // an f32 array
+  std::optional<std::vector<int32_t>> get_ints(std::string_view key) const;  // an array of 8/16/32-bit ints
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* tensor(std::string_view name) const;  // null when absent

@@ -89,10 +89,11 @@ LlamaConfig config_read(const GgufFile& f) {
   c.norm_eps = config_float(f, "llama.attention.layer_norm_rms_epsilon");
   c.rope_scaling = rope_scaling_read(f);
   const GgufTensorInfo* embd = f.tensor("token_embd.weight");
-  const std::vector<std::string>* tokens = f.find("tokenizer.ggml.tokens") ? f.get_strings("tokenizer.ggml.tokens")
-                                                                            : nullptr;
+  const std::vector<std::string>* tokens =
+      f.find("tokenizer.ggml.tokens") ? f.get_strings("tokenizer.ggml.tokens") : nullptr;
   const int64_t vocab_guess = embd && embd->ne.size() == 2 ? embd->ne[1] : tokens ? int64_t(tokens->size()) : -1;
-  c.vocab_size = config_int(f, "llama.vocab_size", vocab_guess >= 0 ? std::optional<int64_t>(vocab_guess) : std::nullopt);
+  c.vocab_size =
+      config_int(f, "llama.vocab_size", vocab_guess >= 0 ? std::optional<int64_t>(vocab_guess) : std::nullopt);
   c.tie_embeddings = f.tensor("output.weight") == nullptr;
   if (c.n_heads > 0 && c.dim % c.n_heads != 0)
     f.fail_here("llama.embedding_length ", c.dim, " is not a multiple of llama.attention.head_count ", c.n_heads);
@@ -117,8 +118,9 @@ void model_kind_check(const GgufFile& f) {
     f.fail_here("llama.expert_count = ", *f.get_int("llama.expert_count"),
                 ": mixture-of-experts models are not supported");
   if (f.tensor("rope_freqs.weight"))
-    f.fail_here("tensor 'rope_freqs.weight' (llama3-style per-frequency rope factors) is not supported: agoq "
-                "cannot reproduce it exactly from a GGUF; import the Hugging Face model instead");
+    f.fail_here(
+        "tensor 'rope_freqs.weight' (llama3-style per-frequency rope factors) is not supported: agoq "
+        "cannot reproduce it exactly from a GGUF; import the Hugging Face model instead");
 }
 
 class GgufModelReader final : public ModelReader {
@@ -145,7 +147,9 @@ class GgufModelReader final : public ModelReader {
     if (g.shape() != t.shape)
       file_.fail_here("tensor '", g.name, "' is ", safetensors_shape_str(g.shape()), ", the caller's ",
                       safetensors_shape_str(t.shape));
-    const int64_t heads = t.role == ModelTensor::wq ? config_.n_heads : t.role == ModelTensor::wk ? config_.n_kv_heads : 0;
+    const int64_t heads = t.role == ModelTensor::wq   ? config_.n_heads
+                          : t.role == ModelTensor::wk ? config_.n_kv_heads
+                                                      : 0;
     rows_read(g, dst, heads);
   }
 
@@ -207,7 +211,8 @@ void GgufModelReader::rows_read(const GgufTensorInfo& g, float* dst, int64_t hea
 int token_id_read(const GgufFile& f, const char* key, size_t n_tokens) {
   const std::optional<int64_t> id = f.get_int(key);
   if (!id) return -1;
-  if (*id < 0 || uint64_t(*id) >= n_tokens) f.fail_here("metadata '", key, "' = ", *id, " is not a token id (", n_tokens, " tokens)");
+  if (*id < 0 || uint64_t(*id) >= n_tokens)
+    f.fail_here("metadata '", key, "' = ", *id, " is not a token id (", n_tokens, " tokens)");
   return int(*id);
 }
 

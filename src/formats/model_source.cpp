@@ -37,13 +37,15 @@ std::unique_ptr<ModelReader> model_reader_open(const std::string& path) {
     // trainer.json marks agoq's own checkpoints (which also hold a config.json); config.json alone, HF's folders.
     if (fs::exists(fs::path(path) / "trainer.json", ec)) return checkpoint_model_open(path);
     if (fs::exists(fs::path(path) / "config.json", ec)) return hf_model_open(path);
-    fail("model ", path, ": the folder holds neither trainer.json (an agoq checkpoint) nor config.json (a Hugging "
+    fail("model ", path,
+         ": the folder holds neither trainer.json (an agoq checkpoint) nor config.json (a Hugging "
          "Face model)");
   }
   if (file_is_gguf(path)) return gguf_model_open(path);
   AGOQ_CHECK(!path.ends_with(".safetensors"), "model ", path,
              ": a safetensors file alone has no config; give the folder that holds it and its config.json");
-  fail("model ", path, ": not a GGUF file (it does not start with \"GGUF\"), an agoq checkpoint or a Hugging Face "
+  fail("model ", path,
+       ": not a GGUF file (it does not start with \"GGUF\"), an agoq checkpoint or a Hugging Face "
        "model folder");
 }
 

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -11,7 +12,6 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <xxhash.h>
 
 #include "core/error.h"
 #include "quant/half.h"
@@ -128,8 +128,8 @@ SafeTensorInfo tensor_entry_parse(const std::string& name, const nlohmann::json&
 }
 
 // Like Hugging Face's reader: the tensors must tile the data section exactly (no overlap, no hole, no tail).
-void ranges_check_tiling(std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>>& ranges,
-                         uint64_t data_size, const std::string& path) {
+void ranges_check_tiling(std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>>& ranges, uint64_t data_size,
+                         const std::string& path) {
   std::sort(ranges.begin(), ranges.end());
   uint64_t pos = 0;
   for (const auto& [r, name] : ranges) {
@@ -162,7 +162,7 @@ std::map<std::string, std::string> SafetensorsFile::checksums_parse(const Safete
 
 size_t safetensors_dtype_size(std::string_view dtype) {
   static const std::pair<std::string_view, size_t> kSizes[] = {
-      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},
+      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},  {"I32", 4},     {"I16", 2},    {"I8", 1},
       {"U64", 8}, {"U32", 4}, {"U16", 2}, {"U8", 1},   {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
   for (const auto& [name, size] : kSizes)
     if (name == dtype) return size;
@@ -204,7 +204,9 @@ void SafetensorsWriter::add_f32(std::string name, std::vector<int64_t> shape, co
   add(std::move(name), "F32", std::move(shape), data, bytes);
 }
 
-void SafetensorsWriter::set_metadata(std::string key, std::string value) { metadata_[std::move(key)] = std::move(value); }
+void SafetensorsWriter::set_metadata(std::string key, std::string value) {
+  metadata_[std::move(key)] = std::move(value);
+}
 
 AtomicFile SafetensorsWriter::write_tmp(const std::string& path) const {
   // ordered_json keeps the header in file order, which makes it readable with `head -c`.

@@ -63,7 +63,7 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   const SafeTensorInfo& get(const std::string& name) const;  // throws naming the tensor when absent
-  std::vector<std::string> names() const;                      // sorted
+  std::vector<std::string> names() const;                    // sorted
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   std::string metadata_value(const std::string& key) const;  // "" when absent
 

@@ -30,9 +30,7 @@ void CudaBackend::upload(void* dst, const void* host, size_t bytes) {
 void CudaBackend::download(void* host, const void* src, size_t bytes) {
   if (bytes) cuda_copy_to_host(host, src, bytes);
 }
-void CudaBackend::zero(float* x, size_t n) {
-  AGOQ_CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), mm_.stream()));
-}
+void CudaBackend::zero(float* x, size_t n) { AGOQ_CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), mm_.stream())); }
 std::unique_ptr<ActStoreApi> CudaBackend::store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
                                                      const ModelStage& stage) {
   return std::make_unique<DeviceActivationStore>(cfg, max_rows, policy, stage, mm_.stream());
@@ -134,9 +132,9 @@ void CudaBackend::attention_forward(float* o, float* lse, const float* q, const 
                                     int H, int Hkv, int hd, const int32_t* doc_start) {
   attention(B, T, H, Hkv, hd).forward(o, lse, q, k, v, doc_start);
 }
-void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                                     const float* k, const float* v, const float* o, const float* lse, int B, int T,
-                                     int H, int Hkv, int hd, const int32_t* doc_start) {
+void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                                     const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv,
+                                     int hd, const int32_t* doc_start) {
   attention(B, T, H, Hkv, hd).backward(dq, dk, dv, dout, q, k, v, o, lse, doc_start);
 }
 

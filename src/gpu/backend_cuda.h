@@ -6,8 +6,8 @@
 // its other input and accumulates in fp32; outputs, weight gradients, the masters and the optimizer stay fp32. The
 // copy of a weight is made by the first GEMM that reads it after weights_changed(), which the model calls when it
 // writes its weights and the optimizer step after each update. The copies are keyed by the weight's address, so a
-// new allocation (which may reuse a freed one's) drops them all. GemmPrecision::fp32 keeps every GEMM in fp32 (CUBLAS_COMPUTE_32F, never TF32): the CPU
-// model's numbers to rounding, which the tests check.
+// new allocation (which may reuse a freed one's) drops them all. GemmPrecision::fp32 keeps every GEMM in fp32
+// (CUBLAS_COMPUTE_32F, never TF32): the CPU model's numbers to rounding, which the tests check.
 #pragma once
 #include <map>
 #include <memory>

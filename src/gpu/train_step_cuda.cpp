@@ -19,9 +19,11 @@ CudaTrainStep::CudaTrainStep(LlamaModel& model, CudaBackend& gpu, std::unique_pt
       clip_(clip),
       seed_(seed),
       n_(model_stage_param_count(model.config(), model.stage())) {
-  AGOQ_CHECK(&model.backend() == &gpu && (q8_ || model.grads_flat()), "the GPU step needs a model on its "
+  AGOQ_CHECK(&model.backend() == &gpu && (q8_ || model.grads_flat()),
+             "the GPU step needs a model on its "
              "backend with its own gradient buffer or the 8-bit store's (internal)");
-  AGOQ_CHECK(adam.state == OptimState::fp32, "--device cuda keeps AdamW's moments in fp32 (8-bit moments are not "
+  AGOQ_CHECK(adam.state == OptimState::fp32,
+             "--device cuda keeps AdamW's moments in fp32 (8-bit moments are not "
              "built on the GPU yet): use --optim-state fp32");
   moment1_ = gpu.buffer<float>(n_, MemCategory::optimizer, "adam.m");
   moment2_ = gpu.buffer<float>(n_, MemCategory::optimizer, "adam.v");

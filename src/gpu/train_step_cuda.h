@@ -62,11 +62,11 @@ class CudaTrainStep final : public TrainStep, private StepDevice {
   uint64_t seed_;
   long step_ = 0;
   int m_ = 1;
-  double loss_tokens_ = 0;  // of the step running (optim/train_step.h)
-  size_t n_;                              // values of the flat layout
+  double loss_tokens_ = 0;                  // of the step running (optim/train_step.h)
+  size_t n_;                                // values of the flat layout
   BackendBuffer<float> moment1_, moment2_;  // (n_) on the device
-  std::vector<AdamDecayRun> runs_;        // where weight decay applies, in the flat layout
-  ParamSet host_params_;                  // the checkpoint's copies
+  std::vector<AdamDecayRun> runs_;          // where weight decay applies, in the flat layout
+  ParamSet host_params_;                    // the checkpoint's copies
   Buffer<float> host_m_, host_v_;
 };
 

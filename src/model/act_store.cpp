@@ -13,8 +13,8 @@ void ActivationStore::save_rows(int layer, ActSlot s, size_t r0, size_t rows, co
   if (calibrating_) {
     const QuantFormat& f = format(layer, s);
     const bool q = f.kind == QuantKind::int_group;
-    sensitivity_[int(s)] += quant_range_energy(src, rows, t.cols(), q ? f.group : 128,
-                                               q ? f.symmetric : s != ActSlot::swiglu_out);
+    sensitivity_[int(s)] +=
+        quant_range_energy(src, rows, t.cols(), q ? f.group : 128, q ? f.symmetric : s != ActSlot::swiglu_out);
   }
   if (is_fp32(layer, s) && src == fp32_data(layer, s) + r0 * t.cols()) return;
   quant_encode_rows(t.format(), src, r0, rows, t.cols(), t.view(), slot_seed(layer, s));

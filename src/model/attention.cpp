@@ -35,8 +35,8 @@ template <int NV>
 inline void tile_gemm_store(float* c, __m256 alpha, __m256 acc0, __m256 acc1, bool accumulate) {
   _mm256_storeu_ps(c, accumulate ? _mm256_fmadd_ps(alpha, acc0, _mm256_loadu_ps(c)) : _mm256_mul_ps(alpha, acc0));
   if constexpr (NV == 2)
-    _mm256_storeu_ps(c + 8, accumulate ? _mm256_fmadd_ps(alpha, acc1, _mm256_loadu_ps(c + 8))
-                                       : _mm256_mul_ps(alpha, acc1));
+    _mm256_storeu_ps(c + 8,
+                     accumulate ? _mm256_fmadd_ps(alpha, acc1, _mm256_loadu_ps(c + 8)) : _mm256_mul_ps(alpha, acc1));
 }
 
 // An MR × (8·NV) block of C (MR ≤ 4, NV ≤ 2), accumulated in registers over the whole K. The accumulators are
@@ -79,9 +79,9 @@ inline void tile_gemm_block(int K, float alpha, const float* A, ptrdiff_t rsa, p
 // Which part of a diagonal tile's product is needed; the rest is causally masked and is skipped.
 enum class Causal {
   none,
-  c_upper,   // C(m, n) only for m ≤ n (keys-major scores: key m, query n)
-  c_lower,   // C(m, n) only for m ≥ n (queries-major scores: query m, key n)
-  k_to_row,  // A(m, k) = 0 for k > m: sum over k ≤ m only (P·V, dS·K with queries as rows)
+  c_upper,     // C(m, n) only for m ≤ n (keys-major scores: key m, query n)
+  c_lower,     // C(m, n) only for m ≥ n (queries-major scores: query m, key n)
+  k_to_row,    // A(m, k) = 0 for k > m: sum over k ≤ m only (P·V, dS·K with queries as rows)
   k_from_row,  // A(m, k) = 0 for k < m: sum over k ≥ m only (Pᵀ·dO, dSᵀ·Q with keys as rows)
 };
 
@@ -198,8 +198,7 @@ void tile_mask_queries_major(float* t, int n, float fill) {
 // The document mask of a tile of keys j0 … j0 + n_keys against queries whose documents start at doc_start[0 …
 // n_queries): fill where the key lies before the query's document. Keys-major t (n_keys × n_queries), or
 // queries-major (n_queries × n_keys).
-void tile_mask_documents_keys_major(float* t, int n_keys, int n_queries, int j0, const int32_t* doc_start,
-                                    float fill) {
+void tile_mask_documents_keys_major(float* t, int n_keys, int n_queries, int j0, const int32_t* doc_start, float fill) {
   for (int c = 0; c < n_keys; ++c)
     for (int r = 0; r < n_queries; ++r)
       if (j0 + c < doc_start[r]) t[c * n_queries + r] = fill;
@@ -292,8 +291,8 @@ std::array<float*, K> scratch_carve(float* base, const std::array<size_t, K>& pa
 }
 
 void check_attention_shape(int B, int T, int H, int Hkv, int hd) {
-  AGOQ_CHECK(B > 0 && T > 0 && H > 0 && Hkv > 0 && hd > 0, "attention: non-positive shape B=", B, " T=", T,
-             " H=", H, " Hkv=", Hkv, " hd=", hd);
+  AGOQ_CHECK(B > 0 && T > 0 && H > 0 && Hkv > 0 && hd > 0, "attention: non-positive shape B=", B, " T=", T, " H=", H,
+             " Hkv=", Hkv, " hd=", hd);
   AGOQ_CHECK(H % Hkv == 0, "attention: n_heads ", H, " is not a multiple of n_kv_heads ", Hkv);
 }
 
@@ -416,7 +415,7 @@ void backward_query_tile(const AttnGrad& a, const AttnGradTiles& t, int b, int h
   const float *qh = a.q + head, *oh = a.o + head, *douth = a.dout + head;
   const float* lse_h = a.lse + (size_t(b) * a.H + h) * T;
   const int br = std::min(kTile, T - i0);
-  const bool diag = i0 == j0;  // then br == bc
+  const bool diag = i0 == j0;                                                    // then br == bc
   const int32_t* ds = a.doc_start ? a.doc_start + size_t(b) * T + i0 : nullptr;  // the query tile's document starts
   const Causal c_mask = diag ? Causal::c_lower : Causal::none;
   if (i0 + kTile < T) {  // the next query tile: the first touch of its rows is a cache miss
@@ -438,8 +437,8 @@ void backward_query_tile(const AttnGrad& a, const AttnGradTiles& t, int b, int h
   const Causal k_from = diag ? Causal::k_from_row : Causal::none;
   tile_gemm(bc, hd, br, k_from, 1.0f, t.S, 1, bc, t.dOi, hd, t.dV, hd, true);
   tile_gemm(bc, hd, br, k_from, 1.0f, t.dS, 1, bc, t.Qi, hd, t.dK, hd, true);
-  tile_gemm(br, hd, bc, diag ? Causal::k_to_row : Causal::none, a.scale, t.dS, bc, 1, t.Kj, hd,
-            a.dq + head + i0 * ldq, ldq, true);
+  tile_gemm(br, hd, bc, diag ? Causal::k_to_row : Causal::none, a.scale, t.dS, bc, 1, t.Kj, hd, a.dq + head + i0 * ldq,
+            ldq, true);
 }
 
 // Task (b, kv head g): zero the dq rows of the group's heads, then key tile by key tile.
@@ -485,8 +484,23 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv, int hd,
                         const int32_t* doc_start) {
   check_attention_shape(B, T, H, Hkv, hd);
-  const AttnGrad a{dq, dk, dv, dout, q, k, v, o, lse, doc_start, T, H, Hkv, hd, 1.0f / std::sqrt(float(hd)),
-                   ptrdiff_t(H) * hd, ptrdiff_t(Hkv) * hd};
+  const AttnGrad a{dq,
+                   dk,
+                   dv,
+                   dout,
+                   q,
+                   k,
+                   v,
+                   o,
+                   lse,
+                   doc_start,
+                   T,
+                   H,
+                   Hkv,
+                   hd,
+                   1.0f / std::sqrt(float(hd)),
+                   ptrdiff_t(H) * hd,
+                   ptrdiff_t(Hkv) * hd};
   const auto parts = backward_scratch_parts(hd);
   const size_t per_thread = scratch_floats(parts);
   const int n_threads = omp_get_max_threads();

@@ -12,7 +12,7 @@
 namespace agoq {
 
 namespace {
-constexpr int kTileRows = 256;       // target rows per tile (rounded to whole sequences)
+constexpr int kTileRows = 256;  // target rows per tile (rounded to whole sequences)
 
 // Attention runs over the whole batch from fp32: a slot needs an fp32 workspace when some layer of the stage
 // stores it in another format.
@@ -33,9 +33,9 @@ size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq,
   const size_t N = size_t(max_batch) * max_seq, C = d.C, Q = d.Q, KV = d.KV, F = d.F, V = d.V;
   const size_t n = size_t(stage.rows_held(int(N)));
   size_t floats = 2 * (size_t(max_seq) * cfg.head_dim() / 2);  // rope_cos_, rope_sin_
-  floats += 2 * n * C;                                        // resid_, dx_
-  if (stage.sp) floats += 2 * N * C + n * C + C;              // sp_whole_, sp_whole2_, sp_part_, norm_dw_
-  floats += 2 * N * Q + 2 * N * KV;                           // dq_, do_, dk_, dv_
+  floats += 2 * n * C;                                         // resid_, dx_
+  if (stage.sp) floats += 2 * N * C + n * C + C;               // sp_whole_, sp_whole2_, sp_part_, norm_dw_
+  floats += 2 * N * Q + 2 * N * KV;                            // dq_, do_, dk_, dv_
   const std::pair<ActSlot, size_t> attention[] = {
       {ActSlot::q, Q}, {ActSlot::k, KV}, {ActSlot::v, KV}, {ActSlot::attn_out, Q}};  // q_, k_, v_, o_
   for (const auto& [slot, cols] : attention)
@@ -48,7 +48,7 @@ size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq,
     floats += stage.sp ? n : 2 * chunk * C + chunk;  // head_rstd_; head_norm_, head_dnorm_ (not sp)
     floats += 3 * chunk + N;                         // head_stats_, losses_
     if (lm_head_pieces && cfg.tie_embeddings) {
-      floats += stage.sp ? 0 : 2 * N * C + N - chunk;               // head_xn_, head_dxn_; head_rstd_ grows to N
+      floats += stage.sp ? 0 : 2 * N * C + N - chunk;                  // head_xn_, head_dxn_; head_rstd_ grows to N
       floats += 3 * N + std::min<size_t>(V, kLlamaHeadPieceRows) * C;  // head_stats_all_, head_dw_
     }
   }
@@ -65,8 +65,8 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
       max_rows_(max_batch * max_seq),
       max_seq_(max_seq) {
   cfg.validate();
-  const bool sparse_embedding = std::any_of(grad_storage.begin(), grad_storage.end(),
-                                            [](const ParamSegment& g) { return g.data == nullptr; });
+  const bool sparse_embedding =
+      std::any_of(grad_storage.begin(), grad_storage.end(), [](const ParamSegment& g) { return g.data == nullptr; });
   head_pieces_ = stage.head && cfg.tie_embeddings && sparse_embedding;
   AGOQ_CHECK(be_.host_memory() || (stage.tp == 1 && !sparse_embedding), "a model on ", mem_device_name(be_.device()),
              " runs unsharded (tp 1), with its gradients in device memory (its own or a store's)");
@@ -247,8 +247,8 @@ void LlamaModel::mlp_backward_rows(int l, int r0, int rows, const float* dout, c
   const size_t nf = size_t(rows) * F;
   const float* gate = S.load_rows(l, ActSlot::gate, r0, rows, t_gate_.data());
   const float* up = S.load_rows(l, ActSlot::up, r0, rows, t_up_.data());
-  const float* s = S.stored(l, ActSlot::swiglu_out) ? S.load_rows(l, ActSlot::swiglu_out, r0, rows, t_s_.data())
-                                                     : t_s_.data();
+  const float* s =
+      S.stored(l, ActSlot::swiglu_out) ? S.load_rows(l, ActSlot::swiglu_out, r0, rows, t_s_.data()) : t_s_.data();
   if (!S.stored(l, ActSlot::swiglu_out)) be_.swiglu_forward(t_s_.data(), gate, up, nf);
   be_.matmul_backward(t_ds_.data(), G.w_down, dout, s, P.w_down, rows, F, C, /*accumulate_din=*/false);
   be_.swiglu_backward(t_dgate_.data(), t_dup_.data(), t_ds_.data(), gate, up, nf);
@@ -274,7 +274,7 @@ void LlamaModel::attention_backward_layer(int l, int B, int T) {
   const float* v = full(ActSlot::v, v_);
   const float* o = full(ActSlot::attn_out, o_);
   be_.attention_backward(dq_.data(), dk_.data(), dv_.data(), do_.data(), q, k, v, o, S.fp32_data(l, ActSlot::attn_lse),
-                     B, T, d_.H, d_.Hkv, d_.hd, doc_start_);
+                         B, T, d_.H, d_.Hkv, d_.hd, doc_start_);
 }
 
 // RoPE's and q/k/v's backward from dq_, dk_, dv_'s rows: weight gradients, and dxn (OVERWRITES; a partial sum on a
@@ -416,12 +416,14 @@ float LlamaModel::head_forward_backward(const float* x, const int32_t* targets, 
       tp_sum(head_dnorm_.data(), size_t(rows) * C);
       float* dxc = dx + size_t(r0) * C;
       be_.zero(dxc, size_t(rows) * C);
-      be_.rmsnorm_backward(dxc, grads_.final_norm, head_dnorm_.data(), xc, params_.final_norm, head_rstd_.data(), rows, C);
+      be_.rmsnorm_backward(dxc, grads_.final_norm, head_dnorm_.data(), xc, params_.final_norm, head_rstd_.data(), rows,
+                           C);
     }
   }
   std::vector<float> copied;
   const float* losses = losses_.data();
-  if (!be_.host_memory()) copied.resize(N), be_.download(copied.data(), losses, N * sizeof(float)), losses = copied.data();
+  if (!be_.host_memory())
+    copied.resize(N), be_.download(copied.data(), losses, N * sizeof(float)), losses = copied.data();
   double loss_sum = 0;
   for (int i = 0; i < N; ++i) loss_sum += losses[i];  // fixed order: deterministic
   return float(loss_sum / divisor);
@@ -455,7 +457,8 @@ void LlamaModel::head_chunk(const float* xn, const int32_t* targets, int r0, int
 // more than the fused head.
 void LlamaModel::head_pieces(const float* xn, const int32_t* targets, int N, float dloss_scale, float* dxn,
                              const MicroBatchRun& run) {
-  AGOQ_CHECK(run.lm_head_grad, "the gradient storage leaves the tied lm_head out and the run takes no lm_head "
+  AGOQ_CHECK(run.lm_head_grad,
+             "the gradient storage leaves the tied lm_head out and the run takes no lm_head "
              "gradient in pieces (internal)");
   const int C = d_.C, V = d_.V, chunk = kLlamaHeadChunkRows;
   float *logits = head_logits_.data(), *stats = head_stats_all_.data();  // chunk r0's at 3 * r0: max, then sums
@@ -478,8 +481,8 @@ void LlamaModel::head_pieces(const float* xn, const int32_t* targets, int N, flo
       const float *x = xn + size_t(r0) * C, *row_max = stats + 3 * size_t(r0), *sums = row_max + rows;
       be_.matmul_forward(logits, x, w, rows, C, vp);
       be_.crossentropy_shard_exp(logits, targets + r0, rows, vp, d_.v_begin + v0, row_max, head_stats_.data());
-      be_.crossentropy_shard_finish(logits, losses_.data() + r0, targets + r0, rows, vp, d_.v_begin + v0, row_max,
-                                    sums, dloss_scale);
+      be_.crossentropy_shard_finish(logits, losses_.data() + r0, targets + r0, rows, vp, d_.v_begin + v0, row_max, sums,
+                                    dloss_scale);
       be_.matmul_backward(dxn + size_t(r0) * C, dw, logits, x, w, rows, C, vp, /*accumulate_din=*/v0 > 0);
     }
     run.lm_head_grad(dw, v0, vp, head_tokens_, N);
@@ -534,8 +537,7 @@ float LlamaModel::stage_head(const int32_t* targets, int B, int T, const MicroBa
   for (int i = 0; i < B * T; ++i)
     AGOQ_CHECK(targets[i] < cfg_.vocab_size, "target id ", targets[i], " out of range for vocab size ",
                cfg_.vocab_size);
-  const float loss =
-      head_forward_backward(resid_.data(), targets, B * T, run, backward ? dx_.data() : nullptr);
+  const float loss = head_forward_backward(resid_.data(), targets, B * T, run, backward ? dx_.data() : nullptr);
   if (backward && run.grads_ready) run.grads_ready(cfg_.n_layers);
   return loss;
 }
@@ -556,7 +558,8 @@ void LlamaModel::stage_backward(const int32_t* inputs, int B, int T, const Micro
       be_.embedding_backward(grads_.embed, dout, ids_on_backend(inputs, inputs_dev_, B * T), B * T, d_.C, d_.v_begin,
                              d_.V);
     } else {
-      AGOQ_CHECK(run.embedding_grad, "the gradient storage leaves the embedding out and the run takes no sparse "
+      AGOQ_CHECK(run.embedding_grad,
+                 "the gradient storage leaves the embedding out and the run takes no sparse "
                  "embedding gradient (internal)");
       run.embedding_grad(dout, inputs, B * T);
     }
@@ -565,7 +568,7 @@ void LlamaModel::stage_backward(const int32_t* inputs, int B, int T, const Micro
 }
 
 float LlamaModel::run_whole(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run,
-                           bool backward) {
+                            bool backward) {
   AGOQ_CHECK(stage().whole(cfg_), "forward_backward needs the whole model (a pipeline stage runs stage by stage)");
   stage_forward(inputs, B, T, run);
   const float loss = stage_head(targets, B, T, run, backward);

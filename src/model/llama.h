@@ -8,11 +8,11 @@
 #include <functional>
 #include <vector>
 
-#include "core/memory.h"
-#include "model/backend.h"
 #include "arch/config.h"
 #include "arch/params.h"
 #include "arch/stage.h"
+#include "core/memory.h"
+#include "model/backend.h"
 #include "model/tensor_group.h"
 
 namespace agoq {
@@ -147,8 +147,7 @@ class LlamaModel {
   ActStoreApi& active_store() { return *stores_[active_]; }
   void check_batch(int B, int T) const;
   void stores_allocate(const ActPolicy& policy, int count);
-  float run_whole(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run,
-                  bool backward);
+  float run_whole(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run, bool backward);
   // fp32 view of an attention slot for the whole batch: the stored tensor when fp32, else the workspace buffer.
   float* attention_buffer(int l, ActSlot s, const BackendBuffer<float>& workspace);
   // Where a producer writes rows from r0 of a slot: straight into an fp32 slot, else into its tile buffer (then
@@ -181,7 +180,7 @@ class LlamaModel {
   void norm_out_gather(int l, ActSlot in, ActSlot out, const float* rstd, const float* w, int N, int R);
   void norm_backward_sp(int l, ActSlot in, const float* dxn, const float* rstd, const float* w, float* dw, int n,
                         int R);
-  void sp_gather(const float* part, float* whole, int n);   // n rows of C per rank
+  void sp_gather(const float* part, float* whole, int n);  // n rows of C per rank
   void sp_scatter(const float* whole, float* part, int n);
   // The tensor-parallel reductions (no-ops on an unsharded model).
   void tp_sum(float* x, size_t n) {
@@ -203,12 +202,12 @@ class LlamaModel {
   BackendBuffer<int32_t> inputs_dev_, targets_dev_;  // (N) a device backend's copy of the token ids
   BackendBuffer<int32_t> docs_dev_;                  // (N) and of the document starts (made when first needed)
   const int32_t* doc_start_ = nullptr;               // the pass's document starts on the backend, or null
-  BackendBuffer<float> rope_cos_, rope_sin_;  // (max_seq, hd/2)
+  BackendBuffer<float> rope_cos_, rope_sin_;         // (max_seq, hd/2)
   // Whole-batch workspace, shapes for N = B*T rows (widths of the shard: d_); n = stage().rows_held(N).
-  BackendBuffer<float> resid_;                // (n, C)  the residual stream, updated in place layer by layer
-  BackendBuffer<float> dx_;                   // (n, C)  its gradient
-  BackendBuffer<float> q_, k_, v_, o_;        // attention inputs/output in fp32 when their slots are not fp32
-  BackendBuffer<float> dq_, dk_, dv_, do_;    // (N, Q), (N, KV), (N, KV), (N, Q)
+  BackendBuffer<float> resid_;              // (n, C)  the residual stream, updated in place layer by layer
+  BackendBuffer<float> dx_;                 // (n, C)  its gradient
+  BackendBuffer<float> q_, k_, v_, o_;      // attention inputs/output in fp32 when their slots are not fp32
+  BackendBuffer<float> dq_, dk_, dv_, do_;  // (N, Q), (N, KV), (N, KV), (N, Q)
   // Tile workspace: a few rows at a time. (R, C): x, xn, c; (R, Q): o; (R, F): the MLP's.
   BackendBuffer<float> t_x_, t_xn_, t_c_, t_o_;
   BackendBuffer<float> t_gate_, t_up_, t_s_, t_ds_, t_dgate_, t_dup_;
@@ -224,7 +223,7 @@ class LlamaModel {
   bool head_pieces_ = false;
   BackendBuffer<float> head_xn_, head_dxn_, head_stats_all_, head_dw_;
   const int32_t* head_tokens_ = nullptr;
-  BackendBuffer<float> losses_;      // (N)
+  BackendBuffer<float> losses_;  // (N)
 };
 
 }  // namespace agoq

@@ -18,7 +18,9 @@ void rows_tiled(int n, int R, Fn&& f) {
 }
 }  // namespace
 
-void LlamaModel::sp_gather(const float* part, float* whole, int n) { tensor_->all_gather(part, whole, size_t(n) * d_.C); }
+void LlamaModel::sp_gather(const float* part, float* whole, int n) {
+  tensor_->all_gather(part, whole, size_t(n) * d_.C);
+}
 void LlamaModel::sp_scatter(const float* whole, float* part, int n) {
   tensor_->reduce_scatter(whole, part, size_t(n) * d_.C);
 }

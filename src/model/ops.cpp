@@ -106,8 +106,8 @@ void matmul_backward(float* din, float* dw, const float* dout, const float* in, 
                 accumulate_din ? 1.0f : 0.0f, din, in_dim);
   // dw (out, in) += doutᵀ (out, N) · in (N, in)
   if (dw)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, in_dim, N, 1.0f, dout, out_dim, in, in_dim, 1.0f,
-                dw, in_dim);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, in_dim, N, 1.0f, dout, out_dim, in, in_dim, 1.0f, dw,
+                in_dim);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -134,8 +134,8 @@ void rmsnorm_apply(float* out, const float* x, const float* rstd, const float* w
   for (int n = 0; n < N; ++n) rmsnorm_row_apply(out + size_t(n) * C, x + size_t(n) * C, rstd[n], w, C);
 }
 
-void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
-                      int N, int C) {
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd, int N,
+                      int C) {
   const bool parallel = size_t(N) * C > kParallelElems;
   // dx_c += rstd · (dout_c·w_c − x_c·rstd² · mean(dout·w·x))
 #pragma omp parallel for schedule(static) if (parallel)
@@ -299,8 +299,8 @@ void crossentropy_shard_exp(float* logits, const int* targets, int N, int V, int
   }
 }
 
-void crossentropy_shard_finish(float* logits_to_dlogits, float* losses, const int* targets, int N, int V,
-                               int v_begin, const float* row_max, const float* sums, float dloss_scale) {
+void crossentropy_shard_finish(float* logits_to_dlogits, float* losses, const int* targets, int N, int V, int v_begin,
+                               const float* row_max, const float* sums, float dloss_scale) {
 #pragma omp parallel for schedule(static) if (size_t(N) * V > kParallelElems)
   for (int n = 0; n < N; ++n) {
     float* z = logits_to_dlogits + size_t(n) * V;

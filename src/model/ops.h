@@ -11,9 +11,9 @@
 // matmul (OpenBLAS) also give the same bits for any thread count.
 // The flash attention lives in model/attention.h (included here).
 #pragma once
-#include <vector>
 #include <climits>
 #include <cstddef>
+#include <vector>
 
 #include "model/attention.h"
 
@@ -37,8 +37,8 @@ void rmsnorm_apply(float* out, const float* x, const float* rstd, const float* w
 // dx (N, C) ACCUMULATES (+=, the residual stream's gradient); dw (C) ACCUMULATES. Uses the saved rstd, so an
 // approximate (e.g. dequantized) x still gives a consistent gradient. dw is summed per column in row order, so
 // it is the same for any thread count.
-void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
-                      int N, int C);
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd, int N,
+                      int C);
 
 // ---------------------------------------------------------------------------------------------------------------
 // Rotary position embedding, Hugging Face LlamaForCausalLM convention (rotate_half): for each head vector x (hd)
@@ -77,8 +77,8 @@ void crossentropy_forward_backward(float* logits_to_dlogits, float* losses, cons
 void crossentropy_shard_max(const float* logits, int N, int V, float* row_max);
 void crossentropy_shard_exp(float* logits, const int* targets, int N, int V, int v_begin, const float* row_max,
                             float* sums);
-void crossentropy_shard_finish(float* logits_to_dlogits, float* losses, const int* targets, int N, int V,
-                               int v_begin, const float* row_max, const float* sums, float dloss_scale);
+void crossentropy_shard_finish(float* logits_to_dlogits, float* losses, const int* targets, int N, int V, int v_begin,
+                               const float* row_max, const float* sums, float dloss_scale);
 
 // ---------------------------------------------------------------------------------------------------------------
 // Token embedding: out (N, C) = table[tokens_n] (table (V, C)). A vocabulary shard's table holds rows

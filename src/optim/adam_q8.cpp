@@ -16,8 +16,7 @@ namespace {
 constexpr float kQm = 127.f, kQv = 255.f;
 
 void update_scalar(const AdamQ8Format& f, const AdamStepCoeffs& k, float decay, float m_scale, float v_scale,
-                   const int8_t* mc, const uint8_t* vc, const float* g, float* p, size_t j0, size_t j1,
-                   AdamQ8Tile& t) {
+                   const int8_t* mc, const uint8_t* vc, const float* g, float* p, size_t j0, size_t j1, AdamQ8Tile& t) {
   const float dm = q8_step(m_scale, kQm), dv = q8_step(v_scale, kQv);
   for (size_t j = j0; j < j1; ++j) {
     const float m = q8_power(float(mc[j]) * dm, f.m_root), v = q8_power(float(vc[j]) * dv, f.v_root);
@@ -134,8 +133,8 @@ void adam_q8_update(const AdamQ8Format& f, const AdamStepCoeffs& k, float decay,
   update_scalar(f, k, decay, m_scale, v_scale, mc, vc, g, p, j0, j1, tile);
 }
 
-void adam_q8_encode(const AdamQ8Format& f, const AdamQ8Tile& tile, size_t n, int8_t* mc, uint8_t* vc,
-                    float* m_scale, float* v_scale, const uint8_t* random, bool scalar) {
+void adam_q8_encode(const AdamQ8Format& f, const AdamQ8Tile& tile, size_t n, int8_t* mc, uint8_t* vc, float* m_scale,
+                    float* v_scale, const uint8_t* random, bool scalar) {
 #if AGOQ_AVX2
   if (!scalar && !random) encode_avx2(tile, n, mc, vc);
   else encode_scalar(tile, n, mc, vc, random);
@@ -170,7 +169,8 @@ void AdamQ8State::step(float* params, const float* grads, const AdamStepCoeffs& 
     const size_t b0 = first + nb * t / nt, b1 = first + nb * (t + 1) / nt;
     // This thread's first run: the one holding its first value.
     size_t r = size_t(std::upper_bound(runs.begin(), runs.end(), b0 * B,
-                                       [](size_t at, const AdamDecayRun& x) { return at < x.end; }) - runs.begin());
+                                       [](size_t at, const AdamDecayRun& x) { return at < x.end; }) -
+                      runs.begin());
     AdamQ8Tile tile;
     uint8_t random[512];
     for (size_t b = b0; b < b1; ++b) {
@@ -179,8 +179,8 @@ void AdamQ8State::step(float* params, const float* grads, const AdamStepCoeffs& 
       for (size_t j = s; j < e;) {
         while (runs[r].end <= j) ++r;
         const size_t stop = std::min(e, runs[r].end);
-        adam_q8_update(fmt_, k, runs[r].decay ? decay_factor : 1.f, m_scale_[b], v_scale_[b], mc + s, vc + s,
-                       grads + s, params + s, j - s, stop - s, tile, scalar);
+        adam_q8_update(fmt_, k, runs[r].decay ? decay_factor : 1.f, m_scale_[b], v_scale_[b], mc + s, vc + s, grads + s,
+                       params + s, j - s, stop - s, tile, scalar);
         j = stop;
       }
       if (stochastic) {  // m's bytes, then v's (another tensor id), by global index: any thread split alike

@@ -21,9 +21,9 @@ namespace agoq {
 // The state's format. The defaults are the measured choice (docs/optimizer.md); the alternatives are kept for the
 // error study (`agoq bench optim`) and run the scalar path.
 struct AdamQ8Format {
-  int block = 128;   // values per scale; one of 32, 64, 128, 256 (divides the ZeRO shard alignment)
-  int m_root = 2;    // m stored linearly (1) or as sign(m) sqrt|m| (2)
-  int v_root = 4;    // v stored as v (1), sqrt(v) (2) or v^(1/4) (4)
+  int block = 128;  // values per scale; one of 32, 64, 128, 256 (divides the ZeRO shard alignment)
+  int m_root = 2;   // m stored linearly (1) or as sign(m) sqrt|m| (2)
+  int v_root = 4;   // v stored as v (1), sqrt(v) (2) or v^(1/4) (4)
   QuantRounding rounding = QuantRounding::nearest;
   uint64_t seed = 0;  // stochastic rounding: element i of step t uses Philox byte (seed, t, index_base + i)
   bool operator==(const AdamQ8Format&) const = default;
@@ -95,7 +95,7 @@ void adam_q8_update(const AdamQ8Format& f, const AdamStepCoeffs& k, float decay,
                     AdamQ8Tile& tile, bool scalar = false);
 // Phase 2: the tile's n values requantized into the block's codes and scales. random: the block's stochastic
 // rounding bytes (element j at random[j]; null for nearest).
-void adam_q8_encode(const AdamQ8Format& f, const AdamQ8Tile& tile, size_t n, int8_t* mc, uint8_t* vc,
-                    float* m_scale, float* v_scale, const uint8_t* random = nullptr, bool scalar = false);
+void adam_q8_encode(const AdamQ8Format& f, const AdamQ8Tile& tile, size_t n, int8_t* mc, uint8_t* vc, float* m_scale,
+                    float* v_scale, const uint8_t* random = nullptr, bool scalar = false);
 
 }  // namespace agoq

@@ -31,7 +31,9 @@ class AdamW {
   AdamW(const ParamSet& layout, const AdamWConfig& cfg, size_t begin = 0, size_t end = size_t(-1));
 
   // One update of params[begin, end) from grads[begin, end) (both indexed in the flat layout); `step` is 1-based.
-  void step(float* params, const float* grads, float lr, long step) { this->step(params, grads, lr, step, begin_, end_); }
+  void step(float* params, const float* grads, float lr, long step) {
+    this->step(params, grads, lr, step, begin_, end_);
+  }
   // The same update of a part [from, to) of [begin, end) only, for a caller that holds the gradient piece by piece
   // (q8 moments: `from` starts a block). Pieces covering [begin, end) give the bits of one whole step.
   void step(float* params, const float* grads, float lr, long step, size_t from, size_t to);

@@ -12,33 +12,33 @@
 #include <cstdint>
 #include <vector>
 
+#include "arch/hf.h"
 #include "comm/allreduce_q8.h"
 #include "comm/communicator.h"
-#include "arch/hf.h"
 #include "model/llama.h"
 #include "optim/adamw.h"
+#include "optim/train_step.h"
 #include "parallel/dp_moments.h"
 #include "parallel/dp_optimizer.h"
 #include "parallel/grad_reduce.h"
 #include "parallel/grad_store.h"
-#include "optim/train_step.h"
 
 namespace agoq {
 
 struct DpOptions {
   GradStoreOptions store;  // of the GradStore the caller builds (this engine reads the store itself)
   GradReduce reduce = GradReduce::fp32;
-  bool zero = false;       // ZeRO-1
+  bool zero = false;  // ZeRO-1
   size_t bucket_bytes = 4 << 20;
-  bool overlap = true;     // without ZeRO: reduce while backward runs (fp32 store's buckets; q8 store + q8 units)
-  AdamWConfig adam;  // its state: fp32 or 8-bit moments (optim/adam_q8.h)
+  bool overlap = true;  // without ZeRO: reduce while backward runs (fp32 store's buckets; q8 store + q8 units)
+  AdamWConfig adam;     // its state: fp32 or 8-bit moments (optim/adam_q8.h)
   float clip = 1.0f;
   // Pipeline parallelism: the ranks holding the other stages of this replica (null: the model is whole).
   Communicator* stages = nullptr;
   // Tensor parallelism: the shards of this rank's layers (null: unsharded); `comm` then holds the replicas of this
   // (stage, TP rank).
   Communicator* tensor = nullptr;
-  uint64_t seed = 1337;    // stochastic rounding streams (activations, q8 gradients)
+  uint64_t seed = 1337;  // stochastic rounding streams (activations, q8 gradients)
 };
 
 class DataParallel final : public TrainStep {

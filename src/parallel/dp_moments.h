@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
 #include "arch/hf.h"
+#include "comm/communicator.h"
 #include "optim/train_step.h"  // MomentsForm
 #include "parallel/dp_optimizer.h"
 

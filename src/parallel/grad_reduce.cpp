@@ -42,7 +42,8 @@ GradReducer::GradReducer(Communicator& comm, GradStore& store, const std::vector
     buckets_ = std::make_unique<GradBuckets>(comm, store.fp32_data(), store.size(), store.units(), b);
   } else if (D_ > 1 && o.reduce == GradReduce::q8) {  // q8 store: units in the order backward finishes them
     const int U = int(units.size());
-    unit_jobs_ = std::make_unique<CommJobs>(U, [this, U](int j) { reduce_unit_codes(U - 1 - j); }, o.overlap);
+    unit_jobs_ = std::make_unique<CommJobs>(
+        U, [this, U](int j) { reduce_unit_codes(U - 1 - j); }, o.overlap);
   }
 }
 

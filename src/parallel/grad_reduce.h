@@ -52,7 +52,7 @@ class GradReducer {
 
  private:
   void reduce_piece(int u, GradRange p, float* g);  // fp32 gradient g of a piece -> reduced (shard or whole)
-  void reduce_unit_codes(int u);  // q8 store + allreduce_q8: unit u's codes summed in place
+  void reduce_unit_codes(int u);                    // q8 store + allreduce_q8: unit u's codes summed in place
 
   Communicator& comm_;
   GradStore& store_;

@@ -25,8 +25,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "comm/grad_buckets.h"
 #include "arch/params.h"
+#include "comm/grad_buckets.h"
 #include "quant/grad_q8.h"
 
 namespace agoq {
@@ -77,8 +77,8 @@ class GradStore {
   // piece, with the bits unit_ready gives the same gradient written densely.
   void embedding_fold(const float* dout, const int32_t* tokens, int rows, bool first, uint64_t seed);
   // q8, tied, lm_head_pieces: one micro-batch's lm_head gradient for vocabulary rows [v0, v0 + rows) of the
-  // shard (MicroBatchRun::lm_head_grad; dw: the model's buffer, left unspecified), `tokens` its n input ids. Blocks none of
-  // the tokens' rows touch are folded now, the others kept for embedding_fold.
+  // shard (MicroBatchRun::lm_head_grad; dw: the model's buffer, left unspecified), `tokens` its n input ids. Blocks
+  // none of the tokens' rows touch are folded now, the others kept for embedding_fold.
   void lm_head_fold(float* dw, int v0, int rows, const int32_t* tokens, int n, bool first, uint64_t seed);
   // Piece p (of pieces(u)) of unit u's accumulated gradient as fp32, its values at [0, p.size()): in place (fp32),
   // or dequantized into the scratch (q8; valid until the next call).
@@ -113,7 +113,7 @@ class GradStore {
   Buffer<float> full_;                     // fp32
   std::vector<GradQ8Buffer> q8_;           // q8, per unit
   Buffer<float> scratch_, embed_scratch_;  // q8
-  std::vector<KeptRange> kept_ranges_;      // lm_head_pieces
+  std::vector<KeptRange> kept_ranges_;     // lm_head_pieces
   Buffer<float> kept_;
 };
 

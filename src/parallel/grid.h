@@ -12,8 +12,8 @@
 namespace agoq {
 
 struct ParallelGrid {
-  int T = 1, P = 1, D = 1;                    // tensor-parallel ranks, pipeline stages, data-parallel replicas
-  int tp_rank = 0, stage = 0, replica = 0;    // this rank's coordinates
+  int T = 1, P = 1, D = 1;                  // tensor-parallel ranks, pipeline stages, data-parallel replicas
+  int tp_rank = 0, stage = 0, replica = 0;  // this rank's coordinates
   Communicator* dp = nullptr;    // the D ranks holding this (stage, TP rank) (the world itself when T = P = 1)
   Communicator* pipe = nullptr;  // the P stages of this (replica, TP rank) (null when P = 1)
   Communicator* tp = nullptr;    // the T shards of this (stage, replica) (null when T = 1)

@@ -23,7 +23,7 @@ std::vector<PipeOp> pipeline_schedule_1f1b(int P, int r, int m) {
     ops.push_back({PipeOpKind::forward, f++});
     ops.push_back({PipeOpKind::backward, b++});
   }
-  while (b < m) ops.push_back({PipeOpKind::backward, b++});      // 3. cool-down: drain it
+  while (b < m) ops.push_back({PipeOpKind::backward, b++});  // 3. cool-down: drain it
   return ops;
 }
 

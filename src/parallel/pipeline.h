@@ -43,8 +43,7 @@ class Pipeline {
   // loss_tokens when it is set: MicroBatchRun), on every stage. With `documents`, batch() writes each row's
   // document start too, and attention masks by it.
   using EvalBatch = std::function<void(int, int32_t*, int32_t*, int32_t*)>;
-  double forward_loss_sum(const EvalBatch& batch, int n, int B, int T, double loss_tokens = 0,
-                          bool documents = false);
+  double forward_loss_sum(const EvalBatch& batch, int n, int B, int T, double loss_tokens = 0, bool documents = false);
 
   // The operations run() executed, in order (tests check it against the 1F1B definition).
   const std::vector<PipeOp>& trace() const { return trace_; }

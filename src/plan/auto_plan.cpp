@@ -35,17 +35,21 @@ void candidate_memory(const PlanReport& rep, size_t gpu_mem, PlanCandidate& c) {
     if (m.total() >= worst) worst = m.total(), c.peak = m, c.peak_stage = s;
     if (c.system == PlanSystem::agoq && !st.bits_feasible && c.not_fit.empty()) {
       char line[200];
-      std::snprintf(line, sizeof line, "stage %d: weights, gradients and optimizer leave %.1f GiB, less than "
-                    "its activations need even at the lowest bits", s, gib(st.act_budget));
+      std::snprintf(line, sizeof line,
+                    "stage %d: weights, gradients and optimizer leave %.1f GiB, less than "
+                    "its activations need even at the lowest bits",
+                    s, gib(st.act_budget));
       c.not_fit = line;
     }
   }
   if (c.not_fit.empty() && worst > gpu_mem) {
     char line[240];
-    std::snprintf(line, sizeof line, "stage %d needs %.1f GiB of %.1f GiB (weights %.1f, gradients %.1f, optimizer "
-                  "%.1f, activations %.1f)", c.peak_stage, gib(worst), gib(gpu_mem),
-                  gib(c.peak[MemCategory::weights]), gib(c.peak[MemCategory::gradients]),
-                  gib(c.peak[MemCategory::optimizer]), gib(c.peak[MemCategory::activations]));
+    std::snprintf(line, sizeof line,
+                  "stage %d needs %.1f GiB of %.1f GiB (weights %.1f, gradients %.1f, optimizer "
+                  "%.1f, activations %.1f)",
+                  c.peak_stage, gib(worst), gib(gpu_mem), gib(c.peak[MemCategory::weights]),
+                  gib(c.peak[MemCategory::gradients]), gib(c.peak[MemCategory::optimizer]),
+                  gib(c.peak[MemCategory::activations]));
     c.not_fit = line;
   }
 }
@@ -53,8 +57,8 @@ void candidate_memory(const PlanReport& rep, size_t gpu_mem, PlanCandidate& c) {
 }  // namespace
 
 std::string PlanCandidate::name() const {
-  std::string s = "TP " + std::to_string(par.tp) + " x PP " + std::to_string(par.pp) + " x DP " +
-                  std::to_string(par.dp());
+  std::string s =
+      "TP " + std::to_string(par.tp) + " x PP " + std::to_string(par.pp) + " x DP " + std::to_string(par.dp());
   if (par.sp) s += ", SP";
   if (par.zero1) s += ", ZeRO-1";
   const int m = work.num_micro_batches;
@@ -93,8 +97,9 @@ PlanAutoResult plan_auto(const PlanAutoRequest& req) {
   for (const auto& [tp, pp] : plan_auto_layouts(req.cfg, req.gpus, req.seq, &res.refused)) {
     const int dp = req.gpus / (tp * pp);
     if (req.global_batch % dp != 0) {
-      res.refused.push_back({tp, pp, "DP " + std::to_string(dp) + " does not divide the global batch of " +
-                                         std::to_string(req.global_batch) + " sequences"});
+      res.refused.push_back({tp, pp,
+                             "DP " + std::to_string(dp) + " does not divide the global batch of " +
+                                 std::to_string(req.global_batch) + " sequences"});
       continue;
     }
     for (int b : divisors(req.global_batch / dp))
@@ -138,11 +143,18 @@ nlohmann::json candidate_json(const PlanCandidate& c) {
   for (int k = 0; k < kMemCategoryCount; ++k) mem[mem_category_name(MemCategory(k))] = c.peak.bytes[k];
   mem["total"] = c.peak.total();
   nlohmann::json j = {{"name", c.name()},
-                      {"tp", c.par.tp}, {"pp", c.par.pp}, {"dp", c.par.dp()}, {"sp", c.par.sp},
-                      {"zero1", c.par.zero1}, {"micro_batch", c.work.micro_batch},
+                      {"tp", c.par.tp},
+                      {"pp", c.par.pp},
+                      {"dp", c.par.dp()},
+                      {"sp", c.par.sp},
+                      {"zero1", c.par.zero1},
+                      {"micro_batch", c.work.micro_batch},
                       {"num_micro_batches", c.work.num_micro_batches},
-                      {"system", plan_system_name(c.system)}, {"optim_state", c.optim_q8 ? "q8" : "fp32"},
-                      {"time", plan_time_json(c.time)}, {"memory_peak_stage", c.peak_stage}, {"memory", mem}};
+                      {"system", plan_system_name(c.system)},
+                      {"optim_state", c.optim_q8 ? "q8" : "fp32"},
+                      {"time", plan_time_json(c.time)},
+                      {"memory_peak_stage", c.peak_stage},
+                      {"memory", mem}};
   if (!c.not_fit.empty()) j["not_fit"] = c.not_fit;
   return j;
 }
@@ -150,10 +162,10 @@ nlohmann::json candidate_json(const PlanCandidate& c) {
 }  // namespace
 
 nlohmann::json plan_auto_json(const PlanAutoResult& r) {
-  nlohmann::json j = {{"model", r.req.model_name}, {"gpus", r.req.gpus}, {"gpu_mem", r.req.gpu_mem},
-                      {"seq", r.req.seq}, {"global_batch", r.req.global_batch},
-                      {"calibration", plan_calibration_json(r.req.cal)},
-                      {"evaluated", r.evaluated}, {"fitting", r.fits.size()}};
+  nlohmann::json j = {{"model", r.req.model_name},          {"gpus", r.req.gpus},
+                      {"gpu_mem", r.req.gpu_mem},           {"seq", r.req.seq},
+                      {"global_batch", r.req.global_batch}, {"calibration", plan_calibration_json(r.req.cal)},
+                      {"evaluated", r.evaluated},           {"fitting", r.fits.size()}};
   j["top"] = nlohmann::json::array();
   for (size_t i = 0; i < r.fits.size() && int(i) < r.req.top; ++i) j["top"].push_back(candidate_json(r.fits[i]));
   if (const PlanCandidate* b = r.best_baseline()) j["best_baseline"] = candidate_json(*b);
@@ -171,13 +183,13 @@ namespace {
 
 void candidate_text(std::string& out, const PlanCandidate& c, const char* label) {
   char line[512];
-  std::snprintf(line, sizeof line, "%-4s %s\n     %.0f tokens/s, step %.3f s; stage %d peak %s (weights %s, "
-                "gradients %s, optimizer %s, activations %s)\n     time:",
-                label, c.name().c_str(), c.time.tokens_s, c.time.step_s, c.peak_stage,
-                format_bytes(c.peak.total()).c_str(), format_bytes(c.peak[MemCategory::weights]).c_str(),
-                format_bytes(c.peak[MemCategory::gradients]).c_str(),
-                format_bytes(c.peak[MemCategory::optimizer]).c_str(),
-                format_bytes(c.peak[MemCategory::activations]).c_str());
+  std::snprintf(
+      line, sizeof line,
+      "%-4s %s\n     %.0f tokens/s, step %.3f s; stage %d peak %s (weights %s, "
+      "gradients %s, optimizer %s, activations %s)\n     time:",
+      label, c.name().c_str(), c.time.tokens_s, c.time.step_s, c.peak_stage, format_bytes(c.peak.total()).c_str(),
+      format_bytes(c.peak[MemCategory::weights]).c_str(), format_bytes(c.peak[MemCategory::gradients]).c_str(),
+      format_bytes(c.peak[MemCategory::optimizer]).c_str(), format_bytes(c.peak[MemCategory::activations]).c_str());
   out += line;
   for (const PlanTimeTerm& t : c.time.terms) {
     if (t.seconds <= 0) continue;
@@ -192,10 +204,11 @@ void candidate_text(std::string& out, const PlanCandidate& c, const char* label)
 std::string plan_auto_text(const PlanAutoResult& r) {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "agoq plan --auto: %s on %d GPUs of %.1f GiB, seq %d, global batch %d sequences\n"
-                "calibration: %s\n%zu configurations evaluated, %zu fit\n", r.req.model_name.c_str(), r.req.gpus,
-                gib(r.req.gpu_mem), r.req.seq, r.req.global_batch, r.req.cal.source.c_str(), r.evaluated,
-                r.fits.size());
+  std::snprintf(line, sizeof line,
+                "agoq plan --auto: %s on %d GPUs of %.1f GiB, seq %d, global batch %d sequences\n"
+                "calibration: %s\n%zu configurations evaluated, %zu fit\n",
+                r.req.model_name.c_str(), r.req.gpus, gib(r.req.gpu_mem), r.req.seq, r.req.global_batch,
+                r.req.cal.source.c_str(), r.evaluated, r.fits.size());
   out += line;
   for (size_t i = 0; i < r.fits.size() && int(i) < r.req.top; ++i) {
     std::snprintf(line, sizeof line, "#%zu", i + 1);
@@ -222,8 +235,8 @@ std::string plan_auto_text(const PlanAutoResult& r) {
     }
   }
   if (!r.refused.empty()) {
-    std::snprintf(line, sizeof line, "%zu layouts refused, e.g. TP %d x PP %d: %s\n", r.refused.size(),
-                  r.refused[0].tp, r.refused[0].pp, r.refused[0].reason.c_str());
+    std::snprintf(line, sizeof line, "%zu layouts refused, e.g. TP %d x PP %d: %s\n", r.refused.size(), r.refused[0].tp,
+                  r.refused[0].pp, r.refused[0].reason.c_str());
     out += line;
   }
   return out;

@@ -31,9 +31,9 @@ struct PlanCandidate {
   PlanSystem system = PlanSystem::agoq;
   bool optim_q8 = false;
   PlanTime time;
-  PlanMemory peak;       // the stage with the largest total (AGoQ: with its allocated bits)
+  PlanMemory peak;  // the stage with the largest total (AGoQ: with its allocated bits)
   int peak_stage = 0;
-  std::string not_fit;   // empty when it fits: else why not ("stage 0 needs 91.2 GiB of 80 GiB: ...")
+  std::string not_fit;       // empty when it fits: else why not ("stage 0 needs 91.2 GiB of 80 GiB: ...")
   std::string name() const;  // "TP 2 x PP 4 x DP 8, SP, ZeRO-1, micro-batch 1 x 8, agoq + q8 AdamW"
 };
 
@@ -45,7 +45,7 @@ struct PlanRefusedLayout {
 
 struct PlanAutoResult {
   PlanAutoRequest req;
-  std::vector<PlanCandidate> fits;        // by predicted tokens/s, fastest first
+  std::vector<PlanCandidate> fits;                // by predicted tokens/s, fastest first
   std::vector<PlanCandidate> faster_not_fitting;  // faster than fits[0] (or all, when nothing fits), fastest first
   std::vector<PlanRefusedLayout> refused;
   size_t evaluated = 0;

@@ -55,7 +55,8 @@ StageProblem stage_problem(const PlanActShape& shape, const PlanStageBudget& st,
   std::vector<int> bits = opt.bits;
   std::sort(bits.begin(), bits.end());
   bits.erase(std::unique(bits.begin(), bits.end()), bits.end());
-  for (int b : bits) AGOQ_CHECK(b == 2 || b == 3 || b == 4 || b == 8, "bit allocation: bits must be 2, 3, 4 or 8 (got ", b, ")");
+  for (int b : bits)
+    AGOQ_CHECK(b == 2 || b == 3 || b == 4 || b == 8, "bit allocation: bits must be 2, 3, 4 or 8 (got ", b, ")");
 
   StageProblem p;
   p.base = ActPolicy::parse(opt.base_policy, st.n_layers);
@@ -160,7 +161,8 @@ PlanStageBits plan_allocate_stage(const PlanActShape& shape, const PlanStageBudg
   const StageProblem p = stage_problem(shape, st, opt);
   const size_t need = p.bytes(min_levels());
   AGOQ_CHECK(need <= st.budget, "activation budget ", format_bytes(st.budget), " (", st.budget,
-             " bytes) cannot be met even at the lowest bits (", opt.bits.empty() ? 0 : *std::min_element(opt.bits.begin(), opt.bits.end()),
+             " bytes) cannot be met even at the lowest bits (",
+             opt.bits.empty() ? 0 : *std::min_element(opt.bits.begin(), opt.bits.end()),
              "); the smallest feasible budget is ", format_bytes(need), " (", need, " bytes)");
   return walk(p, st.budget);
 }
@@ -242,7 +244,8 @@ PlanReplan plan_replan_bits(const PlanActShape& shape, const std::vector<PlanSta
     std::string changes;
     for (int s = 0; s < kActSlotCount; ++s)
       if (out.stages[r].bits[s] != current[r].bits[s])
-        changes.append(changes.empty() ? " " : ", ")  // appended: GCC 12 misreports `"literal" + string` chains
+        changes
+            .append(changes.empty() ? " " : ", ")  // appended: GCC 12 misreports `"literal" + string` chains
             .append(act_slot_name(ActSlot(s)))
             .append(" ")
             .append(plan_bits_name(current[r].bits[s]))

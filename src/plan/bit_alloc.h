@@ -54,7 +54,7 @@ struct PlanStageBits {
   ActPolicy policy;                       // for the stage's layers
   size_t act_bytes = 0;                   // in_flight x one micro-batch
   size_t budget = 0;
-  double error = 0;                       // sum over allocatable slots of C / (2^b - 1)^2
+  double error = 0;  // sum over allocatable slots of C / (2^b - 1)^2
 };
 
 // Without calibration: every stored value has range 1 (C = element count over the stage's layers), attention

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -98,7 +98,8 @@ PlanCalibration plan_calibration_from_json(const nlohmann::json& j, const std::s
   };
   auto positive = [&](const nlohmann::json& o, const char* key, const std::string& path) {
     const nlohmann::json& v = at(o, key, path);
-    AGOQ_CHECK(v.is_number() && double(v) > 0, source, ": calibration field '", path, key, "' must be a positive number");
+    AGOQ_CHECK(v.is_number() && double(v) > 0, source, ": calibration field '", path, key,
+               "' must be a positive number");
     return double(v);
   };
   PlanCalibration c;
@@ -107,8 +108,10 @@ PlanCalibration plan_calibration_from_json(const nlohmann::json& j, const std::s
   AGOQ_CHECK(t.is_string(), source, ": calibration field 'trainer' must be a string");
   c.trainer = plan_trainer_parse(t);
   const nlohmann::json& d = at(j, "device", "");
-  c.device.gemm = curve_from(at(d, "gemm_flops_by_call_flops", "device."), source + ": device.gemm_flops_by_call_flops");
-  c.device.attention = curve_from(at(d, "attention_flops_by_seq", "device."), source + ": device.attention_flops_by_seq");
+  c.device.gemm =
+      curve_from(at(d, "gemm_flops_by_call_flops", "device."), source + ": device.gemm_flops_by_call_flops");
+  c.device.attention =
+      curve_from(at(d, "attention_flops_by_seq", "device."), source + ": device.attention_flops_by_seq");
   c.device.elementwise_bw = positive(d, "elementwise_bytes_s", "device.");
   c.device.act_quant_bw = positive(d, "act_quant_bytes_s", "device.");
   c.device.act_bf16_bw = positive(d, "act_bf16_bytes_s", "device.");
@@ -124,7 +127,8 @@ PlanCalibration plan_calibration_from_json(const nlohmann::json& j, const std::s
   }
   c.ranks_per_node = int(positive(j, "ranks_per_node", ""));
   const nlohmann::json& o = at(j, "dp_overlap", "");
-  AGOQ_CHECK(o.is_number() && double(o) >= 0 && double(o) <= 1, source, ": calibration field 'dp_overlap' must be in [0, 1]");
+  AGOQ_CHECK(o.is_number() && double(o) >= 0 && double(o) <= 1, source,
+             ": calibration field 'dp_overlap' must be in [0, 1]");
   c.dp_overlap = o;
   const nlohmann::json& share = at(j, "core_share", "");
   AGOQ_CHECK(share.is_number() && double(share) > 0 && double(share) <= 1, source,
@@ -160,14 +164,16 @@ std::string plan_calibration_text(const PlanCalibration& c) {
   std::snprintf(line, sizeof line, "\n  GB/s: elementwise %.1f, 4-bit store %.1f, bf16 store %.1f, q8 grad fold %.1f\n",
                 d.elementwise_bw / 1e9, d.act_quant_bw / 1e9, d.act_bf16_bw / 1e9, d.grad_fold_bw / 1e9);
   out += line;
-  std::snprintf(line, sizeof line, "  AdamW Mparams/s: fp32 %.0f, q8 %.0f; model efficiency %.2f; %.2f cores per "
-                "rank, a waiting rank yields %.2f of its core\n", d.adam_params_s / 1e6, d.adam_q8_params_s / 1e6,
-                d.model_efficiency, c.core_share, c.wait_yield);
+  std::snprintf(line, sizeof line,
+                "  AdamW Mparams/s: fp32 %.0f, q8 %.0f; model efficiency %.2f; %.2f cores per "
+                "rank, a waiting rank yields %.2f of its core\n",
+                d.adam_params_s / 1e6, d.adam_q8_params_s / 1e6, d.model_efficiency, c.core_share, c.wait_yield);
   out += line;
-  std::snprintf(line, sizeof line, "  links (collective / one-way GB/s, latency): intra %.3g / %.3g %.1f us, inter "
-                "%.3g / %.3g %.1f us, %d ranks per node\n", c.intra.bytes_s / 1e9, c.intra.send_bytes_s / 1e9,
-                c.intra.latency_s * 1e6, c.inter.bytes_s / 1e9, c.inter.send_bytes_s / 1e9, c.inter.latency_s * 1e6,
-                c.ranks_per_node);
+  std::snprintf(line, sizeof line,
+                "  links (collective / one-way GB/s, latency): intra %.3g / %.3g %.1f us, inter "
+                "%.3g / %.3g %.1f us, %d ranks per node\n",
+                c.intra.bytes_s / 1e9, c.intra.send_bytes_s / 1e9, c.intra.latency_s * 1e6, c.inter.bytes_s / 1e9,
+                c.inter.send_bytes_s / 1e9, c.inter.latency_s * 1e6, c.ranks_per_node);
   return out + line;
 }
 
@@ -184,8 +190,8 @@ double plan_parse_rate(const std::string& text, const std::string& flag) {
     fail(flag, " '", text, "' is not a rate such as 900GB/s or 200Gbit/s");
   }
   const std::string unit = t.substr(used);
-  const std::pair<const char*, double> units[] = {{"", 1},       {"b", 1},       {"kb", 1e3},     {"mb", 1e6},
-                                                  {"gb", 1e9},   {"tb", 1e12},   {"kbit", 125.0}, {"mbit", 125e3},
+  const std::pair<const char*, double> units[] = {{"", 1},         {"b", 1},       {"kb", 1e3},     {"mb", 1e6},
+                                                  {"gb", 1e9},     {"tb", 1e12},   {"kbit", 125.0}, {"mbit", 125e3},
                                                   {"gbit", 125e6}, {"tbit", 125e9}};
   for (const auto& [name, scale] : units)
     if (unit == name) {
@@ -435,9 +441,8 @@ PlanLink measure_link(Communicator& world, int reps) {
   const double lat = measure_latency_under_load(world, reps);
   const size_t big = size_t(4) << 20;
   Buffer<float> x = random_values(big, 15);
-  const double s_big = mean_seconds(world, 4 * reps, [&] {
-    world.allreduce(x.data(), x.data(), big, CommDtype::f32, CommOp::sum);
-  }, true);
+  const double s_big = mean_seconds(
+      world, 4 * reps, [&] { world.allreduce(x.data(), x.data(), big, CommDtype::f32, CommOp::sum); }, true);
   const double wire = 2.0 * (n - 1) / n * 4.0 * double(big);
   return {wire / std::max(1e-9, s_big - 2.0 * (n - 1) * lat), lat, measure_send(world, reps, lat)};
 }

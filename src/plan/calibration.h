@@ -18,15 +18,15 @@ nlohmann::json plan_calibration_json(const PlanCalibration& c);
 // Every field is required; an error names the source and the field.
 PlanCalibration plan_calibration_from_json(const nlohmann::json& j, const std::string& source);
 PlanCalibration plan_calibration_load(const std::string& path);  // errors name the file
-std::string plan_calibration_text(const PlanCalibration& c);  // a few lines for the console
+std::string plan_calibration_text(const PlanCalibration& c);     // a few lines for the console
 
 // A link speed: "900GB/s", "50 GB/s" (decimal bytes), "200Gbit/s", "100Mbit" (bits), or plain bytes/s. Throws
 // naming the flag on garbage.
 double plan_parse_rate(const std::string& text, const std::string& flag);
 
 struct PlanCalibrateOptions {
-  int reps = 3;             // at least this many timed calls per measurement (and at least 0.25 s of them)
-  int ranks_per_node = 0;   // 0: every rank when the world is on one host, else 1
+  int reps = 3;            // at least this many timed calls per measurement (and at least 0.25 s of them)
+  int ranks_per_node = 0;  // 0: every rank when the world is on one host, else 1
 };
 
 // Collective over `world`: every rank measures at once (so the rates are those of a run with this many ranks

@@ -28,7 +28,7 @@ struct TpShape {
 };
 TpShape tp_shape(const LlamaConfig& cfg, int tp, int vocab_padded) {
   const size_t hd = size_t(cfg.head_dim());
-  return {size_t(cfg.dim), size_t(cfg.dim / tp), size_t(std::max(1, cfg.n_kv_heads / tp)) * hd,
+  return {size_t(cfg.dim),          size_t(cfg.dim / tp),     size_t(std::max(1, cfg.n_kv_heads / tp)) * hd,
           size_t(cfg.ffn_dim / tp), size_t(cfg.n_heads / tp), size_t(vocab_padded / tp)};
 }
 
@@ -75,16 +75,17 @@ void plan_parallel_check(const LlamaConfig& cfg, const PlanParallel& par, const 
              " tokens per micro-batch: this model's activations of them would exceed 2^62 bytes per GPU");
   AGOQ_CHECK(par.gpus >= 1 && par.tp >= 1 && par.pp >= 1, "--gpus, --tp and --pp must be positive (got ", par.gpus,
              ", ", par.tp, ", ", par.pp, ")");
-  AGOQ_CHECK(par.gpus % (par.tp * par.pp) == 0, "--gpus ", par.gpus, " is not divisible by tp * pp = ",
-             par.tp * par.pp);
+  AGOQ_CHECK(par.gpus % (par.tp * par.pp) == 0, "--gpus ", par.gpus,
+             " is not divisible by tp * pp = ", par.tp * par.pp);
   AGOQ_CHECK(par.pp <= cfg.n_layers, "--pp ", par.pp, " exceeds the model's ", cfg.n_layers, " layers");
   AGOQ_CHECK(cfg.n_heads % par.tp == 0, "--tp ", par.tp, " does not divide the ", cfg.n_heads, " attention heads");
-  AGOQ_CHECK(cfg.n_kv_heads % par.tp == 0 || par.tp % cfg.n_kv_heads == 0, "--tp ", par.tp,
-             " and the ", cfg.n_kv_heads, " kv heads: one must divide the other");
+  AGOQ_CHECK(cfg.n_kv_heads % par.tp == 0 || par.tp % cfg.n_kv_heads == 0, "--tp ", par.tp, " and the ", cfg.n_kv_heads,
+             " kv heads: one must divide the other");
   AGOQ_CHECK(cfg.ffn_dim % par.tp == 0, "--tp ", par.tp, " does not divide the MLP width ", cfg.ffn_dim);
   AGOQ_CHECK(w.seq >= 1 && w.micro_batch >= 1 && w.num_micro_batches >= 1,
              "--seq, --micro-batch and --num-micro-batches must be positive");
-  AGOQ_CHECK(!par.sp || par.tp > 1, "--sp (sequence parallelism) shards over the tensor-parallel ranks: it needs --tp > 1");
+  AGOQ_CHECK(!par.sp || par.tp > 1,
+             "--sp (sequence parallelism) shards over the tensor-parallel ranks: it needs --tp > 1");
   AGOQ_CHECK(!par.sp || w.rows() % size_t(par.tp) == 0, "--sp: --tp ", par.tp, " does not divide the ", w.rows(),
              " tokens of a micro-batch");
 }
@@ -141,8 +142,8 @@ PlanMemory plan_memory_static(const LlamaConfig& cfg, const PlanParallel& par, c
   m[MemCategory::weights] = 2 * n + 4 * shard(n);
   // Baseline: fp32 gradient buffers, reduced in place (Megatron's contiguous buffer). AGoQ: the 8-bit store; under
   // ZeRO-1 each rank also keeps its reduced fp32 shard (docs/plan.md).
-  m[MemCategory::gradients] = agoq ? n + 4 * grad_q8_blocks(n, opt.grad_block) + (par.zero1 && D > 1 ? 4 * ceil_div(n, D) : 0)
-                                   : 4 * n;
+  m[MemCategory::gradients] =
+      agoq ? n + 4 * grad_q8_blocks(n, opt.grad_block) + (par.zero1 && D > 1 ? 4 * ceil_div(n, D) : 0) : 4 * n;
   // Adam m, v: fp32, or (AGoQ with --optim-state q8) 8-bit codes with two fp32 scales per block.
   m[MemCategory::optimizer] = agoq && opt.optim_q8 ? adam_q8_bytes(shard(n), opt.optim_block) : 8 * shard(n);
 
@@ -172,8 +173,8 @@ PlanMemory plan_memory_static(const LlamaConfig& cfg, const PlanParallel& par, c
 PlanMemory plan_memory_per_rank(const LlamaConfig& cfg, const PlanParallel& par, const PlanWorkload& w,
                                 const PlanStage& st, PlanSystem sys, const ActPolicy& policy,
                                 const PlanGpuOptions& opt) {
-  AGOQ_CHECK(int(policy.slots.size()) == st.n_layers, "activation policy has ", policy.slots.size(),
-             " layers, stage ", st.stage, " has ", st.n_layers);
+  AGOQ_CHECK(int(policy.slots.size()) == st.n_layers, "activation policy has ", policy.slots.size(), " layers, stage ",
+             st.stage, " has ", st.n_layers);
   PlanMemory m = plan_memory_static(cfg, par, w, st, sys, opt);
   m[MemCategory::activations] = size_t(st.in_flight) * plan_act_bytes(policy, cfg, par.tp, w.rows(), par.sp);
   return m;
@@ -212,16 +213,17 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
   size_t act = 0;  // one micro-batch of the stage's layers
   for (int l = st.first_layer; l < st.end_layer; ++l)
     for (int s = 0; s < kActSlotCount; ++s)
-      if (policy.at(l, ActSlot(s)).stored) act += plan_slot_bytes(policy.at(l, ActSlot(s)).format, cfg, st.tp, N, ActSlot(s), st.sp);
+      if (policy.at(l, ActSlot(s)).stored)
+        act += plan_slot_bytes(policy.at(l, ActSlot(s)).format, cfg, st.tp, N, ActSlot(s), st.sp);
   m[MemCategory::activations] = size_t(opt.pp > 1 ? opt.in_flight : 1) * act;
   // The pipeline's double-buffered sends (a sequence-parallel rank's rows).
   if (opt.pp > 1) m[MemCategory::communication] = 2 * size_t(st.rows_held(int(N))) * C * f;
 
   // The model's buffers and the larger attention call's scratch, which lives on top of them.
   const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
-  m[MemCategory::workspace] = llama_workspace_bytes(cfg, opt.batch, opt.seq, policy, st,
-                                                    opt.grad_q8 && opt.lm_head_pieces) +
-                              attention_scratch_bytes(cfg.head_dim(), threads);
+  m[MemCategory::workspace] =
+      llama_workspace_bytes(cfg, opt.batch, opt.seq, policy, st, opt.grad_q8 && opt.lm_head_pieces) +
+      attention_scratch_bytes(cfg.head_dim(), threads);
   return m;
 }
 
@@ -241,9 +243,8 @@ size_t plan_parse_bytes(const std::string& text) {
   unit.erase(0, unit.find_first_not_of(' '));
   for (char& c : unit) c = char(std::tolower((unsigned char)c));
   static const std::pair<const char*, double> units[] = {
-      {"", 1},          {"b", 1},          {"k", 0x1p10},     {"kib", 0x1p10}, {"kb", 1e3},
-      {"m", 0x1p20},    {"mib", 0x1p20},   {"mb", 1e6},       {"g", 0x1p30},   {"gib", 0x1p30},
-      {"gb", 1e9},      {"t", 0x1p40},     {"tib", 0x1p40},   {"tb", 1e12}};
+      {"", 1},     {"b", 1},      {"k", 0x1p10},   {"kib", 0x1p10}, {"kb", 1e3},   {"m", 0x1p20},   {"mib", 0x1p20},
+      {"mb", 1e6}, {"g", 0x1p30}, {"gib", 0x1p30}, {"gb", 1e9},     {"t", 0x1p40}, {"tib", 0x1p40}, {"tb", 1e12}};
   for (const auto& [name, scale] : units)
     if (unit == name) {
       const double bytes = value * scale;

@@ -4,19 +4,20 @@
 //
 // Parallel layout (Megatron-style): TP splits q/k/v/o heads, the MLP width and the (padded) vocabulary by T;
 // norms are replicated; without sequence parallelism (sp) the residual stream and norm tensors are whole on every
-// TP rank, with it (Megatron-SP) each TP rank holds 1/T of their rows. PP cuts the layers into P contiguous stages (extra layers go to the last stages, which hold fewer
-// micro-batches in flight); stage 0 holds the embedding, the last stage the final norm and lm_head. Under
-// non-interleaved 1F1B, stage r holds min(P - r, m) micro-batches of activations.
+// TP rank, with it (Megatron-SP) each TP rank holds 1/T of their rows. PP cuts the layers into P contiguous stages
+// (extra layers go to the last stages, which hold fewer micro-batches in flight); stage 0 holds the embedding, the last
+// stage the final norm and lm_head. Under non-interleaved 1F1B, stage r holds min(P - r, m) micro-batches of
+// activations.
 #pragma once
 #include <array>
 #include <cstddef>
 #include <string>
 #include <vector>
 
-#include "core/memory.h"
 #include "arch/act_policy.h"
 #include "arch/config.h"
 #include "arch/stage.h"
+#include "core/memory.h"
 #include "optim/adam_q8.h"
 
 namespace agoq {
@@ -37,7 +38,7 @@ enum class PlanSystem { baseline, agoq };
 const char* plan_system_name(PlanSystem s);
 
 struct PlanGpuOptions {
-  size_t bucket_bytes = 25 << 20;  // fp32 bytes per gradient bucket (AGoQ's q8 all-to-all workspace is per bucket)
+  size_t bucket_bytes = 25 << 20;     // fp32 bytes per gradient bucket (AGoQ's q8 all-to-all workspace is per bucket)
   size_t reserve_bytes = 1ull << 30;  // CUDA context, cuBLAS/NCCL workspaces, allocator slack (both systems)
   int grad_block = 256;               // values per fp32 scale of the 8-bit gradients
   int vocab_align = 128;              // Megatron pads the vocabulary to a multiple of vocab_align * T
@@ -98,9 +99,9 @@ struct PlanCpuOptions {
   bool grad_q8 = false;
   int grad_block = 256;
   bool lm_head_pieces = false;  // q8, tied: the lm_head's gradient in vocabulary pieces (parallel/grad_store.h)
-  bool zero = false;  // ZeRO-1: rank 0's shard of every gradient unit over dp ranks (parallel/grad_reduce.h)
+  bool zero = false;            // ZeRO-1: rank 0's shard of every gradient unit over dp ranks (parallel/grad_reduce.h)
   int dp = 1;
-  bool optim_q8 = false;                  // 8-bit AdamW moments
+  bool optim_q8 = false;  // 8-bit AdamW moments
   int optim_block = AdamQ8Format{}.block;
   int threads = 0;   // OpenMP threads of the attention scratch; 0: omp_get_max_threads()
   int pp = 1;        // pipeline stages; with pp > 1, `stage` and `in_flight` describe this rank's

@@ -64,12 +64,17 @@ nlohmann::json plan_report_json(const PlanReport& rep) {
                 {"kv_heads", q.cfg.n_kv_heads}, {"ffn", q.cfg.ffn_dim},
                 {"vocab", q.cfg.vocab_size},    {"vocab_padded", plan_padded_vocab(q.cfg, q.par.tp, q.gpu.vocab_align)},
                 {"params", q.cfg.param_count()}};
-  j["parallel"] = {{"gpus", q.par.gpus}, {"tp", q.par.tp}, {"pp", q.par.pp}, {"dp", q.par.dp()}, {"zero1", q.par.zero1}, {"sp", q.par.sp}};
-  j["workload"] = {{"seq", q.work.seq}, {"micro_batch", q.work.micro_batch}, {"num_micro_batches", q.work.num_micro_batches}};
+  j["parallel"] = {{"gpus", q.par.gpus}, {"tp", q.par.tp},       {"pp", q.par.pp},
+                   {"dp", q.par.dp()},   {"zero1", q.par.zero1}, {"sp", q.par.sp}};
+  j["workload"] = {
+      {"seq", q.work.seq}, {"micro_batch", q.work.micro_batch}, {"num_micro_batches", q.work.num_micro_batches}};
   j["gpu_mem"] = q.gpu_mem;
-  j["options"] = {{"bucket_bytes", q.gpu.bucket_bytes}, {"reserve_bytes", q.gpu.reserve_bytes},
-                  {"grad_block", q.gpu.grad_block},     {"quantize_attention", q.bits.quantize_attention},
-                  {"optim_state", q.gpu.optim_q8 ? "q8" : "fp32"}, {"optim_block", q.gpu.optim_block},
+  j["options"] = {{"bucket_bytes", q.gpu.bucket_bytes},
+                  {"reserve_bytes", q.gpu.reserve_bytes},
+                  {"grad_block", q.gpu.grad_block},
+                  {"quantize_attention", q.bits.quantize_attention},
+                  {"optim_state", q.gpu.optim_q8 ? "q8" : "fp32"},
+                  {"optim_block", q.gpu.optim_block},
                   {"bits", q.bits.bits}};
   j["stages"] = nlohmann::json::array();
   for (int s = 0; s < int(rep.stages.size()); ++s) {
@@ -106,15 +111,16 @@ std::string plan_report_text(const PlanReport& rep) {
     out += line;
   };
   put("agoq plan: %s: dim %d, %d layers, %d heads (%d kv), ffn %d, vocab %d (padded %d), %.2fB parameters\n",
-      q.model_name.c_str(), q.cfg.dim, q.cfg.n_layers, q.cfg.n_heads, q.cfg.n_kv_heads, q.cfg.ffn_dim,
-      q.cfg.vocab_size, plan_padded_vocab(q.cfg, q.par.tp, q.gpu.vocab_align), double(q.cfg.param_count()) / 1e9);
+      q.model_name.c_str(), q.cfg.dim, q.cfg.n_layers, q.cfg.n_heads, q.cfg.n_kv_heads, q.cfg.ffn_dim, q.cfg.vocab_size,
+      plan_padded_vocab(q.cfg, q.par.tp, q.gpu.vocab_align), double(q.cfg.param_count()) / 1e9);
   put("  %d GPUs = TP %d%s x PP %d x DP %d, ZeRO-1 %s; seq %d, micro-batch %d, %d micro-batches (1F1B); %.2f GiB per GPU\n",
-      q.par.gpus, q.par.tp, q.par.sp ? " (SP)" : "", q.par.pp, q.par.dp(), q.par.zero1 ? "on" : "off", q.work.seq, q.work.micro_batch,
-      q.work.num_micro_batches, gib(q.gpu_mem));
+      q.par.gpus, q.par.tp, q.par.sp ? " (SP)" : "", q.par.pp, q.par.dp(), q.par.zero1 ? "on" : "off", q.work.seq,
+      q.work.micro_batch, q.work.num_micro_batches, gib(q.gpu_mem));
   put("  agoq = 4-bit non-attention activations (attention bf16), 8-bit gradients%s; planned = bits allocated to fill "
-      "the GPU\n\nper-GPU memory, GiB\n", q.gpu.optim_q8 ? ", 8-bit AdamW moments" : "");
-  put("%-5s %-7s %-9s %-9s %8s %8s %8s %8s %8s %8s %8s %-5s %8s\n", "stage", "layers", "in-flight", "system",
-      "weights", "grads", "optim", "activ", "comm", "work", "total", "fits", "vs base");
+      "the GPU\n\nper-GPU memory, GiB\n",
+      q.gpu.optim_q8 ? ", 8-bit AdamW moments" : "");
+  put("%-5s %-7s %-9s %-9s %8s %8s %8s %8s %8s %8s %8s %-5s %8s\n", "stage", "layers", "in-flight", "system", "weights",
+      "grads", "optim", "activ", "comm", "work", "total", "fits", "vs base");
   for (int s = 0; s < int(rep.stages.size()); ++s) {
     const PlanStageReport& r = rep.stages[s];
     const std::pair<const char*, const PlanMemory*> rows[] = {

@@ -25,8 +25,8 @@ struct PlanStageReport {
   PlanStage stage;
   PlanMemory baseline, agoq, planned;  // agoq: the default "agoq" policy; planned: allocated bits
   PlanStageBits bits;
-  size_t act_budget = 0;     // gpu_mem minus planned's non-activation memory
-  bool bits_feasible = true; // false: even the lowest bits exceed act_budget (bits are then the lowest)
+  size_t act_budget = 0;      // gpu_mem minus planned's non-activation memory
+  bool bits_feasible = true;  // false: even the lowest bits exceed act_budget (bits are then the lowest)
 };
 
 struct PlanReport {

@@ -4,8 +4,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
 #include "arch/hf.h"
+#include "core/error.h"
 
 namespace agoq {
 

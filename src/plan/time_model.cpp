@@ -194,7 +194,8 @@ double dp_reduce_s(const PlanParallel& par, const PlanStage& st, const PlanTimeO
   }
   const double fp32 = 4 * n;
   return (par.zero1 ? plan_allgather_s(l, fp32, D) - (D - 1) * l.latency_s
-                    : plan_allreduce_s(l, fp32, D) - 2.0 * (D - 1) * l.latency_s) + lat;
+                    : plan_allreduce_s(l, fp32, D) - 2.0 * (D - 1) * l.latency_s) +
+         lat;
 }
 
 StageTime scaled(const StageTime& t, double k) {
@@ -202,8 +203,13 @@ StageTime scaled(const StageTime& t, double k) {
 }
 
 StageTime plus(const StageTime& a, const StageTime& b) {
-  return {a.compute + b.compute, a.elementwise + b.elementwise, a.act_store + b.act_store,
-          a.grad_store + b.grad_store, a.tp + b.tp, a.pp + b.pp, a.cross + b.cross};
+  return {a.compute + b.compute,
+          a.elementwise + b.elementwise,
+          a.act_store + b.act_store,
+          a.grad_store + b.grad_store,
+          a.tp + b.tp,
+          a.pp + b.pp,
+          a.cross + b.cross};
 }
 
 // What one of the step's m micro-batch slots costs, and the bubble. Dedicated devices (core_share 1): the slowest
@@ -212,8 +218,8 @@ StageTime plus(const StageTime& a, const StageTime& b) {
 // (wait_yield 1): the larger of the stages' mean work (the cores never idle) and the 1F1B critical path at the
 // speed of a rank with a core to itself (1 / core_share faster). A waiting rank that gives only part of its core
 // (wait_yield between 0 and 1) gets the same part of the way from the first to the second.
-StageTime pipeline_slot(const std::vector<StageTime>& stages, int slowest, double m, int P,
-                        const PlanCalibration& cal, double& bubble) {
+StageTime pipeline_slot(const std::vector<StageTime>& stages, int slowest, double m, int P, const PlanCalibration& cal,
+                        double& bubble) {
   const StageTime& s = stages[size_t(slowest)];
   bubble = (P - 1) * (s.total() + 2 * s.cross);
   if (cal.core_share >= 1 || P == 1) return s;
@@ -240,8 +246,8 @@ PlanTime plan_step_time(const LlamaConfig& cfg, const PlanParallel& par, const P
     st_t.push_back(stage_micro_batch_time(cfg, par, w, st, opt, cal));
     out.micro_batch_s.push_back(st_t.back().total());
   }
-  out.slowest_stage = int(std::max_element(out.micro_batch_s.begin(), out.micro_batch_s.end()) -
-                          out.micro_batch_s.begin());
+  out.slowest_stage =
+      int(std::max_element(out.micro_batch_s.begin(), out.micro_batch_s.end()) - out.micro_batch_s.begin());
   const double m = w.num_micro_batches;
   double bubble = 0;
   const StageTime s = pipeline_slot(st_t, out.slowest_stage, m, par.pp, cal, bubble);
@@ -277,7 +283,9 @@ PlanTime plan_step_time(const LlamaConfig& cfg, const PlanParallel& par, const P
 }
 
 nlohmann::json plan_time_json(const PlanTime& t) {
-  nlohmann::json j = {{"step_s", t.step_s}, {"tokens_per_s", t.tokens_s}, {"slowest_stage", t.slowest_stage},
+  nlohmann::json j = {{"step_s", t.step_s},
+                      {"tokens_per_s", t.tokens_s},
+                      {"slowest_stage", t.slowest_stage},
                       {"micro_batch_s", t.micro_batch_s}};
   for (const PlanTimeTerm& term : t.terms) j["terms"][term.name] = term.seconds;
   return j;

@@ -28,13 +28,13 @@ struct PlanRateCurve {
 
 // Throughputs of one rank's device while every rank of the host is busy (what a run sees).
 struct PlanDeviceRates {
-  PlanRateCurve gemm;       // FLOP/s by FLOPs per GEMM call
-  PlanRateCurve attention;  // FLOP/s of causal flash attention, forward + backward, by sequence length
-  double elementwise_bw = 0;  // bytes/s of the memory-bound ops (norms, rope, SwiGLU, residual adds, softmax)
-  double act_quant_bw = 0;    // fp32 bytes/s of one 4-bit quantize (forward) + dequantize (backward) of a saved slot
-  double act_bf16_bw = 0;     // the same for a slot kept in bf16
-  double grad_fold_bw = 0;    // fp32 bytes/s of the q8 gradient store's dequantize-add-requantize
-  double adam_params_s = 0;   // AdamW parameters/s, fp32 moments
+  PlanRateCurve gemm;           // FLOP/s by FLOPs per GEMM call
+  PlanRateCurve attention;      // FLOP/s of causal flash attention, forward + backward, by sequence length
+  double elementwise_bw = 0;    // bytes/s of the memory-bound ops (norms, rope, SwiGLU, residual adds, softmax)
+  double act_quant_bw = 0;      // fp32 bytes/s of one 4-bit quantize (forward) + dequantize (backward) of a saved slot
+  double act_bf16_bw = 0;       // the same for a slot kept in bf16
+  double grad_fold_bw = 0;      // fp32 bytes/s of the q8 gradient store's dequantize-add-requantize
+  double adam_params_s = 0;     // AdamW parameters/s, fp32 moments
   double adam_q8_params_s = 0;  // AdamW parameters/s, 8-bit moments
   // A real model's forward + backward against what the rates above predict for it (cache misses, loops between
   // the kernels): the GEMM, attention and elementwise terms are divided by it. 1 where the rates are end-to-end.
@@ -65,7 +65,7 @@ double plan_trainer_wire_bytes(PlanTrainer t);  // bytes per activation value an
 struct PlanCalibration {
   std::string source = "defaults";  // "defaults (H100-class)", a calibration file's path, ...
   PlanDeviceRates device;
-  PlanLink intra, inter;    // inside a node, between nodes
+  PlanLink intra, inter;  // inside a node, between nodes
   int ranks_per_node = 8;
   PlanTrainer trainer = PlanTrainer::megatron_gpu;
   // The DP reduction overlaps the last micro-batch's backward (separate streams on a GPU; 0 where collectives and
@@ -92,7 +92,7 @@ struct PlanTimeTerm {
 };
 
 struct PlanTime {
-  std::vector<PlanTimeTerm> terms;  // sums to step_s
+  std::vector<PlanTimeTerm> terms;    // sums to step_s
   std::vector<double> micro_batch_s;  // t_mb of each stage
   int slowest_stage = 0;
   double step_s = 0, tokens_s = 0;

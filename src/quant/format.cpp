@@ -8,9 +8,7 @@ namespace agoq {
 
 void quant_format_check(const QuantFormat& f) {
   switch (f.kind) {
-    case QuantKind::fp32:
-      AGOQ_CHECK(f.bits == 32, "quant format fp32: bits must be 32, got ", f.bits);
-      break;
+    case QuantKind::fp32: AGOQ_CHECK(f.bits == 32, "quant format fp32: bits must be 32, got ", f.bits); break;
     case QuantKind::bf16:
       AGOQ_CHECK(f.bits == 16, "quant format bf16: bits must be 16, got ", f.bits);
       AGOQ_CHECK(f.rounding == QuantRounding::nearest, "quant format bf16: only nearest rounding is supported");
@@ -21,8 +19,7 @@ void quant_format_check(const QuantFormat& f) {
       AGOQ_CHECK(f.group == 32 || f.group == 64 || f.group == 128 || f.group == 256,
                  "quant format int: group must be 32, 64, 128 or 256, got ", f.group);
       break;
-    default:
-      fail("quant format: unknown kind ", int(f.kind));
+    default: fail("quant format: unknown kind ", int(f.kind));
   }
 }
 

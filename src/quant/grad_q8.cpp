@@ -67,7 +67,8 @@ inline __m256 load_codes8(const int8_t* c) {
 // simd::pack32_i8 with a non-temporal store where codes is 32-byte aligned (a plain store elsewhere).
 inline void pack32_i8_stream(__m256i a, __m256i b, __m256i c, __m256i d, int8_t* codes) {
   __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
-  v = _mm256_max_epi8(_mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)), _mm256_set1_epi8(-127));
+  v = _mm256_max_epi8(_mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)),
+                      _mm256_set1_epi8(-127));
   if (reinterpret_cast<uintptr_t>(codes) & 31) _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), v);
   else _mm256_stream_si256(reinterpret_cast<__m256i*>(codes), v);
 }
@@ -198,8 +199,8 @@ inline void block_sum_scalar(const int8_t* const* codes, const float* const* sca
 
 #if AGOQ_AVX2
 // block_sum_scalar in AVX2; returns max |y| as bits (as block_avx2 computes it, so >= 0x7F800000 flags NaN/Inf).
-inline uint32_t block_sum_avx2(const int8_t* const* codes, const float* const* scales, int nsrc, size_t b,
-                               size_t j0, size_t m, float divisor, float* y) {
+inline uint32_t block_sum_avx2(const int8_t* const* codes, const float* const* scales, int nsrc, size_t b, size_t j0,
+                               size_t m, float divisor, float* y) {
   constexpr int kMaxSrc = 16;  // scales kept in registers; more sources reload them
   __m256 vs[kMaxSrc];
   for (int r = 0; r < std::min(nsrc, kMaxSrc); ++r) vs[r] = _mm256_set1_ps(scales[r][b]);
@@ -242,8 +243,8 @@ inline size_t block_encode_avx2(const float* y, size_t m, uint32_t amax_bits, in
 
 }  // namespace
 
-size_t grad_q8_sum_requantize(const int8_t* const* codes, const float* const* scales, int nsrc, size_t n,
-                              float divisor, float* out_f32, int8_t* out_codes, float* out_scales, int block) {
+size_t grad_q8_sum_requantize(const int8_t* const* codes, const float* const* scales, int nsrc, size_t n, float divisor,
+                              float* out_f32, int8_t* out_codes, float* out_scales, int block) {
   AGOQ_CHECK(block >= 1 && block <= 65536, "grad_q8: block must be in [1, 65536], got ", block);
   AGOQ_CHECK(nsrc >= 1, "grad_q8_sum_requantize: needs at least one source");
   const size_t B = size_t(block), nb = grad_q8_blocks(n, block);
@@ -251,7 +252,7 @@ size_t grad_q8_sum_requantize(const int8_t* const* codes, const float* const* sc
   size_t bad = 0;
 #pragma omp parallel reduction(+ : bad) if (n >= kParallelMin)
   {
-    QuantRandomBytes rb(QuantSeed{}, simd);  // nearest rounding: never drawn from
+    QuantRandomBytes rb(QuantSeed{}, simd);    // nearest rounding: never drawn from
     std::vector<float> tile(out_f32 ? 0 : B);  // the block's sum when it is not kept: L1 resident
 #pragma omp for schedule(static)
     for (long long b = 0; b < static_cast<long long>(nb); ++b) {

@@ -41,8 +41,8 @@ void grad_q8_dequantize_stream(const int8_t* codes, const float* scales, size_t 
 // bit for bit dequantize(0), dequantize_add(1..nsrc-1), then a division (none when divisor is 1). y goes to
 // out_f32 and/or is requantized (nearest) into out_codes/out_scales; either output may be null. Without out_f32
 // the block's sum lives in an L1 tile and never reaches memory. Returns the number of non-finite sums.
-size_t grad_q8_sum_requantize(const int8_t* const* codes, const float* const* scales, int nsrc, size_t n,
-                              float divisor, float* out_f32, int8_t* out_codes, float* out_scales, int block = 256);
+size_t grad_q8_sum_requantize(const int8_t* const* codes, const float* const* scales, int nsrc, size_t n, float divisor,
+                              float* out_f32, int8_t* out_codes, float* out_scales, int block = 256);
 // Sum of squares of the dequantized values, straight from the codes (scale^2 * sum code^2 per block, in double,
 // blocks summed in a fixed order): a gradient norm without writing the fp32 values anywhere.
 double grad_q8_sum_squares(const int8_t* codes, const float* scales, size_t n, int block = 256);

@@ -108,7 +108,8 @@ inline __m256 group_amax_bits(const float* x, size_t n) {
 
 // Pass 1, asymmetric: min and max from integer extrema of the bit patterns, two operations per vector where float
 // min and max need a third for the non-finite check (measured: stochastic int4/int8 asym 4-5% faster per value in
-// cache, 1 thread, on mixed-sign data). Read as signed, the floats >= +0 are in order and above all negative ones: if the group has a value
+// cache, 1 thread, on mixed-sign data). Read as signed, the floats >= +0 are in order and above all negative ones: if
+// the group has a value
 // >= +0, its max is smax. Read as unsigned, the negative floats (sign bit set) are in order of magnitude and above
 // all others: if the group has a negative value, its min is umax. So a group with both signs (most activation
 // groups) needs two integer maxima per vector, like the symmetric pass. A group of one sign has its other extreme at
@@ -120,8 +121,8 @@ struct LaneBits {
 };
 template <bool Umin>
 inline LaneBits group_extrema_bits(const float* x, size_t n) {
-  __m256i s0 = _mm256_set1_epi32(INT32_MIN), s1 = s0, u0 = _mm256_setzero_si256(), u1 = u0,
-          m0 = _mm256_set1_epi32(-1), m1 = m0;
+  __m256i s0 = _mm256_set1_epi32(INT32_MIN), s1 = s0, u0 = _mm256_setzero_si256(), u1 = u0, m0 = _mm256_set1_epi32(-1),
+          m1 = m0;
   auto add = [&](__m256i& s, __m256i& u, __m256i& m, __m256i v) {
     s = _mm256_max_epi32(s, v), u = _mm256_max_epu32(u, v);
     if constexpr (Umin) m = _mm256_min_epu32(m, v);
@@ -386,10 +387,18 @@ QuantStatus quant_int_encode_row(const QuantFormat& f, const float* x, size_t co
                                  const QuantSeed& seed, uint64_t first, bool simd) {
   const bool sr = f.rounding == QuantRounding::stochastic;
   switch (f.bits) {
-    case 2: return sr ? encode_row<2, true>(f, x, cols, row, seed, first, simd) : encode_row<2, false>(f, x, cols, row, seed, first, simd);
-    case 3: return sr ? encode_row<3, true>(f, x, cols, row, seed, first, simd) : encode_row<3, false>(f, x, cols, row, seed, first, simd);
-    case 4: return sr ? encode_row<4, true>(f, x, cols, row, seed, first, simd) : encode_row<4, false>(f, x, cols, row, seed, first, simd);
-    case 8: return sr ? encode_row<8, true>(f, x, cols, row, seed, first, simd) : encode_row<8, false>(f, x, cols, row, seed, first, simd);
+    case 2:
+      return sr ? encode_row<2, true>(f, x, cols, row, seed, first, simd)
+                : encode_row<2, false>(f, x, cols, row, seed, first, simd);
+    case 3:
+      return sr ? encode_row<3, true>(f, x, cols, row, seed, first, simd)
+                : encode_row<3, false>(f, x, cols, row, seed, first, simd);
+    case 4:
+      return sr ? encode_row<4, true>(f, x, cols, row, seed, first, simd)
+                : encode_row<4, false>(f, x, cols, row, seed, first, simd);
+    case 8:
+      return sr ? encode_row<8, true>(f, x, cols, row, seed, first, simd)
+                : encode_row<8, false>(f, x, cols, row, seed, first, simd);
   }
   fail("quant_int_encode_row: bad bits ", f.bits);
 }

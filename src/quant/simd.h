@@ -1,7 +1,7 @@
 // Small building blocks shared by the quantization kernels: the Philox random bytes for stochastic rounding (the
-// fp16/bf16 conversions are in quant/half.h, the per-value math in quant/quant_math.h). Their AVX2 versions are in quant/simd_avx2.h, which only .cpp files
-// include; each has a scalar twin here that gives the same bits. quant_set_simd(false) makes all kernels take the
-// scalar path (tests compare the two).
+// fp16/bf16 conversions are in quant/half.h, the per-value math in quant/quant_math.h). Their AVX2 versions are in
+// quant/simd_avx2.h, which only .cpp files include; each has a scalar twin here that gives the same bits.
+// quant_set_simd(false) makes all kernels take the scalar path (tests compare the two).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -70,7 +70,7 @@ class QuantRandomBytes {
   void extend(uint64_t keep, uint64_t end);
   QuantSeed seed_;
   bool simd_;
-  uint64_t lo_ = 0, hi_ = 0;              // elements [lo_, hi_) are in buf_ (multiples of the chunk)
+  uint64_t lo_ = 0, hi_ = 0;            // elements [lo_, hi_) are in buf_ (multiples of the chunk)
   alignas(32) unsigned char key_[704];  // the AVX2 key schedule (simd::PhiloxKey8), built once
   alignas(32) uint8_t buf_[kWindow];
 };

@@ -68,7 +68,8 @@ inline void philox_chunk(const PhiloxKey8& key, uint64_t ctr, Philox4& even, Phi
 // rev3(rotl3(s)) = that order (simd.h).
 inline void store_chunk(const Philox4& even, const Philox4& odd, uint8_t* out) {
   auto merge = [](__m256i e, __m256i o) {
-    return _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(e), _mm256_castsi256_ps(o), _MM_SHUFFLE(2, 0, 2, 0)));
+    return _mm256_castps_si256(
+        _mm256_shuffle_ps(_mm256_castsi256_ps(e), _mm256_castsi256_ps(o), _MM_SHUFFLE(2, 0, 2, 0)));
   };
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), merge(even.c0, odd.c0));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32), merge(even.c1, odd.c1));
@@ -124,17 +125,18 @@ inline void store_code_bytes(__m256i v, uint8_t* out) {
     const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi16(m, m), 0x08);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(p));
   } else if constexpr (B == 2) {
-    const __m256i m = _mm256_maddubs_epi16(v, _mm256_set1_epi16(0x0401));  // 2 codes in 4 bits
+    const __m256i m = _mm256_maddubs_epi16(v, _mm256_set1_epi16(0x0401));   // 2 codes in 4 bits
     const __m256i q = _mm256_madd_epi16(m, _mm256_set1_epi32(0x00100001));  // 4 codes in 8 bits per int32
     const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
                                           0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-    const __m256i p = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(q, pick), _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
+    const __m256i p =
+        _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(q, pick), _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(p));
   } else {
     static_assert(B == 3);
     const __m256i m = _mm256_maddubs_epi16(v, _mm256_set1_epi16(0x0801));  // 2 codes in 6 bits
-    __m256i q = _mm256_madd_epi16(m, _mm256_set1_epi32(0x00400001));        // 4 codes in 12 bits per int32
-    q = _mm256_or_si256(q, _mm256_srli_epi64(q, 20));                       // 8 codes in 24 bits per int64
+    __m256i q = _mm256_madd_epi16(m, _mm256_set1_epi32(0x00400001));       // 4 codes in 12 bits per int32
+    q = _mm256_or_si256(q, _mm256_srli_epi64(q, 20));                      // 8 codes in 24 bits per int64
     const __m256i pick = _mm256_setr_epi8(0, 1, 2, 8, 9, 10, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
                                           0, 1, 2, 8, 9, 10, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
     const __m256i p = _mm256_shuffle_epi8(q, pick);
@@ -173,8 +175,8 @@ inline __m256 unpack8(const uint8_t* in) {
     // Assembled in a register: a 3-byte memcpy into a stack word would stall on store forwarding.
     uint32_t w = uint32_t(in[0]) | (B > 1 ? uint32_t(in[1]) << 8 : 0u) | (B > 2 ? uint32_t(in[2]) << 16 : 0u) |
                  (B > 3 ? uint32_t(in[3]) << 24 : 0u);
-    const __m256i s = _mm256_srlv_epi32(_mm256_set1_epi32(int(w)),
-                                        _mm256_setr_epi32(0, B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B));
+    const __m256i s =
+        _mm256_srlv_epi32(_mm256_set1_epi32(int(w)), _mm256_setr_epi32(0, B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B));
     return _mm256_cvtepi32_ps(_mm256_and_si256(s, _mm256_set1_epi32((1 << B) - 1)));
   }
 }

@@ -16,12 +16,9 @@ QuantStatus quant_encode_row(const QuantFormat& f, const float* row, size_t cols
                              const QuantSeed& seed, size_t row_index) {
   const bool simd = quant_simd_enabled();
   switch (f.kind) {
-    case QuantKind::fp32:
-      return {keep_encode_fp32(row, cols, reinterpret_cast<float*>(dst.codes), simd), 0};
-    case QuantKind::bf16:
-      return {keep_encode_bf16(row, cols, reinterpret_cast<uint16_t*>(dst.codes), simd), 0};
-    case QuantKind::int_group:
-      return quant_int_encode_row(f, row, cols, dst, seed, uint64_t(row_index) * cols, simd);
+    case QuantKind::fp32: return {keep_encode_fp32(row, cols, reinterpret_cast<float*>(dst.codes), simd), 0};
+    case QuantKind::bf16: return {keep_encode_bf16(row, cols, reinterpret_cast<uint16_t*>(dst.codes), simd), 0};
+    case QuantKind::int_group: return quant_int_encode_row(f, row, cols, dst, seed, uint64_t(row_index) * cols, simd);
   }
   fail("quant_encode_row: bad format kind");
 }
@@ -32,10 +29,8 @@ void quant_decode_row(const QuantFormat& f, const QuantConstView& src, size_t co
     case QuantKind::fp32:
       keep_encode_fp32(reinterpret_cast<const float*>(src.codes), cols, out, simd);  // a copy
       return;
-    case QuantKind::bf16:
-      return keep_decode_bf16(reinterpret_cast<const uint16_t*>(src.codes), cols, out, simd);
-    case QuantKind::int_group:
-      return quant_int_decode_row(f, src, cols, out, simd);
+    case QuantKind::bf16: return keep_decode_bf16(reinterpret_cast<const uint16_t*>(src.codes), cols, out, simd);
+    case QuantKind::int_group: return quant_int_decode_row(f, src, cols, out, simd);
   }
   fail("quant_decode_row: bad format kind");
 }
@@ -65,7 +60,11 @@ void quant_decode_rows(const QuantFormat& f, const QuantConstView& base, size_t 
 
 QuantizedTensor::QuantizedTensor(const QuantFormat& fmt, size_t rows, size_t cols, MemCategory cat,
                                  std::string_view tag)
-    : fmt_(fmt), rows_(rows), cols_(cols), layout_(quant_layout(fmt, rows, cols)), data_(layout_.total_bytes, cat, tag) {}
+    : fmt_(fmt),
+      rows_(rows),
+      cols_(cols),
+      layout_(quant_layout(fmt, rows, cols)),
+      data_(layout_.total_bytes, cat, tag) {}
 
 QuantView QuantizedTensor::view() {
   uint8_t* p = data_.data();

@@ -20,8 +20,8 @@ void quant_decode_row(const QuantFormat& fmt, const QuantConstView& src_row, siz
 
 // Rows [row_begin, row_begin + row_count) of a tensor whose row 0 is at `base`; src / out hold those rows only
 // (row_count * cols values). OpenMP over rows for large inputs; the result does not depend on the thread count.
-QuantStatus quant_encode_rows(const QuantFormat& fmt, const float* src, size_t row_begin, size_t row_count,
-                              size_t cols, const QuantView& base, const QuantSeed& seed);
+QuantStatus quant_encode_rows(const QuantFormat& fmt, const float* src, size_t row_begin, size_t row_count, size_t cols,
+                              const QuantView& base, const QuantSeed& seed);
 void quant_decode_rows(const QuantFormat& fmt, const QuantConstView& base, size_t row_begin, size_t row_count,
                        size_t cols, float* out);
 

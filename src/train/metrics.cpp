@@ -77,8 +77,8 @@ void MetricsLog::step(long step, const nlohmann::json& rec) {
     const int filled = int(kWidth * double(step) / double(total_));
     std::string bar(filled, '#');
     bar.resize(kWidth, '.');
-    std::fprintf(stderr, "\r step %ld/%ld [%s] loss %.4f | %.0f tok/s | ETA %s   ", step, total_, bar.c_str(), loss, tps,
-                 format_duration(eta).c_str());
+    std::fprintf(stderr, "\r step %ld/%ld [%s] loss %.4f | %.0f tok/s | ETA %s   ", step, total_, bar.c_str(), loss,
+                 tps, format_duration(eta).c_str());
     bar_open_ = true;
   } else if (step % every_ == 0 || step == total_) {
     std::fprintf(stderr, "step %ld/%ld loss %.4f lr %.2e grad_norm %.3f %.0f tok/s ETA %s\n", step, total_, loss,

@@ -25,11 +25,11 @@ constexpr const char* kLink = "ckpt";
 constexpr const char* kMetrics = "metrics.jsonl";
 
 bool is_link(const fs::path& p) {
-  struct stat st{};
+  struct stat st {};
   return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
 }
 bool is_real_dir(const fs::path& p) {
-  struct stat st{};
+  struct stat st {};
   return ::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
@@ -59,8 +59,8 @@ void link_check(const fs::path& out) {
   AGOQ_CHECK(is_link(link), "--out ", out.string(),
              ": ckpt is not the link agoq keeps to its latest checkpoint; move it away or choose another --out");
   const std::string target = fs::read_symlink(link, ec).string();
-  AGOQ_CHECK(!ec && ckpt_folder_name_ours(target) && (!fs::exists(fs::symlink_status(out / target)) ||
-                                                      is_real_dir(out / target)),
+  AGOQ_CHECK(!ec && ckpt_folder_name_ours(target) &&
+                 (!fs::exists(fs::symlink_status(out / target)) || is_real_dir(out / target)),
              "--out ", out.string(), ": ckpt points to '", target,
              "', not to a ckpt-step<N> folder inside --out; agoq replaces what that link names, so it will not "
              "use it: remove the link or choose another --out");
@@ -95,14 +95,16 @@ void run_dir_check(const std::string& out_dir, bool overwrite, const std::string
   std::error_code ec;
   link_check(out);
   ckpt_folders_check(out);
-  AGOQ_CHECK(!fs::exists(fs::symlink_status(out / kMetrics, ec)) || fs::is_regular_file(fs::symlink_status(out / kMetrics)),
-             "--out ", out.string(), ": metrics.jsonl is not a plain file (a link?); agoq writes its log there: move "
-             "it away or choose another --out");
+  AGOQ_CHECK(
+      !fs::exists(fs::symlink_status(out / kMetrics, ec)) || fs::is_regular_file(fs::symlink_status(out / kMetrics)),
+      "--out ", out.string(),
+      ": metrics.jsonl is not a plain file (a link?); agoq writes its log there: move "
+      "it away or choose another --out");
   if (overwrite) return;
   const bool continues = !resume.empty() && path_within(resume, out);
   const std::string earlier = continues ? std::string() : earlier_run_in(out);
-  AGOQ_CHECK(earlier.empty(), "--out ", out.string(), " already holds a run (", earlier, "); continue it with --resume ",
-             (out / kLink).string(), ", or replace it with --overwrite");
+  AGOQ_CHECK(earlier.empty(), "--out ", out.string(), " already holds a run (", earlier,
+             "); continue it with --resume ", (out / kLink).string(), ", or replace it with --overwrite");
 }
 
 std::string run_id_new() {

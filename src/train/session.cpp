@@ -15,8 +15,8 @@
 #include "data/tokenizer.h"
 #include "formats/checkpoint.h"
 #include "formats/model_source.h"
-#include "train/dp_flags.h"
 #include "plan/memory_model.h"
+#include "train/dp_flags.h"
 #include "train/replan.h"
 #include "train/run_dir.h"
 #if AGOQ_HAVE_CUDA
@@ -54,8 +54,9 @@ TrainSession::TrainSession(const TrainOptions& opt)
   // Peaks from here on describe training, not set-up transients (full-size moments read on a ZeRO resume).
   MemoryTracker::global().reset_peaks();
   if (gpu_) MemoryTracker::of(MemDevice::cuda).reset_peaks();
-  log_ = std::make_unique<MetricsLog>(lead_ ? (fs::path(opt_.out_dir) / "metrics.jsonl").string() : std::string(),
-                                      opt_.resume.empty() ? -1 : step_, opt_.steps, opt_.log_every, opt_.quiet || !lead_);
+  log_ =
+      std::make_unique<MetricsLog>(lead_ ? (fs::path(opt_.out_dir) / "metrics.jsonl").string() : std::string(),
+                                   opt_.resume.empty() ? -1 : step_, opt_.steps, opt_.log_every, opt_.quiet || !lead_);
   if (!block_notes_.empty()) log_->note(block_notes_);
   // Dynamic bit allocation (train/replan.h): the stores calibrate sensitivities until the re-planning step.
   if (opt_.mem_budget > 0)
@@ -73,8 +74,8 @@ void TrainSession::out_dir_claim() {
     const CheckpointMarker m = checkpoint_marker_read(opt_.resume);
     who_.resume_commit = m.commit;
     std::error_code ec;
-    const bool inside = fs::equivalent(fs::weakly_canonical(opt_.resume, ec).parent_path(),
-                                       fs::weakly_canonical(opt_.out_dir, ec), ec);
+    const bool inside =
+        fs::equivalent(fs::weakly_canonical(opt_.resume, ec).parent_path(), fs::weakly_canonical(opt_.out_dir, ec), ec);
     if (inside && !m.run.empty()) who_.run = m.run;
   }
 }
@@ -135,7 +136,8 @@ void TrainSession::init_source_open() {
   init_source_ = model_reader_open(src);
   const LlamaConfig& c = init_source_->config();
   const std::string disagree = model_flags_disagreeing(opt_, c, "model");
-  AGOQ_CHECK(disagree.empty(), "--init-from ", src, ": ", disagree, "; a fine-tune keeps the model's shape: drop "
+  AGOQ_CHECK(disagree.empty(), "--init-from ", src, ": ", disagree,
+             "; a fine-tune keeps the model's shape: drop "
              "the flag");
   AGOQ_CHECK(T_ <= c.max_seq_len, "--seq ", T_, " is longer than the ", c.max_seq_len, " positions of --init-from ",
              src, " (max_position_embeddings)");
@@ -148,8 +150,10 @@ void TrainSession::init_source_open() {
     return std::string(t.kind_name()) + ", " + std::to_string(t.vocab_size()) + " tokens, identity " + t.identity();
   };
   AGOQ_CHECK(ours.identity() == theirs.identity(), "--data ", data.string(), " was prepared with another tokenizer (",
-             describe(ours), ") than --init-from ", src, " has (", describe(theirs), "): prepare it with `agoq "
-             "prepare --tokenizer ", src, "`");
+             describe(ours), ") than --init-from ", src, " has (", describe(theirs),
+             "): prepare it with `agoq "
+             "prepare --tokenizer ",
+             src, "`");
   cfg_ = c;
   if (init_source_->kind() != ModelSourceKind::gguf)
     hf_config_ = json_object_read_file((fs::path(src) / "config.json").string(), "--init-from config");
@@ -222,7 +226,8 @@ void TrainSession::model_build() {
   comm_agreed(world_, [&] { step_ids_check(); });
   if (opt_.device == TrainDevice::cuda) return model_build_gpu();
   comm_agreed(world_, [&] {
-    AGOQ_CHECK(!dp_options_.store.lm_head_pieces || cfg_.tie_embeddings, "--lm-head-grad pieces is for tied "
+    AGOQ_CHECK(!dp_options_.store.lm_head_pieces || cfg_.tie_embeddings,
+               "--lm-head-grad pieces is for tied "
                "embeddings: this model's lm_head is its own tensor, whose gradient the store holds whole");
     memory_check();
   });
@@ -332,15 +337,16 @@ int TrainSession::stop_agreed() {
 std::string TrainSession::stop_note(long good_step) const {
   const std::string ckpt = (fs::path(opt_.out_dir) / "ckpt").string();
   const std::string good = good_step < 0 ? std::string("there is no checkpoint of this run yet")
-                           : "the last good checkpoint is step " + std::to_string(good_step) + " (" +
-                                 (good_step == step_resumed_ ? opt_.resume : ckpt) + ")";
+                                         : "the last good checkpoint is step " + std::to_string(good_step) + " (" +
+                                               (good_step == step_resumed_ ? opt_.resume : ckpt) + ")";
   if (world_.size() == 1)
     return "\nagoq: stop signal received: finishing this step, then a checkpoint (a second signal stops at once; " +
            good + ")\n";
   return "\nagoq: rank " + std::to_string(world_.rank()) + "/" + std::to_string(world_.size()) +
          ": stop signal received (from the scheduler, or from mpirun because another rank failed or a peer was lost: "
          "its report names that rank): finishing this step, then a checkpoint; if a peer is lost none can be "
-         "written: " + good + "\n";
+         "written: " +
+         good + "\n";
 }
 
 void TrainSession::stop_signals_arm() const {
@@ -355,8 +361,8 @@ TrainResult TrainSession::run() {
   const double tokens = double(B_) * T_ * m_ * grid_.D;  // per step, over the replicas
   for (long step = first; step <= last; ++step) {
     if (step == opt_.debug_exit_step && grid_.replica == opt_.debug_exit_rank) {
-      std::fprintf(stderr, "agoq: debug: rank %d exits with code 3 at step %ld (--debug-exit-at-step)\n",
-                   grid_.replica, step);
+      std::fprintf(stderr, "agoq: debug: rank %d exits with code 3 at step %ld (--debug-exit-at-step)\n", grid_.replica,
+                   step);
       std::fflush(stderr);
       _exit(3);
     }
@@ -374,8 +380,8 @@ TrainResult TrainSession::run() {
     result.losses.push_back(float(r.loss));
     result.grad_norms.push_back(float(r.grad_norm));
 
-    nlohmann::json rec = {{"step", step}, {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm},
-                          {"tokens_per_s", tokens / dt}};
+    nlohmann::json rec = {
+        {"step", step}, {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm}, {"tokens_per_s", tokens / dt}};
     if (grid_.D > 1) rec["comm_wait_s"] = r.wait_s;
     if (tensor_group_) rec["tp_comm_s"] = tp_seconds;
     if (timed_) {
@@ -452,9 +458,9 @@ StepResult TrainSession::train_step(long step, float lr) {
   std::vector<MicroBatchRun> runs = engine_->step_begin(step, m_, masked ? std::max(step_tokens_, 1.0) : 0);
   if (masked)
     for (int j = 0; j < m_; ++j) runs[j].doc_start = docs_.data() + size_t(j) * B_ * T_;
-  const double loss_sum =
-      pipeline_ ? pipeline_->run(inputs_.data(), targets_.data(), B_, T_, runs)
-                : model_->forward_backward_micro_batches(inputs_.data(), targets_.data(), B_, T_, runs);
+  const double loss_sum = pipeline_
+                              ? pipeline_->run(inputs_.data(), targets_.data(), B_, T_, runs)
+                              : model_->forward_backward_micro_batches(inputs_.data(), targets_.data(), B_, T_, runs);
   return engine_->step_end(lr, loss_sum);
 }
 

@@ -43,8 +43,8 @@ class TrainSession {
   void out_dir_claim();  // lead only
   void data_load();
   void config_resolve();
-  void init_source_open();  // --init-from
-  void blocks_isolate_replicated();  // dp_options_'s blocks, so every TP rank's norms get the same bits
+  void init_source_open();              // --init-from
+  void blocks_isolate_replicated();     // dp_options_'s blocks, so every TP rank's norms get the same bits
   PlanCpuOptions plan_options() const;  // this rank's run, as the memory model describes it
   void step_ids_check() const;
   void memory_check() const;
@@ -61,9 +61,9 @@ class TrainSession {
   // Checkpoint `at_step` as ckpt-step<N>, then point `ckpt` at it (train/session_checkpoint.cpp). Collective.
   void checkpoint(long at_step);
   void replan();
-  void stop_signals_arm() const;  // from here on a stop signal ends the run after its step (train_run)
+  void stop_signals_arm() const;                // from here on a stop signal ends the run after its step (train_run)
   std::string stop_note(long good_step) const;  // -1: no checkpoint yet
-  int stop_agreed();              // the stop signal any rank received, or 0; collective
+  int stop_agreed();                            // the stop signal any rank received, or 0; collective
   // The end-of-run tables (train/session_report.cpp).
   void report(const TrainResult& r, long first) const;
   void report_stages(const std::vector<double>& stage_peaks) const;
@@ -72,7 +72,7 @@ class TrainSession {
 
   const TrainOptions& opt_;
   Communicator& world_;
-  const bool lead_;  // world rank 0: writes metrics and checkpoints, prints
+  const bool lead_;   // world rank 0: writes metrics and checkpoints, prints
   DirLock out_lock_;  // lead: --out is this run's until the session ends
   RunIdentity who_;   // lead: what its checkpoints record, and what it may delete
   ParallelGrid grid_;
@@ -87,27 +87,27 @@ class TrainSession {
   std::vector<ModelStage> stages_;
   int B_, T_, m_;
   std::unique_ptr<DataLoader> loader_, val_loader_;
-  std::unique_ptr<GradStore> grads_;  // built before model_, which writes its gradients into it (CPU)
+  std::unique_ptr<GradStore> grads_;               // built before model_, which writes its gradients into it (CPU)
   std::unique_ptr<CommTensorGroup> tensor_group_;  // T > 1: the collectives joining this rank's shard to the others
-  std::unique_ptr<ModelBackend> gpu_;  // --device cuda: where the model computes (else the CPU's ops)
-  std::unique_ptr<TimedBackend> timed_;  // --profile: the CPU's ops, timed by class
+  std::unique_ptr<ModelBackend> gpu_;              // --device cuda: where the model computes (else the CPU's ops)
+  std::unique_ptr<TimedBackend> timed_;            // --profile: the CPU's ops, timed by class
   std::unique_ptr<LlamaModel> model_;
-  std::unique_ptr<TrainStep> engine_;  // the optimizer step: DataParallel, or CudaTrainStep on the GPU
+  std::unique_ptr<TrainStep> engine_;   // the optimizer step: DataParallel, or CudaTrainStep on the GPU
   std::unique_ptr<Pipeline> pipeline_;  // P > 1
   std::unique_ptr<MetricsLog> log_;
-  CpuThreads cpu_threads_;  // the cores other processes leave free, re-measured between steps
-  long step_ = 0;  // the last completed step
-  long step_resumed_ = -1;  // the checkpoint's step when resumed
+  CpuThreads cpu_threads_;                 // the cores other processes leave free, re-measured between steps
+  long step_ = 0;                          // the last completed step
+  long step_resumed_ = -1;                 // the checkpoint's step when resumed
   std::vector<int32_t> inputs_, targets_;  // this replica's m micro-batches of the step, back to back
-  std::vector<int32_t> skipped_;           // where the other replicas' micro-batches are drawn to (inputs, targets, docs)
+  std::vector<int32_t> skipped_;  // where the other replicas' micro-batches are drawn to (inputs, targets, docs)
   // Packed prompt/completion data (loss masks): each row's document start, and the step's counted targets over
   // its whole global batch (optim/train_step.h).
   std::vector<int32_t> docs_;
   double step_tokens_ = 0;
   std::string replan_log_;
-  std::string block_notes_;  // blocks_isolate_replicated's, for the log
+  std::string block_notes_;                    // blocks_isolate_replicated's, for the log
   double seconds_total_ = 0, wait_total_ = 0;  // step time and communication not hidden behind it, over the run
-  OpSeconds op_seconds_;                        // --profile: the steps' op time by class, over the run
+  OpSeconds op_seconds_;                       // --profile: the steps' op time by class, over the run
 };
 
 // ---- the session's parts that need no state (train/trainer.cpp, train/session_checkpoint.cpp) ----

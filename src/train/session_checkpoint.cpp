@@ -162,8 +162,8 @@ MomentsForm moments_form_of(const nlohmann::json& trainer) {
 }
 
 DataLoader::State resume_loader_state(const CheckpointMeta& meta, const std::string& dir) {
-  const nlohmann::json* loader = meta.trainer.is_object() && meta.trainer.contains("loader") ? &meta.trainer["loader"]
-                                                                                              : nullptr;
+  const nlohmann::json* loader =
+      meta.trainer.is_object() && meta.trainer.contains("loader") ? &meta.trainer["loader"] : nullptr;
   AGOQ_CHECK(loader && loader->is_string(), "checkpoint ", dir,
              ": trainer.json has no data-loader position (\"trainer\": {\"loader\": ...}); it was not written by "
              "`agoq train`");
@@ -214,7 +214,8 @@ void TrainSession::checkpoint(long at_step) {
                               {"zero", opt_.zero},
                               {"optim_state", optim_state_name(dp_options_.adam.state)}};
     if (dp_options_.adam.state == OptimState::q8)  // the 8-bit format, which moments_form_of reads back
-      trainer["optim_q8"] = {{"block", dp_options_.adam.q8.block}, {"m_root", dp_options_.adam.q8.m_root},
+      trainer["optim_q8"] = {{"block", dp_options_.adam.q8.block},
+                             {"m_root", dp_options_.adam.q8.m_root},
                              {"v_root", dp_options_.adam.q8.v_root}};
     std::vector<CheckpointFile> files;  // the tokenizer travels with the model, so `agoq sample` needs nothing else
     for (const char* name : kCheckpointCarriedFiles)

@@ -49,7 +49,8 @@ void TrainSession::report(const TrainResult& r, long first) const {
                  enum_name(kGradStoreNames, opt_.grad_store), enum_name(kAllreduceNames, opt_.allreduce),
                  opt_.zero ? ", ZeRO-1" : "", 100.0 * wait_total_ / seconds_total_);
   if (grid_.T > 1)
-    std::fprintf(stderr, " with layers split over %d tensor-parallel ranks%s", grid_.T, opt_.sp ? " (sequence-parallel)" : "");
+    std::fprintf(stderr, " with layers split over %d tensor-parallel ranks%s", grid_.T,
+                 opt_.sp ? " (sequence-parallel)" : "");
   if (P > 1)
     std::fprintf(stderr, " on a %d-stage pipeline (1F1B, layers %s) x %d replica%s", P,
                  opt_.stage_layers.empty() ? "split evenly" : opt_.stage_layers.c_str(), D, D > 1 ? "s" : "");
@@ -74,8 +75,8 @@ void TrainSession::report(const TrainResult& r, long first) const {
   std::fprintf(stderr,
                "saved activations (%s): attention %s, other %s\n"
                "  %.0f B per token per layer vs %.0f B in bf16 (%.2fx) and %.0f B in fp32 (%.2fx)\n",
-               policy.name.c_str(), tag("act.attention").c_str(), tag("act.other").c_str(), act, bf16, act / bf16,
-               fp32, act / fp32);
+               policy.name.c_str(), tag("act.attention").c_str(), tag("act.other").c_str(), act, bf16, act / bf16, fp32,
+               act / fp32);
   report_memory(r);
 }
 
@@ -108,8 +109,8 @@ void TrainSession::report_memory(const TrainResult& r) const {
     const size_t extra = MemCategory(c) == MemCategory::workspace ? data : 0;
     base[0][c] = fp32.bytes[c] + extra, base[1][c] = bf16.bytes[c] + extra;
   }
-  std::fprintf(stderr, "peak memory by category%s   %14s %14s %14s\n", world_.size() > 1 ? " (rank 0)" : "",
-               "this run", "fp32 baseline", "bf16 store");
+  std::fprintf(stderr, "peak memory by category%s   %14s %14s %14s\n", world_.size() > 1 ? " (rank 0)" : "", "this run",
+               "fp32 baseline", "bf16 store");
   for (int c = 0; c < kCats; ++c)
     std::fprintf(stderr, "  %-22s %14s %14s %14s\n", mem_category_name(MemCategory(c)),
                  format_bytes(r.peak.bytes[c]).c_str(), format_bytes(base[0][c]).c_str(),

@@ -30,8 +30,7 @@ void train_options_validate(const TrainOptions& o) {
   // AdamW: moments decay by beta per step, so beta must be in [0, 1); eps keeps the update finite.
   AGOQ_CHECK(o.adam.beta1 >= 0 && o.adam.beta1 < 1, "--beta1 must be in [0, 1) (got ", o.adam.beta1, ")");
   AGOQ_CHECK(o.adam.beta2 >= 0 && o.adam.beta2 < 1, "--beta2 must be in [0, 1) (got ", o.adam.beta2, ")");
-  AGOQ_CHECK(std::isfinite(o.adam.eps) && o.adam.eps > 0, "AdamW eps must be a positive number (got ", o.adam.eps,
-             ")");
+  AGOQ_CHECK(std::isfinite(o.adam.eps) && o.adam.eps > 0, "AdamW eps must be a positive number (got ", o.adam.eps, ")");
   AGOQ_CHECK(std::isfinite(o.adam.weight_decay) && o.adam.weight_decay >= 0,
              "--weight-decay must be a number >= 0 (got ", o.adam.weight_decay, ")");
   AGOQ_CHECK(o.eval_every >= 0, "--eval-every must be >= 0 (got ", o.eval_every, "; 0: only at the end)");
@@ -39,7 +38,8 @@ void train_options_validate(const TrainOptions& o) {
   AGOQ_CHECK(o.ckpt_every >= 0, "--ckpt-every must be >= 0 (got ", o.ckpt_every, "; 0: only at the end)");
   AGOQ_CHECK(o.stop_after >= 0, "--stop-after must be >= 0 (got ", o.stop_after, "; 0: run to --steps)");
   AGOQ_CHECK(o.log_every >= 0, "--log-every must be >= 0 (got ", o.log_every, ")");
-  AGOQ_CHECK(o.init_from.empty() || o.resume.empty(), "--init-from starts a fine-tune and --resume continues one: "
+  AGOQ_CHECK(o.init_from.empty() || o.resume.empty(),
+             "--init-from starts a fine-tune and --resume continues one: "
              "give one of them (a fine-tune's own checkpoint resumes with --resume alone)");
   AGOQ_CHECK(o.zero == 0 || o.zero == 1, "--zero must be 0 or 1 (got ", o.zero, ")");
   AGOQ_CHECK(o.replan_after >= 1, "--replan-after must be >= 1 (got ", o.replan_after, ")");

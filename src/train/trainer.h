@@ -33,9 +33,9 @@ inline constexpr EnumName<GemmPrecision> kGpuGemmNames[] = {{GemmPrecision::bf16
                                                             {GemmPrecision::fp32, "fp32"}};
 
 struct TrainOptions {
-  std::string data_dir;              // from `agoq prepare`: train.bin, val.bin, tokenizer.model
-  std::string out_dir = "runs/demo"; // metrics.jsonl, ckpt/
-  LlamaConfig model;                 // vocab_size is taken from the data
+  std::string data_dir;               // from `agoq prepare`: train.bin, val.bin, tokenizer.model
+  std::string out_dir = "runs/demo";  // metrics.jsonl, ckpt/
+  LlamaConfig model;                  // vocab_size is taken from the data
   // The shape flags given ("--dim", ..., "--config"): a resumed run keeps the checkpoint's shape and refuses any of
   // these that disagrees with it.
   std::vector<std::string> model_flags;
@@ -46,12 +46,12 @@ struct TrainOptions {
   uint64_t seed = 1337;
   long eval_every = 100;
   int eval_batches = 8;
-  long ckpt_every = 0;   // 0: only at the end
-  long stop_after = 0;   // stop (with a checkpoint) after this many steps of this run; 0: run to `steps`
+  long ckpt_every = 0;  // 0: only at the end
+  long stop_after = 0;  // stop (with a checkpoint) after this many steps of this run; 0: run to `steps`
   int log_every = 10;
   // The library's defaults are the unquantized run; `agoq train` defaults to AGoQ (agoq, q8, q8; cli/cmd_train.cpp).
   std::string act_policy = "fp32";  // arch/act_policy.h: fp32, baseline-bf16, agoq, uniform4 or a spec
-  std::string resume;    // checkpoint dir to continue from
+  std::string resume;               // checkpoint dir to continue from
   // A pretrained model to fine-tune (HF folder, GGUF file or agoq checkpoint): its shape and weights, with a fresh
   // optimizer and schedule. The data must have been prepared with its tokenizer. Not with `resume`.
   std::string init_from;
@@ -65,10 +65,10 @@ struct TrainOptions {
   // or in vocabulary pieces (no such scratch; one more lm_head GEMM per micro-batch).
   LmHeadGrad lm_head_grad = LmHeadGrad::whole;
   bool profile = false;  // time the ops by class (model/backend_timed.h): metrics.jsonl's op_seconds, the report
-  int zero = 0;                     // 1: ZeRO-1, AdamW state sharded over the ranks
+  int zero = 0;          // 1: ZeRO-1, AdamW state sharded over the ranks
   // Pipeline parallelism (1F1B): ranks form a pp x (ranks / pp) grid; `accum` is the micro-batches per step.
   int pp = 1;
-  std::string stage_layers;         // e.g. "3,5": layers per stage (empty: even split)
+  std::string stage_layers;  // e.g. "3,5": layers per stage (empty: even split)
   // Tensor parallelism (Megatron): each layer split over tp adjacent ranks; the grid is tp x pp x (ranks / tp / pp).
   int tp = 1;
   // Sequence parallelism (Megatron-SP) over the tp ranks: the residual stream, norms and their saved activations
@@ -82,7 +82,7 @@ struct TrainOptions {
   // on the device; GEMMs with bf16 inputs and fp32 accumulation, or fp32 throughout).
   TrainDevice device = TrainDevice::cpu;
   GemmPrecision gpu_gemm = GemmPrecision::bf16;
-  Communicator* comm = nullptr;     // null: comm_world()
+  Communicator* comm = nullptr;  // null: comm_world()
   // Test hook (hidden flags --debug-exit-at-step/--debug-exit-rank): that rank _exit(3)s when the step begins.
   long debug_exit_step = 0;
   int debug_exit_rank = -1;
@@ -97,7 +97,7 @@ struct TrainResult {
   std::vector<float> grad_norms;         // global gradient norm per step, before clipping
   std::string replan_log;                // the re-planning line, when one ran
   MemSnapshot peak;  // this rank's (GPU's, with --device cuda) peak per category over the steps (before the last save)
-  int stop_signal = 0;                   // the signal that stopped the run early (0: it ran to its last step)
+  int stop_signal = 0;  // the signal that stopped the run early (0: it ran to its last step)
   size_t peak_total = 0;
 };
 

@@ -86,10 +86,9 @@ class CliErrors : public ::testing::Test {
   std::string d(const std::string& rel) const { return (dir_ / rel).string(); }
   // `train` on the tiny data set with a tiny model; `flags` override the defaults (each flag given once).
   std::string train(std::map<std::string, std::string> flags = {}) const {
-    std::map<std::string, std::string> args = {{"--data", d("data")}, {"--dim", "16"},  {"--layers", "1"},
-                                               {"--heads", "2"},      {"--kv-heads", "2"}, {"--ffn", "24"},
-                                               {"--seq", "8"},        {"--batch", "2"},  {"--steps", "3"},
-                                               {"--out", d("run")}};
+    std::map<std::string, std::string> args = {
+        {"--data", d("data")}, {"--dim", "16"}, {"--layers", "1"}, {"--heads", "2"}, {"--kv-heads", "2"},
+        {"--ffn", "24"},       {"--seq", "8"},  {"--batch", "2"},  {"--steps", "3"}, {"--out", d("run")}};
     for (auto& [k, v] : flags) args[k] = v;
     std::string cmd = "train --quiet";
     for (auto& [k, v] : args)
@@ -98,6 +97,5 @@ class CliErrors : public ::testing::Test {
   }
   fs::path dir_;
 };
-
 
 }  // namespace agoq

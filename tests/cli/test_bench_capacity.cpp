@@ -30,8 +30,8 @@ TEST(BenchCapacity, ConfirmedRunsStayUnderTheBudget) {
   const fs::path json = dir / "capacity.json";
   const std::string cmd = "timeout 120 " AGOQ_BIN_PATH " bench capacity --data " + dir.string() +
                           " --mem-budget 96MiB --dim 32 --heads 2 --ffn 48 --seq 16 --batch 2 --seq-dim 16 "
-                          "--seq-heads 2 --seq-ffn 24 --seq-layers 256 --save-json " + json.string() +
-                          " >/dev/null 2>" + (dir / "err.txt").string();
+                          "--seq-heads 2 --seq-ffn 24 --seq-layers 256 --save-json " +
+                          json.string() + " >/dev/null 2>" + (dir / "err.txt").string();
   const int st = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << std::ifstream(dir / "err.txt").rdbuf();
   const auto j = nlohmann::json::parse(std::ifstream(json));

@@ -43,9 +43,7 @@ TEST_F(CliErrors, HeadsNotDividingDim) {
   expect_clean_error(train({{"--heads", "3"}, {"--kv-heads", "3"}}), "n_heads");
 }
 
-TEST_F(CliErrors, SequenceLongerThanData) {
-  expect_clean_error(train({{"--seq", "1000"}}), "1000");
-}
+TEST_F(CliErrors, SequenceLongerThanData) { expect_clean_error(train({{"--seq", "1000"}}), "1000"); }
 
 TEST_F(CliErrors, BadFlagValues) {
   expect_clean_error(train({{"--lr", "-1"}}), "--lr");
@@ -107,7 +105,8 @@ TEST_F(CliErrors, BadModelConfigFiles) {
 
 // A step too large to hold is named with what it asks for, before anything is allocated.
 TEST_F(CliErrors, AStepTooLargeForTheMachineIsNamed) {
-  expect_clean_error(train({{"--accum", "2000000000"}}), "--batch 2 x --seq 8 x --accum 2000000000 tokens per step need");
+  expect_clean_error(train({{"--accum", "2000000000"}}),
+                     "--batch 2 x --seq 8 x --accum 2000000000 tokens per step need");
 }
 
 // Benchmarks refuse counts that would print inf or negative figures, flags they would ignore, and unknown names.
@@ -120,7 +119,8 @@ TEST_F(CliErrors, BenchFlagsAreCheckedBeforeRunning) {
   expect_clean_error("bench act --steps x", "--steps: must be a whole number (got 'x')");
   expect_clean_error("bench train --policies nosuch", "--policies applies to --device cuda");
   expect_clean_error("bench nosuch", "agoq bench: unknown command 'nosuch' (one of: quant, train, act, ops");
-  expect_clean_error("nosuch", "agoq: unknown command 'nosuch' (one of: prepare, train, sample, eval, inspect, plan, bench)");
+  expect_clean_error("nosuch",
+                     "agoq: unknown command 'nosuch' (one of: prepare, train, sample, eval, inspect, plan, bench)");
 }
 
 // The planner bounds every count before it multiplies them; its cost does not grow with the GPU count
@@ -135,8 +135,9 @@ TEST_F(CliErrors, PlanBoundsItsCountsAndStaysFast) {
 }
 
 TEST_F(CliErrors, DivergenceIsReported) {
-  expect_clean_error(train({{"--lr", "1e30"}, {"--min-lr", "0"}, {"--warmup", "0"}, {"--clip", "1e30"}, {"--steps", "20"}}),
-                     "diverged");
+  expect_clean_error(
+      train({{"--lr", "1e30"}, {"--min-lr", "0"}, {"--warmup", "0"}, {"--clip", "1e30"}, {"--steps", "20"}}),
+      "diverged");
 }
 
 TEST_F(CliErrors, MissingAndCorruptCheckpoint) {
@@ -183,11 +184,15 @@ TEST_F(CliErrors, NumericFlagsAreCheckedBeforeRunning) {
 // is refused by the memory model in one line (never the OOM killer), for train, sample and plan alike.
 TEST_F(CliErrors, OversizeModelsAreRefusedBeforeAllocating) {
   expect_clean_error(train({{"--layers", "100000"}}), "n_layers 100000");
-  expect_clean_error(train({{"--dim", "65536"}, {"--ffn", "65536"}, {"--heads", "256"}, {"--kv-heads", "256"},
-                            {"--layers", "64"}}),
-                     "for weights, gradients and AdamW states alone");
-  expect_clean_error(train({{"--batch", "4096"}, {"--seq", "2048"}, {"--dim", "4096"}, {"--heads", "32"},
-                            {"--kv-heads", "32"}, {"--ffn", "64"}}),
+  expect_clean_error(
+      train({{"--dim", "65536"}, {"--ffn", "65536"}, {"--heads", "256"}, {"--kv-heads", "256"}, {"--layers", "64"}}),
+      "for weights, gradients and AdamW states alone");
+  expect_clean_error(train({{"--batch", "4096"},
+                            {"--seq", "2048"},
+                            {"--dim", "4096"},
+                            {"--heads", "32"},
+                            {"--kv-heads", "32"},
+                            {"--ffn", "64"}}),
                      "lower --batch or --seq");
   // A checkpoint whose config claims 2^24 positions (consistently in config.json and trainer.json), scored in one
   // window of all of them.
@@ -239,8 +244,12 @@ TEST_F(CliErrors, MemoryTableBaselinesAreWhatTheBaselinesMeasure) {
     std::istringstream row(err.substr(at + 13, err.find('\n', at + 1) - at - 13));
     std::string v[4];
     for (std::string& x : v) row >> x;
-    return std::make_pair(std::stod(v[0]) * (v[1] == "KiB" ? 1 : v[1] == "MiB" ? 1024 : 1.0 / 1024),
-                          std::stod(v[2]) * (v[3] == "KiB" ? 1 : v[3] == "MiB" ? 1024 : 1.0 / 1024));
+    return std::make_pair(std::stod(v[0]) * (v[1] == "KiB"   ? 1
+                                             : v[1] == "MiB" ? 1024
+                                                             : 1.0 / 1024),
+                          std::stod(v[2]) * (v[3] == "KiB"   ? 1
+                                             : v[3] == "MiB" ? 1024
+                                                             : 1.0 / 1024));
   };
   const auto [mine, baseline] = optimizer_row(q8);
   EXPECT_NEAR(mine / baseline, (2 + 8.0 / 128) / 8, 0.02) << q8;

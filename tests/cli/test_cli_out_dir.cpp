@@ -106,9 +106,10 @@ TEST_F(CliOutDir, ASecondRunIntoAFolderInUseIsRefused) {
   const std::string err = d("first.err");
   const pid_t first = fork();
   if (first == 0) {
-    const std::string cmd = "exec " AGOQ_BIN_PATH " " +
-                            train({{"--steps", "100000"}, {"--ckpt-every", "0"}, {"--eval-every", "0"},
-                                   {"--resume", d("run/ckpt")}}) + " 2>" + err;
+    const std::string cmd =
+        "exec " AGOQ_BIN_PATH " " +
+        train({{"--steps", "100000"}, {"--ckpt-every", "0"}, {"--eval-every", "0"}, {"--resume", d("run/ckpt")}}) +
+        " 2>" + err;
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -141,7 +142,8 @@ TEST_F(CliOutDir, PrepareNeverReplacesACorpusSilently) {
   EXPECT_EQ(file_text(d("prep/tokenizer.model")), tok);
   {
     const DirLock held = DirLock::acquire(d("prep"), "test");
-    expect_clean_error(prep + " --vocab-size 320 --overwrite", "in use by another agoq run (pid " + std::to_string(::getpid()));
+    expect_clean_error(prep + " --vocab-size 320 --overwrite",
+                       "in use by another agoq run (pid " + std::to_string(::getpid()));
   }
   const RunResult replaced = run_agoq(prep + " --vocab-size 320 --overwrite");
   ASSERT_EQ(replaced.exit_code, 0) << replaced.err;

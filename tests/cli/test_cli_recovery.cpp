@@ -76,7 +76,6 @@ bool wait_for_steps(const std::string& metrics, size_t n, double seconds = 60) {
   return false;
 }
 
-
 // kill -9 at any moment: the link names a complete checkpoint, and the resumed run's log has every step once.
 TEST_F(CliRecovery, KilledRunResumesWithoutRepeatingSteps) {
   Started run(AGOQ_BIN_PATH " " + train({{"--steps", "100000"}, {"--ckpt-every", "5"}, {"--eval-every", "0"}}));
@@ -136,12 +135,12 @@ TEST_F(CliRecovery, StopNoteNamesTheLastGoodCheckpoint) {
 // Under mpirun every rank must stop at the same step: a signal to one rank (SIGTERM), or SIGUSR1 to mpirun, which
 // forwards it to all.
 TEST_F(CliRecovery, StopSignalUnderMpiStopsEveryRankAtOneStep) {
-  const std::string mpirun = "mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "
-                             "-x OPENBLAS_NUM_THREADS=1 -np 2 " AGOQ_BIN_PATH " ";
+  const std::string mpirun =
+      "mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "
+      "-x OPENBLAS_NUM_THREADS=1 -np 2 " AGOQ_BIN_PATH " ";
   for (const char* to : {"one rank", "mpirun"}) {
     fs::remove_all(d("run"));
-    Started run(mpirun + train({{"--steps", "100000"}, {"--eval-every", "0"}, {"--zero", "1"}}) + " 2>" +
-                d("err.txt"));
+    Started run(mpirun + train({{"--steps", "100000"}, {"--eval-every", "0"}, {"--zero", "1"}}) + " 2>" + d("err.txt"));
     ASSERT_TRUE(wait_for_steps(d("run/metrics.jsonl"), 3));
     if (std::string(to) == "mpirun") {
       kill(run.pid, SIGUSR1);
@@ -159,8 +158,11 @@ TEST_F(CliRecovery, StopSignalUnderMpiStopsEveryRankAtOneStep) {
     EXPECT_EQ(ckpt_step(d("run/ckpt")), steps.back()) << to;
     EXPECT_NE(file_text(d("err.txt")).find("stopped by"), std::string::npos) << file_text(d("err.txt"));
     // The ZeRO shards of both ranks made it into the checkpoint: a single process resumes from it.
-    EXPECT_EQ(run_agoq(train({{"--steps", std::to_string(steps.back() + 1)}, {"--resume", d("run/ckpt")},
-                              {"--zero", "0"}})).exit_code, 0) << to;
+    EXPECT_EQ(
+        run_agoq(train({{"--steps", std::to_string(steps.back() + 1)}, {"--resume", d("run/ckpt")}, {"--zero", "0"}}))
+            .exit_code,
+        0)
+        << to;
   }
 }
 
@@ -192,8 +194,8 @@ TEST_F(CliRecovery, DiskTooSmallForACheckpointFailsCleanly) {
   EXPECT_TRUE(full) << r.err;
   EXPECT_NE(r.err.find(d("small/run/ckpt-step4")), std::string::npos) << "the path is named: " << r.err;
   for (const std::string& p : left) EXPECT_EQ(p.find(".tmp"), std::string::npos) << p;
-  EXPECT_EQ(std::count_if(left.begin(), left.end(), [](const std::string& p) { return p.find("ckpt-step4") != p.npos; }),
-            0);
+  EXPECT_EQ(
+      std::count_if(left.begin(), left.end(), [](const std::string& p) { return p.find("ckpt-step4") != p.npos; }), 0);
   EXPECT_EQ(kept, 2);
   EXPECT_EQ(resumed, 0);
 }
@@ -232,7 +234,8 @@ TEST_F(CliRecovery, DamagedTrainerJsonIsNamed) {
   const json good = j;
   j["trainer"].erase("loader");
   std::ofstream(marker) << j.dump();
-  expect_clean_error(train({{"--steps", "4"}, {"--resume", d("run/ckpt")}}), "trainer.json has no data-loader position");
+  expect_clean_error(train({{"--steps", "4"}, {"--resume", d("run/ckpt")}}),
+                     "trainer.json has no data-loader position");
   j["trainer"]["loader"] = "v1 1 2";
   std::ofstream(marker) << j.dump();
   expect_clean_error(train({{"--steps", "4"}, {"--resume", d("run/ckpt")}}), "trainer.json: data loader state");
@@ -256,11 +259,17 @@ TEST_F(CliRecovery, DamagedTrainerJsonIsNamed) {
   refused([](json& k) { k["step"] = 3; }, "model.safetensors was saved at step 2, trainer.json says step 3");
   refused([](json& k) { k["trainer"]["optim_state"] = "q8"; }, "optim_state is q8 but optim_q8");
   refused([](json& k) { k["trainer"]["optim_state"] = 7; }, "optim_state is not a string");
-  refused([](json& k) { k["trainer"]["optim_state"] = "q8", k["trainer"]["optim_q8"] = {{"block", "x"}}; },
-          "optim_q8.block is missing or not an integer");
-  refused([](json& k) { k["trainer"]["optim_state"] = "q8", k["trainer"]["tp"] = 4,
-                        k["trainer"]["optim_q8"] = {{"block", 128}, {"m_root", 1}, {"v_root", 2}}; },
-          "says it was written with tensor parallelism 4, which this model cannot have been split into");
+  refused(
+      [](json& k) {
+    k["trainer"]["optim_state"] = "q8", k["trainer"]["optim_q8"] = {{"block", "x"}};
+      },
+      "optim_q8.block is missing or not an integer");
+  refused(
+      [](json& k) {
+    k["trainer"]["optim_state"] = "q8", k["trainer"]["tp"] = 4,
+    k["trainer"]["optim_q8"] = {{"block", 128}, {"m_root", 1}, {"v_root", 2}};
+      },
+      "says it was written with tensor parallelism 4, which this model cannot have been split into");
   refused([](json& k) { k["trainer"]["tp"] = "two"; }, "tp must be a whole number");
 }
 

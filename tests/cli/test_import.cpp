@@ -40,9 +40,9 @@ class ImportHf : public ::testing::Test {
     RefModel m;
     m.dir = (root() / std::to_string(made.size())).string();
     python_ref_run("tests/cli/import_reference.py", "make-hf " + m.dir + " " + flags);
-    const std::string out = python_ref_run("tests/cli/import_reference.py", "score " + m.dir + " " + m.dir +
-                                                                                 "/text.txt " + std::to_string(kSeq) +
-                                                                                 " '" + kPrompt + "' 32");
+    const std::string out =
+        python_ref_run("tests/cli/import_reference.py",
+                       "score " + m.dir + " " + m.dir + "/text.txt " + std::to_string(kSeq) + " '" + kPrompt + "' 32");
     m.ref = last_json_line(out);
     return made[flags] = m;
   }
@@ -75,9 +75,8 @@ class ImportHf : public ::testing::Test {
 
   void expect_greedy_equal(const RefModel& m) {
     int st = 0;
-    const std::string out = agoq_stdout("sample --ckpt " + m.dir + " --prompt '" + kPrompt +
-                                            "' --tokens 32 --temperature 0 --json",
-                                        &st);
+    const std::string out =
+        agoq_stdout("sample --ckpt " + m.dir + " --prompt '" + kPrompt + "' --tokens 32 --temperature 0 --json", &st);
     ASSERT_EQ(st, 0) << out;
     const json j = last_json_line(out);
     EXPECT_EQ(j["prompt_ids"], m.ref["prompt_ids"]);
@@ -85,7 +84,8 @@ class ImportHf : public ::testing::Test {
   }
 
   // A copy of a model folder whose config.json has `key` set to `value`.
-  static std::string with_config(const RefModel& m, const std::string& name, const std::string& key, const json& value) {
+  static std::string with_config(const RefModel& m, const std::string& name, const std::string& key,
+                                 const json& value) {
     const fs::path dir = root() / name;
     fs::remove_all(dir);
     fs::copy(m.dir, dir, fs::copy_options::recursive);
@@ -127,7 +127,8 @@ TEST_F(ImportHf, PrepareWithAModelsTokenizerGivesItsTokens) {
   const std::string out = (root() / "prepared").string();
   fs::remove_all(out);
   int st = 0;
-  const std::string log = agoq_stdout("prepare --input " + m.dir + "/text.txt --tokenizer " + m.dir + " --out " + out, &st);
+  const std::string log =
+      agoq_stdout("prepare --input " + m.dir + "/text.txt --tokenizer " + m.dir + " --out " + out, &st);
   ASSERT_EQ(st, 0) << log;
   const json meta = json::parse(file_text(out + "/meta.json"));
   EXPECT_EQ(meta["tokens"], m.ref["tokens"].get<size_t>() + 1);  // scored = all but the first (its BOS)
@@ -156,9 +157,8 @@ std::string prepared_with_model_tokenizer(const RefModel& m) {
   out = (fs::temp_directory_path() / ("agoq_import_data_" + std::to_string(::getpid()))).string();
   fs::remove_all(out);
   int st = 0;
-  const std::string log = agoq_stdout("prepare --input " + m.dir + "/text.txt --tokenizer " + m.dir + " --out " + out +
-                                          " --val-fraction 0.2",
-                                      &st);
+  const std::string log = agoq_stdout(
+      "prepare --input " + m.dir + "/text.txt --tokenizer " + m.dir + " --out " + out + " --val-fraction 0.2", &st);
   EXPECT_EQ(st, 0) << log;
   return out;
 }
@@ -191,7 +191,8 @@ TEST_F(ImportHf, FineTuneStartsFromTheModelsWeightsAndKeepsItsConfig) {
   const std::string ckpt = run + "/ckpt";
   const double before = eval_loss(m.dir, m.dir + "/text.txt"), after = eval_loss(ckpt, m.dir + "/text.txt");
   EXPECT_LE(std::abs(after - before), 1e-7 * before) << "pretrained " << before << ", after a step of lr 0 " << after;
-  const json cfg = json::parse(file_text(ckpt + "/config.json")), original = json::parse(file_text(m.dir + "/config.json"));
+  const json cfg = json::parse(file_text(ckpt + "/config.json")),
+             original = json::parse(file_text(m.dir + "/config.json"));
   EXPECT_EQ(cfg["rope_scaling"]["rope_type"], "llama3");
   EXPECT_EQ(cfg["bos_token_id"], original["bos_token_id"]);  // a field agoq does not use, kept
   EXPECT_EQ(cfg["transformers_version"], original["transformers_version"]);
@@ -206,9 +207,10 @@ TEST_F(ImportHf, FineTunedCheckpointLoadsInTransformersAsItself) {
   const RefModel& m = model("--rope llama3");
   const std::string run = fine_tune(m, "agoq", "--steps 20 --warmup 2 --lr 3e-3 --eval-every 0");
   ASSERT_TRUE(fs::exists(run + "/ckpt/trainer.json"));
-  RefModel tuned{run + "/ckpt", last_json_line(python_ref_run("tests/cli/import_reference.py",
-                                                              "score " + run + "/ckpt " + m.dir + "/text.txt " +
-                                                                  std::to_string(kSeq) + " '" + kPrompt + "' 32")),
+  RefModel tuned{run + "/ckpt",
+                 last_json_line(python_ref_run("tests/cli/import_reference.py",
+                                               "score " + run + "/ckpt " + m.dir + "/text.txt " + std::to_string(kSeq) +
+                                                   " '" + kPrompt + "' 32")),
                  m.dir + "/text.txt"};
   EXPECT_LT(eval_loss(tuned.dir, m.dir + "/text.txt"), eval_loss(m.dir, m.dir + "/text.txt"));  // it learnt
   expect_eval_equal(tuned);
@@ -237,10 +239,10 @@ TEST_F(ImportHf, FineTuneStoppedAndResumedIsBitIdentical) {
   const std::string straight = fine_tune(m, "straight", flags);
   const std::string split = fine_tune(m, "split", flags + " --stop-after 3");
   int st = 0;
-  const std::string log = agoq_stdout("train --data " + prepared_with_model_tokenizer(m) + " --out " + split +
-                                          " --resume " + split + "/ckpt --batch 2 --seq 32 --eval-batches 2 --quiet " +
-                                          flags,
-                                      &st);
+  const std::string log =
+      agoq_stdout("train --data " + prepared_with_model_tokenizer(m) + " --out " + split + " --resume " + split +
+                      "/ckpt --batch 2 --seq 32 --eval-batches 2 --quiet " + flags,
+                  &st);
   ASSERT_EQ(st, 0) << log;
   expect_same_weights(straight + "/ckpt/model.safetensors", split + "/ckpt/model.safetensors");
   EXPECT_EQ(json::parse(file_text(split + "/ckpt/config.json"))["transformers_version"],
@@ -264,8 +266,9 @@ std::vector<double> step_losses(const std::string& run) {
 // data-parallel (every replica the whole model), unquantized, step for step one process's losses (DP 2 against
 // --accum 2), and a 4-rank TP 2 x DP 2 run with AGoQ's defaults close to it.
 TEST_F(ImportHf, FineTuneOnSeveralRanksStartsFromTheModelAsOneProcessDoes) {
-  const std::string mpirun = "mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "
-                             "-x OPENBLAS_NUM_THREADS=1 ";
+  const std::string mpirun =
+      "mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "
+      "-x OPENBLAS_NUM_THREADS=1 ";
   const std::string common = "--steps 4 --warmup 1 --lr 3e-3 --eval-every 0 --log-every 1";
   struct Grid {
     const char *model, *ranks, *flags, *single;
@@ -283,11 +286,10 @@ TEST_F(ImportHf, FineTuneOnSeveralRanksStartsFromTheModelAsOneProcessDoes) {
     const std::string run = (root() / "grid").string();
     fs::remove_all(run);
     int st = 0;
-    const std::string log = agoq_stdout(mpirun + g.ranks + " " AGOQ_BIN_PATH " train --data " +
-                                            prepared_with_model_tokenizer(m) + " --init-from " + m.dir + " --out " +
-                                            run + " --batch 2 --seq 32 --eval-batches 2 --quiet " + common + " " +
-                                            g.flags,
-                                        &st, "");
+    const std::string log = agoq_stdout(
+        mpirun + g.ranks + " " AGOQ_BIN_PATH " train --data " + prepared_with_model_tokenizer(m) + " --init-from " +
+            m.dir + " --out " + run + " --batch 2 --seq 32 --eval-batches 2 --quiet " + common + " " + g.flags,
+        &st, "");
     ASSERT_EQ(st, 0) << log;
     const std::vector<double> want = step_losses(single), got = step_losses(run);
     ASSERT_EQ(got.size(), 4u);
@@ -331,10 +333,12 @@ TEST_F(ImportHf, PromptCompletionDataIsTheTokenizersAndTrains) {
     for (int i = 0; i < 60; ++i) {
       const std::string a = names[i % 5], b = names[(i + 2) % 5];
       if (i % 3 == 2)
-        f << json{{"messages", {{{"role", "user"}, {"content", "Who danced with " + a + "?"}},
-                                {{"role", "assistant"}, {"content", b + " did, twice."}}}}}.dump() << "\n";
-      else
-        f << json{{"prompt", "Q: who wrote to " + a + "?\nA:"}, {"completion", " " + b + " wrote."}}.dump() << "\n";
+        f << json{{"messages",
+                   {{{"role", "user"}, {"content", "Who danced with " + a + "?"}},
+                    {{"role", "assistant"}, {"content", b + " did, twice."}}}}}
+                 .dump()
+          << "\n";
+      else f << json{{"prompt", "Q: who wrote to " + a + "?\nA:"}, {"completion", " " + b + " wrote."}}.dump() << "\n";
       if (i == 7) f << "\n";  // blank lines are skipped
     }
   }
@@ -388,8 +392,8 @@ TEST_F(ImportHf, PromptCompletionDataIsTheTokenizersAndTrains) {
                      "packs its examples for --seq 64, not 16");
 
   // Bad lines: one line naming the file and line, and nothing written.
-  auto refused = [&](const std::string& name, const std::string& line, const std::string& needle,
-                     const std::string& flags = "") {
+  auto refused =
+      [&](const std::string& name, const std::string& line, const std::string& needle, const std::string& flags = "") {
     const std::string bad = (dir / name).string();
     std::ofstream(bad) << "{\"prompt\": \"a\", \"completion\": \" b\"}\n" << line << "\n";
     expect_clean_error("prepare --format prompt-completion --input " + bad + " --tokenizer " + m.dir +
@@ -401,8 +405,7 @@ TEST_F(ImportHf, PromptCompletionDataIsTheTokenizersAndTrains) {
   refused("fields.jsonl", "{\"text\": \"x\"}", "needs \"prompt\" and \"completion\", or \"messages\"");
   refused("type.jsonl", "{\"prompt\": 3, \"completion\": \"x\"}", "\"prompt\" must be a string");
   refused("empty.jsonl", "{\"prompt\": \"x\", \"completion\": \"\"}", "the completion is empty");
-  refused("noassistant.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}",
-          "no assistant message");
+  refused("noassistant.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", "no assistant message");
   const std::string longer = json{{"prompt", "x"}, {"completion", std::string(400, 'z') + " the end"}}.dump();
   refused("long.jsonl", longer, "the example does not fit a window of --seq + 1 = 65 tokens");
   const std::string long_prompt = json{{"prompt", std::string(400, 'z')}, {"completion", "y"}}.dump();
@@ -417,8 +420,8 @@ TEST_F(ImportHf, PromptCompletionDataIsTheTokenizersAndTrains) {
   const std::string chat = (dir / "chat.jsonl").string();
   std::ofstream(chat) << json{{"messages", {{{"role", "assistant"}, {"content", "hi"}}}}}.dump() << "\n";
   const std::string plain = model("--rope llama3").dir;
-  expect_clean_error("prepare --format prompt-completion --input " + chat + " --tokenizer " + plain + " --seq 64 --out " +
-                         (dir / "nochat").string(),
+  expect_clean_error("prepare --format prompt-completion --input " + chat + " --tokenizer " + plain +
+                         " --seq 64 --out " + (dir / "nochat").string(),
                      chat + ":1: \"messages\" are rendered with ChatML's <|im_start|> and <|im_end|>");
   fs::remove_all(dir);
 }
@@ -430,7 +433,8 @@ TEST_F(ImportHf, WhatAgoqDoesNotComputeIsRefusedByName) {
   expect_clean_error("inspect " + with_config(m, "yarn", "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}),
                      "yarn");
   expect_clean_error("inspect " + with_config(m, "headdim", "head_dim", 32), "head_dim");
-  expect_clean_error("inspect " + with_config(m, "arch", "architectures", json::array({"GemmaForCausalLM"})), "GemmaForCausalLM");
+  expect_clean_error("inspect " + with_config(m, "arch", "architectures", json::array({"GemmaForCausalLM"})),
+                     "GemmaForCausalLM");
   expect_clean_error("inspect " + with_config(m, "act", "hidden_act", "gelu"), "hidden_act");
   // Mistral's window shorter than the sequence: exact only when it holds it.
   const std::string mistral = with_config(model("--mistral"), "window", "sliding_window", 16);
@@ -483,15 +487,18 @@ TEST(ImportGguf, LossEqualsTheHfModelItWasMadeFrom) {
   const fs::path dir = fs::temp_directory_path() / ("agoq_import_gguf_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   python_ref_run("tests/formats/gguf_reference.py", "model " + dir.string());
-  python_ref_run("tests/cli/import_reference.py", "f16-round " + (dir / "hf").string() + " " + (dir / "hf_f16").string());
+  python_ref_run("tests/cli/import_reference.py",
+                 "f16-round " + (dir / "hf").string() + " " + (dir / "hf_f16").string());
   const std::string text = "/usr/share/common-licenses/GPL-3";
   auto loss = [&](const std::string& model) {
     int st = 0;
-    const std::string out = agoq_stdout("eval --ckpt " + model + " --text " + text + " --seq 64 --max-tokens 3000 --json", &st);
+    const std::string out =
+        agoq_stdout("eval --ckpt " + model + " --text " + text + " --seq 64 --max-tokens 3000 --json", &st);
     EXPECT_EQ(st, 0) << model << "\n" << out;
     return st == 0 ? last_json_line(out)["loss"].get<double>() : -1.0;
   };
-  for (const auto& [gguf, hf] : {std::pair{"untied-F32.gguf", "hf"}, {"tied-F32.gguf", "hf_tied"}, {"untied-F16.gguf", "hf_f16"}}) {
+  for (const auto& [gguf, hf] :
+       {std::pair{"untied-F32.gguf", "hf"}, {"tied-F32.gguf", "hf_tied"}, {"untied-F16.gguf", "hf_f16"}}) {
     const double a = loss((dir / gguf).string()), b = loss((dir / hf).string());
     EXPECT_GT(b, 0) << hf;
     EXPECT_LE(std::abs(a - b), 1e-5 * b) << gguf << " " << a << " vs " << hf << " " << b;

@@ -27,19 +27,22 @@ class LayoutAuto : public CliErrors {
   void expect_planners_choice(int ranks, int batch, int accum) const {
     const std::string cal = calibration();
     int st = 0;
-    const std::string plan = agoq_stdout("plan --auto --json --model " + d("config.json") + " --gpus " +
-                                         std::to_string(ranks) + " --seq 8 --global-batch " +
-                                         std::to_string(batch * accum * ranks) + " --reserve 0 --calibration " + cal,
-                                         &st);
+    const std::string plan = agoq_stdout(
+        "plan --auto --json --model " + d("config.json") + " --gpus " + std::to_string(ranks) +
+            " --seq 8 --global-batch " + std::to_string(batch * accum * ranks) + " --reserve 0 --calibration " + cal,
+        &st);
     ASSERT_EQ(st, 0) << plan;
     const std::string want = nlohmann::json::parse(plan)["best_baseline"]["name"];
-    const std::string mpirun = "mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "
-                               "-x OPENBLAS_NUM_THREADS=1 -np " + std::to_string(ranks) + " ";
+    const std::string mpirun =
+        "mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "
+        "-x OPENBLAS_NUM_THREADS=1 -np " +
+        std::to_string(ranks) + " ";
     const std::string launcher = (ranks == 1 ? std::string() : mpirun) + AGOQ_BIN_PATH " ";
-    const std::string out = agoq_stdout("train --quiet --baseline --layout auto --calibration " + cal + " --config " +
-                                        d("config.json") + " --data " + d("data") + " --seq 8 --batch " +
-                                        std::to_string(batch) + " --accum " + std::to_string(accum) +
-                                        " --steps 2 --eval-every 0 --eval-batches 1 --out " + d("run"), &st, launcher);
+    const std::string out =
+        agoq_stdout("train --quiet --baseline --layout auto --calibration " + cal + " --config " + d("config.json") +
+                        " --data " + d("data") + " --seq 8 --batch " + std::to_string(batch) + " --accum " +
+                        std::to_string(accum) + " --steps 2 --eval-every 0 --eval-batches 1 --out " + d("run"),
+                    &st, launcher);
     ASSERT_EQ(st, 0) << out;
     EXPECT_NE(out.find("layout auto: " + want + ", predicted"), std::string::npos) << out << "\nwanted: " << want;
     EXPECT_TRUE(fs::exists(d("run/metrics.jsonl")));

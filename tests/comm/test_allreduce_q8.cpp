@@ -274,8 +274,8 @@ TEST(AllreduceQ8, MatchesExactSumWithinBlockBoundAndSimulation) {
 TEST(AllreduceQ8, InPlaceCodesEqualTheDequantizedPath) {
   Communicator& w = W();
   CommQ8Workspace ws;
-  for (size_t n : {size_t(0), size_t(1), size_t(w.size() + 1), size_t(257), size_t(7919), size_t(131071),
-                   size_t(1000003)})
+  for (size_t n :
+       {size_t(0), size_t(1), size_t(w.size() + 1), size_t(257), size_t(7919), size_t(131071), size_t(1000003)})
     for (bool average : {false, true}) {
       SCOPED_TRACE("n = " + std::to_string(n) + (average ? " average" : " sum"));
       GradQ8Options q;
@@ -353,7 +353,7 @@ TEST(AllreduceQ8, ErrorDoesNotGrowWithRanks) {
     r8.push_back(rel_l2(ring_q8(xs, 256), ex));
     if (W().rank() == 0)
       std::printf("N=%d  relative L2 error: allreduce_q8 %.4f%%  int8 ring %.4f%%  bf16 ring %.4f%%\n", N,
-                100 * q8.back(), 100 * r8.back(), 100 * bf.back());
+                  100 * q8.back(), 100 * r8.back(), 100 * bf.back());
   }
   const double lo = *std::min_element(q8.begin(), q8.end()), hi = *std::max_element(q8.begin(), q8.end());
   EXPECT_LE(hi, 1.10 * lo) << "allreduce_q8's error must not grow with N";

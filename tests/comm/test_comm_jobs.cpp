@@ -21,7 +21,8 @@ TEST(CommJobs, RunInIndexOrderWhateverTheReadyOrder) {
   for (bool overlap : {true, false}) {
     std::vector<int> order;  // written by the jobs' thread, read after wait_all
     std::vector<int64_t> sums(n);
-    CommJobs jobs(n, [&](int j) { order.push_back(j), sums[j] = w.allreduce_value(int64_t(j + 1)); }, overlap);
+    CommJobs jobs(
+        n, [&](int j) { order.push_back(j), sums[j] = w.allreduce_value(int64_t(j + 1)); }, overlap);
     EXPECT_EQ(jobs.overlapping(), overlap && comm_thread_level() != CommThreads::single);
     Rng rng(3, uint64_t(w.rank()));
     for (int round = 0; round < 2; ++round) {
@@ -44,10 +45,13 @@ TEST(CommJobs, FailureIsRethrownAndTheNextRoundRunsClean) {
   for (bool overlap : {true, false}) {
     std::vector<int> order;
     bool fail = true;
-    CommJobs jobs(5, [&](int j) {
+    CommJobs jobs(
+        5,
+        [&](int j) {
       if (fail && j == 2) throw Error("job 2 failed");
       order.push_back(j);
-    }, overlap);
+        },
+        overlap);
     for (int j = 0; j < 5; ++j) jobs.ready(j);
     EXPECT_THROW(jobs.wait_all(), Error);
     EXPECT_EQ(order, (std::vector<int>{0, 1})) << "the jobs after a failure are skipped";

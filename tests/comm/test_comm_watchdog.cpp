@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <thread>
 
-#include "comm/comm_watchdog.h"
 #include "../common/expect_error.h"
+#include "comm/comm_watchdog.h"
 
 namespace agoq {
 namespace {

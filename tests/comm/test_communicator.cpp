@@ -145,12 +145,11 @@ TEST(Communicator, NonBlockingAlltoallvAndAllgathervInFlightTogether) {
       for (size_t i = 0; i < sb[p]; ++i) a2a_send[j][sd[p] + i] = pattern(r, p, i + j);
     uint8_t* own = gathered[j].data() + ag_rd[j][r];
     for (size_t i = 0; i < ag_rb[r]; ++i) own[i] = pattern(r, j, i);
-    reqs.push_back(w.ialltoallv(a2a_send[j].data(), sb.data(), sd.data(), a2a_recv[j].data(), rb.data(),
-                                a2a_rd[j].data()));
+    reqs.push_back(
+        w.ialltoallv(a2a_send[j].data(), sb.data(), sd.data(), a2a_recv[j].data(), rb.data(), a2a_rd[j].data()));
     reqs.push_back(w.iallgatherv(own, ag_rb[r], gathered[j].data(), ag_rb.data(), ag_rd[j].data()));  // in place
   }
-  for (int spin = 0; spin < 1000 && !reqs.front().test(); ++spin) {
-  }
+  for (int spin = 0; spin < 1000 && !reqs.front().test(); ++spin) {}
   for (auto it = reqs.rbegin(); it != reqs.rend(); ++it) it->wait();
   for (int j = 0; j < rounds; ++j)
     for (int p = 0; p < N; ++p) {

@@ -22,8 +22,8 @@ std::string nccl_skip_reason(int ranks) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) return cudaGetLastError(), std::string("no usable GPU: ") + cudaGetErrorString(e);
-  if (count < ranks) return std::to_string(ranks) + " ranks need as many GPUs (this machine has " +
-                            std::to_string(count) + ")";
+  if (count < ranks)
+    return std::to_string(ranks) + " ranks need as many GPUs (this machine has " + std::to_string(count) + ")";
   return "";
 }
 

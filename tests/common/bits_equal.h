@@ -6,6 +6,8 @@
 
 namespace agoq {
 
-inline bool bits_equal(const void* a, const void* b, size_t bytes) { return bytes == 0 || std::memcmp(a, b, bytes) == 0; }
+inline bool bits_equal(const void* a, const void* b, size_t bytes) {
+  return bytes == 0 || std::memcmp(a, b, bytes) == 0;
+}
 
 }  // namespace agoq

@@ -43,7 +43,8 @@ inline std::vector<QuantFormat> quant_test_formats() {
   for (int bits : {2, 3, 4, 8})
     for (int g : {32, 64, 128, 256})
       for (bool sym : {true, false})
-        for (auto r : {QuantRounding::nearest, QuantRounding::stochastic}) v.push_back(quant_format_int(bits, g, sym, r));
+        for (auto r : {QuantRounding::nearest, QuantRounding::stochastic})
+          v.push_back(quant_format_int(bits, g, sym, r));
   return v;
 }
 

@@ -36,8 +36,7 @@ TEST(CpuShare, SeesOtherProcesses) {
   const pid_t child = fork();
   if (child == 0) {  // spins until it has had 0.3 s of CPU (however loaded the machine is), or 20 s have passed
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::clock() < CLOCKS_PER_SEC * 3 / 10 && std::chrono::steady_clock::now() < give_up) {
-    }
+    while (std::clock() < CLOCKS_PER_SEC * 3 / 10 && std::chrono::steady_clock::now() < give_up) {}
     _exit(0);
   }
   ASSERT_GT(child, 0);

@@ -7,9 +7,9 @@
 
 #include "cuda/cuda_check.h"
 
-#define AGOQ_REQUIRE_GPU()                                                           \
-  do {                                                                               \
-    const std::string agoq_gpu_why = ::agoq::cuda_unavailable_reason();              \
-    if (!agoq_gpu_why.empty()) GTEST_SKIP() << "no usable GPU: " << agoq_gpu_why;   \
-    ::agoq::cuda_device_open();                                                      \
+#define AGOQ_REQUIRE_GPU()                                                        \
+  do {                                                                            \
+    const std::string agoq_gpu_why = ::agoq::cuda_unavailable_reason();           \
+    if (!agoq_gpu_why.empty()) GTEST_SKIP() << "no usable GPU: " << agoq_gpu_why; \
+    ::agoq::cuda_device_open();                                                   \
   } while (0)

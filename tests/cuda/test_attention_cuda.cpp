@@ -42,8 +42,8 @@ TEST(CudaAttention, ForwardAndBackwardMatchTheReference) {
   for (AttnCase c : {AttnCase{2, 5, 4, 2, 6, 2}, AttnCase{1, 67, 4, 1, 16, 32}, AttnCase{2, 40, 8, 8, 32, 128}})
     for (bool masked : {false, true}) {  // causal, then with documents packed into the sequences
       // Document starts as the CPU op test draws them; null without masking.
-      const std::vector<int32_t> starts = masked ? doc_starts_random(c.B, c.T, 44, c.T < 10 ? 3 : 20)
-                                                 : std::vector<int32_t>{};
+      const std::vector<int32_t> starts =
+          masked ? doc_starts_random(c.B, c.T, 44, c.T < 10 ? 3 : 20) : std::vector<int32_t>{};
       DeviceBuffer<int32_t> dDocs = dev(starts.empty() ? std::vector<int32_t>{0} : starts);
       const int32_t* docs = masked ? dDocs.data() : nullptr;
       const int32_t* docs_host = masked ? starts.data() : nullptr;
@@ -62,8 +62,8 @@ TEST(CudaAttention, ForwardAndBackwardMatchTheReference) {
       EXPECT_LT(rel_err(o, want), 1e-5) << c;
       EXPECT_LT(rel_err(host(dLse), want_lse), 1e-5) << c;
 
-      attn.backward(gQ.data(), gK.data(), gV.data(), dR.data(), dQ.data(), dK.data(), dV.data(), dO.data(),
-                    dLse.data(), docs);
+      attn.backward(gQ.data(), gK.data(), gV.data(), dR.data(), dQ.data(), dK.data(), dV.data(), dO.data(), dLse.data(),
+                    docs);
       const auto dq = host(gQ), dk = host(gK), dv = host(gV);
       Vec out(nq);
       auto loss = [&] {
@@ -77,8 +77,8 @@ TEST(CudaAttention, ForwardAndBackwardMatchTheReference) {
       EXPECT_LT(fd_err(dv.data(), vd, loss, count, 3), 1e-4) << "dv " << c;
 
       // Deterministic: a second backward gives the same bits.
-      attn.backward(gQ.data(), gK.data(), gV.data(), dR.data(), dQ.data(), dK.data(), dV.data(), dO.data(),
-                    dLse.data(), docs);
+      attn.backward(gQ.data(), gK.data(), gV.data(), dR.data(), dQ.data(), dK.data(), dV.data(), dO.data(), dLse.data(),
+                    docs);
       EXPECT_TRUE(bits_equal(host(gK).data(), dk.data(), dk.size() * sizeof(float))) << c;
       EXPECT_TRUE(bits_equal(host(gQ).data(), dq.data(), dq.size() * sizeof(float))) << c;
     }

@@ -127,7 +127,7 @@ TEST(CudaOps, CrossEntropyLossAndGradient) {
   AGOQ_REQUIRE_GPU();
   const int N = 10, V = 4099;
   auto logits = randn(size_t(N) * V, 80, 3.0f);
-  logits[5 * V + 2] = 1000.0f;  // a huge logit must not overflow
+  logits[5 * V + 2] = 1000.0f;                                               // a huge logit must not overflow
   const std::vector<int> targets = {0, 4098, 5, -1, 17, 2, 8, -100, 30, V};  // the last one is out of range
   const float scale = 0.25f;
   DeviceBuffer<float> dZ = dev(logits), dLoss(N, MemCategory::activations);
@@ -266,8 +266,8 @@ TEST(CudaMatmul, ForwardAndBackwardFp32AndBf16) {
       mm.forward(dOut.data(), pin, pw, t, s.N, s.in_dim, s.out_dim);
       Vec want(dOut.size()), ind = to_double(in), wd = to_double(w), dd = to_double(dout), want_din, want_dw;
       ref::matmul_forward(want.data(), ind.data(), wd.data(), s.N, s.in_dim, s.out_dim);
-      const std::string what = std::to_string(s.N) + "x" + std::to_string(s.in_dim) + "x" +
-                               std::to_string(s.out_dim) + (bf ? " bf16" : " fp32");
+      const std::string what = std::to_string(s.N) + "x" + std::to_string(s.in_dim) + "x" + std::to_string(s.out_dim) +
+                               (bf ? " bf16" : " fp32");
       EXPECT_LT(rel_err(host(dOut), want), kSumTol) << what;
 
       matmul_backward_ref(want_din, want_dw, dd, ind, wd, s.N, s.in_dim, s.out_dim);

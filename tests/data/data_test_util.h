@@ -49,12 +49,15 @@ using agoq::expect_error;
 
 // Deterministic English-like text (word salad with punctuation and numbers) for tokenizer tests.
 inline std::string synthetic_text(size_t lines, uint64_t seed = 1) {
-  static const char* words[] = {"the", "a", "truth", "universally", "acknowledged", "that", "single", "man",
-                                "in", "possession", "of", "good", "fortune", "must", "be", "want", "wife",
-                                "however", "little", "known", "feelings", "or", "views", "such", "may", "on",
-                                "his", "first", "entering", "neighbourhood", "this", "is", "so", "well", "fixed",
-                                "minds", "surrounding", "families", "he", "considered", "rightful", "property",
-                                "some", "one", "other", "their", "daughters", "Elizabeth", "Darcy", "Bennet"};
+  static const char* words[] = {"the",         "a",        "truth",    "universally", "acknowledged", "that",
+                                "single",      "man",      "in",       "possession",  "of",           "good",
+                                "fortune",     "must",     "be",       "want",        "wife",         "however",
+                                "little",      "known",    "feelings", "or",          "views",        "such",
+                                "may",         "on",       "his",      "first",       "entering",     "neighbourhood",
+                                "this",        "is",       "so",       "well",        "fixed",        "minds",
+                                "surrounding", "families", "he",       "considered",  "rightful",     "property",
+                                "some",        "one",      "other",    "their",       "daughters",    "Elizabeth",
+                                "Darcy",       "Bennet"};
   std::string out;
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   auto next = [&](uint64_t n) {

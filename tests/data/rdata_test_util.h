@@ -51,8 +51,7 @@ struct Xdr {
 };
 
 // A named list (VECSXP + names attribute) of the given (already serialized) items.
-inline std::string named_list(const std::vector<std::pair<std::string, std::string>>& items,
-                              bool first_use_of_names) {
+inline std::string named_list(const std::vector<std::pair<std::string, std::string>>& items, bool first_use_of_names) {
   Xdr x;
   x.i32(19 | 1 << 9).i32(int64_t(items.size()));
   for (const auto& [name, body] : items) x.b += body;
@@ -67,8 +66,9 @@ inline std::string named_list(const std::vector<std::pair<std::string, std::stri
 inline std::string zlib_be(const std::string& s) {  // R's lazy-load entry: 4-byte big-endian length + zlib stream
   uLongf n = compressBound(uLong(s.size()));
   std::string out(n, '\0');
-  EXPECT_EQ(compress2(reinterpret_cast<Bytef*>(out.data()), &n, reinterpret_cast<const Bytef*>(s.data()),
-                      uLong(s.size()), 6), Z_OK);
+  EXPECT_EQ(
+      compress2(reinterpret_cast<Bytef*>(out.data()), &n, reinterpret_cast<const Bytef*>(s.data()), uLong(s.size()), 6),
+      Z_OK);
   out.resize(n);
   return Xdr().i32(int64_t(s.size())).b + out;
 }

@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 
-#include "tests/data/data_test_util.h"
-#include "tests/data/rdata_test_util.h"
 #include "data/corpus.h"
 #include "data/rdata.h"
+#include "tests/data/data_test_util.h"
+#include "tests/data/rdata_test_util.h"
 
 namespace agoq {
 
@@ -90,8 +90,11 @@ TEST(RData, RefusesClaimsBeyondTheInput) {
   Xdr idx;
   idx.header();
   const std::string bad = named_list({{"x", Xdr().i32(14).i32(2).f64(-1).f64(1e300).b}}, true);
-  expect_error([&] { RLazyLoadDb(idx.b + named_list({{"variables", bad}}, false), "", "mem"); },
-               {"mem.rdx", "index entry -1 is not a byte count"});
+  expect_error(
+      [&] {
+    RLazyLoadDb(idx.b + named_list({{"variables", bad}}, false), "", "mem");
+      },
+      {"mem.rdx", "index entry -1 is not a byte count"});
   // An object past the end of the .rdb is refused before its length is allocated.
   const auto db = lazy_db_bytes({{"a", {"x"}}});  // a pair, not bindings: the lambda uses it (clang 14)
   expect_error([&] { RLazyLoadDb(db.first, db.second.substr(0, 3), "mem").load("a"); },

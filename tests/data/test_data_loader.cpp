@@ -3,9 +3,9 @@
 #include <set>
 
 #include "core/memory.h"
-#include "tests/data/data_test_util.h"
 #include "data/data_loader.h"
 #include "data/token_file.h"
+#include "tests/data/data_test_util.h"
 
 namespace agoq {
 

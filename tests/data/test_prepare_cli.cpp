@@ -3,10 +3,10 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "tests/data/data_test_util.h"
 #include "data/corpus.h"
 #include "data/token_file.h"
 #include "data/tokenizer.h"
+#include "tests/data/data_test_util.h"
 
 namespace agoq {
 
@@ -35,9 +35,9 @@ TEST(PrepareCli, WritesTokenizerSplitsAndMeta) {
   file_put(d / "in" / "a.txt", synthetic_text(1500, 3));
   file_put(d / "in" / "b.txt", synthetic_text(500, 4));
   const fs::path out = d / "out";
-  const CliRun r = agoq_run("prepare --input " + (d / "in").string() + " --out " + out.string() +
-                             " --vocab-size 300 --val-fraction 0.1",
-                         d / "log");
+  const CliRun r = agoq_run(
+      "prepare --input " + (d / "in").string() + " --out " + out.string() + " --vocab-size 300 --val-fraction 0.1",
+      d / "log");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("round trip exact"), std::string::npos) << r.out;
 
@@ -63,8 +63,8 @@ TEST(PrepareCli, WritesTokenizerSplitsAndMeta) {
   // Reusing the tokenizer gives the same tokens.
   const fs::path out2 = d / "out2";
   const CliRun r2 = agoq_run("prepare --input " + (d / "in").string() + " --out " + out2.string() + " --tokenizer " +
-                              (out / "tokenizer.model").string() + " --val-fraction 0.1",
-                          d / "log2");
+                                 (out / "tokenizer.model").string() + " --val-fraction 0.1",
+                             d / "log2");
   ASSERT_EQ(r2.rc, 0) << r2.out;
   EXPECT_EQ(file_bytes(out2 / "train.bin"), file_bytes(out / "train.bin"));
   EXPECT_EQ(file_bytes(out2 / "tokenizer.model"), file_bytes(out / "tokenizer.model"));
@@ -79,8 +79,7 @@ TEST(PrepareCli, BadInputsAreOneLineErrors) {
       {"prepare --input " + (d / "missing").string() + out, "missing: no such file"},
       {"prepare --input " + (d / "t.txt").string() + out + " --val-fraction 1.5", "--val-fraction"},
       {"prepare --input " + (d / "t.txt").string() + out + " --vocab-size 10", "vocab size 10"},
-      {"prepare --input " + (d / "t.txt").string() + out + " --tokenizer " + (d / "no.model").string(),
-       "no.model"},
+      {"prepare --input " + (d / "t.txt").string() + out + " --tokenizer " + (d / "no.model").string(), "no.model"},
   };
   for (const auto& [args, want] : cases) {
     const CliRun r = agoq_run(args, d / "log");

@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "tests/data/data_test_util.h"
 #include "core/hash.h"
 #include "data/token_file.h"
+#include "tests/data/data_test_util.h"
 
 namespace agoq {
 
@@ -52,13 +52,15 @@ TEST(TokenFile, HeaderLayoutIsDocumented) {
   const std::string b = file_bytes(p);
   ASSERT_EQ(b.size(), 40u + 6);
   EXPECT_EQ(b.substr(0, 8), std::string("AGOQTOK\0", 8));
-  auto u32 = [&](size_t o) { return uint32_t(uint8_t(b[o])) | uint32_t(uint8_t(b[o + 1])) << 8 |
-                                    uint32_t(uint8_t(b[o + 2])) << 16 | uint32_t(uint8_t(b[o + 3])) << 24; };
-  EXPECT_EQ(u32(8), 1u);    // version
-  EXPECT_EQ(u32(12), 300u); // vocab
-  EXPECT_EQ(u32(16), 2u);   // dtype
-  EXPECT_EQ(u32(20), 0u);   // reserved
-  EXPECT_EQ(u32(24), 3u);   // count (low word)
+  auto u32 = [&](size_t o) {
+    return uint32_t(uint8_t(b[o])) | uint32_t(uint8_t(b[o + 1])) << 8 | uint32_t(uint8_t(b[o + 2])) << 16 |
+           uint32_t(uint8_t(b[o + 3])) << 24;
+  };
+  EXPECT_EQ(u32(8), 1u);     // version
+  EXPECT_EQ(u32(12), 300u);  // vocab
+  EXPECT_EQ(u32(16), 2u);    // dtype
+  EXPECT_EQ(u32(20), 0u);    // reserved
+  EXPECT_EQ(u32(24), 3u);    // count (low word)
   EXPECT_EQ(u32(28), 0u);
   uint64_t sum = uint64_t(u32(32)) | uint64_t(u32(36)) << 32;
   EXPECT_EQ(sum, hash_fnv1a64(b.data() + 40, 6));

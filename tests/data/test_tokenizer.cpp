@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "tests/data/data_test_util.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
+#include "tests/data/data_test_util.h"
 
 #include <sentencepiece_processor.h>
 

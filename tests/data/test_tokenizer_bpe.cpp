@@ -51,9 +51,9 @@ BpeSpec gguf_like_spec(const Tokenizer& tok, const fs::path& json_path, const st
   const nlohmann::json j = nlohmann::json::parse(file_bytes(json_path));
   BpeSpec s;
   for (int i = 0; i < tok.vocab_size(); ++i) s.vocab.push_back(tok.piece(i));
-  for (const auto& m : j["model"]["merges"])
-    s.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-  for (const auto& a : j["added_tokens"]) s.added.push_back({a["id"].get<int>(), a["content"].get<std::string>(), true});
+  for (const auto& m : j["model"]["merges"]) s.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+  for (const auto& a : j["added_tokens"])
+    s.added.push_back({a["id"].get<int>(), a["content"].get<std::string>(), true});
   s.split_regexes = bpe_split_regexes_for_gguf_pre(pre);
   s.ignore_merges = bpe_ignore_merges_for_gguf_pre(pre);
   s.bos_id = tok.bos_id(), s.eos_id = tok.eos_id(), s.unk_id = tok.unk_id();
@@ -125,7 +125,8 @@ TEST(TokenizerBpe, SavedFilesReloadToTheSameTokenizer) {
 // files made from it load in transformers to the same ids.
 TEST(TokenizerBpe, SpecLikeGgufEqualsTheJson) {
   const Reference& ref = reference();
-  const std::pair<const char*, const char*> cases[] = {{"llama3", "llama-bpe"}, {"gpt2", "gpt-2"}, {"smollm", "smollm"}};
+  const std::pair<const char*, const char*> cases[] = {
+      {"llama3", "llama-bpe"}, {"gpt2", "gpt-2"}, {"smollm", "smollm"}};
   std::vector<Tokenizer> made;
   std::string dirs;
   for (const auto& [name, pre] : cases) {

@@ -28,13 +28,15 @@ json tiny_tokenizer() {
   }
   const int s = int(vocab.size());
   return {{"version", "1.0"},
-          {"added_tokens", {{{"id", s}, {"content", "<s>"}, {"special", true}, {"normalized", false}},
-                            {{"id", s + 1}, {"content", "</s>"}, {"special", true}, {"normalized", false}}}},
+          {"added_tokens",
+           {{{"id", s}, {"content", "<s>"}, {"special", true}, {"normalized", false}},
+            {{"id", s + 1}, {"content", "</s>"}, {"special", true}, {"normalized", false}}}},
           {"normalizer", nullptr},
           {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
           {"post_processor",
            {{"type", "TemplateProcessing"},
-            {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+            {"single",
+             {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
             {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {s}}, {"tokens", {"<s>"}}}}}}}},
           {"decoder", {{"type", "ByteLevel"}}},
           {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", m}}}};
@@ -76,10 +78,16 @@ TEST(TokenizerBpeTiny, EncodesMergesAddedTokensAndBos) {
 // U+FFFD. The ids are those of that string, and the round trip says the text did not come back.
 TEST(TokenizerBpeTiny, InvalidUtf8IsReplacedAsPythonDecodes) {
   const Tokenizer tok = load_json(tiny_tokenizer(), "tiny_utf8");
-  const std::string bad = "a\xFF" "b\xE2\x82" "c\xED\xA0\x80" "d\xF0\x9F\x8E" "e\xC0\xAF" "f\xE2\x82\xAC";
+  const std::string bad =
+      "a\xFF"
+      "b\xE2\x82"
+      "c\xED\xA0\x80"
+      "d\xF0\x9F\x8E"
+      "e\xC0\xAF"
+      "f\xE2\x82\xAC";
   const std::string fffd = "\xEF\xBF\xBD";
-  const std::string replaced = "a" + fffd + "b" + fffd + "c" + fffd + fffd + fffd + "d" + fffd + "e" + fffd + fffd +
-                               "f\xE2\x82\xAC";
+  const std::string replaced =
+      "a" + fffd + "b" + fffd + "c" + fffd + fffd + fffd + "d" + fffd + "e" + fffd + fffd + "f\xE2\x82\xAC";
   bool exact = true;
   EXPECT_EQ(tok.encode(bad, false, &exact), tok.encode(replaced));
   EXPECT_FALSE(exact);
@@ -94,10 +102,11 @@ TEST(TokenizerBpeTiny, RefusesWhatItDoesNotImplement) {
   j["normalizer"] = {{"type", "NFC"}};
   expect_refused(j, {"normalizer", "NFC", "not supported"});
   j = base;
-  j["pre_tokenizer"] = {{"type", "Sequence"},
-                        {"pretokenizers",
-                         {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Removed"}, {"invert", false}},
-                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Removed"}, {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
   expect_refused(j, {"pre_tokenizer.pretokenizers[0].behavior", "Removed"});
   j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Isolated";
   j["pre_tokenizer"]["pretokenizers"][0]["invert"] = true;
@@ -154,8 +163,9 @@ TEST(TokenizerBpeTiny, RefusesBadFilesAndConfigs) {
   expect_refused(tiny_tokenizer(), {"add_bos_token", "not true or false"},
                  R"({"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": "yes"})");
   // LlamaTokenizerFast's template: BOS by default, EOS when asked; the file's own template is replaced.
-  const Tokenizer llama = load_json(tiny_tokenizer(), "tiny_llama",
-                                    R"({"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+  const Tokenizer llama =
+      load_json(tiny_tokenizer(), "tiny_llama",
+                R"({"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
                                         "add_eos_token": true})");
   EXPECT_TRUE(llama.add_bos());
   EXPECT_TRUE(llama.add_eos());

@@ -54,6 +54,8 @@ inline std::string varied_text() {
     if (t.size() < 1000000) t += data_test::file_bytes(f) + "<|begin_of_text|>";
   for (int i = 0; i < 3000; ++i) t += std::to_string(uint64_t(i) * 7919u * 104729u) + (i % 7 ? " " : ",\n");
   t += "3.14159 1,000,000 0x1F 12345678901234567890\n";
+  // The texts are laid out by hand (the escapes of one string side by side).
+  // clang-format off
   for (int i = 0; i < 300; ++i)
     t += "emoji \xF0\x9F\x8E\x89\xF0\x9F\xA6\x80 \xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 "
          "CJK \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xAE\xE6\x96\x87\xE7\xAB\xA0\xE3\x80\x82 "
@@ -61,6 +63,7 @@ inline std::string varied_text() {
   for (int i = 0; i < 200; ++i)
     t += std::string(i % 37, ' ') + std::string(i % 5, '\n') + "\t \t" + std::string(i % 3, '\r') + "x" +
          " a\xE1\xA0\x8E" "b \xE1\xA0\x8E\xE1\xA0\x8E c\xC2\xA0" "d\xE2\x80\xA8" "e\xE3\x80\x80" "f\xC2\x85g\n";
+  // clang-format on
   t += std::string(5000, ' ') + "\n" + std::string(3000, '\n') + "end";
   return t;
 }
@@ -68,6 +71,7 @@ inline std::string varied_text() {
 // Short texts for the per-sample checks (special tokens, prefix spaces, strip and single-word tokens), then 400
 // made of random runs of such pieces.
 inline std::vector<std::string> samples() {
+  // clang-format off
   std::vector<std::string> s = {
       "", " ", "hello world", "<|endoftext|>hello", "hello<|endoftext|>", "a<|endoftext|><|endoftext|>b",
       "a <mask> b", "a   <mask>", "tok tokens tok,tok", "xtok tok_ tok", "x [end]   y", "[end]",
@@ -78,6 +82,7 @@ inline std::vector<std::string> samples() {
       "\xC2\xA0", "\xE1\xA0\x8E", "\xE3\x80\x80", "\xE2\x80\xA8", "a", "Hello", "world", "'s", "'LL", "'Re",
       "\xC5\xBF", "123", "4567890", "3.14", "\xE6\x97\xA5\xE6\x9C\xAC", "\xF0\x9F\x8E\x89", "e\xCC\x81", "!!",
       "...", "\xE2\x80\x94", "x_y", "__init__", "{", "}", "(", "\\", "\"", "0x1F", "\x7F", "\xEF\xBB\xBF", "\xE2\x84\xAA"};
+  // clang-format on
   uint64_t x = 0x2545F4914F6CDD1Dull;
   const auto next = [&] { return x ^= x << 13, x ^= x >> 7, x ^= x << 17; };
   for (int i = 0; i < 400; ++i) {
@@ -89,7 +94,7 @@ inline std::vector<std::string> samples() {
 }
 
 struct Reference {
-  fs::path dir;  // holds <name>/ for every reference tokenizer
+  fs::path dir;             // holds <name>/ for every reference tokenizer
   std::string text, small;  // small: the start of text, for the variants (tokenizer_reference.py's SMALL)
   std::vector<std::string> samples;
 };

@@ -16,9 +16,9 @@
 #include "formats/model_source.h"
 #include "formats/safetensors.h"
 #include "tests/common/expect_error.h"
-#include "tests/formats/formats_test_util.h"
 #include "tests/common/python_ref.h"
 #include "tests/common/temp_path.h"
+#include "tests/formats/formats_test_util.h"
 
 namespace agoq {
 namespace {
@@ -145,12 +145,12 @@ TEST(GgufFileTest, ReadsVersion2) {
 struct Spec {
   uint32_t version = 3;
   uint64_t n_tensors = 2, n_kv = 2;
-  uint32_t arch_type = 8;         // the value type of general.architecture
-  uint64_t arch_len = 1;          // its string length
+  uint32_t arch_type = 8;  // the value type of general.architecture
+  uint64_t arch_len = 1;   // its string length
   uint32_t alignment = 32;
   uint32_t b_dims = 2, b_type = 1;
   uint64_t b_ne0 = 4, b_offset = 32;
-  size_t data_bytes = 48;         // bytes written after the padding
+  size_t data_bytes = 48;  // bytes written after the padding
 };
 
 struct Bytes {
@@ -221,8 +221,10 @@ TEST(GgufFileTest, RefusesBadHeaders) {
   EXPECT_REFUSED(with([](Spec& s) { s.version = 0x03000000; }), "big-endian");
   EXPECT_REFUSED(with([](Spec& s) { s.n_tensors = 1ull << 40; }), "tensor count is 1099511627776, more than");
   EXPECT_REFUSED(with([](Spec& s) { s.n_kv = ~0ull; }), "metadata count");
-  EXPECT_REFUSED(with([](Spec& s) { s.arch_type = 13; }), "metadata 'general.architecture' has unknown value type id 13");
-  EXPECT_REFUSED(with([](Spec& s) { s.arch_len = 1ull << 62; }), "truncated: string of metadata 'general.architecture'");
+  EXPECT_REFUSED(with([](Spec& s) { s.arch_type = 13; }),
+                 "metadata 'general.architecture' has unknown value type id 13");
+  EXPECT_REFUSED(with([](Spec& s) { s.arch_len = 1ull << 62; }),
+                 "truncated: string of metadata 'general.architecture'");
   EXPECT_REFUSED(with([](Spec& s) { s.alignment = 48; }), "general.alignment 48 is not a power of two");
   EXPECT_REFUSED(with([](Spec& s) { s.alignment = 0; }), "general.alignment 0");
   EXPECT_REFUSED(with([](Spec& s) { s.b_type = 4; }), "tensor 'b' has unknown type id 4");
@@ -276,8 +278,8 @@ TEST(GgufFileTest, RefusesBadMetadataValues) {
 // ---- memory: a model streams in a few MiB at a time ----
 
 std::string gguf_name_of(const HfTensor& t) {
-  static const char* kNames[] = {"token_embd", "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                                 "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "output_norm", "output"};
+  static const char* kNames[] = {"token_embd", "attn_norm", "attn_q", "attn_k",   "attn_v",      "attn_output",
+                                 "ffn_norm",   "ffn_gate",  "ffn_up", "ffn_down", "output_norm", "output"};
   const std::string n = kNames[int(t.role)];
   return (t.layer >= 0 ? "blk." + std::to_string(t.layer) + "." + n : n) + ".weight";
 }
@@ -289,9 +291,10 @@ std::string llama_q8_gguf(const LlamaConfig& c) {
   b.s = "GGUF";
   b.u32(3), b.u64(ts.size()), b.u64(9);
   b.str("general.architecture"), b.u32(8), b.str("llama");
-  const std::pair<const char*, int> ints[] = {{"context_length", c.max_seq_len}, {"embedding_length", c.dim},
-                                              {"block_count", c.n_layers},       {"feed_forward_length", c.ffn_dim},
-                                              {"attention.head_count", c.n_heads}, {"attention.head_count_kv", c.n_kv_heads}};
+  const std::pair<const char*, int> ints[] = {
+      {"context_length", c.max_seq_len},   {"embedding_length", c.dim},
+      {"block_count", c.n_layers},         {"feed_forward_length", c.ffn_dim},
+      {"attention.head_count", c.n_heads}, {"attention.head_count_kv", c.n_kv_heads}};
   for (const auto& [key, v] : ints) b.str(std::string("llama.") + key), b.u32(4), b.u32(uint32_t(v));
   for (const auto& [key, v] : {std::pair{"llama.rope.freq_base", c.rope_theta},
                                std::pair{"llama.attention.layer_norm_rms_epsilon", c.norm_eps}}) {

@@ -14,9 +14,9 @@
 #include "formats/model_source.h"
 #include "formats/safetensors.h"
 #include "quant/half.h"
-#include "tests/formats/formats_test_util.h"
 #include "tests/common/python_ref.h"
 #include "tests/common/temp_path.h"
+#include "tests/formats/formats_test_util.h"
 
 namespace agoq {
 namespace {
@@ -108,9 +108,8 @@ TEST(GgufModel, SentencePieceTokenizerEqualsSentencepiece) {
   const std::vector<int32_t> got = tok.encode(text), want = ref["ids"].get<std::vector<int32_t>>();
   size_t i = 0;
   while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
-  EXPECT_EQ(got, want) << "first difference at id " << i << ": "
-                       << (i < got.size() ? tok.piece(got[i]) : "(end)") << " vs "
-                       << (i < want.size() ? tok.piece(want[i]) : "(end)");
+  EXPECT_EQ(got, want) << "first difference at id " << i << ": " << (i < got.size() ? tok.piece(got[i]) : "(end)")
+                       << " vs " << (i < want.size() ? tok.piece(want[i]) : "(end)");
   EXPECT_EQ(tok.bos_id(), ref["bos"].get<int>());
   EXPECT_TRUE(tok.add_bos());
   EXPECT_EQ(tok.encode_for_model("a")[0], tok.bos_id());
@@ -131,8 +130,10 @@ void expect_refused(const std::string& file, const std::string& part) {
 
 TEST(GgufModel, RefusesWhatAgoqDoesNotCompute) {
   expect_refused(model_file("bad-arch.gguf"), "architecture 'qwen2' is not supported");
-  expect_refused(model_file("bad-missing.gguf"), "tensor 'blk.1.ffn_up.weight' (model.layers.1.mlp.up_proj.weight) is missing");
-  expect_refused(model_file("bad-shape.gguf"), "tensor 'blk.0.attn_k.weight' is [30, 64] but the config makes it [32, 64]");
+  expect_refused(model_file("bad-missing.gguf"),
+                 "tensor 'blk.1.ffn_up.weight' (model.layers.1.mlp.up_proj.weight) is missing");
+  expect_refused(model_file("bad-shape.gguf"),
+                 "tensor 'blk.0.attn_k.weight' is [30, 64] but the config makes it [32, 64]");
   expect_refused(model_file("bad-type.gguf"), "tensor 'blk.0.ffn_norm.weight' has type F64");
   expect_refused(model_file("bad-bias.gguf"), "tensor 'blk.0.attn_q.bias' is not part of a llama model");
   expect_refused(model_file("bad-rope_freqs.gguf"), "rope_freqs.weight");
@@ -142,7 +143,8 @@ TEST(GgufModel, RefusesWhatAgoqDoesNotCompute) {
     (void)gguf_model_open(model_file("bad-tokenizer.gguf"))->tokenizer();
     ADD_FAILURE();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.model 'bert' is not supported"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.model 'bert' is not supported"), std::string::npos)
+        << e.what();
   }
 }
 

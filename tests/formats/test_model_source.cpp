@@ -40,7 +40,8 @@ std::map<std::string, std::vector<uint16_t>> hf_folder_write(const fs::path& dir
     shard[s].add(t.name, "BF16", t.shape, v.data(), v.size() * 2);
     index["weight_map"][t.name] = "model-0000" + std::to_string(s + 1) + "-of-00002.safetensors";
   }
-  for (int s = 0; s < 2; ++s) shard[s].write((dir / ("model-0000" + std::to_string(s + 1) + "-of-00002.safetensors")).string());
+  for (int s = 0; s < 2; ++s)
+    shard[s].write((dir / ("model-0000" + std::to_string(s + 1) + "-of-00002.safetensors")).string());
   std::ofstream(dir / "model.safetensors.index.json") << index.dump();
   return values;
 }

@@ -7,15 +7,15 @@
 #include <fstream>
 #include <vector>
 
+#include "arch/hf.h"
 #include "core/error.h"
 #include "data/data_loader.h"
 #include "data/token_file.h"
-#include "model/attention.h"
-#include "arch/hf.h"
-#include "tests/fuzz/fuzz_target.h"
 #include "formats/checkpoint.h"
 #include "formats/model_source.h"
 #include "formats/safetensors.h"
+#include "model/attention.h"
+#include "tests/fuzz/fuzz_target.h"
 #include "train/session.h"
 
 namespace agoq::fuzz {
@@ -167,8 +167,8 @@ const fs::path& fuzz_hf_folder() {
 
 int hf_index(const uint8_t* data, size_t size) {
   const fs::path& dir = fuzz_hf_folder();
-  std::ofstream(dir / "model.safetensors.index.json", std::ios::binary).write(reinterpret_cast<const char*>(data),
-                                                                               std::streamsize(size));
+  std::ofstream(dir / "model.safetensors.index.json", std::ios::binary)
+      .write(reinterpret_cast<const char*>(data), std::streamsize(size));
   try {
     const std::unique_ptr<ModelReader> m = hf_model_open(dir.string());
     std::vector<float> buf(64);

@@ -23,9 +23,7 @@ void walk(const agoq::RObject& o) {
   (void)o.attr("class");
 }
 
-void decode_one(std::string_view payload) {
-  walk(*agoq::r_unserialize(agoq::r_decompress(payload, "fuzz")));
-}
+void decode_one(std::string_view payload) { walk(*agoq::r_unserialize(agoq::r_decompress(payload, "fuzz"))); }
 
 void decode_db(std::string_view payload) {
   if (payload.size() < 4) return;
@@ -38,8 +36,7 @@ void decode_db(std::string_view payload) {
     try {  // one bad object must not hide the others from the fuzzer
       walk(*db.load(name));
       (void)db.load_strings(name);
-    } catch (const agoq::Error&) {
-    }
+    } catch (const agoq::Error&) {}
   }
 }
 

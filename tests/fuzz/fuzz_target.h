@@ -6,21 +6,21 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <string>
 #include <exception>
+#include <string>
 #include <string_view>
 
 namespace agoq::fuzz {
 
-int rdata(const uint8_t* data, size_t size);         // the R reader (.rds / lazy-load database)
-int safetensors(const uint8_t* data, size_t size);   // a safetensors file: header, tensor table, tensor reads
-int hf_config(const uint8_t* data, size_t size);     // config.json
-int checkpoint(const uint8_t* data, size_t size);    // trainer.json of a checkpoint ("COMMIT": its commit id)
-int token_file(const uint8_t* data, size_t size);    // a token file (train.bin): header and payload
-int act_policy(const uint8_t* data, size_t size);    // --act-policy specs
-int flags(const uint8_t* data, size_t size);         // size strings (--mem-budget) and --stage-layers
-int hf_index(const uint8_t* data, size_t size);      // model.safetensors.index.json of a sharded HF folder
-int gguf(const uint8_t* data, size_t size);          // a GGUF file: header, metadata, tensors, model, tokenizer
+int rdata(const uint8_t* data, size_t size);           // the R reader (.rds / lazy-load database)
+int safetensors(const uint8_t* data, size_t size);     // a safetensors file: header, tensor table, tensor reads
+int hf_config(const uint8_t* data, size_t size);       // config.json
+int checkpoint(const uint8_t* data, size_t size);      // trainer.json of a checkpoint ("COMMIT": its commit id)
+int token_file(const uint8_t* data, size_t size);      // a token file (train.bin): header and payload
+int act_policy(const uint8_t* data, size_t size);      // --act-policy specs
+int flags(const uint8_t* data, size_t size);           // size strings (--mem-budget) and --stage-layers
+int hf_index(const uint8_t* data, size_t size);        // model.safetensors.index.json of a sharded HF folder
+int gguf(const uint8_t* data, size_t size);            // a GGUF file: header, metadata, tensors, model, tokenizer
 int tokenizer_json(const uint8_t* data, size_t size);  // tokenizer.json (+ "\n#config\n" tokenizer_config.json)
 int examples_jsonl(const uint8_t* data, size_t size);  // prompt/completion JSON lines (prepare --format ...)
 

@@ -2,10 +2,10 @@
 // --stage-layers (fuzz_target.h).
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
 #include "arch/act_policy.h"
 #include "arch/hf.h"
 #include "arch/stage.h"
+#include "core/error.h"
 #include "plan/memory_model.h"
 #include "tests/fuzz/fuzz_target.h"
 

@@ -21,11 +21,16 @@ struct Target {
   const char* name;
   int (*run)(const uint8_t*, size_t);
 };
-constexpr Target kTargets[] = {{"rdata", fuzz::rdata},           {"safetensors", fuzz::safetensors},
-                               {"hf_config", fuzz::hf_config},   {"checkpoint", fuzz::checkpoint},
-                               {"token_file", fuzz::token_file}, {"act_policy", fuzz::act_policy},
-                               {"flags", fuzz::flags},           {"hf_index", fuzz::hf_index},
-                               {"gguf", fuzz::gguf},             {"tokenizer_json", fuzz::tokenizer_json},
+constexpr Target kTargets[] = {{"rdata", fuzz::rdata},
+                               {"safetensors", fuzz::safetensors},
+                               {"hf_config", fuzz::hf_config},
+                               {"checkpoint", fuzz::checkpoint},
+                               {"token_file", fuzz::token_file},
+                               {"act_policy", fuzz::act_policy},
+                               {"flags", fuzz::flags},
+                               {"hf_index", fuzz::hf_index},
+                               {"gguf", fuzz::gguf},
+                               {"tokenizer_json", fuzz::tokenizer_json},
                                {"examples_jsonl", fuzz::examples_jsonl}};
 
 std::string file_bytes(const fs::path& p) {
@@ -59,7 +64,8 @@ TEST_P(FuzzCorpus, EveryInputEndsInResultOrError) {
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     const std::string in = file_bytes(e.path()), name = e.path().filename().string();
     replay_one(t, name, in);
-    for (size_t n = 0; n < in.size(); n += 1 + in.size() / 64) replay_one(t, name + " cut to " + std::to_string(n), in.substr(0, n));
+    for (size_t n = 0; n < in.size(); n += 1 + in.size() / 64)
+      replay_one(t, name + " cut to " + std::to_string(n), in.substr(0, n));
     ++inputs;
   }
   EXPECT_GE(inputs, 5u) << "the corpus of " << t.name << " is nearly empty";

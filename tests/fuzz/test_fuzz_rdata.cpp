@@ -19,7 +19,6 @@
 #include "tests/data/rdata_test_util.h"
 #include "tests/fuzz/fuzz_target.h"
 
-
 namespace {
 
 constexpr size_t kAllocCap = size_t(256) << 20;

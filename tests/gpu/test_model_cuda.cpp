@@ -134,7 +134,8 @@ TEST(ModelCuda, ForwardLossAndLastLogitsEqualTheCpu) {
   for (float x : lc) scale = std::max(scale, std::fabs(x));
   for (int v = 0; v < cfg.vocab_size; ++v) EXPECT_NEAR(lg[v], lc[v], 1e-5 * scale) << "logit " << v;
   // The weights were made on the host for both: the same bits.
-  EXPECT_EQ(flat_download(g, g.params_flat()), std::vector<float>(c.params().data(), c.params().data() + c.params().size()));
+  EXPECT_EQ(flat_download(g, g.params_flat()),
+            std::vector<float>(c.params().data(), c.params().data() + c.params().size()));
 }
 
 // The store holds the CPU's bytes per policy, and every device byte of the model is counted, by category.

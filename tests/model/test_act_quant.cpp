@@ -10,8 +10,8 @@
 #include "core/rng.h"
 #include "model/act_store.h"
 #include "model/llama.h"
-#include "quant/stats.h"
 #include "model_test_util.h"
+#include "quant/stats.h"
 #include "tests/common/bits_equal.h"
 
 namespace agoq {
@@ -68,7 +68,8 @@ TEST(ActPolicy, NamedPoliciesFollowTheMethod) {
 }
 
 TEST(ActPolicy, SpecsOverrideByClassSlotAndLayer) {
-  const ActPolicy p = ActPolicy::parse("attn=fp32,mlp=8,norm=3,layers[0..1]=2,layers[3].q=int4.g64.asym.rn,swiglu=4", 4);
+  const ActPolicy p =
+      ActPolicy::parse("attn=fp32,mlp=8,norm=3,layers[0..1]=2,layers[3].q=int4.g64.asym.rn,swiglu=4", 4);
   EXPECT_EQ(p.at(2, ActSlot::q).format.kind, QuantKind::fp32);
   EXPECT_EQ(p.at(2, ActSlot::gate).format.bits, 8);
   EXPECT_EQ(p.at(2, ActSlot::mlp_norm_in).format.bits, 3);

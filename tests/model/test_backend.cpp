@@ -53,7 +53,8 @@ TEST(ModelBackend, DevicePathsGiveTheCpuModelsBits) {
       const std::string what = std::string(policy) + (tied ? ", tied" : "");
       EXPECT_EQ(ld, lc) << what;
       EXPECT_GT(dev.uploads, uploads) << what;  // the ids went to the "device"
-      EXPECT_EQ(flat(dev, d, d.params_flat()), std::vector<float>(c.params().data(), c.params().data() + c.params().size()))
+      EXPECT_EQ(flat(dev, d, d.params_flat()),
+                std::vector<float>(c.params().data(), c.params().data() + c.params().size()))
           << what;
       EXPECT_EQ(flat(dev, d, d.grads_flat()), std::vector<float>(c.grads().data(), c.grads().data() + c.grads().size()))
           << what;
@@ -91,9 +92,9 @@ TEST(ModelBackend, ADeviceRefusesWhatOnlyTheHostDoes) {
   EXPECT_TRUE(refused(shard, {}));
   const size_t n = model_stage_param_count(cfg, whole);
   std::vector<float> storage(n);
-  EXPECT_TRUE(refused(whole, {{0, 100, nullptr}, {100, n, storage.data() + 100}}));  // a sparse embedding
+  EXPECT_TRUE(refused(whole, {{0, 100, nullptr}, {100, n, storage.data() + 100}}));      // a sparse embedding
   LlamaModel ok(cfg, kB, kT, policy, whole, 1, {{0, n, storage.data()}}, nullptr, dev);  // a store's dense storage
-  EXPECT_EQ(ok.grads_flat(), nullptr);  // the store holds them
+  EXPECT_EQ(ok.grads_flat(), nullptr);                                                   // the store holds them
   LlamaModel m(dev, cfg, kB, kT, ActPolicy::parse("agoq", cfg.n_layers));
   m.store().set_calibration(true);  // the CPU store: calibration works wherever its memory is
   EXPECT_GT(m.store().stored_bytes(false), 0u);

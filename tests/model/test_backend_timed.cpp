@@ -24,7 +24,8 @@ TEST(TimedBackend, SameBitsAndEveryClassTimed) {
   plain.init_weights(5), through.init_weights(5);
   Rng rng(2);
   std::vector<int32_t> in(B * T), tgt(B * T);
-  for (int i = 0; i < B * T; ++i) in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
+  for (int i = 0; i < B * T; ++i)
+    in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
   timed.take();
   const float a = plain.forward_backward(in.data(), tgt.data(), B, T, {.act_seed = 3});
   const float b = through.forward_backward(in.data(), tgt.data(), B, T, {.act_seed = 3});

@@ -26,7 +26,8 @@ struct Batch {
 Batch random_batch(const LlamaConfig& c, int B, int T, uint64_t seed) {
   Rng rng(seed);
   Batch b{std::vector<int32_t>(B * T), std::vector<int32_t>(B * T)};
-  for (int i = 0; i < B * T; ++i) b.in[i] = int32_t(rng.below(c.vocab_size)), b.tgt[i] = int32_t(rng.below(c.vocab_size));
+  for (int i = 0; i < B * T; ++i)
+    b.in[i] = int32_t(rng.below(c.vocab_size)), b.tgt[i] = int32_t(rng.below(c.vocab_size));
   return b;
 }
 

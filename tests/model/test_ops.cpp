@@ -7,8 +7,8 @@
 //   backwards vs finite differences (h = 1e-4 in float64, truncation ≈ 1e-8): ≤ 1e-4.
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <omp.h>
+#include <functional>
 
 #include <cmath>
 #include <cstring>
@@ -19,9 +19,9 @@
 #include "core/rng.h"
 #include "model/ops.h"
 #include "model/ops_simd.h"
+#include "tests/common/bits_equal.h"
 #include "tests/common/op_check.h"
 #include "tests/common/op_reference.h"
-#include "tests/common/bits_equal.h"
 
 namespace agoq {
 namespace {
@@ -216,8 +216,8 @@ struct AttnData {
   void backward(const std::vector<float>& dout, std::vector<float>& dq, std::vector<float>& dk,
                 std::vector<float>& dv) const {
     dq.assign(q.size(), NAN), dk.assign(k.size(), NAN), dv.assign(v.size(), NAN);
-    attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), o.data(),
-                       lse.data(), s.B, s.T, s.H, s.Hkv, s.hd, docs());
+    attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), o.data(), lse.data(),
+                       s.B, s.T, s.H, s.Hkv, s.hd, docs());
   }
 };
 
@@ -241,14 +241,16 @@ void for_each_attention_case(const std::function<void(AttnData&, const char*)>& 
 }
 
 TEST(OpsAttention, ForwardMatchesReference) {
-  for_each_attention_case([](AttnData& a, const char* mask) {
+  for_each_attention_case(
+      [](AttnData& a, const char* mask) {
     const AttnShape s = a.s;
     a.forward();
     Vec q = to_double(a.q), k = to_double(a.k), v = to_double(a.v), o(a.o.size()), lse(a.lse.size());
     ref::attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), s.B, s.T, s.H, s.Hkv, s.hd, a.docs());
     EXPECT_LT(rel_err(a.o, o), kSumTol) << s << ' ' << mask;
     EXPECT_LT(rel_err(a.lse, lse), kSumTol) << s << ' ' << mask;
-  }, 30);
+      },
+      30);
 }
 
 TEST(OpsAttention, DocumentMaskingEqualsEachDocumentAlone) {
@@ -271,7 +273,8 @@ TEST(OpsAttention, DocumentMaskingEqualsEachDocumentAlone) {
 }
 
 TEST(OpsAttention, BackwardMatchesFiniteDifferences) {
-  for_each_attention_case([](AttnData& a, const char* mask) {
+  for_each_attention_case(
+      [](AttnData& a, const char* mask) {
     const AttnShape s = a.s;
     a.forward();
     const auto R = randn(a.o.size(), 43);
@@ -294,7 +297,8 @@ TEST(OpsAttention, BackwardMatchesFiniteDifferences) {
       got_last.push_back(dk[i]);
     }
     EXPECT_LT(rel_err(std::vector<float>(got_last.begin(), got_last.end()), want_last), 1e-3) << "dk last " << s;
-  }, 40);
+      },
+      40);
 }
 
 TEST(OpsAttention, ScratchIsTileSized) {

@@ -109,17 +109,17 @@ ShardRun run_shards(const LlamaConfig& c, int T, const std::string& policy, bool
   run.group = std::make_unique<ThreadGroup>(T);
   for (int r = 0; r < T; ++r) {
     run.members.push_back(std::make_unique<ThreadGroup::Member>(*run.group, r));
-    run.shards.push_back(std::make_unique<LlamaModel>(c, B, Tq, pol, model_stage_shard(c, model_stage_whole(c), T, r, sp),
-                                                      1, std::vector<ParamSegment>{}, run.members[r].get()));
+    run.shards.push_back(std::make_unique<LlamaModel>(c, B, Tq, pol,
+                                                      model_stage_shard(c, model_stage_whole(c), T, r, sp), 1,
+                                                      std::vector<ParamSegment>{}, run.members[r].get()));
     run.shards[r]->init_weights(11);
     run.shards[r]->grads().zero();
   }
   run.losses.resize(T);
   std::vector<std::thread> threads;
   for (int r = 0; r < T; ++r)
-    threads.emplace_back([&, r] {
-      run.losses[r] = run.shards[r]->forward_backward(in.data(), tgt.data(), B, Tq, {.act_seed = 5});
-    });
+    threads.emplace_back(
+        [&, r] { run.losses[r] = run.shards[r]->forward_backward(in.data(), tgt.data(), B, Tq, {.act_seed = 5}); });
   for (std::thread& t : threads) t.join();
   return run;
 }
@@ -196,7 +196,8 @@ TEST(TensorParallel, SequenceParallelStoresTheRowsOfItsShard) {
   const LlamaConfig c = tp_config(false);
   const ActPolicy fp32 = ActPolicy::parse("fp32", c.n_layers);
   const size_t rows = 16, T = 2;
-  const size_t tp_other = act_store_bytes(fp32, c, rows, false, int(T)), tp_attn = act_store_bytes(fp32, c, rows, true, int(T));
+  const size_t tp_other = act_store_bytes(fp32, c, rows, false, int(T)),
+               tp_attn = act_store_bytes(fp32, c, rows, true, int(T));
   const size_t sp_other = act_store_bytes(fp32, c, rows, false, int(T), true);
   EXPECT_EQ(act_store_bytes(fp32, c, rows, true, int(T), true), tp_attn);  // attention's slots: every row
   // Per layer: 4 C-wide slots and 2 rstd, halved; gate, up, SwiGLU (F/T wide) on every row.
@@ -217,8 +218,7 @@ TEST(TensorParallel, SequenceParallelErrors) {
     }
     return std::string();
   };
-  EXPECT_NE(message([&] { model_stage_shard(c, model_stage_whole(c), 1, 0, true); }).find("--sp"),
-            std::string::npos);
+  EXPECT_NE(message([&] { model_stage_shard(c, model_stage_whole(c), 1, 0, true); }).find("--sp"), std::string::npos);
   EXPECT_NE(message([] { model_sp_check(4, 3, 5); }).find("--tp 4 does not divide the 15 rows (batch 3 x seq 5)"),
             std::string::npos);
   EXPECT_EQ(message([] { model_sp_check(4, 2, 6); }), "");

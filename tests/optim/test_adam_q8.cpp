@@ -28,9 +28,8 @@ struct RefBlock {
   std::vector<double> p, m_x, v_x;  // new weights, unrounded codes
   double m_scale = 0, v_scale = 0;
 };
-RefBlock ref_block(const AdamQ8Format& f, const AdamWConfig& c, double lr, long t, const int8_t* mc,
-                   const uint8_t* vc, float ms, float vs, const float* g, const float* p,
-                   const std::vector<bool>& decay, size_t n) {
+RefBlock ref_block(const AdamQ8Format& f, const AdamWConfig& c, double lr, long t, const int8_t* mc, const uint8_t* vc,
+                   float ms, float vs, const float* g, const float* p, const std::vector<bool>& decay, size_t n) {
   RefBlock r;
   std::vector<double> rm(n), rv(n);
   const double bc1 = 1 - std::pow(double(c.beta1), double(t)), bc2 = 1 - std::pow(double(c.beta2), double(t));

@@ -108,8 +108,7 @@ TEST(AdamW, PiecesGiveTheBitsOfWholeSteps) {
 TEST(AdamW, NormsAreNotDecayedMatricesAre) {
   const LlamaConfig cfg = tiny_cfg();
   ParamSet params(cfg, MemCategory::weights, "test");
-  for (const ParamTensor& t : params.named())
-    EXPECT_EQ(t.decay, t.shape.size() == 2) << t.name;
+  for (const ParamTensor& t : params.named()) EXPECT_EQ(t.decay, t.shape.size() == 2) << t.name;
 }
 
 TEST(GradNorm, SumOfSquaresIsExactAndScaleScales) {
@@ -128,7 +127,8 @@ TEST(LrSchedule, WarmupThenCosineToMin) {
   EXPECT_NEAR(lr_schedule(55, 1.0f, 0.1f, 10, 100), 0.55f, 1e-6);  // half way down the cosine
   EXPECT_FLOAT_EQ(lr_schedule(100, 1.0f, 0.1f, 10, 100), 0.1f);
   EXPECT_FLOAT_EQ(lr_schedule(200, 1.0f, 0.1f, 10, 100), 0.1f);
-  for (long s = 11; s < 100; ++s) EXPECT_LE(lr_schedule(s + 1, 1.0f, 0.1f, 10, 100), lr_schedule(s, 1.0f, 0.1f, 10, 100));
+  for (long s = 11; s < 100; ++s)
+    EXPECT_LE(lr_schedule(s + 1, 1.0f, 0.1f, 10, 100), lr_schedule(s, 1.0f, 0.1f, 10, 100));
 }
 
 }  // namespace

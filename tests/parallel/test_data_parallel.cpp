@@ -76,8 +76,8 @@ TEST(DataParallel, Q8PathsFollowTheFp32Curve) {
     const char *store, *reduce;
     int zero;
   };
-  for (const Variant v : {Variant{"q8", "q8", 0}, Variant{"fp32", "q8", 0}, Variant{"q8", "mpi", 0},
-                          Variant{"q8", "q8", 1}}) {
+  for (const Variant v :
+       {Variant{"q8", "q8", 0}, Variant{"fp32", "q8", 0}, Variant{"q8", "mpi", 0}, Variant{"q8", "q8", 1}}) {
     o.grad_store = enum_parse(kGradStoreNames, v.store, "store"), o.zero = v.zero;
     o.allreduce = enum_parse(kAllreduceNames, v.reduce, "reduce");
     o.out_dir = (data / (std::string(v.store) + v.reduce + std::to_string(v.zero))).string();
@@ -86,8 +86,8 @@ TEST(DataParallel, Q8PathsFollowTheFp32Curve) {
     const double d = max_rel_diff(q.losses, ref.losses);
     EXPECT_LE(d, 0.01) << "grad store " << v.store << ", all-reduce " << v.reduce << ", zero " << v.zero;
     EXPECT_LT(q.losses.back(), q.losses.front() - 0.3);
-    std::printf("[ q8 ] D=%d store %s all-reduce %s zero %d: max relative loss difference %.2e\n", D, v.store,
-                v.reduce, v.zero, d);
+    std::printf("[ q8 ] D=%d store %s all-reduce %s zero %d: max relative loss difference %.2e\n", D, v.store, v.reduce,
+                v.zero, d);
   }
   shared_cleanup(data);
 }

@@ -9,17 +9,17 @@
 #include <vector>
 
 #include "../common/bits_equal.h"
+#include "arch/params.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "arch/params.h"
 #include "model/llama.h"
 #include "model/ops.h"
+#include "parallel/grad_store.h"
 #include "parallel/grid.h"
 #include "parallel_test_util.h"
-#include "parallel/grad_store.h"
 #include "plan/memory_model.h"
-#include "train/trainer.h"
 #include "quant/grad_q8.h"
+#include "train/trainer.h"
 
 namespace agoq {
 namespace {
@@ -127,7 +127,8 @@ TEST(GradStore, FirstStageModelBackwardMatchesTheDenseFold) {
       fold_dense(want[u], dense.grads().data() + units[u].begin, j == 0, seed, int(u));
     dense.grads().zero();
   }
-  for (size_t u = 0; u < units.size(); ++u) expect_same_q8(store.q8_buffer(int(u)), want[u], "unit " + std::to_string(u));
+  for (size_t u = 0; u < units.size(); ++u)
+    expect_same_q8(store.q8_buffer(int(u)), want[u], "unit " + std::to_string(u));
 }
 
 // A tied model (one stage with both ends) whose vocabulary spans three lm_head pieces, the last partial.
@@ -241,7 +242,8 @@ TEST(GradStore, TiedHeadInPiecesTrainsAsTheWholeOnEveryGrid) {
     o.lm_head_grad = LmHeadGrad::pieces, o.out_dir += "_pieces";
     const TrainResult pieces = train_run(o);
     const double dl = max_rel_diff(pieces.losses, whole.losses), dn = max_rel_diff(pieces.grad_norms, whole.grad_norms);
-    if (world().rank() == 0) std::printf("[ measured ] %s: pieces vs whole losses %.2e, norms %.2e\n", grid.c_str(), dl, dn);
+    if (world().rank() == 0)
+      std::printf("[ measured ] %s: pieces vs whole losses %.2e, norms %.2e\n", grid.c_str(), dl, dn);
     EXPECT_LE(dl, 2e-3) << grid;
     EXPECT_LE(dn, 2e-2) << grid;
     EXPECT_LT(pieces.losses.back(), pieces.losses.front()) << grid;
@@ -256,7 +258,8 @@ TEST(GradStore, TiedHeadInPiecesTrainsAsTheWholeOnEveryGrid) {
     PlanMemory want = plan_memory_cpu_trainer(cfg, ActPolicy::parse(o.act_policy, cfg.n_layers), c);
     want[MemCategory::workspace] += MemoryTracker::global().tag_peak("data");  // the token files
     for (const MemCategory k : {MemCategory::gradients, MemCategory::workspace})
-      EXPECT_EQ(want[k], pieces.peak.bytes[int(k)]) << grid << ", rank " << world().rank() << ", " << mem_category_name(k);
+      EXPECT_EQ(want[k], pieces.peak.bytes[int(k)])
+          << grid << ", rank " << world().rank() << ", " << mem_category_name(k);
     EXPECT_LT(pieces.peak.bytes[int(MemCategory::gradients)], whole.peak.bytes[int(MemCategory::gradients)]) << grid;
   }
   shared_cleanup(data);

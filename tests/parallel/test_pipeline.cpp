@@ -43,7 +43,7 @@ void expect_1f1b(const std::vector<PipeOp>& ops, int P, int r, int m) {
       --in_flight;
     }
     const bool in_warmup = int(i) < warmup;
-    const int k = int(i) - warmup;                      // position after the warm-up
+    const int k = int(i) - warmup;  // position after the warm-up
     const bool in_steady = !in_warmup && k < 2 * (m - warmup);
     const PipeOpKind want = in_warmup   ? PipeOpKind::forward
                             : in_steady ? (k % 2 == 0 ? PipeOpKind::forward : PipeOpKind::backward)
@@ -195,8 +195,9 @@ TEST(Pipeline, TrainingMatchesOneProcess) {
   shared_cleanup(data);
 }
 
-// A P x D grid (np 4: 2 stages x 2 replicas), without and with ZeRO-1, against one process running all D x m micro-batches, and
-// the 8-bit paths on the grid: within the data-parallel tolerance (tests/parallel/test_data_parallel.cpp).
+// A P x D grid (np 4: 2 stages x 2 replicas), without and with ZeRO-1, against one process running all D x m
+// micro-batches, and the 8-bit paths on the grid: within the data-parallel tolerance
+// (tests/parallel/test_data_parallel.cpp).
 TEST(Pipeline, GridMatchesOneProcess) {
   const int W = world().size();
   if (W < 4) GTEST_SKIP() << "a 2 x 2 grid needs mpirun -np 4";
@@ -260,8 +261,8 @@ TEST(Pipeline, MemoryModelMatchesEachStage) {
     for (int k = 0; k < kMemCategoryCount; ++k) {
       const double got = double(r.peak.bytes[k]);
       EXPECT_LE(std::abs(double(want.bytes[k]) - got), 0.10 * got)
-          << policy << ", stage " << stage << ", " << mem_category_name(MemCategory(k)) << ": model "
-          << want.bytes[k] << ", tracker " << got;
+          << policy << ", stage " << stage << ", " << mem_category_name(MemCategory(k)) << ": model " << want.bytes[k]
+          << ", tracker " << got;
     }
   }
   shared_cleanup(data);
@@ -279,7 +280,8 @@ TEST(Pipeline, ReplanShiftsBitsBetweenStages) {
   o.stage_layers = first_stage_heavy(4, P);  // the first stage the heaviest: layers and micro-batches
   const TrainResult measured = train_run(o);
   // Stage 0's peak with 10% of its activations to give back, as a capacity the re-planner keeps 5% under.
-  double budget = (double(measured.peak_total) - 0.1 * double(measured.peak.bytes[int(MemCategory::activations)])) / 0.95;
+  double budget =
+      (double(measured.peak_total) - 0.1 * double(measured.peak.bytes[int(MemCategory::activations)])) / 0.95;
   world().broadcast(&budget, sizeof budget, 0);
   o.mem_budget = size_t(budget), o.replan_after = 2, o.out_dir = (data / "replan").string();
   const TrainResult r = train_run(o);

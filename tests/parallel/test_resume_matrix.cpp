@@ -22,8 +22,9 @@ struct Grid {
   bool sp;
 };
 
-constexpr Grid kGrids[] = {{"one process", 1, 1, 1, false}, {"DP 2", 2, 1, 1, false},   {"TP 2", 2, 2, 1, false},
-                           {"PP 2", 2, 1, 2, false},        {"TP 2 + SP", 2, 2, 1, true}, {"TP 2 x PP 2", 4, 2, 2, false},
+constexpr Grid kGrids[] = {{"one process", 1, 1, 1, false}, {"DP 2", 2, 1, 1, false},
+                           {"TP 2", 2, 2, 1, false},        {"PP 2", 2, 1, 2, false},
+                           {"TP 2 + SP", 2, 2, 1, true},    {"TP 2 x PP 2", 4, 2, 2, false},
                            {"TP 2 x DP 2", 4, 2, 1, false}, {"TP 2 + SP x PP 2", 4, 2, 2, true}};
 
 TEST(ResumeMatrix, EveryGridAndPrecisionResumesBitIdentically) {

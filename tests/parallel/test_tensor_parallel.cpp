@@ -35,8 +35,8 @@ void expect_matches(const TrainResult& got, const TrainResult& ref, const std::s
   if (world().rank() != 0) return;
   const double dl = max_rel_diff(got.losses, ref.losses), dn = max_rel_diff(got.grad_norms, ref.grad_norms),
                dv = std::abs(double(got.final_val_loss) - ref.final_val_loss) / ref.final_val_loss;
-  std::printf("[ measured ] %s vs one process: losses %.2e, gradient norms %.2e, validation loss %.2e\n",
-              what.c_str(), dl, dn, dv);
+  std::printf("[ measured ] %s vs one process: losses %.2e, gradient norms %.2e, validation loss %.2e\n", what.c_str(),
+              dl, dn, dv);
   EXPECT_LE(dl, tol) << what;
   EXPECT_LE(dn, tol) << what;
   EXPECT_LE(dv, tol) << what;
@@ -207,33 +207,33 @@ TEST(TensorParallel, MemoryModelMatchesEveryRank) {
     if (W % (2 * P) != 0 || (P == 1 && W > 4)) continue;
     const int T = W / P;
     for (const bool sp : {false, true})
-    for (const char* policy : {"fp32", "agoq"}) {
-      TrainOptions o = tp_tiny(data, "mem" + std::to_string(P) + policy + (sp ? "sp" : ""), T, 4);
-      o.pp = P, o.act_policy = policy, o.steps = 2, o.eval_every = 0, o.sp = sp;
-      const TrainResult r = train_run(o);
-      LlamaConfig cfg = o.model;
-      cfg.vocab_size = kVocab, cfg.max_seq_len = o.seq;
-      const ParallelGrid g = parallel_grid_make(world(), P, T);
-      PlanCpuOptions c;
-      c.batch = o.batch, c.seq = o.seq, c.pp = P, c.in_flight = pipeline_in_flight(P, g.stage, o.accum);
-      c.stage = model_stage_shard(cfg, model_stages_split(cfg, P)[g.stage], T, g.tp_rank, sp);
-      PlanMemory want = plan_memory_cpu_trainer(cfg, ActPolicy::parse(policy, cfg.n_layers), c);
-      // The token files, loaded in workspace, are the data's (what the model leaves out: plan/memory_model.h).
-      want[MemCategory::workspace] += MemoryTracker::global().tag_peak("data");
-      for (int k = 0; k < kMemCategoryCount; ++k)
-        EXPECT_EQ(want.bytes[k], r.peak.bytes[k])
-            << policy << ", TP " << T << (sp ? " + SP" : "") << " x PP " << P << ", rank " << world().rank() << ", "
-            << mem_category_name(MemCategory(k));
-      // `agoq plan`'s model of the same grid (plan_memory_per_rank, the GPU one) stores the same activations.
-      const PlanParallel par{W, T, P, false, sp};
-      const PlanWorkload work{o.seq, o.batch, o.accum};
-      const PlanStage st = plan_stages(cfg, par, work)[g.stage];
-      const PlanMemory planned = plan_memory_per_rank(cfg, par, work, st, PlanSystem::agoq,
-                                                      ActPolicy::parse(policy, st.n_layers));
-      EXPECT_EQ(planned[MemCategory::activations], r.peak.bytes[int(MemCategory::activations)])
-          << "agoq plan, " << policy << ", TP " << T << (sp ? " + SP" : "") << " x PP " << P << ", rank "
-          << world().rank();
-    }
+      for (const char* policy : {"fp32", "agoq"}) {
+        TrainOptions o = tp_tiny(data, "mem" + std::to_string(P) + policy + (sp ? "sp" : ""), T, 4);
+        o.pp = P, o.act_policy = policy, o.steps = 2, o.eval_every = 0, o.sp = sp;
+        const TrainResult r = train_run(o);
+        LlamaConfig cfg = o.model;
+        cfg.vocab_size = kVocab, cfg.max_seq_len = o.seq;
+        const ParallelGrid g = parallel_grid_make(world(), P, T);
+        PlanCpuOptions c;
+        c.batch = o.batch, c.seq = o.seq, c.pp = P, c.in_flight = pipeline_in_flight(P, g.stage, o.accum);
+        c.stage = model_stage_shard(cfg, model_stages_split(cfg, P)[g.stage], T, g.tp_rank, sp);
+        PlanMemory want = plan_memory_cpu_trainer(cfg, ActPolicy::parse(policy, cfg.n_layers), c);
+        // The token files, loaded in workspace, are the data's (what the model leaves out: plan/memory_model.h).
+        want[MemCategory::workspace] += MemoryTracker::global().tag_peak("data");
+        for (int k = 0; k < kMemCategoryCount; ++k)
+          EXPECT_EQ(want.bytes[k], r.peak.bytes[k])
+              << policy << ", TP " << T << (sp ? " + SP" : "") << " x PP " << P << ", rank " << world().rank() << ", "
+              << mem_category_name(MemCategory(k));
+        // `agoq plan`'s model of the same grid (plan_memory_per_rank, the GPU one) stores the same activations.
+        const PlanParallel par{W, T, P, false, sp};
+        const PlanWorkload work{o.seq, o.batch, o.accum};
+        const PlanStage st = plan_stages(cfg, par, work)[g.stage];
+        const PlanMemory planned =
+            plan_memory_per_rank(cfg, par, work, st, PlanSystem::agoq, ActPolicy::parse(policy, st.n_layers));
+        EXPECT_EQ(planned[MemCategory::activations], r.peak.bytes[int(MemCategory::activations)])
+            << "agoq plan, " << policy << ", TP " << T << (sp ? " + SP" : "") << " x PP " << P << ", rank "
+            << world().rank();
+      }
   }
   shared_cleanup(data);
 }

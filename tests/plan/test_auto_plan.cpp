@@ -45,8 +45,7 @@ TEST(AutoPlan, LayoutsAreExactlyTheValidOnesAndEachRefusalSaysWhy) {
     for (const PlanRefusedLayout& r : refused) {
       EXPECT_FALSE(valid_by_rule(gpus, r.tp, r.pp)) << "TP " << r.tp << " x PP " << r.pp << " refused: " << r.reason;
       EXPECT_EQ(gpus % (r.tp * r.pp), 0);
-      EXPECT_TRUE(r.reason.find("--tp") != std::string::npos || r.reason.find("--pp") != std::string::npos)
-          << r.reason;
+      EXPECT_TRUE(r.reason.find("--tp") != std::string::npos || r.reason.find("--pp") != std::string::npos) << r.reason;
       refused_set.insert({r.tp, r.pp});
     }
     // every (tp, pp) whose product divides the GPUs is either searched or refused with its reason
@@ -76,8 +75,9 @@ TEST(AutoPlan, SearchCoversEveryMicroBatchingSpZeroAndSystemOnceRankedByTime) {
   std::set<std::tuple<int, int, bool, bool, int, int, bool>> seen;
   for (size_t i = 0; i < r.fits.size(); ++i) {
     const PlanCandidate& c = r.fits[i];
-    EXPECT_TRUE(seen.insert({c.par.tp, c.par.pp, c.par.sp, c.par.zero1, c.work.micro_batch, int(c.system),
-                             c.optim_q8}).second) << c.name() << " twice";
+    EXPECT_TRUE(
+        seen.insert({c.par.tp, c.par.pp, c.par.sp, c.par.zero1, c.work.micro_batch, int(c.system), c.optim_q8}).second)
+        << c.name() << " twice";
     EXPECT_EQ(c.work.micro_batch * c.work.num_micro_batches * c.par.dp(), G) << c.name();
     if (i) EXPECT_LE(r.fits[i - 1].time.step_s, c.time.step_s);
   }

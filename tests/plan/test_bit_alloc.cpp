@@ -81,7 +81,8 @@ TEST(PlanBits, GreedyPathIsOptimalVsBruteForce) {
     while (true) {
       const PlanStageBits r = plan_allocate_stage(sh, b, opt);
       const double best = brute_force_min_error(sh, st, opt, r.act_bytes);
-      EXPECT_NEAR(r.error, best, 1e-9 * best) << "trial " << trial << " point " << points << " " << plan_bits_summary(r.bits);
+      EXPECT_NEAR(r.error, best, 1e-9 * best)
+          << "trial " << trial << " point " << points << " " << plan_bits_summary(r.bits);
       ++points;
       if (r.act_bytes == plan_min_act_bytes(sh, st, opt)) break;
       b.budget = r.act_bytes - 1;
@@ -198,7 +199,7 @@ TEST(PlanBits, ReplanMovesBitsToSpareStages) {
   for (int s = 0; s < kActSlotCount; ++s) {
     EXPECT_LE(rp.stages[0].bits[s], cur[0].bits[s]);
     EXPECT_GE(rp.stages[1].bits[s], cur[1].bits[s]);
-    down += rp.stages[0].bits[s] < cur[0].bits[s], up += rp.stages[1].bits[s] > cur[1].bits[s];
+    down += rp.stages[0].bits[s]<cur[0].bits[s], up += rp.stages[1].bits[s]> cur[1].bits[s];
   }
   EXPECT_GT(down, 0);
   EXPECT_GT(up, 0);

@@ -11,13 +11,13 @@
 #include "core/rng.h"
 #include "model/act_store.h"
 #include "model/llama.h"
-#include "plan/memory_model.h"
-#include "plan/presets.h"
-#include "tests/common/llama_shape.h"
-#include "quant/grad_q8.h"
 #include "optim/adamw.h"
 #include "parallel/grad_reduce.h"
 #include "parallel/grad_store.h"
+#include "plan/memory_model.h"
+#include "plan/presets.h"
+#include "quant/grad_q8.h"
+#include "tests/common/llama_shape.h"
 
 #include <memory>
 
@@ -53,7 +53,8 @@ void expect_cpu_model_matches(const LlamaConfig& cfg, int B, int T, const std::s
     model.init_weights(5);
     Rng rng(9);
     std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
-    for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
+    for (size_t i = 0; i < in.size(); ++i)
+      in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
     store.step_begin();
     MicroBatchRun run{.act_seed = 1};
     run.grads_ready = [&](int layer) { store.unit_ready(model_grad_unit_of_layer(whole, layer), true, 3); };
@@ -190,9 +191,7 @@ TEST(PlanGpuModel, FirstStageHoldsTheEmbeddingGradientInPieces) {
   const PlanWorkload w{4096, 1, 16};
   const PlanParallel par{64, 4, 4, false};
   const std::vector<PlanStage> st = plan_stages(cfg, par, w);
-  auto work = [&](int r) {
-    return plan_memory_static(cfg, par, w, st[r], PlanSystem::agoq)[MemCategory::workspace];
-  };
+  auto work = [&](int r) { return plan_memory_static(cfg, par, w, st[r], PlanSystem::agoq)[MemCategory::workspace]; };
   EXPECT_EQ(st[0].n_layers, st[1].n_layers);
   EXPECT_EQ(work(0), work(1));
   const size_t vocab_rows = size_t(plan_padded_vocab(cfg, 4, 128)) / 4;
@@ -205,9 +204,10 @@ TEST(PlanGpuModel, CategoriesAndZero) {
   for (bool zero : {false, true}) {
     const PlanParallel par{64, 4, 4, zero};
     for (const PlanStage& st : plan_stages(cfg, par, w)) {
-      const PlanMemory base = plan_memory_per_rank(cfg, par, w, st, PlanSystem::baseline,
-                                                   ActPolicy::parse("baseline-bf16", st.n_layers));
-      const PlanMemory ag = plan_memory_per_rank(cfg, par, w, st, PlanSystem::agoq, ActPolicy::parse("agoq", st.n_layers));
+      const PlanMemory base =
+          plan_memory_per_rank(cfg, par, w, st, PlanSystem::baseline, ActPolicy::parse("baseline-bf16", st.n_layers));
+      const PlanMemory ag =
+          plan_memory_per_rank(cfg, par, w, st, PlanSystem::agoq, ActPolicy::parse("agoq", st.n_layers));
       EXPECT_LT(ag.total(), base.total());
       EXPECT_EQ(base[MemCategory::gradients], 4 * st.params);
       EXPECT_LT(ag[MemCategory::activations], base[MemCategory::activations] / 3);
@@ -264,7 +264,8 @@ TEST(PlanGpuModel, ParseBytes) {
   EXPECT_EQ(plan_parse_bytes("1.5TiB"), size_t(3) << 39);
   EXPECT_EQ(plan_parse_bytes("512MiB"), size_t(512) << 20);
   EXPECT_EQ(plan_parse_bytes("4096"), 4096u);
-  for (const char* bad : {"", "abc", "80XB", "-5GiB", "1.2.3G", "GiB", "0GiB"}) EXPECT_THROW(plan_parse_bytes(bad), Error) << bad;
+  for (const char* bad : {"", "abc", "80XB", "-5GiB", "1.2.3G", "GiB", "0GiB"})
+    EXPECT_THROW(plan_parse_bytes(bad), Error) << bad;
 }
 
 TEST(PlanPresets, ShapesAndSizes) {

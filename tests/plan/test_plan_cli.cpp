@@ -38,8 +38,9 @@ RunOut run_plan(const std::string& args) {
 }
 
 TEST(PlanCli, PresetJson) {
-  const RunOut r = run_plan("--model llama-8b --gpus 64 --tp 4 --pp 4 --seq 4096 --micro-batch 1 "
-                         "--num-micro-batches 8 --gpu-mem 80GiB --json");
+  const RunOut r = run_plan(
+      "--model llama-8b --gpus 64 --tp 4 --pp 4 --seq 4096 --micro-batch 1 "
+      "--num-micro-batches 8 --gpu-mem 80GiB --json");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["stages"].size(), 4u);
@@ -72,8 +73,10 @@ TEST(PlanCli, TextAndZeroAndTightMemory) {
 // 8-bit AdamW states shrink AGoQ's optimizer rows only, with and without ZeRO-1, and take the 8B config past 50%.
 TEST(PlanCli, OptimStateQ8) {
   for (const char* zero : {"0", "1"}) {
-    const std::string base = std::string("--model llama-8b --gpus 64 --tp 4 --pp 4 --seq 4096 --micro-batch 1 "
-                                         "--num-micro-batches 16 --gpu-mem 80GiB --json --zero ") + zero;
+    const std::string base = std::string(
+                                 "--model llama-8b --gpus 64 --tp 4 --pp 4 --seq 4096 --micro-batch 1 "
+                                 "--num-micro-batches 16 --gpu-mem 80GiB --json --zero ") +
+                             zero;
     const RunOut a = run_plan(base), b = run_plan(base + " --optim-state q8");
     ASSERT_EQ(a.code, 0) << a.err;
     ASSERT_EQ(b.code, 0) << b.err;
@@ -167,8 +170,11 @@ TEST(PlanCli, Png) {
   const fs::path png = test_temp_path("plan_chart.png");
   fs::remove(png);
   const std::string env = "AGOQ_PLAN_CHART=" AGOQ_SOURCE_DIR "/scripts/plan_chart.py ";
-  const std::string cmd = env + "timeout 120 " AGOQ_BIN_PATH " plan --model llama-32b --gpus 64 --tp 8 --pp 4 "
-                          "--png " + png.string() + " >/dev/null";
+  const std::string cmd = env +
+                          "timeout 120 " AGOQ_BIN_PATH
+                          " plan --model llama-32b --gpus 64 --tp 8 --pp 4 "
+                          "--png " +
+                          png.string() + " >/dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   EXPECT_GT(fs::file_size(png), 1000u);
   EXPECT_TRUE(fs::exists(fs::path(png).replace_extension(".json")));

@@ -29,8 +29,8 @@ PlanCalibration round_calibration() {
 }
 
 // Per layer: q and o 64x64, k and v 64x32, gate/up/down 64x128; the head 64x256.
-constexpr double kLayerMatmul = 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128;  // 36864
-constexpr double kMatmulParams = 2 * kLayerMatmul + 64 * 256;               // 90112
+constexpr double kLayerMatmul = 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128;           // 36864
+constexpr double kMatmulParams = 2 * kLayerMatmul + 64 * 256;                       // 90112
 constexpr double kParams = 64 * 256 + 2 * (kLayerMatmul + 2 * 64) + 64 + 64 * 256;  // + embedding, norms: 106816
 // Causal attention of a micro-batch of 2 sequences of 16, 4 heads of 16, over both layers: half of QK^T and of PV,
 // 2 FLOPs a product, per head and sequence; backward 2.5x the forward.

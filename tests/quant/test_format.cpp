@@ -70,8 +70,8 @@ TEST(QuantFormat, LayoutAndBytes) {
 }
 
 TEST(QuantConvert, F16RoundUpMatchesF16cAndIsAnUpperBound) {
-  std::vector<float> xs = {0.f, 1.f, 65504.f, 65504.5f, 65519.f, 65520.f, 1e9f, 0x1p-24f, 0x1p-25f, 0x1p-14f,
-                           0x1.0004p-14f, 3e-8f, 1e-40f, 0x1p-149f, 0.1f, 1.f / 3, 2.f / 15};
+  std::vector<float> xs = {0.f,      1.f,           65504.f, 65504.5f, 65519.f,   65520.f, 1e9f,    0x1p-24f, 0x1p-25f,
+                           0x1p-14f, 0x1.0004p-14f, 3e-8f,   1e-40f,   0x1p-149f, 0.1f,    1.f / 3, 2.f / 15};
   Rng rng(7);
   for (int i = 0; i < 200000; ++i) {
     const float x = std::bit_cast<float>(rng.next_u32() & 0x7FFFFFFFu);
@@ -139,11 +139,11 @@ TEST(QuantConvert, Bf16KnownValues) {
     const QuantStatus st = quant_encode(t, in.data(), {});
     EXPECT_EQ(st.nonfinite, 3u * 5);  // per rep: +-Inf and 3 NaNs (FLT_MAX is finite)
     const uint16_t* h = reinterpret_cast<const uint16_t*>(t.view().codes);
-    for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(h[i], cases[i % cases.size()].out) << "case " << i << " simd " << simd;
+    for (size_t i = 0; i < in.size(); ++i)
+      EXPECT_EQ(h[i], cases[i % cases.size()].out) << "case " << i << " simd " << simd;
     std::vector<float> back(in.size());
     quant_decode(t, back.data());
-    for (size_t i = 0; i < in.size(); ++i)
-      EXPECT_EQ(std::bit_cast<uint32_t>(back[i]), uint32_t(h[i]) << 16);
+    for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(std::bit_cast<uint32_t>(back[i]), uint32_t(h[i]) << 16);
   }
   quant_set_simd(true);
   EXPECT_EQ(bf16_to_f32(0x3F80), 1.f);
@@ -167,7 +167,8 @@ TEST(QuantRandom, SimdChunksMatchScalarAndElementFormula) {
   // The mapping itself: element i is byte i % 4 of word (i / 32) % 4 of Philox counter (i / 128) * 8 + rev3((i / 4)
   // % 8), rev3 reversing 3 bits; slots rotate bits 2-4 of the index right by one.
   const uint64_t rev3[8] = {0, 4, 2, 6, 1, 5, 3, 7};
-  for (uint64_t i : {uint64_t(0), uint64_t(1), uint64_t(5), uint64_t(37), uint64_t(127), uint64_t(128), uint64_t(1000003)}) {
+  for (uint64_t i :
+       {uint64_t(0), uint64_t(1), uint64_t(5), uint64_t(37), uint64_t(127), uint64_t(128), uint64_t(1000003)}) {
     const auto w = philox4x32(s.seed, s.tensor_id, (i / 128) * 8 + rev3[(i / 4) % 8]);
     EXPECT_EQ(quant_random_byte_at(s, i), uint8_t(w[(i / 32) % 4] >> (8 * (i % 4)))) << i;
     EXPECT_EQ(quant_uniform_at(s, i), (quant_random_byte_at(s, i) + 0.5f) / 256) << i;
@@ -286,7 +287,8 @@ TEST(QuantPack, EveryCodeAtEveryPosition) {
             ASSERT_EQ(t.view().scales[0], 0x3C00);  // fp16 1.0
             ASSERT_EQ(t.view().mins[0], 0.f);
             const uint8_t* codes = t.view().codes;
-            for (size_t j = 0; j < cols; ++j) ASSERT_EQ(bit_field(codes, j * bits, bits), uint32_t(x[j])) << bits << " " << j;
+            for (size_t j = 0; j < cols; ++j)
+              ASSERT_EQ(bit_field(codes, j * bits, bits), uint32_t(x[j])) << bits << " " << j;
             for (size_t k = cols * bits; k < quant_row_code_bytes(f, cols) * 8; ++k)
               ASSERT_EQ(bit_field(codes, k, 1), 0u);  // padding bits are zero
             std::vector<float> back(cols);

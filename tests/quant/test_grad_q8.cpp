@@ -46,7 +46,8 @@ TEST(GradQ8, RoundTripWithinHalfStep) {
           for (size_t i = 0; i < n; ++i) {
             const size_t b = i / block;
             float amax = 0;
-            for (size_t j = b * block; j < std::min(n, (b + 1) * size_t(block)); ++j) amax = std::max(amax, std::fabs(x[j]));
+            for (size_t j = b * block; j < std::min(n, (b + 1) * size_t(block)); ++j)
+              amax = std::max(amax, std::fabs(x[j]));
             ASSERT_EQ(s[b], amax / 127.f);
             // Nearest: <= s/2; stochastic: <= (511/512) s < s (8-bit uniforms, see test_format.cpp); plus 2^-16 s
             // for the fp32 rounding of x * 127 / amax.
@@ -192,8 +193,8 @@ TEST(GradQ8, SumRequantizeEqualsDequantizeAddDivideQuantize) {
       for (int nsrc : {1, 2, 3, 5, 17})
         for (size_t n : {size_t(0), size_t(1), size_t(255), size_t(3001), size_t(40003)})
           for (float divisor : {1.f, float(nsrc)}) {
-            SCOPED_TRACE(testing::Message() << "block " << block << " nsrc " << nsrc << " n " << n << " simd "
-                                            << simd << " divisor " << divisor);
+            SCOPED_TRACE(testing::Message() << "block " << block << " nsrc " << nsrc << " n " << n << " simd " << simd
+                                            << " divisor " << divisor);
             const size_t nb = grad_q8_blocks(n, block);
             std::vector<std::vector<int8_t>> q(nsrc, std::vector<int8_t>(n));
             std::vector<std::vector<float>> sc(nsrc, std::vector<float>(nb));
@@ -275,7 +276,7 @@ TEST(GradQ8, ShardsWithIndexBase) {
     first_scale += grad_q8_blocks(len, block);
   }
   EXPECT_EQ(first_scale, 5u + 1 + 11);
-  EXPECT_TRUE(bits_equal(whole.data(), parts.data(), 320));       // shard 0 = blocks 0..4 of the whole
+  EXPECT_TRUE(bits_equal(whole.data(), parts.data(), 320));  // shard 0 = blocks 0..4 of the whole
   EXPECT_TRUE(bits_equal(sw.data(), sp.data(), 5 * sizeof(float)));
 }
 

@@ -34,7 +34,8 @@ std::vector<QuantFormat> all_int_formats() {
   for (int bits : {2, 3, 4, 8})
     for (int g : {32, 64, 128, 256})
       for (bool sym : {true, false})
-        for (auto r : {QuantRounding::nearest, QuantRounding::stochastic}) v.push_back(quant_format_int(bits, g, sym, r));
+        for (auto r : {QuantRounding::nearest, QuantRounding::stochastic})
+          v.push_back(quant_format_int(bits, g, sym, r));
   return v;
 }
 
@@ -100,7 +101,8 @@ TEST(QuantGroup, RoundTripBoundIsTight) {
   for (size_t r = 0; r < 4; ++r)
     for (size_t g = 0; g < 2; ++g) {
       const float s = f16_to_f32(t.row(r).scales[g]);
-      for (size_t c = g * 128; c < g * 128 + 128; ++c) worst = std::max(worst, double(std::fabs(x[r * 256 + c] - y[r * 256 + c]) / s));
+      for (size_t c = g * 128; c < g * 128 + 128; ++c)
+        worst = std::max(worst, double(std::fabs(x[r * 256 + c] - y[r * 256 + c]) / s));
     }
   EXPECT_GT(worst, 0.45);
   EXPECT_LE(worst, 0.5 + 1e-5);
@@ -196,8 +198,8 @@ TEST(QuantGroup, StochasticIsReproducibleAcrossThreadsAndFusedRows) {
 TEST(QuantGroup, SimdMatchesScalarBitForBit) {
   const size_t rows = 3, cols = 17 * 256 + 45;  // more than two batches of 8 groups at every G
   auto x = random_rows(rows, cols, 21, false);
-  x[5] = 0x1p-140f, x[cols + 3] = -0.f;  // a denormal and a negative zero
-  for (size_t c = 0; c < 300; ++c) x[2 * cols + c] = 0.25f;  // constant groups
+  x[5] = 0x1p-140f, x[cols + 3] = -0.f;                       // a denormal and a negative zero
+  for (size_t c = 0; c < 300; ++c) x[2 * cols + c] = 0.25f;   // constant groups
   for (size_t c = 600; c < 1100; ++c) x[cols + c] += 1000.f;  // far from zero: the asymmetric x - lo encoder
   std::vector<QuantFormat> formats = all_int_formats();
   formats.push_back(quant_format_bf16());
@@ -302,15 +304,15 @@ TEST(QuantGroup, NonFiniteAndOverflowAreReportedAndDecodeToNaN) {
 TEST(QuantGroup, AsymmetricGroupsOfAnySignMatchScalar) {
   const size_t cols = 32 * 12;
   auto x = random_rows(1, cols, 17, false);
-  for (size_t c = 0; c < 32; ++c) x[c] = std::fabs(x[c]) + 0.5f;            // group 0: positive
-  for (size_t c = 32; c < 64; ++c) x[c] = -std::fabs(x[c]) - 0.5f;          // group 1: negative
-  for (size_t c = 64; c < 96; ++c) x[c] = c % 2 ? -0.f : std::fabs(x[c]);   // group 2: >= 0 with -0
-  for (size_t c = 96; c < 128; ++c) x[c] = c % 2 ? -0.f : -std::fabs(x[c]); // group 3: <= 0
-  x[130] = -NAN, x[170] = NAN;                                                // groups 4, 5: mixed with NaN
-  x[5 + 192] = std::fabs(x[5 + 192]), x[7 + 192] = -NAN;                      // group 6 ...
+  for (size_t c = 0; c < 32; ++c) x[c] = std::fabs(x[c]) + 0.5f;                      // group 0: positive
+  for (size_t c = 32; c < 64; ++c) x[c] = -std::fabs(x[c]) - 0.5f;                    // group 1: negative
+  for (size_t c = 64; c < 96; ++c) x[c] = c % 2 ? -0.f : std::fabs(x[c]);             // group 2: >= 0 with -0
+  for (size_t c = 96; c < 128; ++c) x[c] = c % 2 ? -0.f : -std::fabs(x[c]);           // group 3: <= 0
+  x[130] = -NAN, x[170] = NAN;                                                        // groups 4, 5: mixed with NaN
+  x[5 + 192] = std::fabs(x[5 + 192]), x[7 + 192] = -NAN;                              // group 6 ...
   for (size_t c = 192; c < 224; ++c) x[c] = c == 199 ? x[c] : std::fabs(x[c]) + 1.f;  // ... positive and -NaN
   for (size_t c = 224; c < 256; ++c) x[c] = c == 230 ? NAN : -std::fabs(x[c]) - 1.f;  // group 7: negative and NaN
-  x[300] = -INFINITY;                                                        // group 9: mixed with -Inf
+  x[300] = -INFINITY;                                                                 // group 9: mixed with -Inf
   for (auto r : {QuantRounding::nearest, QuantRounding::stochastic}) {
     const QuantFormat f = quant_format_int(4, 32, false, r);
     SCOPED_TRACE(quant_format_name(f));

@@ -29,7 +29,8 @@ QuantStatus shared_encode_row(const QuantFormat& f, const float* x, size_t cols,
     const size_t n = std::min(G, cols - c0);
     float lo = INFINITY, hi = -INFINITY;
     size_t nonfinite = 0;
-    for (size_t j = 0; j < n; ++j) nonfinite += !float_is_finite(x[c0 + j]), lo = fminf(lo, x[c0 + j]), hi = fmaxf(hi, x[c0 + j]);
+    for (size_t j = 0; j < n; ++j)
+      nonfinite += !float_is_finite(x[c0 + j]), lo = fminf(lo, x[c0 + j]), hi = fmaxf(hi, x[c0 + j]);
     QuantGroupParams p{};
     const bool ok = nonfinite == 0 && quant_group_params(f.bits, f.symmetric, lo + 0.f, hi + 0.f, p);
     for (size_t u = 0; u < n; u += 8) {  // a unit of 8 codes fills f.bits bytes
@@ -55,7 +56,8 @@ void shared_decode_row(const QuantFormat& f, const QuantConstView& row, size_t c
   for (size_t c = 0; c < cols; ++c) {
     const size_t g = c / size_t(f.group), bit = c * size_t(f.bits);
     uint32_t w = 0;
-    for (int k = 0; k < 2; ++k) w |= bit / 8 + k < (cols * f.bits + 7) / 8 ? uint32_t(row.codes[bit / 8 + k]) << (8 * k) : 0;
+    for (int k = 0; k < 2; ++k)
+      w |= bit / 8 + k < (cols * f.bits + 7) / 8 ? uint32_t(row.codes[bit / 8 + k]) << (8 * k) : 0;
     const uint32_t q = (w >> (bit % 8)) & ((1u << f.bits) - 1);
     const float scale = f16_to_f32(row.scales[g]);
     out[c] = quant_code_decode(q, scale, quant_int_offset(f.bits, f.symmetric, scale, f.symmetric ? 0.f : row.mins[g]));
@@ -77,7 +79,8 @@ TEST_P(QuantMathShared, GroupCodesEqualTheKernels) {
       QuantizedTensor kernel(f, rows, cols, MemCategory::workspace), shared(f, rows, cols, MemCategory::workspace);
       const QuantStatus ks = quant_encode(kernel, x.data(), seed);
       QuantStatus ss;
-      for (size_t r = 0; r < rows; ++r) ss += shared_encode_row(f, x.data() + r * cols, cols, shared.row(r), seed, r * cols);
+      for (size_t r = 0; r < rows; ++r)
+        ss += shared_encode_row(f, x.data() + r * cols, cols, shared.row(r), seed, r * cols);
       const std::string what = quant_format_name(f) + " " + std::to_string(rows) + "x" + std::to_string(cols);
       ASSERT_TRUE(bits_equal(kernel.view().codes, shared.view().codes, kernel.bytes())) << what;
       EXPECT_EQ(ks.nonfinite, ss.nonfinite) << what;
@@ -147,7 +150,8 @@ TEST_P(QuantMathShared, GradientBlocksEqualTheKernels) {
                 shared_grad_blocks(g2.data(), n, sc.data(), ss.data(), o, false));
       EXPECT_EQ(grad_q8_accumulate(kc.data(), ks.data(), g1.data(), n, o),
                 shared_grad_blocks(g1.data(), n, sc.data(), ss.data(), o, true));
-      const std::string what = "block " + std::to_string(block) + (rounding == QuantRounding::nearest ? " nearest" : " sr");
+      const std::string what =
+          "block " + std::to_string(block) + (rounding == QuantRounding::nearest ? " nearest" : " sr");
       ASSERT_TRUE(bits_equal(kc.data(), sc.data(), n)) << what;
       ASSERT_TRUE(bits_equal(ks.data(), ss.data(), nb * sizeof(float))) << what;
       std::vector<float> a(g1), b(g1);  // dequantize_add onto the same values

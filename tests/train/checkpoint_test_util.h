@@ -21,8 +21,8 @@ struct TmpDir {
   fs::path path;
   TmpDir() {
     static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("agoq_test_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    path =
+        fs::temp_directory_path() / ("agoq_test_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     fs::remove_all(path);
     fs::create_directories(path);
   }

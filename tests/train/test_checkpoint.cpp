@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <xxhash.h>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -9,15 +10,14 @@
 #include <functional>
 #include <limits>
 #include <sstream>
-#include <xxhash.h>
 
+#include "../common/expect_error.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "../common/expect_error.h"
 #include "formats/checkpoint.h"
 #include "formats/safetensors.h"
-#include "tests/train/checkpoint_test_util.h"
 #include "tests/common/bits_equal.h"
+#include "tests/train/checkpoint_test_util.h"
 
 namespace agoq {
 namespace {
@@ -32,7 +32,6 @@ void file_write_raw(const std::string& p, const std::string& header, const std::
   for (int i = 0; i < 8; ++i) len[i] = char(uint64_t(header.size()) >> (8 * i));
   file_write(p, len + header + data);
 }
-
 
 // ---------------------------------------------------------------- safetensors
 
@@ -164,8 +163,8 @@ TEST(Safetensors, EveryTruncationIsRefused) {
   w.add_f32("b", {4}, a.data());
   w.write(d / "full.safetensors");
   const std::string raw = file_read(d / "full.safetensors");
-  for (size_t cut : {size_t(0), size_t(3), size_t(8), size_t(9), size_t(20), raw.size() / 2, raw.size() - 300,
-                     raw.size() - 1}) {
+  for (size_t cut :
+       {size_t(0), size_t(3), size_t(8), size_t(9), size_t(20), raw.size() / 2, raw.size() - 300, raw.size() - 1}) {
     SCOPED_TRACE(cut);
     file_write(d / "cut.safetensors", raw.substr(0, cut));
     expect_error([&] { SafetensorsFile::open(d / "cut.safetensors"); }, {"cut.safetensors"});
@@ -286,7 +285,8 @@ TEST(CheckpointConfig, ParsingNamesMissingAndUnsupportedKeys) {
   expect_error([&] { config_from_hf_json(json::array()); }, {"not an object"});
   // Optional keys fall back to Hugging Face's defaults.
   j = full;
-  for (const char* k : {"num_key_value_heads", "rope_theta", "tie_word_embeddings", "head_dim", "model_type"}) j.erase(k);
+  for (const char* k : {"num_key_value_heads", "rope_theta", "tie_word_embeddings", "head_dim", "model_type"})
+    j.erase(k);
   const LlamaConfig c = config_from_hf_json(j);
   EXPECT_EQ(c.n_kv_heads, c.n_heads);
   EXPECT_EQ(c.rope_theta, 10000.0f);
@@ -300,14 +300,20 @@ TEST(CheckpointConfig, ParsingNamesMissingAndUnsupportedKeys) {
   expect_error([&] { config_from_hf_json(with("attention_bias", true)); }, {"attention_bias"});
   expect_error([&] { config_from_hf_json(with("mlp_bias", true)); }, {"mlp_bias"});
   expect_error([&] { config_from_hf_json(with("rope_scaling", {{"type", "linear"}})); }, {"rope_scaling.factor"});
-  expect_error([&] { config_from_hf_json(with("rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}})); },
-               {"rope_scaling.rope_type", "dynamic", "not supported"});
+  expect_error(
+      [&] {
+    config_from_hf_json(with("rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}));
+      },
+      {"rope_scaling.rope_type", "dynamic", "not supported"});
   expect_error([&] { config_from_hf_json(with("model_type", "gemma")); }, {"model_type"});
   json mistral = with("model_type", "mistral");
   mistral["architectures"] = {"MistralForCausalLM"};
   EXPECT_EQ(config_from_hf_json(mistral).sliding_window, 4096);  // MistralConfig's default
-  const LlamaConfig l3 = config_from_hf_json(with("rope_scaling", {{"rope_type", "llama3"}, {"factor", 32.0},
-      {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}));
+  const LlamaConfig l3 = config_from_hf_json(with("rope_scaling", {{"rope_type", "llama3"},
+                                                                   {"factor", 32.0},
+                                                                   {"low_freq_factor", 1.0},
+                                                                   {"high_freq_factor", 4.0},
+                                                                   {"original_max_position_embeddings", 8192}}));
   EXPECT_EQ(l3.rope_scaling.type, RopeScaling::Type::llama3);
   EXPECT_EQ(config_from_hf_json(config_to_hf_json(l3)).rope_scaling, l3.rope_scaling);  // written as read
   expect_error([&] { config_from_hf_json(with("head_dim", 8)); }, {"head_dim"});
@@ -324,10 +330,10 @@ TEST(CheckpointConfig, ParamNamesAreHfNamesInOrder) {
   EXPECT_EQ(names[0].name, "model.embed_tokens.weight");
   EXPECT_EQ(names[0].shape, (std::vector<int64_t>{11, 8}));
   const std::vector<std::pair<std::string, std::vector<int64_t>>> layer1 = {
-      {"model.layers.1.input_layernorm.weight", {8}},       {"model.layers.1.self_attn.q_proj.weight", {8, 8}},
-      {"model.layers.1.self_attn.k_proj.weight", {4, 8}},   {"model.layers.1.self_attn.v_proj.weight", {4, 8}},
-      {"model.layers.1.self_attn.o_proj.weight", {8, 8}},   {"model.layers.1.post_attention_layernorm.weight", {8}},
-      {"model.layers.1.mlp.gate_proj.weight", {12, 8}},     {"model.layers.1.mlp.up_proj.weight", {12, 8}},
+      {"model.layers.1.input_layernorm.weight", {8}},     {"model.layers.1.self_attn.q_proj.weight", {8, 8}},
+      {"model.layers.1.self_attn.k_proj.weight", {4, 8}}, {"model.layers.1.self_attn.v_proj.weight", {4, 8}},
+      {"model.layers.1.self_attn.o_proj.weight", {8, 8}}, {"model.layers.1.post_attention_layernorm.weight", {8}},
+      {"model.layers.1.mlp.gate_proj.weight", {12, 8}},   {"model.layers.1.mlp.up_proj.weight", {12, 8}},
       {"model.layers.1.mlp.down_proj.weight", {8, 12}}};
   for (size_t i = 0; i < layer1.size(); ++i) {
     EXPECT_EQ(names[10 + i].name, layer1[i].first);
@@ -492,16 +498,28 @@ TEST(Checkpoint, CorruptOrMismatchedCheckpointsGiveOneClearError) {
   restore();
 
   std::vector<std::vector<float>> store;
-  rewrite(model_path, [](auto& ts) { ts[0].shape = {ts[0].shape[1], ts[0].shape[0]}; }, store);
+  rewrite(
+      model_path,
+      [](auto& ts) {
+    ts[0].shape = {ts[0].shape[1], ts[0].shape[0]};
+      },
+      store);
   expect_error(load, {"tensor 'lm_head.weight'", "[8, 11]", "[11, 8]"});
   restore();
-  rewrite(model_path, [](auto& ts) { ts.erase(ts.begin() + 3); }, store);
+  rewrite(
+      model_path, [](auto& ts) { ts.erase(ts.begin() + 3); }, store);
   expect_error(load, {"model.safetensors", "no tensor", "model.layers.0.mlp"});
   restore();
-  rewrite(model_path, [](auto& ts) { ts.push_back({"model.extra.weight", {1}, ts[0].data}); }, store);
+  rewrite(
+      model_path,
+      [](auto& ts) {
+    ts.push_back({"model.extra.weight", {1}, ts[0].data});
+      },
+      store);
   expect_error(load, {"unexpected tensor 'model.extra.weight'"});
   restore();
-  rewrite(dir + "/optimizer.safetensors", [](auto& ts) { ts.pop_back(); }, store);
+  rewrite(
+      dir + "/optimizer.safetensors", [](auto& ts) { ts.pop_back(); }, store);
   expect_error(load, {"optimizer.safetensors", "no tensor 'adam.m."});
   checkpoint_load(dir, back.config, back.weights, {});  // weights alone are still fine
   back.params = untouched;
@@ -521,10 +539,17 @@ TEST(Checkpoint, CorruptOrMismatchedCheckpointsGiveOneClearError) {
   expect_error([&] { checkpoint_load(dir, back.config, missing, {}); }, {"'lm_head.weight' not given"});
 
   // Refused loads never wrote into the caller's memory.
-  expect_error([&] {
-    rewrite(model_path, [](auto& ts) { ts.back().shape = {1, ts.back().shape[0]}; }, store);
+  expect_error(
+      [&] {
+    rewrite(
+        model_path,
+        [](auto& ts) {
+      ts.back().shape = {1, ts.back().shape[0]};
+        },
+        store);
     load();
-  }, {"model.norm.weight"});
+      },
+      {"model.norm.weight"});
   EXPECT_EQ(back.params, untouched);
 }
 
@@ -612,8 +637,11 @@ TEST(Checkpoint, ImpossibleValuesAreRefusedEvenWithValidChecksums) {
     checkpoint_save(dir, c, m.weights, opt, json::object(), 3);
     FakeModel back(c, 2);
     std::vector<float> into(8);
-    expect_error([&] { checkpoint_load(dir, c, back.weights, {{name, {8}, into.data()}}); },
-                 {std::string("tensor '") + name + "'", "1 negative values of 8"});
+    expect_error(
+        [&] {
+      checkpoint_load(dir, c, back.weights, {{name, {8}, into.data()}});
+        },
+        {std::string("tensor '") + name + "'", "1 negative values of 8"});
   }
   FakeModel m(c, 1);
   m.params[2][1] = std::numeric_limits<float>::quiet_NaN();
@@ -632,7 +660,8 @@ TEST(Checkpoint, AStepThatDisagreesWithTheTensorsIsRefused) {
   marker["step"] = 40;
   file_write(dir + "/trainer.json", marker.dump());
   FakeModel back(tiny_config(false), 2);
-  expect_error([&] { checkpoint_inspect(dir); }, {"model.safetensors was saved at step 20", "trainer.json says step 40"});
+  expect_error([&] { checkpoint_inspect(dir); },
+               {"model.safetensors was saved at step 20", "trainer.json says step 40"});
 }
 
 TEST(Checkpoint, SaveRefusesWeightsThatDoNotMatchTheConfig) {
@@ -640,8 +669,8 @@ TEST(Checkpoint, SaveRefusesWeightsThatDoNotMatchTheConfig) {
   FakeModel m(tiny_config(false), 1);
   NamedTensors w = m.weights;
   w[2].shape = {8, 4};
-  expect_error([&] { checkpoint_save(d / "ck", m.config, w, {}, {}, 0); }, {"model.layers.0.self_attn.q_proj.weight",
-                                                                             "[8, 4]", "[8, 8]"});
+  expect_error([&] { checkpoint_save(d / "ck", m.config, w, {}, {}, 0); },
+               {"model.layers.0.self_attn.q_proj.weight", "[8, 4]", "[8, 8]"});
   w = m.weights;
   w.push_back({"model.bonus.weight", {1}, m.params[0].data()});
   expect_error([&] { checkpoint_save(d / "ck", m.config, w, {}, {}, 0); }, {"model.bonus.weight"});

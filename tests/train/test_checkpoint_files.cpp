@@ -32,15 +32,18 @@ TEST(CheckpointFiles, CarriedFilesAreCoveredByTheCommit) {
   expect_error([&] { checkpoint_inspect(dir); }, {"tokenizer.model missing"});
   // A name that is not a plain file of the folder is refused before anything is written.
   for (const char* bad : {"../escape", "model.safetensors", "trainer.json", ""})
-    expect_error([&] { checkpoint_save(d / "bad", m.config, m.weights, m.optimizer, {}, 1, {{bad, "x"}}); },
-                 {"cannot carry a file named"});
+    expect_error(
+        [&] {
+      checkpoint_save(d / "bad", m.config, m.weights, m.optimizer, {}, 1, {{bad, "x"}});
+        },
+        {"cannot carry a file named"});
 }
 
 // Whatever a kill interrupts (a save, or the deletion of the previous checkpoint), any file missing is refused
 // with a message naming it, never loaded as a checkpoint.
 TEST(CheckpointFiles, ACheckpointMissingAnyFileIsRefused) {
-  for (const char* gone : {"model.safetensors", "optimizer.safetensors", "config.json", "tokenizer.model",
-                           "trainer.json"}) {
+  for (const char* gone :
+       {"model.safetensors", "optimizer.safetensors", "config.json", "tokenizer.model", "trainer.json"}) {
     TmpDir d;
     const std::string dir = d / "ck";
     FakeModel m(tiny_config(false), 1);
@@ -75,8 +78,11 @@ TEST(CheckpointFiles, AFailedSaveLeavesNothingBehind) {
   EXPECT_FALSE(fs::exists(dir)) << "the save created the folder, so it removes it";
   // Into an existing checkpoint's folder: the old checkpoint's files stay, no temporary is left.
   checkpoint_save(dir, m.config, m.weights, m.optimizer, {}, 1, kTokenizer);
-  expect_error([&] { checkpoint_save(dir, m.config, m.weights, m.optimizer, {}, 2, {{"a/b", "x"}}); },
-               {"cannot carry"});
+  expect_error(
+      [&] {
+    checkpoint_save(dir, m.config, m.weights, m.optimizer, {}, 2, {{"a/b", "x"}});
+      },
+      {"cannot carry"});
   for (const auto& e : fs::directory_iterator(dir)) EXPECT_NE(e.path().extension(), ".tmp") << e.path();
   EXPECT_TRUE(fs::exists(dir + "/model.safetensors"));
 }

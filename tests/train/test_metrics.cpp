@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "../common/expect_error.h"
-#include "train/metrics.h"
 #include "tests/common/temp_path.h"
+#include "train/metrics.h"
 
 namespace agoq {
 namespace {

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "model/llama.h"
 #include "formats/checkpoint.h"
 #include "formats/safetensors.h"
+#include "model/llama.h"
 #include "tests/common/op_check.h"
 #include "tests/common/temp_path.h"
 
@@ -39,7 +39,8 @@ void check_parity(LlamaConfig c, int B, int T, const char* tag, bool masked = fa
   // Non-trivial norm weights and larger matrices, so every path carries signal.
   Rng rng(12);
   for (const ParamTensor& t : m.params().named())
-    for (size_t i = 0; i < t.numel(); ++i) t.data[i] = t.shape.size() == 1 ? 1.0f + 0.2f * rng.normal() : 4.0f * t.data[i];
+    for (size_t i = 0; i < t.numel(); ++i)
+      t.data[i] = t.shape.size() == 1 ? 1.0f + 0.2f * rng.normal() : 4.0f * t.data[i];
   std::vector<int32_t> in(B * T), tgt(B * T);
   for (int i = 0; i < B * T; ++i) in[i] = int32_t(rng.below(c.vocab_size)), tgt[i] = int32_t(rng.below(c.vocab_size));
   std::vector<int32_t> docs;

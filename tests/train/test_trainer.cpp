@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "train/trainer.h"
 #include "tests/common/synthetic_corpus.h"
 #include "tests/common/temp_path.h"
+#include "train/trainer.h"
 
 namespace agoq {
 namespace {
