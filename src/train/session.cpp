@@ -239,16 +239,22 @@ void TrainSession::model_build() {
   grads_ = std::make_unique<GradStore>(cfg_, stages_[grid_.stage], dp_options_.store);  // the model writes into it
   if (grid_.tp) tensor_group_ = std::make_unique<CommTensorGroup>(*grid_.tp);
   if (opt_.profile) timed_ = std::make_unique<TimedBackend>(model_backend_cpu());
-  model_ = std::make_unique<LlamaModel>(cfg_, B_, T_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers),
-                                        stages_[grid_.stage], in_flight, grads_->model_storage(), tensor_group_.get(),
-                                        timed_ ? *timed_ : model_backend_cpu());
+  model_make(stages_[grid_.stage], in_flight, grads_->model_storage(), tensor_group_.get(),
+             timed_ ? *timed_ : model_backend_cpu());
   if (timed_ && stages_[grid_.stage].head) {
     const ShardDims d = model_shard_dims(cfg_, stages_[grid_.stage]);
     timed_->head_weights_are(model_->params().lm_head, size_t(d.V) * d.C);
   }
-  model_->init_weights(opt_.seed);
   engine_ = std::make_unique<DataParallel>(*grid_.dp, model_->params(), *grads_, dp_options_);
   if (grid_.P > 1) pipeline_ = std::make_unique<Pipeline>(*grid_.pipe, *model_, B_, T_);
+}
+
+// The model of this rank's stage on `backend`, its weights initialised (a resume or --init-from overwrites them).
+void TrainSession::model_make(const ModelStage& stage, int in_flight, const std::vector<ParamSegment>& grad_storage,
+                              TensorGroup* tensor_group, ModelBackend& backend) {
+  model_ = std::make_unique<LlamaModel>(cfg_, B_, T_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers), stage,
+                                        in_flight, grad_storage, tensor_group, backend);
+  model_->init_weights(opt_.seed);
 }
 
 // One GPU in one process (docs/cuda.md): the model on the CUDA backend, its gradients in its own fp32 buffer or in
@@ -266,9 +272,7 @@ void TrainSession::model_build_gpu() {
   std::unique_ptr<CudaGradStore> q8;  // --grad-store q8: the model writes into its scratch
   if (dp_options_.store.kind == GradStoreKind::q8)
     q8 = std::make_unique<CudaGradStore>(backend, cfg_, whole, dp_options_.store.block, dp_options_.store.rounding);
-  model_ = std::make_unique<LlamaModel>(cfg_, B_, T_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers), whole, 1,
-                                        q8 ? q8->model_storage() : std::vector<ParamSegment>{}, nullptr, backend);
-  model_->init_weights(opt_.seed);
+  model_make(whole, 1, q8 ? q8->model_storage() : std::vector<ParamSegment>{}, nullptr, backend);
   engine_ = std::make_unique<CudaTrainStep>(*model_, backend, std::move(q8), dp_options_.adam, opt_.clip, opt_.seed);
 #else
   fail("--device cuda: this agoq was built without the CUDA backend (no nvcc at configure time, or -DAGOQ_CUDA=OFF)");
