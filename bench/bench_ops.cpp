@@ -1,16 +1,16 @@
-// `agoq bench ops`: speed of each model op on the reference shapes (N = 2048 tokens: batch 8 × seq 256, dim 256,
-// 8 heads of 32, ffn 688, vocab 4096), as GFLOP/s for the matmuls and the attention and GB/s (bytes read +
-// written once) for the memory-bound ops. Each number is the best of --reps timed runs after one warm-up.
-// On a shared, loaded machine wall time mostly measures the neighbours: --cpu-time times the process's CPU time
-// instead, which is meaningful with OMP_NUM_THREADS=1 (with more threads it also counts OpenMP spin-waiting).
+// `agoq bench ops`: speed of each op of the table (model/op_table.h) as the model calls it. One LLaMA model of the
+// shape flags (dim 256, 8 heads of 32, ffn 688, vocab 4096, 2 layers, batch 8 x seq 256 by default; fp32
+// activations, so the store's quantize passes -- `bench act`'s -- stay out) runs forward and backward on the timed
+// backend (model/backend_timed.h), which rates every call by the table's cost column: GFLOP/s for the GEMMs and the
+// attention, GB/s (every array read or written once) for all. A row is one op at one shape (its integer arguments,
+// the table's order); each is the best of --reps passes after one warm-up. First, the machine's practical fp32 peak.
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
-#include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -20,8 +20,8 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/rng.h"
-#include "model/ops.h"
-#include "opmath/op_flops.h"
+#include "model/backend_timed.h"
+#include "model/llama.h"
 #if AGOQ_HAVE_CUDA
 #include "bench/cuda/bench_cuda.h"
 #endif
@@ -34,171 +34,112 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   std::string device = "cpu";
   bool json = false;
-  bool cpu_time = false;
   int reps = 10;
-  int B = 8, T = 256, dim = 256, heads = 8, kv_heads = 8, ffn = 688, vocab = 4096;
+  int B = 8, T = 256, dim = 256, heads = 8, kv_heads = 8, ffn = 688, vocab = 4096, layers = 2;
   double peak_tflops = 989;  // --device cuda: the bf16 dense peak for MFU
 };
 
-double now_seconds(bool cpu_time) {
-  if (!cpu_time) return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-// Best time of fn over reps runs (after one warm-up), in seconds: wall time, or process CPU time.
-double best_seconds(int reps, bool cpu_time, const std::function<void()>& fn) {
-  fn();
+// GFLOP/s of a large square sgemm, best of reps: what the GEMM rows compare with.
+double sgemm_peak_gflops(int reps) {
+  const int n = 1536;
+  Buffer<float> x(size_t(n) * n, MemCategory::workspace), y(x.size(), MemCategory::workspace),
+      z(x.size(), MemCategory::workspace);
+  Rng rng(1);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = rng.uniform() - 0.5f, y[i] = rng.uniform() - 0.5f;
   double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const double t0 = now_seconds(cpu_time);
-    fn();
-    best = std::min(best, now_seconds(cpu_time) - t0);
+  for (int r = 0; r <= reps; ++r) {  // the first is the warm-up
+    const auto t0 = Clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, x.data(), n, y.data(), n, 0.0f, z.data(), n);
+    if (r > 0) best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  return best;
+  return 2.0 * n * n * n / best / 1e9;
 }
 
-Buffer<float> random_buffer(size_t n, uint64_t seed, float scale = 1.0f) {
-  Buffer<float> b(n, MemCategory::workspace);
-  Rng rng(seed);
-  for (size_t i = 0; i < n; ++i) b[i] = (rng.uniform() - 0.5f) * 2.0f * scale;
-  return b;
-}
-
-struct Row {
-  std::string op;
-  double ms, gflops, gbytes;  // gflops or gbytes is 0 when it does not apply
+struct Passes {
+  std::map<OpShape, OpCalls> best;  // per op and shape, the pass whose calls took least time
+  double pass_s = 1e30;             // the fastest pass's wall time
+  double store_s = 0;               // the activation store's time in that pass
 };
 
+// The model's forward and backward passes on the timed backend, reps + 1 of them (the first a warm-up).
+Passes model_passes(const Args& a) {
+  LlamaConfig cfg;
+  cfg.vocab_size = a.vocab, cfg.dim = a.dim, cfg.n_layers = a.layers, cfg.n_heads = a.heads;
+  cfg.n_kv_heads = a.kv_heads, cfg.ffn_dim = a.ffn, cfg.max_seq_len = a.T;
+  cfg.validate();
+  TimedBackend timed(model_backend_cpu());
+  LlamaModel model(timed, cfg, a.B, a.T, ActPolicy::parse("fp32", cfg.n_layers));
+  timed.head_weights_are(model.params().lm_head, size_t(cfg.vocab_size) * cfg.dim);
+  model.init_weights(1);
+  std::vector<int32_t> in(size_t(a.B) * a.T), tgt(in.size());
+  Rng rng(2);
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
+  Passes p;
+  for (int r = 0; r <= a.reps; ++r) {
+    const auto t0 = Clock::now();
+    model.forward_backward(in.data(), tgt.data(), a.B, a.T);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const std::map<OpShape, OpCalls> calls = timed.take_calls();
+    const OpSeconds classes = timed.take();
+    if (r == 0) continue;
+    for (const auto& [key, c] : calls)
+      if (!p.best.count(key) || c.seconds < p.best[key].seconds) p.best[key] = c;
+    if (s < p.pass_s) p.pass_s = s, p.store_s = classes[OpClass::act_store];
+  }
+  return p;
+}
+
 void bench_ops_run(const Args& a) {
-  std::vector<Row> rows;
-  const int N = a.B * a.T, reps = a.reps;
-  auto add_flops = [&](const std::string& op, double flops, const std::function<void()>& fn) {
-    const double s = best_seconds(reps, a.cpu_time, fn);
-    rows.push_back({op, s * 1e3, flops / s / 1e9, 0});
-  };
-  auto add_bytes = [&](const std::string& op, double bytes, const std::function<void()>& fn) {
-    const double s = best_seconds(reps, a.cpu_time, fn);
-    rows.push_back({op, s * 1e3, 0, bytes / s / 1e9});
-  };
-
-  {  // the machine's practical fp32 peak: a large square sgemm
-    const int n = 1536;
-    auto x = random_buffer(size_t(n) * n, 1), y = random_buffer(size_t(n) * n, 2);
-    Buffer<float> z(size_t(n) * n, MemCategory::workspace);
-    add_flops("sgemm 1536^3 (peak)", 2.0 * n * n * n, [&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, x.data(), n, y.data(), n, 0.0f, z.data(),
-                  n);
-    });
-  }
-
-  // matmuls: forward, and backward (din and dw, twice the forward's FLOPs)
-  const std::pair<int, int> shapes[] = {{a.dim, a.dim}, {a.dim, a.ffn}, {a.ffn, a.dim}, {a.dim, a.vocab}};
-  for (const auto& shape : shapes) {
-    const int in_dim = shape.first, out_dim = shape.second;  // not a structured binding: clang 14 cannot capture one
-    auto in = random_buffer(size_t(N) * in_dim, 3), w = random_buffer(size_t(out_dim) * in_dim, 4, 0.05f);
-    auto dout = random_buffer(size_t(N) * out_dim, 5);
-    Buffer<float> out(size_t(N) * out_dim, MemCategory::workspace), din(size_t(N) * in_dim, MemCategory::workspace),
-        dw(size_t(out_dim) * in_dim, MemCategory::workspace);
-    const double flops = 2.0 * N * in_dim * out_dim;
-    const std::string name =
-        "matmul " + std::to_string(N) + "x" + std::to_string(in_dim) + "->" + std::to_string(out_dim);
-    add_flops(name + " fwd", flops, [&] { matmul_forward(out.data(), in.data(), w.data(), N, in_dim, out_dim); });
-    add_flops(name + " bwd", 2 * flops,
-              [&] { matmul_backward(din.data(), dw.data(), dout.data(), in.data(), w.data(), N, in_dim, out_dim); });
-  }
-
-  {  // attention, causal FLOPs (model/attention.h)
-    const int hd = a.dim / a.heads;
-    std::vector<int> kv_list = {a.kv_heads};  // the configured heads, and a grouped-query variant
-    if (a.heads % 4 == 0 && a.heads / 4 != a.kv_heads) kv_list.push_back(a.heads / 4);
-    for (int kvh : kv_list) {
-      const size_t nq = size_t(N) * a.heads * hd, nk = size_t(N) * kvh * hd;
-      auto q = random_buffer(nq, 6), k = random_buffer(nk, 7), v = random_buffer(nk, 8), dout = random_buffer(nq, 9);
-      Buffer<float> o(nq, MemCategory::workspace), lse(size_t(a.B) * a.heads * a.T, MemCategory::workspace),
-          dq(nq, MemCategory::workspace), dk(nk, MemCategory::workspace), dv(nk, MemCategory::workspace);
-      const double fwd = attention_forward_flops(a.B, a.heads, a.T, hd);
-      const double bwd = attention_backward_flops(a.B, a.heads, a.T, hd);
-      const std::string name = "attention B" + std::to_string(a.B) + " T" + std::to_string(a.T) + " H" +
-                               std::to_string(a.heads) + "/" + std::to_string(kvh) + " hd" + std::to_string(hd);
-      auto f = [&] {
-        attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), a.B, a.T, a.heads, kvh, hd);
-      };
-      auto b = [&] {
-        attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), o.data(),
-                           lse.data(), a.B, a.T, a.heads, kvh, hd);
-      };
-      add_flops(name + " fwd", fwd, f);
-      add_flops(name + " bwd", bwd, b);
-      add_flops(name + " fwd+bwd", fwd + bwd, [&] { f(), b(); });
-    }
-  }
-
-  {  // memory-bound ops, bytes = every array read or written once
-    const size_t nc = size_t(N) * a.dim, nf = size_t(N) * a.ffn;
-    auto x = random_buffer(nc, 10), w = random_buffer(a.dim, 11), dout = random_buffer(nc, 12);
-    Buffer<float> out(nc, MemCategory::workspace), rstd(N, MemCategory::workspace), dx(nc, MemCategory::workspace),
-        dw(a.dim, MemCategory::workspace);
-    add_bytes("rmsnorm fwd", 8.0 * nc,
-              [&] { rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, a.dim, 1e-5f); });
-    add_bytes("rmsnorm bwd", 16.0 * nc,
-              [&] { rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, a.dim); });
-    std::vector<float> cos(size_t(a.T) * (a.dim / a.heads / 2)), sin(cos.size());
-    rope_init_tables(cos.data(), sin.data(), a.T, a.dim / a.heads, 10000.0f);
-    add_bytes("rope fwd (q)", 8.0 * nc,
-              [&] { rope_forward(out.data(), cos.data(), sin.data(), N, a.T, a.heads, a.dim / a.heads); });
-    add_bytes("residual_add", 12.0 * nc, [&] { residual_add(out.data(), x.data(), dout.data(), nc); });
-
-    auto g = random_buffer(nf, 13, 3.0f), u = random_buffer(nf, 14), dh = random_buffer(nf, 15);
-    Buffer<float> h(nf, MemCategory::workspace), dg(nf, MemCategory::workspace), du(nf, MemCategory::workspace);
-    add_bytes("swiglu fwd", 12.0 * nf, [&] { swiglu_forward(h.data(), g.data(), u.data(), nf); });
-    add_bytes("swiglu bwd", 20.0 * nf,
-              [&] { swiglu_backward(dg.data(), du.data(), dh.data(), g.data(), u.data(), nf); });
-
-    const int rows_ce = 512;  // the model calls it on chunks of rows
-    auto logits = random_buffer(size_t(rows_ce) * a.vocab, 16, 4.0f);
-    Buffer<float> work(logits.size(), MemCategory::workspace), losses(rows_ce, MemCategory::workspace);
-    std::vector<int> targets(rows_ce);
-    for (int i = 0; i < rows_ce; ++i) targets[i] = (i * 131) % a.vocab;
-    add_bytes("crossentropy " + std::to_string(rows_ce) + "x" + std::to_string(a.vocab), 8.0 * logits.size(), [&] {
-      std::copy(logits.begin(), logits.end(), work.begin());
-      crossentropy_forward_backward(work.data(), losses.data(), targets.data(), rows_ce, a.vocab, 1.0f);
-    });
-
-    std::vector<int> tokens(N);
-    for (int i = 0; i < N; ++i) tokens[i] = (i * 977) % a.vocab;
-    Buffer<float> table(size_t(a.vocab) * a.dim, MemCategory::workspace);
-    add_bytes("embedding bwd", 12.0 * nc,
-              [&] { embedding_backward(table.data(), dout.data(), tokens.data(), N, a.dim); });
-  }
+  const double peak = sgemm_peak_gflops(a.reps);
+  const Passes p = model_passes(a);
+  std::vector<bool> called(kModelOpCount, false);
+  double op_s = 0;
+  for (const auto& [key, c] : p.best) called[int(key.first)] = true, op_s += c.seconds;
+  std::string not_called;
+  for (int op = 0; op < kModelOpCount; ++op)
+    if (!called[op]) not_called += std::string(not_called.empty() ? "" : ", ") + model_op_name(ModelOp(op));
 
   if (a.json) {
-    nlohmann::json j = nlohmann::json::array();
-    for (const Row& r : rows) {
-      nlohmann::json e = {{"op", r.op}, {"ms", r.ms}};
-      if (r.gflops > 0) e["gflops"] = r.gflops;
-      if (r.gbytes > 0) e["gbytes_per_s"] = r.gbytes;
-      j.push_back(e);
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& [key, c] : p.best) {
+      nlohmann::json e = {{"op", model_op_name(key.first)},
+                          {"shape", key.second},
+                          {"calls", c.calls},
+                          {"ms", c.seconds * 1e3},
+                          {"gbytes_per_s", c.bytes / c.seconds / 1e9}};
+      if (c.flops > 0) e["gflops"] = c.flops / c.seconds / 1e9;
+      rows.push_back(e);
     }
+    const nlohmann::json j = {
+        {"sgemm_peak_gflops", peak},       {"pass_ms", p.pass_s * 1e3},        {"ops_ms", op_s * 1e3},
+        {"act_store_ms", p.store_s * 1e3}, {"threads", omp_get_max_threads()}, {"ops", rows}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("agoq bench ops: N=%d (batch %d x seq %d), %d threads, best %s of %d\n", N, a.B, a.T,
-              omp_get_max_threads(), a.cpu_time ? "CPU time" : "wall time", reps);
-  std::printf("  %-40s %10s %10s %10s\n", "op", "ms", "GFLOP/s", "GB/s");
-  for (const Row& r : rows) {
-    std::printf("  %-40s %10.3f", r.op.c_str(), r.ms);
-    r.gflops > 0 ? std::printf(" %10.1f %10s\n", r.gflops, "") : std::printf(" %10s %10.1f\n", "", r.gbytes);
+  std::printf(
+      "agoq bench ops: the model's forward + backward, dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, batch "
+      "%d x seq %d; %d threads, best of %d\n",
+      a.dim, a.layers, a.heads, a.kv_heads, a.ffn, a.vocab, a.B, a.T, omp_get_max_threads(), a.reps);
+  std::printf("  sgemm 1536^3 (the machine's fp32 peak): %.1f GFLOP/s\n\n", peak);
+  std::printf("  %-30s %-22s %6s %9s %9s %8s %6s\n", "op", "shape", "calls", "ms", "GFLOP/s", "GB/s", "share");
+  for (const auto& [key, c] : p.best) {
+    std::printf("  %-30s %-22s %6ld %9.3f", model_op_name(key.first), key.second.c_str(), c.calls, c.seconds * 1e3);
+    c.flops > 0 ? std::printf(" %9.1f", c.flops / c.seconds / 1e9) : std::printf(" %9s", "");
+    std::printf(" %8.1f %5.1f%%\n", c.bytes / c.seconds / 1e9, 100.0 * c.seconds / p.pass_s);
   }
+  std::printf(
+      "\n  pass %.2f ms: ops %.2f ms, activation store %.2f ms, the rest (the model's own loops, tensor "
+      "copies) %.2f ms\n",
+      p.pass_s * 1e3, op_s * 1e3, p.store_s * 1e3, (p.pass_s - op_s - p.store_s) * 1e3);
+  if (!not_called.empty()) std::printf("  not called by this model: %s\n", not_called.c_str());
 }
 
 const CliCommand kBenchOps("bench", 30, [](CLI::App& bench) {
   auto args = std::make_shared<Args>();
-  CLI::App* c = bench.add_subcommand("ops", "GFLOP/s (matmul, attention) and GB/s (the rest) of each model op");
-  c->add_flag("--json", args->json, "print one JSON array");
-  c->add_flag("--cpu-time", args->cpu_time, "time process CPU time instead of wall time (use with OMP_NUM_THREADS=1)");
-  c->add_option("--reps", args->reps, "timed runs per op (the best is reported)")
+  CLI::App* c = bench.add_subcommand("ops", "GFLOP/s and GB/s of each op as the model calls it");
+  c->add_flag("--json", args->json, "print one JSON object");
+  c->add_option("--reps", args->reps, "timed passes (the best is reported)")
       ->capture_default_str()
       ->check(cli_at_least(1));
   c->add_option("--batch", args->B, "batch size")->capture_default_str()->check(cli_at_least(1));
@@ -208,6 +149,7 @@ const CliCommand kBenchOps("bench", 30, [](CLI::App& bench) {
   c->add_option("--kv-heads", args->kv_heads, "key/value heads")->capture_default_str()->check(cli_at_least(1));
   c->add_option("--ffn", args->ffn, "feed-forward dimension")->capture_default_str()->check(cli_at_least(1));
   c->add_option("--vocab", args->vocab, "vocabulary size")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--layers", args->layers, "decoder layers")->capture_default_str()->check(cli_at_least(1));
   c->add_option("--device", args->device, "cpu, or cuda (a llama-8b layer's shapes unless given; docs/cuda.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   c->add_option("--peak-tflops", args->peak_tflops, "--device cuda: the GPU's bf16 dense peak, for MFU")

@@ -66,7 +66,7 @@ class ModelBackend {
   // ---- the ops (model/op_table.h: model/ops.h's and model/attention.h's, under the same names) ----
   // crossentropy_forward_backward is the whole vocabulary's, stats 3N floats of scratch; attention's doc_start (B, T)
   // is the backend's copy of the document starts (model/attention.h), or null.
-#define AGOQ_OP_PURE(name, cls, params, args) virtual void name params = 0;
+#define AGOQ_OP_PURE(name, cls, params, args, cost) virtual void name params = 0;
   AGOQ_MODEL_OPS(AGOQ_OP_PURE)
 #undef AGOQ_OP_PURE
   // Whether this backend computes `op`: the model asks before it takes a path that needs one (the vocabulary

@@ -30,7 +30,7 @@ class CpuBackend final : public ModelBackend {
     return std::make_unique<ActivationStore>(cfg, max_rows, policy, stage);
   }
 
-#define AGOQ_OP_CPU(name, cls, params, args) \
+#define AGOQ_OP_CPU(name, cls, params, args, cost) \
   void name params override { agoq::name args; }
   AGOQ_MODEL_OPS(AGOQ_OP_CPU)
 #undef AGOQ_OP_CPU
@@ -39,7 +39,7 @@ class CpuBackend final : public ModelBackend {
 }  // namespace
 
 const char* model_op_name(ModelOp op) {
-#define AGOQ_OP_NAME(name, cls, params, args) #name,
+#define AGOQ_OP_NAME(name, cls, params, args, cost) #name,
   static constexpr const char* kNames[] = {AGOQ_MODEL_OPS(AGOQ_OP_NAME)};
 #undef AGOQ_OP_NAME
   return kNames[int(op)];

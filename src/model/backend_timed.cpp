@@ -25,6 +25,8 @@ OpSeconds TimedBackend::take() {
   return out;
 }
 
+std::map<OpShape, OpCalls> TimedBackend::take_calls() { return std::exchange(calls_, {}); }
+
 // The inner backend's store, its saves and loads timed (the quantize and dequantize passes of quantized slots).
 class TimedStore final : public ActStoreApi {
  public:
@@ -62,13 +64,12 @@ std::unique_ptr<ActStoreApi> TimedBackend::store_make(const LlamaConfig& cfg, in
 void TimedBackend::zero(float* x, size_t n) {
   timed(OpClass::other, [&] { inner_.zero(x, n); });
 }
-#define AGOQ_ARGS(...) __VA_ARGS__
-#define AGOQ_OP_TIMED(name, cls, params, args)                                \
-  void TimedBackend::name params {                                            \
-    timed(class_of(OpClass::cls, AGOQ_ARGS args), [&] { inner_.name args; }); \
+#define AGOQ_OP_TIMED(name, cls, params, args, cost)                                                 \
+  void TimedBackend::name params {                                                                   \
+    const double s = timed(class_of(OpClass::cls, AGOQ_OP_UNPAREN args), [&] { inner_.name args; }); \
+    count(ModelOp::name, op_cost_##name args, s, AGOQ_OP_UNPAREN args);                              \
   }
 AGOQ_MODEL_OPS(AGOQ_OP_TIMED)
 #undef AGOQ_OP_TIMED
-#undef AGOQ_ARGS
 
 }  // namespace agoq

@@ -6,8 +6,11 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <type_traits>
+#include <utility>
 
 #include "model/backend.h"
 
@@ -20,6 +23,14 @@ constexpr int kOpClassCount = 5;
 // adds, the embedding, zeroing).
 const char* op_class_name(OpClass c);
 const char* op_class_label(OpClass c);  // for people: "GEMMs", "attention", "LM head + loss", ...
+
+// The calls of one op at one shape since the last take_calls: their count, wall time and cost (model/op_table.h).
+struct OpCalls {
+  long calls = 0;
+  double seconds = 0, flops = 0, bytes = 0;
+};
+// An op and its integer arguments in the table's order ("256x256x688": matmul_forward's N, in_dim, out_dim).
+using OpShape = std::pair<ModelOp, std::string>;
 
 struct OpSeconds {
   std::array<double, kOpClassCount> s{};
@@ -35,6 +46,8 @@ class TimedBackend final : public ModelBackend {
   void head_weights_are(const float* w, size_t n) { head_begin_ = w, head_end_ = w + n; }
   // The time since the last take, and a fresh count.
   OpSeconds take();
+  // Each op's calls by shape since the last take_calls, and a fresh count.
+  std::map<OpShape, OpCalls> take_calls();
 
   MemDevice device() const override { return inner_.device(); }
   std::shared_ptr<void> allocate(size_t bytes, MemCategory cat, std::string_view tag) override {
@@ -53,12 +66,26 @@ class TimedBackend final : public ModelBackend {
 
  private:
   friend class TimedStore;
-  // Runs f and adds its wall time to class c.
+  // Runs f and adds its wall time to class c; returns it.
   template <class F>
-  void timed(OpClass c, F&& f) {
+  double timed(OpClass c, F&& f) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
-    seconds_[c] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    seconds_[c] += s;
+    return s;
+  }
+  template <class... Args>
+  void count(ModelOp op, const OpCost& cost, double seconds, const Args&... args) {
+    std::string shape;
+    const auto add = [&shape](const auto& a) {
+      using A = std::decay_t<decltype(a)>;
+      if constexpr (std::is_integral_v<A> && !std::is_same_v<A, bool>)
+        shape += (shape.empty() ? "" : "x") + std::to_string(a);
+    };
+    (add(args), ...);
+    OpCalls& c = calls_[{op, std::move(shape)}];
+    c.calls += 1, c.seconds += seconds, c.flops += cost.flops, c.bytes += cost.bytes;
   }
   // An op's class: the table's, except that a matmul reading the lm_head's weights is the head's.
   template <class... Args>
@@ -75,6 +102,7 @@ class TimedBackend final : public ModelBackend {
   ModelBackend& inner_;
   const float *head_begin_ = nullptr, *head_end_ = nullptr;
   OpSeconds seconds_;
+  std::map<OpShape, OpCalls> calls_;
 };
 
 }  // namespace agoq

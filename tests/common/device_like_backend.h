@@ -28,7 +28,7 @@ class DeviceLikeBackend final : public ModelBackend {
                                           const ModelStage& stage) override {
     return cpu().store_make(cfg, max_rows, policy, stage);
   }
-#define AGOQ_OP_TO_CPU(name, cls, params, args) \
+#define AGOQ_OP_TO_CPU(name, cls, params, args, cost) \
   void name params override { cpu().name args; }
   AGOQ_MODEL_OPS(AGOQ_OP_TO_CPU)
 #undef AGOQ_OP_TO_CPU
