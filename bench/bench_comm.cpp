@@ -92,7 +92,7 @@ void bench_e2e_round(Communicator& comm, const Args& a, const DpOptions& o, E2eR
     comm.barrier();
     const auto t0 = Clock::now();
     const std::vector<MicroBatchRun> runs = dp.step_begin(s + 1, m);
-    const StepResult r = dp.step_end(1e-3f, model.forward_backward_micro_batches(in.data(), tgt.data(), B, T, runs));
+    const StepResult r = dp.step_end(1e-3f, train_step_micro_batches(dp, model, in.data(), tgt.data(), B, T, runs));
     comm.barrier();
     if (s == 0) continue;  // warm-up: first touches, workspace growth
     res.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());

@@ -36,7 +36,7 @@ struct ParamTensor {
 
 // A part [begin, end) of the flat layout that lives elsewhere: element `begin` is at data[0]. A gradient store
 // (parallel/grad_store.h) describes with these where backward should write; data null: nowhere, the tensors of
-// the segment get null pointers (an embedding gradient handed over in sparse form, MicroBatchRun::embedding_grad).
+// the segment get null pointers (an embedding gradient handed over in sparse form, model/grad_storage.h).
 struct ParamSegment {
   size_t begin = 0, end = 0;
   float* data = nullptr;
@@ -46,7 +46,8 @@ struct ParamSegment {
 // the embedding, each decoder layer, the final norm with an untied lm_head (they tile [0, model_stage_param_count)).
 // The gradient stores' units (parallel/grad_store.h, gpu/grad_store_cuda.h).
 std::vector<ParamSegment> model_grad_units(const LlamaConfig& cfg, const ModelStage& stage);
-// MicroBatchRun::grads_ready's numbering (-1 embedding, l a layer, n_layers the head) -> the unit on a stage.
+// A backward part's number (LlamaModel::backward_parts: -1 embedding, l a layer, n_layers the head) -> the unit on
+// a stage.
 inline int model_grad_unit_of_layer(const ModelStage& s, int layer) {
   return layer < 0 ? 0 : (s.embed ? 1 : 0) + (layer - s.first_layer);
 }

@@ -35,15 +35,15 @@ std::vector<MicroBatchRun> CudaTrainStep::step_begin(long step, int m, double lo
   if (!q8_) gpu_.zero(model_.grads_flat(), n_);  // the 8-bit store's first micro-batch overwrites instead
   std::vector<MicroBatchRun> runs(m);
   for (int j = 0; j < m; ++j) {
-    MicroBatchRun& r = runs[j];
-    r = step_micro_batch(seed_, step, uint64_t(j), m, loss_tokens);
-    if (!q8_) continue;
-    const uint64_t grad_seed = step_grad_seed(seed_, step, uint64_t(j));
-    r.grads_ready = [this, first = j == 0, grad_seed](int layer) {
-      q8_->unit_ready(model_grad_unit_of_layer(model_.stage(), layer), first, grad_seed);
-    };
+    runs[j] = step_micro_batch(seed_, step, uint64_t(j), m, loss_tokens);
+    runs[j].grad_first = j == 0;
   }
   return runs;
+}
+
+void CudaTrainStep::part_done(int j, int part) {
+  if (q8_)
+    q8_->unit_ready(model_grad_unit_of_layer(model_.stage(), part), j == 0, step_grad_seed(seed_, step_, uint64_t(j)));
 }
 
 // One replica's step: the norm of the whole gradient (the 8-bit store: unit by unit, each dequantized into its

@@ -1,9 +1,9 @@
 // One optimizer step of a model on the GPU, in one process: DataParallel's twin for a single replica
 // (parallel/data_parallel.h), in the same two calls around the micro-batches:
 //
-//   runs = step.step_begin(step, m)     each micro-batch's seeds (step_act_seed, step_grad_seed) and 1/m scale; with
-//                                        the 8-bit store, grads_ready folds each finished unit into it
-//   loss_sum = model.forward_backward_micro_batches(..., runs)
+//   runs = step.step_begin(step, m)     each micro-batch's seeds (step_act_seed, step_grad_seed) and 1/m scale
+//   loss_sum = train_step_micro_batches(step, model, ..., runs)   with the 8-bit store, part_done folds each
+//                                        finished unit into it
 //   result = step.step_end(lr, loss_sum)   the norm, then optim/step_core.h's check, clipping and AdamW with fp32
 //                                           moments, on the device
 //
@@ -33,6 +33,7 @@ class CudaTrainStep final : public TrainStep, private StepDevice {
                 float clip, uint64_t seed);
 
   std::vector<MicroBatchRun> step_begin(long step, int m, double loss_tokens = 0) override;
+  void part_done(int micro_batch, int part) override;
   StepResult step_end(float lr, double loss_sum) override;
 
   // moments_gather copies the weights and the moments to the host; moments_scatter sends them back (a resume).

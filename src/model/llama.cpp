@@ -56,8 +56,8 @@ size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq,
 }
 
 LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
-                       const ModelStage& stage, int in_flight, const std::vector<ParamSegment>& grad_storage,
-                       TensorGroup* tensor, ModelBackend& backend)
+                       const ModelStage& stage, int in_flight, const GradStorage& grad_storage, TensorGroup* tensor,
+                       ModelBackend& backend)
     : cfg_(cfg),
       d_(model_shard_dims(cfg, stage)),
       tensor_(stage.tp > 1 ? tensor : nullptr),
@@ -65,11 +65,15 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
       max_rows_(max_batch * max_seq),
       max_seq_(max_seq) {
   cfg.validate();
+  const std::vector<ParamSegment>& segments = grad_storage.segments;
   const bool sparse_embedding =
-      std::any_of(grad_storage.begin(), grad_storage.end(), [](const ParamSegment& g) { return g.data == nullptr; });
+      std::any_of(segments.begin(), segments.end(), [](const ParamSegment& g) { return g.data == nullptr; });
+  grad_rows_ = sparse_embedding ? grad_storage.rows : nullptr;
   head_pieces_ = stage.head && cfg.tie_embeddings && sparse_embedding;
   AGOQ_CHECK(be_.host_memory() || (stage.tp == 1 && !sparse_embedding), "a model on ", mem_device_name(be_.device()),
              " runs unsharded (tp 1), with its gradients in device memory (its own or a store's)");
+  AGOQ_CHECK(!sparse_embedding || grad_storage.rows,
+             "the gradient storage leaves the embedding out and takes no sparse embedding gradient (internal)");
   for (ModelOp op :
        {ModelOp::crossentropy_shard_max, ModelOp::crossentropy_shard_exp, ModelOp::crossentropy_shard_finish})
     AGOQ_CHECK(stage.tp == 1 || !stage.head || be_.supports(op), "a sharded head needs ", model_op_name(op),
@@ -80,8 +84,8 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
     params_mem_ = be_.buffer<float>(model_stage_param_count(cfg, stage), MemCategory::weights);
     params_ = ParamSet(cfg, stage, {{0, params_mem_.size(), params_mem_.data()}});
   }
-  if (be_.host_memory() || !grad_storage.empty()) {
-    grads_ = grad_storage.empty() ? ParamSet(cfg, stage, MemCategory::gradients) : ParamSet(cfg, stage, grad_storage);
+  if (be_.host_memory() || !segments.empty()) {
+    grads_ = segments.empty() ? ParamSet(cfg, stage, MemCategory::gradients) : ParamSet(cfg, stage, segments);
   } else {
     grads_mem_ = be_.buffer<float>(model_stage_param_count(cfg, stage), MemCategory::gradients);
     grads_ = ParamSet(cfg, stage, {{0, grads_mem_.size(), grads_mem_.data()}});
@@ -457,9 +461,6 @@ void LlamaModel::head_chunk(const float* xn, const int32_t* targets, int r0, int
 // more than the fused head.
 void LlamaModel::head_pieces(const float* xn, const int32_t* targets, int N, float dloss_scale, float* dxn,
                              const MicroBatchRun& run) {
-  AGOQ_CHECK(run.lm_head_grad,
-             "the gradient storage leaves the tied lm_head out and the run takes no lm_head "
-             "gradient in pieces (internal)");
   const int C = d_.C, V = d_.V, chunk = kLlamaHeadChunkRows;
   float *logits = head_logits_.data(), *stats = head_stats_all_.data();  // chunk r0's at 3 * r0: max, then sums
   for (int r0 = 0; r0 < N; r0 += chunk) {
@@ -485,7 +486,7 @@ void LlamaModel::head_pieces(const float* xn, const int32_t* targets, int N, flo
                                     dloss_scale);
       be_.matmul_backward(dxn + size_t(r0) * C, dw, logits, x, w, rows, C, vp, /*accumulate_din=*/v0 > 0);
     }
-    run.lm_head_grad(dw, v0, vp, head_tokens_, N);
+    grad_rows_->lm_head_fold(dw, v0, vp, head_tokens_, N, run.grad_first, run.grad_seed);
   }
 }
 
@@ -507,29 +508,34 @@ void LlamaModel::run_use(const MicroBatchRun& run, int B, int T) {
 }
 
 void LlamaModel::stage_forward(const int32_t* inputs, int B, int T, const MicroBatchRun& run) {
+  stage_forward_begin(inputs, B, T, run);
+  for (int l = stage().first_layer; l < stage().end_layer; ++l) stage_forward_layer(l, B, T);
+}
+
+void LlamaModel::stage_forward_begin(const int32_t* inputs, int B, int T, const MicroBatchRun& run) {
   check_batch(B, T);
   run_use(run, B, T);
   active_store().set_seed(run.act_seed);
   const int N = B * T, V = cfg_.vocab_size;
   head_tokens_ = inputs;
-  if (stage().embed) {
-    for (int i = 0; i < N; ++i)
-      AGOQ_CHECK(inputs[i] >= 0 && inputs[i] < V, "token id ", inputs[i], " out of range for vocab size ", V);
-    inputs = ids_on_backend(inputs, inputs_dev_, N);
-    // Each token's row is on one shard, zeros on the others: summed (sequence-parallel: each rank's rows of the sum).
-    if (stage().sp) {
-      be_.embedding_forward(sp_whole_.data(), inputs, params_.embed, N, d_.C, d_.v_begin, d_.V);
-      sp_scatter(sp_whole_.data(), resid_.data(), stage().rows_held(N));
-    } else {
-      be_.embedding_forward(resid_.data(), inputs, params_.embed, N, d_.C, d_.v_begin, d_.V);
-      tp_sum(resid_.data(), size_t(N) * d_.C);
-    }
+  if (!stage().embed) return;
+  for (int i = 0; i < N; ++i)
+    AGOQ_CHECK(inputs[i] >= 0 && inputs[i] < V, "token id ", inputs[i], " out of range for vocab size ", V);
+  inputs = ids_on_backend(inputs, inputs_dev_, N);
+  // Each token's row is on one shard, zeros on the others: summed (sequence-parallel: each rank's rows of the sum).
+  if (stage().sp) {
+    be_.embedding_forward(sp_whole_.data(), inputs, params_.embed, N, d_.C, d_.v_begin, d_.V);
+    sp_scatter(sp_whole_.data(), resid_.data(), stage().rows_held(N));
+  } else {
+    be_.embedding_forward(resid_.data(), inputs, params_.embed, N, d_.C, d_.v_begin, d_.V);
+    tp_sum(resid_.data(), size_t(N) * d_.C);
   }
-  for (int l = stage().first_layer; l < stage().end_layer; ++l) {
-    if (stage().sp) forward_layer_sp(l, B, T);
-    else forward_layer(l, B, T);
-    if (run.layer_done) run.layer_done();
-  }
+}
+
+void LlamaModel::stage_forward_layer(int l, int B, int T) {
+  AGOQ_CHECK(l >= stage().first_layer && l < stage().end_layer, "layer ", l, " is not on this stage (internal)");
+  if (stage().sp) forward_layer_sp(l, B, T);
+  else forward_layer(l, B, T);
 }
 
 float LlamaModel::stage_head(const int32_t* targets, int B, int T, const MicroBatchRun& run, bool backward) {
@@ -538,33 +544,41 @@ float LlamaModel::stage_head(const int32_t* targets, int B, int T, const MicroBa
     AGOQ_CHECK(targets[i] < cfg_.vocab_size, "target id ", targets[i], " out of range for vocab size ",
                cfg_.vocab_size);
   const float loss = head_forward_backward(resid_.data(), targets, B * T, run, backward ? dx_.data() : nullptr);
-  if (backward && run.grads_ready) run.grads_ready(cfg_.n_layers);
   return loss;
 }
 
 void LlamaModel::stage_backward(const int32_t* inputs, int B, int T, const MicroBatchRun& run) {
+  stage_backward_begin(B, T, run);
+  for (int part : backward_parts()) stage_backward_part(part, inputs, B, T, run);
+}
+
+std::vector<int> LlamaModel::backward_parts() const {
+  std::vector<int> parts;
+  for (int l = stage().end_layer - 1; l >= stage().first_layer; --l) parts.push_back(l);
+  if (stage().embed) parts.push_back(-1);
+  return parts;
+}
+
+void LlamaModel::stage_backward_begin(int B, int T, const MicroBatchRun& run) {
   check_batch(B, T);
   run_use(run, B, T);
-  for (int l = stage().end_layer - 1; l >= stage().first_layer; --l) {
-    if (stage().sp) backward_layer_sp(l, B, T);
-    else backward_layer(l, B, T);
-    if (run.grads_ready) run.grads_ready(l);
-    if (run.layer_done) run.layer_done();
+}
+
+void LlamaModel::stage_backward_part(int part, const int32_t* inputs, int B, int T, const MicroBatchRun& run) {
+  if (part >= 0) {
+    AGOQ_CHECK(part >= stage().first_layer && part < stage().end_layer, "layer ", part,
+               " is not on this stage (internal)");
+    if (stage().sp) backward_layer_sp(part, B, T);
+    else backward_layer(part, B, T);
+    return;
   }
-  if (stage().embed) {
-    const float* dout = dx_.data();  // every row's gradient: each shard adds those of its tokens
-    if (stage().sp) sp_gather(dx_.data(), sp_whole_.data(), stage().rows_held(B * T)), dout = sp_whole_.data();
-    if (grads_.embed) {
-      be_.embedding_backward(grads_.embed, dout, ids_on_backend(inputs, inputs_dev_, B * T), B * T, d_.C, d_.v_begin,
-                             d_.V);
-    } else {
-      AGOQ_CHECK(run.embedding_grad,
-                 "the gradient storage leaves the embedding out and the run takes no sparse "
-                 "embedding gradient (internal)");
-      run.embedding_grad(dout, inputs, B * T);
-    }
-    if (run.grads_ready) run.grads_ready(-1);
-  }
+  AGOQ_CHECK(part == -1 && stage().embed, "backward part ", part, " is not on this stage (internal)");
+  const float* dout = dx_.data();  // every row's gradient: each shard adds those of its tokens
+  if (stage().sp) sp_gather(dx_.data(), sp_whole_.data(), stage().rows_held(B * T)), dout = sp_whole_.data();
+  if (grads_.embed)
+    be_.embedding_backward(grads_.embed, dout, ids_on_backend(inputs, inputs_dev_, B * T), B * T, d_.C, d_.v_begin,
+                           d_.V);
+  else grad_rows_->embedding_fold(dout, inputs, B * T, run.grad_first, run.grad_seed);
 }
 
 float LlamaModel::run_whole(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run,
@@ -579,15 +593,6 @@ float LlamaModel::run_whole(const int32_t* inputs, const int32_t* targets, int B
 float LlamaModel::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
                                    const MicroBatchRun& run) {
   return run_whole(inputs, targets, B, T, run, true);
-}
-
-double LlamaModel::forward_backward_micro_batches(const int32_t* inputs, const int32_t* targets, int B, int T,
-                                                  const std::vector<MicroBatchRun>& runs) {
-  const size_t rows = size_t(B) * T;
-  double loss_sum = 0;
-  for (size_t j = 0; j < runs.size(); ++j)
-    loss_sum += forward_backward(inputs + j * rows, targets + j * rows, B, T, runs[j]);
-  return loss_sum;
 }
 
 float LlamaModel::forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run) {

@@ -5,7 +5,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "arch/config.h"
@@ -13,12 +12,15 @@
 #include "arch/stage.h"
 #include "core/memory.h"
 #include "model/backend.h"
+#include "model/grad_storage.h"
 #include "model/tensor_group.h"
 
 namespace agoq {
 
 // What one micro-batch's pass through the model needs besides its tokens, handed down by whoever runs it (a plain
-// loop, parallel/pipeline.h) from whoever owns the step (parallel/data_parallel.h builds one per micro-batch).
+// loop, parallel/pipeline.h) from whoever owns the step (parallel/data_parallel.h builds one per micro-batch). Data
+// only: the model calls nobody back; a caller that acts on gradients as backward finishes them runs the backward
+// part by part (stage_backward_part below).
 struct MicroBatchRun {
   uint64_t act_seed = 0;    // stochastic rounding of the activations forward saves (the selected store's seed)
   float grad_scale = 1.0f;  // backward adds grad_scale * d(mean loss)/d(param) into grads()
@@ -32,23 +34,10 @@ struct MicroBatchRun {
   // (B, T) on the host: where each row's document begins in its sequence (model/attention.h's document masking
   // of packed examples); null: one document per sequence. Valid during the pass.
   const int32_t* doc_start = nullptr;
-  // Called as soon as a part's gradients are final for this micro-batch, so a caller can overlap their
-  // communication or compression with the rest of backward. Order: n_layers (final norm and an untied lm_head),
-  // n_layers-1 .. 0 (decoder layers), -1 (embedding; also the lm_head when tied); a pipeline stage announces only
-  // the parts it holds. Empty: nobody listens.
-  std::function<void(int layer)> grads_ready = {};
-  // The first stage's embedding gradient in sparse form, when the gradient storage leaves the embedding out (an
-  // 8-bit store folds it in chunks of vocabulary rows): row n of dout (rows x C, d loss / d embedding output,
-  // grad_scale applied) adds into the embedding row of token tokens[n]. Called just before grads_ready(-1); the
-  // pointers are valid during the call.
-  std::function<void(const float* dout, const int32_t* tokens, int rows)> embedding_grad = {};
-  // The tied lm_head's weight gradient in vocabulary pieces, when the gradient storage leaves the embedding out
-  // (an 8-bit store without an fp32 buffer of the embedding's size): dw (rows x C) is the shard's vocabulary rows
-  // [v0, v0 + rows), final for this micro-batch (grad_scale applied); tokens: the micro-batch's n input ids. Called
-  // in the head's backward, pieces in order; the pointers are valid during the call and dw may be overwritten.
-  std::function<void(float* dw, int v0, int rows, const int32_t* tokens, int n)> lm_head_grad = {};
-  // Called after each layer's forward or backward: lets a pipeline progress its pending transfers.
-  std::function<void()> layer_done = {};
+  // The micro-batch's gradients in a gradient store that folds them into 8 bits (model/grad_storage.h's rows):
+  // whether it is the step's first (the store overwrites), and their stochastic rounding.
+  bool grad_first = true;
+  uint64_t grad_seed = 0;
 };
 
 constexpr int kLlamaHeadChunkRows = 256;   // rows of logits alive at once in the fused head
@@ -69,15 +58,15 @@ class LlamaModel {
   LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy)
       : LlamaModel(cfg, max_batch, max_seq, policy, model_stage_whole(cfg), 1) {}
   // A pipeline stage's part of the model, with activation stores for `in_flight` micro-batches. Backward writes
-  // its gradients into `grad_storage` (a gradient store's segments, parallel/grad_store.h); empty: into one full
-  // fp32 buffer the model owns. A tensor-parallel shard (stage.tp > 1) joins the other shards through `tensor`,
-  // the group of stage.tp ranks in which it is rank stage.tp_rank (docs/parallel.md: the collectives per layer).
-  // `backend`: where the model computes and its buffers live (model/backend.h). Parameters, gradients, stores and
-  // workspaces are that device's memory; token ids, targets and the returned losses are the host's. A device
+  // its gradients into `grad_storage` (a gradient store's segments and sparse sink, model/grad_storage.h); empty:
+  // into one full fp32 buffer the model owns. A tensor-parallel shard (stage.tp > 1) joins the other shards through
+  // `tensor`, the group of stage.tp ranks in which it is rank stage.tp_rank (docs/parallel.md: the collectives per
+  // layer). `backend`: where the model computes and its buffers live (model/backend.h). Parameters, gradients, stores
+  // and workspaces are that device's memory; token ids, targets and the returned losses are the host's. A device
   // backend runs unsharded (tp 1), its gradients in device memory (its own buffer, or a store's without a sparse
   // embedding).
   LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy, const ModelStage& stage,
-             int in_flight, const std::vector<ParamSegment>& grad_storage = {}, TensorGroup* tensor = nullptr,
+             int in_flight, const GradStorage& grad_storage = {}, TensorGroup* tensor = nullptr,
              ModelBackend& backend = model_backend_cpu());
   // The whole model on `backend`.
   LlamaModel(ModelBackend& backend, const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy)
@@ -107,10 +96,6 @@ class LlamaModel {
   // One micro-batch: forward, loss, backward. Adds run.grad_scale * d(mean loss)/d(param) into grads().
   // inputs/targets: (B, T) token ids; targets < 0 are ignored. Returns the mean loss over counted targets.
   float forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run = {});
-  // runs.size() micro-batches back to back (inputs/targets: B*T tokens each), gradients accumulating in grads():
-  // the sum of their losses.
-  double forward_backward_micro_batches(const int32_t* inputs, const int32_t* targets, int B, int T,
-                                        const std::vector<MicroBatchRun>& runs);
   // Forward only: mean loss over the targets (no gradients, store contents unspecified afterwards).
   float forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run = {});
   // Logits (V, host) of the last position of one sequence of T tokens (T <= max_seq), for sampling.
@@ -123,8 +108,11 @@ class LlamaModel {
   // for stage_output, stage_output_grad and stage_input_grad.
   float* stage_input() { return resid_.data(); }
   // Forward through the stage's layers into the selected store (seeded with run.act_seed); the result is
-  // stage_output() (B*T, C).
+  // stage_output() (B*T, C). Part by part: stage_forward_begin (the checks, the store, the first stage's
+  // embedding), then stage_forward_layer(l) for l in stage().first_layer .. end_layer-1.
   void stage_forward(const int32_t* inputs, int B, int T, const MicroBatchRun& run);
+  void stage_forward_begin(const int32_t* inputs, int B, int T, const MicroBatchRun& run);
+  void stage_forward_layer(int l, int B, int T);
   const float* stage_output() const { return resid_.data(); }
   // Last stage: loss of stage_output(); with backward, also its gradient, which stage_backward then starts from.
   float stage_head(const int32_t* targets, int B, int T, const MicroBatchRun& run, bool backward);
@@ -133,6 +121,14 @@ class LlamaModel {
   // Backward through the stage's layers from the selected store (and the embedding on the first stage, which
   // needs the same inputs as forward). The result is stage_input_grad() (B*T, C).
   void stage_backward(const int32_t* inputs, int B, int T, const MicroBatchRun& run);
+  // The same part by part, so a caller acts on each part's finished gradients before the next runs (a step folds
+  // and reduces them, a pipeline lets its transfers move): stage_backward_begin, then stage_backward_part(p) for
+  // p in backward_parts(), which numbers them as the gradient units do (model_grad_unit_of_layer, arch/params.h):
+  // the stage's layers from its last, then -1, the embedding, on the first stage. The head's part (n_layers) is
+  // final when stage_head(..., backward = true) returns.
+  std::vector<int> backward_parts() const;
+  void stage_backward_begin(int B, int T, const MicroBatchRun& run);
+  void stage_backward_part(int part, const int32_t* inputs, int B, int T, const MicroBatchRun& run);
   const float* stage_input_grad() const { return dx_.data(); }
 
  private:
@@ -169,7 +165,7 @@ class LlamaModel {
   // Rows [r0, r0 + rows) of the head from their final-norm output (llama.cpp).
   void head_chunk(const float* xn, const int32_t* targets, int r0, int rows, float dloss_scale, float* dxn);
   // The head's backward with the lm_head's weight gradient in vocabulary pieces (head_pieces_): from the final-norm
-  // output of all N rows, dxn (N, C) and run.lm_head_grad's pieces.
+  // output of all N rows, dxn (N, C) and the pieces, into the gradient storage's rows sink.
   void head_pieces(const float* xn, const int32_t* targets, int N, float dloss_scale, float* dxn,
                    const MicroBatchRun& run);
   // The sequence-parallel layout (stage().sp, llama_sp.cpp): layer, head and their collectives.
@@ -221,6 +217,7 @@ class LlamaModel {
   // and its gradient (N, C; not sp, where sp_whole_/sp_whole2_ serve), head_rstd_ then (N); every row's statistics
   // (3N, chunk by chunk as head_stats_), a piece's weight gradient (kLlamaHeadPieceRows, C); the input ids.
   bool head_pieces_ = false;
+  GradRowsSink* grad_rows_ = nullptr;  // the gradient storage's sink, where the embedding's gradient is sparse
   BackendBuffer<float> head_xn_, head_dxn_, head_stats_all_, head_dw_;
   const int32_t* head_tokens_ = nullptr;
   BackendBuffer<float> losses_;  // (N)

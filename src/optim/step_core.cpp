@@ -12,6 +12,7 @@ MicroBatchRun step_micro_batch(uint64_t seed, long step, uint64_t g, int micro_t
   r.act_seed = step_act_seed(seed, step, g);
   r.grad_scale = loss_tokens > 0 ? 1.0f : 1.0f / float(micro_total);
   r.loss_tokens = loss_tokens;
+  r.grad_seed = step_grad_seed(seed, step, g);
   return r;
 }
 

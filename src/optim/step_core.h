@@ -17,9 +17,10 @@
 
 namespace agoq {
 
-// Global micro-batch g of a step counting micro_total micro-batches over the grid: its stochastic-rounding seed,
-// and its gradient's weight (1/micro_total, or 1 when the loss is per counted token over loss_tokens: the
-// micro-batch's loss is already its sum over the whole step's count, optim/train_step.h).
+// Global micro-batch g of a step counting micro_total micro-batches over the grid: its stochastic-rounding seeds
+// (activations, 8-bit gradients; grad_first is the caller's), and its gradient's weight (1/micro_total, or 1 when the
+// loss is per counted token over loss_tokens: the micro-batch's loss is already its sum over the whole step's count,
+// optim/train_step.h).
 MicroBatchRun step_micro_batch(uint64_t seed, long step, uint64_t g, int micro_total, double loss_tokens);
 // The step's loss from the grid's summed micro-batch losses.
 inline double step_loss(double loss_sum, int micro_total, double loss_tokens) {

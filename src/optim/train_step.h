@@ -4,6 +4,12 @@
 //
 //   runs = step.step_begin(step, m);  loss_sum = <the m micro-batches>;  result = step.step_end(lr, loss_sum)
 //
+// Whoever runs the micro-batches (train_step_micro_batches below on a whole model, parallel/pipeline.h on a stage)
+// runs each backward part by part (model/llama.h) and tells the step as each part's gradients are final:
+// part_done(j, part), parts numbered as the model's (n_layers the head, then the layers from the last, -1 the
+// embedding), micro-batches in order j = 0 .. m-1. The step folds them into its store and starts their reduction
+// while the rest of backward runs.
+//
 // The loss is a mean per counted target. Without loss masks every micro-batch counts as many, and each one's mean
 // weighs 1/(D·m); with them (prompt/completion data) step_begin is given the step's count over its whole global
 // batch, and every micro-batch's loss is its sum over that count, so every grid normalises alike.
@@ -53,6 +59,7 @@ class TrainStep {
   // loss_tokens: the counted targets of the step's whole global batch (all ranks' micro-batches), or 0 for a mean
   // per micro-batch (above).
   virtual std::vector<MicroBatchRun> step_begin(long step, int m, double loss_tokens = 0) = 0;
+  virtual void part_done(int micro_batch, int part) = 0;
   virtual StepResult step_end(float lr, double loss_sum) = 0;
 
   virtual NamedTensors weights_views() = 0;
@@ -62,5 +69,10 @@ class TrainStep {
   virtual NamedTensors moments_load_views(const MomentsForm& file) = 0;
   virtual void moments_scatter() = 0;
 };
+
+// The m = runs.size() micro-batches of a step on a whole model (inputs/targets back to back, B x T tokens each),
+// each part's gradients handed to `step` as backward finishes it: the sum of their losses.
+double train_step_micro_batches(TrainStep& step, LlamaModel& model, const int32_t* inputs, const int32_t* targets,
+                                int B, int T, const std::vector<MicroBatchRun>& runs);
 
 }  // namespace agoq

@@ -37,21 +37,16 @@ std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m, double los
   store_.step_begin();
   std::vector<MicroBatchRun> runs(m);
   for (int j = 0; j < m; ++j) {
-    const uint64_t g = uint64_t(rank_) * uint64_t(m) + uint64_t(j);  // the global micro-batch index
-    MicroBatchRun& r = runs[j];
-    r = step_micro_batch(seed_, step, g, D_ * m, loss_tokens);  // the seed a single process running all D * m uses
-    const uint64_t grad_seed = step_grad_seed(seed_, step, g);
-    r.grads_ready = [this, j, m, grad_seed](int layer) {
-      reducer_.unit_ready(model_grad_unit_of_layer(store_.stage(), layer), j == 0, j == m - 1, grad_seed);
-    };
-    r.embedding_grad = [this, j, grad_seed](const float* dout, const int32_t* tokens, int rows) {
-      store_.embedding_fold(dout, tokens, rows, j == 0, grad_seed);
-    };
-    r.lm_head_grad = [this, j, grad_seed](float* dw, int v0, int rows, const int32_t* tokens, int n) {
-      store_.lm_head_fold(dw, v0, rows, tokens, n, j == 0, grad_seed);
-    };
+    // The seeds a single process running all D * m micro-batches gives global micro-batch rank * m + j.
+    runs[j] = step_micro_batch(seed_, step, global_micro_batch(j), D_ * m, loss_tokens);
+    runs[j].grad_first = j == 0;
   }
   return runs;
+}
+
+void DataParallel::part_done(int j, int part) {
+  reducer_.unit_ready(model_grad_unit_of_layer(store_.stage(), part), j == 0, j == m_ - 1,
+                      step_grad_seed(seed_, step_, global_micro_batch(j)));
 }
 
 StepResult DataParallel::step_end(float lr, double loss_sum) {

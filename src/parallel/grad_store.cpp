@@ -43,12 +43,12 @@ GradStore::GradStore(const LlamaConfig& cfg, const ModelStage& stage, const Grad
 
 // Backward only writes through the model's pointers, so a unit's tensors can live in the scratch at their offsets
 // relative to the unit's start.
-std::vector<ParamSegment> GradStore::model_storage() {
-  if (!q8()) return {{0, size(), full_.data()}};
+GradStorage GradStore::model_storage() {
+  if (!q8()) return {{{0, size(), full_.data()}}};
   std::vector<ParamSegment> segments;
   for (int u = 0; u < int(units_.size()); ++u)
     segments.push_back({units_[u].begin, units_[u].end, u == 0 && embed_piece_rows_ ? nullptr : scratch(u)});
-  return segments;
+  return {segments, this};
 }
 
 std::vector<GradRange> GradStore::pieces(int u) const {

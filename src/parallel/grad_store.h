@@ -2,7 +2,7 @@
 //
 // A unit is a part of the flat parameter layout whose gradients backward finishes at one moment: the embedding,
 // each decoder layer, the final norm with an untied lm_head; on a pipeline stage only the parts it holds. Units
-// tile the layout in forward order (GradBuckets' "layers"); MicroBatchRun::grads_ready(layer) announces unit
+// tile the layout in forward order (GradBuckets' "layers"); the step's unit_ready(layer's unit) announces unit
 // model_grad_unit_of_layer(stage, layer).
 //
 // The store owns the memory backward writes gradients into and is given to the model (LlamaModel's grad_storage):
@@ -11,13 +11,13 @@
 //   into a per-unit fp32 scratch that holds one unit at a time (plus the embedding's when embeddings are tied, as
 //   the lm_head adds into it first); each finished unit is folded into its 8-bit buffer (dequantize -> add ->
 //   requantize) and the scratch zeroed. The fp32 gradient of the whole stage is never allocated.
-//   Untied, the embedding's gradient comes in sparse form (a token's output gradient per row,
-//   MicroBatchRun::embedding_grad) and is folded in pieces of whole vocabulary rows that fit the scratch sized for
-//   the other units: each piece's tokens are scattered into the scratch and accumulated into the piece's blocks.
-//   Later passes (the reduction, the optimizer) read the embedding piece by piece too, so on a pipeline's first
-//   stage no fp32 buffer of the embedding's size exists (a vocabulary shard is 2-3x a decoder layer).
+//   Untied, the embedding's gradient comes in sparse form (a token's output gradient per row, to embedding_fold:
+//   the store is its storage's sink, model/grad_storage.h) and is folded in pieces of whole vocabulary rows that fit
+//   the scratch sized for the other units: each piece's tokens are scattered into the scratch and accumulated into the
+//   piece's blocks. Later passes (the reduction, the optimizer) read the embedding piece by piece too, so on a
+//   pipeline's first stage no fp32 buffer of the embedding's size exists (a vocabulary shard is 2-3x a decoder layer).
 //   Tied, with lm_head_pieces, the same holds on the one stage with both ends: the head hands its weight gradient
-//   over in vocabulary pieces (MicroBatchRun::lm_head_grad); the blocks no input token of the micro-batch touches
+//   over in vocabulary pieces (lm_head_fold); the blocks no input token of the micro-batch touches
 //   are final then and folded at once, the few others kept in fp32 until the sparse embedding gradient adds into
 //   them. Each block is still rounded once per micro-batch.
 #pragma once
@@ -27,6 +27,7 @@
 
 #include "arch/params.h"
 #include "comm/grad_buckets.h"
+#include "model/grad_storage.h"
 #include "quant/grad_q8.h"
 
 namespace agoq {
@@ -50,7 +51,7 @@ std::vector<GradRange> grad_units_of(const LlamaConfig& cfg, const ModelStage& s
 // Values of the q8 store's fp32 scratch on a stage (what GradStore allocates; the memory model counts it).
 size_t grad_store_scratch_floats(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& opts);
 
-class GradStore {
+class GradStore final : public GradRowsSink {
  public:
   GradStore(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& opts);
 
@@ -60,8 +61,8 @@ class GradStore {
   const std::vector<GradRange>& units() const { return units_; }
   size_t size() const { return units_.empty() ? 0 : units_.back().end; }  // of the flat layout
   // Where the model's backward writes: the full buffer (fp32), or each unit's scratch (q8; untied, the embedding
-  // nowhere: its gradient comes to embedding_fold).
-  std::vector<ParamSegment> model_storage();
+  // nowhere: its gradient comes to embedding_fold, this store being the storage's rows sink).
+  GradStorage model_storage();
   // The parts of unit u that are folded, reduced and read one at a time, relative to the unit: the whole unit, or
   // (q8, untied) the embedding's pieces of whole vocabulary rows and whole blocks.
   std::vector<GradRange> pieces(int u) const;
@@ -73,13 +74,13 @@ class GradStore {
   // poisons its block (scale NaN), which the step's norm check catches. fp32: nothing, it accumulated in place.
   // q8 untied embedding: nothing, embedding_fold did it.
   void unit_ready(int u, bool first, uint64_t seed);
-  // q8, untied: one micro-batch's embedding gradient in sparse form (MicroBatchRun::embedding_grad) folded piece by
-  // piece, with the bits unit_ready gives the same gradient written densely.
-  void embedding_fold(const float* dout, const int32_t* tokens, int rows, bool first, uint64_t seed);
+  // q8, untied: one micro-batch's embedding gradient in sparse form (model/grad_storage.h) folded piece by piece,
+  // with the bits unit_ready gives the same gradient written densely.
+  void embedding_fold(const float* dout, const int32_t* tokens, int rows, bool first, uint64_t seed) override;
   // q8, tied, lm_head_pieces: one micro-batch's lm_head gradient for vocabulary rows [v0, v0 + rows) of the
-  // shard (MicroBatchRun::lm_head_grad; dw: the model's buffer, left unspecified), `tokens` its n input ids. Blocks
-  // none of the tokens' rows touch are folded now, the others kept for embedding_fold.
-  void lm_head_fold(float* dw, int v0, int rows, const int32_t* tokens, int n, bool first, uint64_t seed);
+  // shard (model/grad_storage.h; dw: the model's buffer, left unspecified), `tokens` its n input ids. Blocks none
+  // of the tokens' rows touch are folded now, the others kept for embedding_fold.
+  void lm_head_fold(float* dw, int v0, int rows, const int32_t* tokens, int n, bool first, uint64_t seed) override;
   // Piece p (of pieces(u)) of unit u's accumulated gradient as fp32, its values at [0, p.size()): in place (fp32),
   // or dequantized into the scratch (q8; valid until the next call).
   float* unit_fp32(int u, GradRange p);

@@ -64,17 +64,21 @@ void Pipeline::progress() {
   for (CommRequest& q : out_req_) q.test();
 }
 
-MicroBatchRun Pipeline::with_progress(MicroBatchRun run) {
-  run.layer_done = [this] { progress(); };
-  return run;
-}
-
 void Pipeline::wait_sends() {
   for (CommRequest& q : out_req_) q.wait();
 }
 
+// A stage's forward layer by layer, its pending sends moving in between.
+void Pipeline::forward(const int32_t* inputs, int B, int T, const MicroBatchRun& run) {
+  model_.stage_forward_begin(inputs, B, T, run);
+  for (int l = model_.stage().first_layer; l < model_.stage().end_layer; ++l) {
+    model_.stage_forward_layer(l, B, T);
+    progress();
+  }
+}
+
 double Pipeline::run(const int32_t* inputs, const int32_t* targets, int B, int T,
-                     const std::vector<MicroBatchRun>& runs) {
+                     const std::vector<MicroBatchRun>& runs, TrainStep* step) {
   const size_t rows = rows_cap_, bytes = message_bytes(B, T);
   const bool first = r_ == 0, last = r_ == P_ - 1;
   const int m = int(runs.size()), K = model_.store_count();
@@ -85,18 +89,27 @@ double Pipeline::run(const int32_t* inputs, const int32_t* targets, int B, int T
   for (const PipeOp& op : pipeline_schedule_1f1b(P_, r_, m)) {
     const int j = op.micro;
     const int32_t* in = inputs + size_t(j) * rows;
-    MicroBatchRun run = with_progress(runs[j]);
+    MicroBatchRun run = runs[j];
     // In-flight micro-batches form a window of at most K consecutive ones: j mod K is free when j starts.
     run.store = j % K;
     if (op.kind == PipeOpKind::forward) {
       if (!first) comm_.recv(model_.stage_input(), bytes, r_ - 1, kTagActivation);
-      model_.stage_forward(in, B, T, run);
+      forward(in, B, T, run);
       // The last stage's backward follows its forward at once (no warm-up): the loss gradient is its start.
-      if (last) loss_sum += model_.stage_head(targets + size_t(j) * rows, B, T, run, true);
-      else send(model_.stage_output(), r_ + 1, kTagActivation);
+      if (last) {
+        loss_sum += model_.stage_head(targets + size_t(j) * rows, B, T, run, true);
+        if (step) step->part_done(j, model_.config().n_layers);
+      } else {
+        send(model_.stage_output(), r_ + 1, kTagActivation);
+      }
     } else {
       if (!last) comm_.recv(model_.stage_output_grad(), bytes, r_ + 1, kTagGradient);
-      model_.stage_backward(in, B, T, run);
+      model_.stage_backward_begin(B, T, run);
+      for (int part : model_.backward_parts()) {
+        model_.stage_backward_part(part, in, B, T, run);
+        if (step) step->part_done(j, part);
+        progress();
+      }
       if (!first) send(model_.stage_input_grad(), r_ - 1, kTagGradient);
     }
     trace_.push_back(op);
@@ -108,14 +121,14 @@ double Pipeline::run(const int32_t* inputs, const int32_t* targets, int B, int T
 double Pipeline::forward_loss_sum(const EvalBatch& batch, int n, int B, int T, double loss_tokens, bool documents) {
   const size_t rows = rows_cap_, bytes = message_bytes(B, T);
   std::vector<int32_t> in(rows), tgt(rows), docs(documents ? rows : 0);
-  MicroBatchRun run = with_progress({});
+  MicroBatchRun run;
   run.loss_tokens = loss_tokens;
   run.doc_start = documents ? docs.data() : nullptr;
   double sum = 0;
   for (int i = 0; i < n; ++i) {
     batch(i, in.data(), tgt.data(), run.doc_start ? docs.data() : nullptr);
     if (r_ > 0) comm_.recv(model_.stage_input(), bytes, r_ - 1, kTagEval);
-    model_.stage_forward(in.data(), B, T, run);
+    forward(in.data(), B, T, run);
     if (r_ < P_ - 1) send(model_.stage_output(), r_ + 1, kTagEval);
     else sum += model_.stage_head(tgt.data(), B, T, run, false);
   }

@@ -13,6 +13,7 @@
 #include "comm/communicator.h"
 #include "core/memory.h"
 #include "model/llama.h"
+#include "optim/train_step.h"
 
 namespace agoq {
 
@@ -36,9 +37,12 @@ class Pipeline {
   ~Pipeline();
 
   // One step's m = runs.size() micro-batches (inputs/targets back to back, B x T each; every stage gets the same
-  // ones) through the schedule, micro-batch j with runs[j] (its seed, grad scale and grads_ready; backwards run in
-  // order j = 0 .. m-1). Returns the sum of the micro-batch losses on the last stage, 0 elsewhere.
-  double run(const int32_t* inputs, const int32_t* targets, int B, int T, const std::vector<MicroBatchRun>& runs);
+  // ones) through the schedule, micro-batch j with runs[j] (its seeds and grad scale; backwards run in order
+  // j = 0 .. m-1), each backward part by part with step->part_done(j, part) after each (optim/train_step.h;
+  // null: nobody acts on them, the model accumulates in its own fp32 buffer). Returns the sum of the micro-batch
+  // losses on the last stage, 0 elsewhere.
+  double run(const int32_t* inputs, const int32_t* targets, int B, int T, const std::vector<MicroBatchRun>& runs,
+             TrainStep* step = nullptr);
   // Forward only, n batches from batch(i, inputs, targets, doc_start): the sum of their mean losses (each over
   // loss_tokens when it is set: MicroBatchRun), on every stage. With `documents`, batch() writes each row's
   // document start too, and attention masks by it.
@@ -51,8 +55,8 @@ class Pipeline {
  private:
   // Sends a copy of src (the next forward or backward overwrites the model's buffer) without waiting for it.
   void send(const float* src, int dst, int tag);
-  void progress();  // lets pending sends move while a stage computes (a run's layer_done)
-  MicroBatchRun with_progress(MicroBatchRun run);
+  void progress();  // lets pending sends move while a stage computes (between its layers)
+  void forward(const int32_t* inputs, int B, int T, const MicroBatchRun& run);
   size_t message_bytes(int B, int T) const;  // of one activation or gradient message; checks the batch shape
   void wait_sends();
 

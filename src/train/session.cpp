@@ -250,7 +250,7 @@ void TrainSession::model_build() {
 }
 
 // The model of this rank's stage on `backend`, its weights initialised (a resume or --init-from overwrites them).
-void TrainSession::model_make(const ModelStage& stage, int in_flight, const std::vector<ParamSegment>& grad_storage,
+void TrainSession::model_make(const ModelStage& stage, int in_flight, const GradStorage& grad_storage,
                               TensorGroup* tensor_group, ModelBackend& backend) {
   model_ = std::make_unique<LlamaModel>(cfg_, B_, T_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers), stage,
                                         in_flight, grad_storage, tensor_group, backend);
@@ -272,7 +272,7 @@ void TrainSession::model_build_gpu() {
   std::unique_ptr<CudaGradStore> q8;  // --grad-store q8: the model writes into its scratch
   if (dp_options_.store.kind == GradStoreKind::q8)
     q8 = std::make_unique<CudaGradStore>(backend, cfg_, whole, dp_options_.store.block, dp_options_.store.rounding);
-  model_make(whole, 1, q8 ? q8->model_storage() : std::vector<ParamSegment>{}, nullptr, backend);
+  model_make(whole, 1, q8 ? GradStorage(q8->model_storage()) : GradStorage(), nullptr, backend);
   engine_ = std::make_unique<CudaTrainStep>(*model_, backend, std::move(q8), dp_options_.adam, opt_.clip, opt_.seed);
 #else
   fail("--device cuda: this agoq was built without the CUDA backend (no nvcc at configure time, or -DAGOQ_CUDA=OFF)");
@@ -462,9 +462,9 @@ StepResult TrainSession::train_step(long step, float lr) {
   std::vector<MicroBatchRun> runs = engine_->step_begin(step, m_, masked ? std::max(step_tokens_, 1.0) : 0);
   if (masked)
     for (int j = 0; j < m_; ++j) runs[j].doc_start = docs_.data() + size_t(j) * B_ * T_;
-  const double loss_sum = pipeline_
-                              ? pipeline_->run(inputs_.data(), targets_.data(), B_, T_, runs)
-                              : model_->forward_backward_micro_batches(inputs_.data(), targets_.data(), B_, T_, runs);
+  const double loss_sum =
+      pipeline_ ? pipeline_->run(inputs_.data(), targets_.data(), B_, T_, runs, engine_.get())
+                : train_step_micro_batches(*engine_, *model_, inputs_.data(), targets_.data(), B_, T_, runs);
   return engine_->step_end(lr, loss_sum);
 }
 

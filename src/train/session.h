@@ -50,8 +50,8 @@ class TrainSession {
   void memory_check() const;
   void model_build();
   void model_build_gpu();  // --device cuda
-  void model_make(const ModelStage& stage, int in_flight, const std::vector<ParamSegment>& grad_storage,
-                  TensorGroup* tensor_group, ModelBackend& backend);
+  void model_make(const ModelStage& stage, int in_flight, const GradStorage& grad_storage, TensorGroup* tensor_group,
+                  ModelBackend& backend);
   void resume();
   void weights_init_from();
   // One optimizer step: this replica's micro-batches through the model (or the pipeline), reduction, AdamW.

@@ -21,6 +21,7 @@
 #include "gpu/backend_cuda.h"
 #include "gpu/grad_store_cuda.h"
 #include "model/llama.h"
+#include "tests/common/store_backward.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace agoq {
@@ -181,11 +182,8 @@ TEST(ModelCuda, EightBitGradientStoreHoldsTheFp32Gradients) {
   for (const Batch* b : {&b1, &b2}) {
     plain.forward_backward(b->in.data(), b->tgt.data(), kB, kT, {.act_seed = 1});
     if (first.empty()) first = flat_download(plain, plain.grads_flat());
-    MicroBatchRun run{.act_seed = 1};
-    run.grads_ready = [&, is_first = b == &b1](int layer) {
-      store.unit_ready(model_grad_unit_of_layer(whole, layer), is_first, 99);
-    };
-    q8.forward_backward(b->in.data(), b->tgt.data(), kB, kT, run);
+    const MicroBatchRun run{.act_seed = 1, .grad_first = b == &b1, .grad_seed = 99};
+    store_forward_backward(q8, store, b->in.data(), b->tgt.data(), kB, kT, run);
   }
   const std::vector<float> want = flat_download(plain, plain.grads_flat());
   size_t bytes = 0, largest = 0;

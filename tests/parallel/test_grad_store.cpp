@@ -19,6 +19,7 @@
 #include "parallel_test_util.h"
 #include "plan/memory_model.h"
 #include "quant/grad_q8.h"
+#include "tests/common/store_backward.h"
 #include "train/trainer.h"
 
 namespace agoq {
@@ -113,15 +114,12 @@ TEST(GradStore, FirstStageModelBackwardMatchesTheDenseFold) {
     const uint64_t seed = 200 + j;
     for (int32_t& t : tokens) t = int32_t(rng.below(cfg.vocab_size));
     for (float& x : dout) x = rng.normal();
-    MicroBatchRun run{.act_seed = 7};
-    run.grads_ready = [&](int layer) { store.unit_ready(model_grad_unit_of_layer(st, layer), j == 0, seed); };
-    run.embedding_grad = [&](const float* d, const int32_t* t, int rows) {
-      store.embedding_fold(d, t, rows, j == 0, seed);
-    };
+    const MicroBatchRun run{.act_seed = 7, .grad_first = j == 0, .grad_seed = seed};
     for (LlamaModel* m : {&pieces, &dense}) {
       m->stage_forward(tokens.data(), B, T, run);
       std::copy(dout.begin(), dout.end(), m->stage_output_grad());
-      m->stage_backward(tokens.data(), B, T, m == &pieces ? run : MicroBatchRun{.act_seed = 7});
+      if (m == &pieces) store_backward(pieces, store, tokens.data(), B, T, run);
+      else dense.stage_backward(tokens.data(), B, T, run);
     }
     for (size_t u = 0; u < units.size(); ++u)
       fold_dense(want[u], dense.grads().data() + units[u].begin, j == 0, seed, int(u));
@@ -159,27 +157,36 @@ TEST(GradStore, TiedHeadInPiecesMatchesTheDenseGradient) {
   GradStore store(cfg, st, pieces_options(N));
   const std::vector<GradRange>& units = store.units();
   EXPECT_LT((tr.tag_peak("grad.scratch") - scratch_before) * 4, units[0].size() * sizeof(float));
-  LlamaModel pieces(cfg, B, T, pol, st, 1, store.model_storage()), dense(cfg, B, T, pol, st, 1);
+  // The store's sparse sink, watched: the pieces come in order.
+  struct Watch final : GradRowsSink {
+    GradStore& store;
+    std::vector<int> piece_rows;
+    explicit Watch(GradStore& s) : store(s) {}
+    void embedding_fold(const float* d, const int32_t* t, int rows, bool first, uint64_t seed) override {
+      store.embedding_fold(d, t, rows, first, seed);
+    }
+    void lm_head_fold(float* dw, int v0, int rows, const int32_t* t, int n, bool first, uint64_t seed) override {
+      EXPECT_EQ(v0, int(piece_rows.size()) * kLlamaHeadPieceRows);
+      piece_rows.push_back(rows);
+      store.lm_head_fold(dw, v0, rows, t, n, first, seed);
+    }
+  } watch(store);
+  GradStorage storage = store.model_storage();
+  ASSERT_EQ(storage.rows, &store);
+  storage.rows = &watch;
+  LlamaModel pieces(cfg, B, T, pol, st, 1, storage), dense(cfg, B, T, pol, st, 1);
   pieces.init_weights(3), dense.init_weights(3);
   Rng rng(23);
   std::vector<int32_t> tokens(N), targets(N);
   for (int i = 0; i < N; ++i) tokens[i] = int32_t(rng.below(V)), targets[i] = int32_t(rng.below(V));
   tokens[1] = tokens[0], tokens[2] = tokens[0] ^ 1;  // a row twice; a neighbour sharing its block
   tokens[3] = V - 1, tokens[4] = kLlamaHeadPieceRows - 1, tokens[5] = kLlamaHeadPieceRows;  // the edges
-  std::vector<int> piece_rows;
-  MicroBatchRun run{.act_seed = 7};
-  run.grads_ready = [&](int layer) { store.unit_ready(model_grad_unit_of_layer(st, layer), true, 1); };
-  run.embedding_grad = [&](const float* d, const int32_t* t, int rows) { store.embedding_fold(d, t, rows, true, 1); };
-  run.lm_head_grad = [&](float* dw, int v0, int rows, const int32_t* t, int n) {
-    EXPECT_EQ(v0, int(piece_rows.size()) * kLlamaHeadPieceRows);
-    piece_rows.push_back(rows);
-    store.lm_head_fold(dw, v0, rows, t, n, true, 1);
-  };
+  const MicroBatchRun run{.act_seed = 7, .grad_seed = 1};
   store.step_begin();
-  const float loss = pieces.forward_backward(tokens.data(), targets.data(), B, T, run);
+  const float loss = store_forward_backward(pieces, store, tokens.data(), targets.data(), B, T, run);
   const float want_loss = dense.forward_backward(tokens.data(), targets.data(), B, T, MicroBatchRun{.act_seed = 7});
   EXPECT_NEAR(loss, want_loss, 1e-5 * want_loss);
-  EXPECT_EQ(piece_rows, (std::vector<int>{kLlamaHeadPieceRows, kLlamaHeadPieceRows, 1000}));
+  EXPECT_EQ(watch.piece_rows, (std::vector<int>{kLlamaHeadPieceRows, kLlamaHeadPieceRows, 1000}));
   for (size_t u = 0; u < units.size(); ++u) {
     const GradQ8Buffer& q = store.q8_buffer(int(u));
     std::vector<float> got(q.n);

@@ -18,6 +18,7 @@
 #include "plan/presets.h"
 #include "quant/grad_q8.h"
 #include "tests/common/llama_shape.h"
+#include "tests/common/store_backward.h"
 
 #include <memory>
 
@@ -56,10 +57,7 @@ void expect_cpu_model_matches(const LlamaConfig& cfg, int B, int T, const std::s
     for (size_t i = 0; i < in.size(); ++i)
       in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
     store.step_begin();
-    MicroBatchRun run{.act_seed = 1};
-    run.grads_ready = [&](int layer) { store.unit_ready(model_grad_unit_of_layer(whole, layer), true, 3); };
-    run.embedding_grad = [&](const float* d, const int32_t* t, int n) { store.embedding_fold(d, t, n, true, 3); };
-    model.forward_backward(in.data(), tgt.data(), B, T, run);
+    store_forward_backward(model, store, in.data(), tgt.data(), B, T, {.act_seed = 1, .grad_seed = 3});
     for (size_t u = 0; u < units.size(); ++u)  // AdamW reads each piece's gradient indexed in the flat layout
       for (const GradRange& p : store.pieces(int(u))) {
         const size_t a = units[u].range.begin + p.begin;
