@@ -241,12 +241,7 @@ DeviceQuantTensor::DeviceQuantTensor(const QuantFormat& fmt, size_t rows, size_t
       layout_(quant_layout(fmt, rows, cols)),
       data_(layout_.total_bytes, cat, tag) {}
 
-QuantView DeviceQuantTensor::view() {
-  uint8_t* p = data_.data();
-  const bool groups = layout_.groups_per_row > 0;  // as QuantizedTensor::view
-  return {p, groups ? reinterpret_cast<uint16_t*>(p + layout_.scales_offset) : nullptr,
-          groups && !fmt_.symmetric ? reinterpret_cast<float*>(p + layout_.mins_offset) : nullptr};
-}
+QuantView DeviceQuantTensor::view() { return quant_view_at(fmt_, layout_, data_.data()); }
 
 QuantConstView DeviceQuantTensor::view() const { return const_cast<DeviceQuantTensor*>(this)->view(); }
 

@@ -94,6 +94,12 @@ QuantLayout quant_layout(const QuantFormat& f, size_t rows, size_t cols) {
 
 size_t quant_bytes(const QuantFormat& f, size_t rows, size_t cols) { return quant_layout(f, rows, cols).total_bytes; }
 
+QuantView quant_view_at(const QuantFormat& f, const QuantLayout& l, uint8_t* base) {
+  const bool groups = l.groups_per_row > 0;
+  return {base, groups ? reinterpret_cast<uint16_t*>(base + l.scales_offset) : nullptr,
+          groups && !f.symmetric ? reinterpret_cast<float*>(base + l.mins_offset) : nullptr};
+}
+
 QuantView quant_view_row(const QuantFormat& f, size_t cols, const QuantView& b, size_t row) {
   const size_t g = quant_row_groups(f, cols);
   return {b.codes ? b.codes + row * quant_row_code_bytes(f, cols) : nullptr, b.scales ? b.scales + row * g : nullptr,

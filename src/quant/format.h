@@ -68,6 +68,8 @@ struct QuantConstView {
   QuantConstView(const uint8_t* c, const uint16_t* s, const float* m) : codes(c), scales(s), mins(m) {}
   QuantConstView(const QuantView& v) : codes(v.codes), scales(v.scales), mins(v.mins) {}
 };
+// Row 0's view of an allocation laid out as `layout` (quant_layout) starting at `base`, in host or device memory.
+QuantView quant_view_at(const QuantFormat& fmt, const QuantLayout& layout, uint8_t* base);
 // The view of row `row` given the view of row 0 (offsets from quant_row_code_bytes / quant_row_groups).
 QuantView quant_view_row(const QuantFormat& fmt, size_t cols, const QuantView& base, size_t row);
 QuantConstView quant_view_row(const QuantFormat& fmt, size_t cols, const QuantConstView& base, size_t row);

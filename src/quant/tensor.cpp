@@ -66,12 +66,7 @@ QuantizedTensor::QuantizedTensor(const QuantFormat& fmt, size_t rows, size_t col
       layout_(quant_layout(fmt, rows, cols)),
       data_(layout_.total_bytes, cat, tag) {}
 
-QuantView QuantizedTensor::view() {
-  uint8_t* p = data_.data();
-  const bool groups = layout_.groups_per_row > 0;
-  return {p, groups ? reinterpret_cast<uint16_t*>(p + layout_.scales_offset) : nullptr,
-          groups && !fmt_.symmetric ? reinterpret_cast<float*>(p + layout_.mins_offset) : nullptr};
-}
+QuantView QuantizedTensor::view() { return quant_view_at(fmt_, layout_, data_.data()); }
 
 QuantConstView QuantizedTensor::view() const { return const_cast<QuantizedTensor*>(this)->view(); }
 
