@@ -233,16 +233,4 @@ void cuda_bf16_to_f32(const uint16_t* x, size_t n, float* out, cudaStream_t s) {
   AGOQ_CUDA_CHECK(cudaGetLastError());
 }
 
-DeviceQuantTensor::DeviceQuantTensor(const QuantFormat& fmt, size_t rows, size_t cols, MemCategory cat,
-                                     std::string_view tag)
-    : fmt_(fmt),
-      rows_(rows),
-      cols_(cols),
-      layout_(quant_layout(fmt, rows, cols)),
-      data_(layout_.total_bytes, cat, tag) {}
-
-QuantView DeviceQuantTensor::view() { return quant_view_at(fmt_, layout_, data_.data()); }
-
-QuantConstView DeviceQuantTensor::view() const { return const_cast<DeviceQuantTensor*>(this)->view(); }
-
 }  // namespace agoq

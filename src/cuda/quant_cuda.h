@@ -12,6 +12,7 @@
 #include "core/memory.h"
 #include "cuda/device_buffer.h"
 #include "quant/format.h"
+#include "quant/tensor.h"
 
 namespace agoq {
 
@@ -30,24 +31,6 @@ void cuda_f32_to_bf16(const float* x, size_t n, uint16_t* out, cudaStream_t stre
 void cuda_bf16_to_f32(const uint16_t* x, size_t n, float* out, cudaStream_t stream = 0);
 
 // A quantized tensor in device memory (the device twin of QuantizedTensor): one tracked allocation.
-class DeviceQuantTensor {
- public:
-  DeviceQuantTensor() = default;
-  DeviceQuantTensor(const QuantFormat& fmt, size_t rows, size_t cols, MemCategory cat, std::string_view tag = {});
-  const QuantFormat& format() const { return fmt_; }
-  size_t rows() const { return rows_; }
-  size_t cols() const { return cols_; }
-  size_t bytes() const { return data_.bytes(); }
-  QuantView view();
-  QuantConstView view() const;
-  DeviceBuffer<uint8_t>& data() { return data_; }
-  const DeviceBuffer<uint8_t>& data() const { return data_; }
-
- private:
-  QuantFormat fmt_;
-  size_t rows_ = 0, cols_ = 0;
-  QuantLayout layout_{};
-  DeviceBuffer<uint8_t> data_;
-};
+using DeviceQuantTensor = QuantTensorOf<DeviceBuffer<uint8_t>>;
 
 }  // namespace agoq

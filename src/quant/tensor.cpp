@@ -58,18 +58,6 @@ void quant_decode_rows(const QuantFormat& f, const QuantConstView& base, size_t 
     quant_decode_row(f, quant_view_row(f, cols, base, row_begin + size_t(i)), cols, out + size_t(i) * cols);
 }
 
-QuantizedTensor::QuantizedTensor(const QuantFormat& fmt, size_t rows, size_t cols, MemCategory cat,
-                                 std::string_view tag)
-    : fmt_(fmt),
-      rows_(rows),
-      cols_(cols),
-      layout_(quant_layout(fmt, rows, cols)),
-      data_(layout_.total_bytes, cat, tag) {}
-
-QuantView QuantizedTensor::view() { return quant_view_at(fmt_, layout_, data_.data()); }
-
-QuantConstView QuantizedTensor::view() const { return const_cast<QuantizedTensor*>(this)->view(); }
-
 QuantStatus quant_encode(QuantizedTensor& t, const float* src, const QuantSeed& seed) {
   return quant_encode_rows(t.format(), src, 0, t.rows(), t.cols(), t.view(), seed);
 }

@@ -25,27 +25,38 @@ QuantStatus quant_encode_rows(const QuantFormat& fmt, const float* src, size_t r
 void quant_decode_rows(const QuantFormat& fmt, const QuantConstView& base, size_t row_begin, size_t row_count,
                        size_t cols, float* out);
 
-class QuantizedTensor {
+// A quantized tensor: one tracked allocation laid out by quant_layout, zero-filled, in the memory `Bytes` allocates
+// (Buffer<uint8_t>: the host's, QuantizedTensor; cuda/quant_cuda.h's DeviceQuantTensor: the GPU's).
+template <class Bytes>
+class QuantTensorOf {
  public:
-  QuantizedTensor() = default;
-  // Allocates quant_bytes(fmt, rows, cols) bytes in category `cat` (e.g. activations), zero-filled.
-  QuantizedTensor(const QuantFormat& fmt, size_t rows, size_t cols, MemCategory cat, std::string_view tag = {});
+  QuantTensorOf() = default;
+  // Allocates quant_bytes(fmt, rows, cols) bytes in category `cat` (e.g. activations).
+  QuantTensorOf(const QuantFormat& fmt, size_t rows, size_t cols, MemCategory cat, std::string_view tag = {})
+      : fmt_(fmt),
+        rows_(rows),
+        cols_(cols),
+        layout_(quant_layout(fmt, rows, cols)),
+        data_(layout_.total_bytes, cat, tag) {}
 
   const QuantFormat& format() const { return fmt_; }
   size_t rows() const { return rows_; }
   size_t cols() const { return cols_; }
-  size_t bytes() const { return data_.size(); }
-  QuantView view();  // row 0
-  QuantConstView view() const;
+  size_t bytes() const { return data_.bytes(); }
+  QuantView view() { return quant_view_at(fmt_, layout_, data_.data()); }  // row 0
+  QuantConstView view() const { return const_cast<QuantTensorOf*>(this)->view(); }
   QuantView row(size_t r) { return quant_view_row(fmt_, cols_, view(), r); }
   QuantConstView row(size_t r) const { return quant_view_row(fmt_, cols_, view(), r); }
+  Bytes& data() { return data_; }
+  const Bytes& data() const { return data_; }
 
  private:
   QuantFormat fmt_;
   size_t rows_ = 0, cols_ = 0;
   QuantLayout layout_{};
-  Buffer<uint8_t> data_;
+  Bytes data_;
 };
+using QuantizedTensor = QuantTensorOf<Buffer<uint8_t>>;
 
 // src has rows() * cols() values.
 QuantStatus quant_encode(QuantizedTensor& t, const float* src, const QuantSeed& seed);
