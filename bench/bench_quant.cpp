@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_quant_formats.h"
 #if AGOQ_HAVE_CUDA
 #include "bench/cuda/bench_cuda.h"
 #endif
@@ -91,12 +92,7 @@ void run(const Options& o) {
     recs.push_back({fmt, dir, bytes / t / 1e9, 2 * in_bytes / tc / 1e9, t, bytes, bpv});
   };
 
-  std::vector<QuantFormat> formats = {quant_format_fp32(), quant_format_bf16()};
-  for (int bits : {2, 3, 4, 8})
-    for (bool sym : {true, false})
-      for (auto r : {QuantRounding::nearest, QuantRounding::stochastic})
-        formats.push_back(quant_format_int(bits, 128, sym, r));
-  for (const QuantFormat& f : formats) {
+  for (const QuantFormat& f : bench_quant_formats()) {
     QuantizedTensor t(f, rows, cols, MemCategory::workspace, "bench.quant");
     const double q = double(t.bytes()), bpv = quant_bits_per_value(f);
     uint64_t step = 0;

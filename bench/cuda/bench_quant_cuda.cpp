@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "bench/bench_quant_formats.h"
 #include "bench/cuda/bench_cuda.h"
 #include "bench/cuda/bench_cuda_util.h"
 #include "core/rng.h"
@@ -51,12 +52,7 @@ void bench_quant_cuda(const BenchQuantCudaOptions& o) {
     recs.push_back({fmt, dir, bpv, bytes / ms / 1e6, 2 * in_bytes / copy_ms / 1e6, ms});
   };
 
-  std::vector<QuantFormat> formats = {quant_format_fp32(), quant_format_bf16()};
-  for (int bits : {2, 3, 4, 8})
-    for (bool sym : {true, false})
-      for (auto r : {QuantRounding::nearest, QuantRounding::stochastic})
-        formats.push_back(quant_format_int(bits, 128, sym, r));
-  for (const QuantFormat& f : formats) {
+  for (const QuantFormat& f : bench_quant_formats()) {
     DeviceQuantTensor t(f, rows, cols, MemCategory::workspace, "bench.quant");
     const double q = double(t.bytes()), bpv = quant_bits_per_value(f);
     uint64_t step = 0;
