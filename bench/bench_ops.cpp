@@ -1,9 +1,10 @@
 // `agoq bench ops`: speed of each op of the table (model/op_table.h) as the model calls it. One LLaMA model of the
-// shape flags (dim 256, 8 heads of 32, ffn 688, vocab 4096, 2 layers, batch 8 x seq 256 by default; fp32
-// activations, so the store's quantize passes -- `bench act`'s -- stay out) runs forward and backward on the timed
-// backend (model/backend_timed.h), which rates every call by the table's cost column: GFLOP/s for the GEMMs and the
-// attention, GB/s (every array read or written once) for all. A row is one op at one shape (its integer arguments,
-// the table's order); each is the best of --reps passes after one warm-up. First, the machine's practical fp32 peak.
+// shape flags (dim 256, 8 heads of 32, ffn 688, vocab 4096, 2 layers, batch 8 x seq 256 by default; on the GPU two
+// llama-8b layers at 2 x 4096 tokens; fp32 activations, so the store's quantize passes -- `bench act`'s -- stay out)
+// runs forward and backward on the timed backend (model/backend_timed.h), which rates every call by the table's cost
+// column: GFLOP/s for the GEMMs and the attention, GB/s (every array read or written once) for all. A row is one op
+// at one shape (its integer arguments, the table's order); each is the best of --reps passes after one warm-up.
+// First, what the GEMM rows compare with: this machine's practical fp32 peak, or the GPU's bf16 peak as given.
 #include <cblas.h>
 #include <omp.h>
 
@@ -22,8 +23,8 @@
 #include "core/rng.h"
 #include "model/backend_timed.h"
 #include "model/llama.h"
-#if AGOQ_HAVE_CUDA
-#include "bench/cuda/bench_cuda.h"
+#if AGOQ_HAVE_GPU_MODEL
+#include "gpu/backend_cuda.h"
 #endif
 
 namespace agoq {
@@ -32,11 +33,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Args {
-  std::string device = "cpu";
+  std::string device = "cpu", gemm = "bf16";  // gemm: --device cuda's GEMM inputs
   bool json = false;
   int reps = 10;
   int B = 8, T = 256, dim = 256, heads = 8, kv_heads = 8, ffn = 688, vocab = 4096, layers = 2;
-  double peak_tflops = 989;  // --device cuda: the bf16 dense peak for MFU
+  double peak_tflops = 989;  // --device cuda: the bf16 dense peak of an H100/H200 SXM, for MFU
 };
 
 // GFLOP/s of a large square sgemm, best of reps: what the GEMM rows compare with.
@@ -61,13 +62,14 @@ struct Passes {
   double store_s = 0;               // the activation store's time in that pass
 };
 
-// The model's forward and backward passes on the timed backend, reps + 1 of them (the first a warm-up).
-Passes model_passes(const Args& a) {
+// The model's forward and backward passes on `device` through the timed backend, reps + 1 of them (the first a
+// warm-up).
+Passes model_passes(const Args& a, ModelBackend& device) {
   LlamaConfig cfg;
   cfg.vocab_size = a.vocab, cfg.dim = a.dim, cfg.n_layers = a.layers, cfg.n_heads = a.heads;
   cfg.n_kv_heads = a.kv_heads, cfg.ffn_dim = a.ffn, cfg.max_seq_len = a.T;
   cfg.validate();
-  TimedBackend timed(model_backend_cpu());
+  TimedBackend timed(device);
   LlamaModel model(timed, cfg, a.B, a.T, ActPolicy::parse("fp32", cfg.n_layers));
   timed.head_weights_are(model.params().lm_head, size_t(cfg.vocab_size) * cfg.dim);
   model.init_weights(1);
@@ -90,9 +92,14 @@ Passes model_passes(const Args& a) {
   return p;
 }
 
-void bench_ops_run(const Args& a) {
-  const double peak = sgemm_peak_gflops(a.reps);
-  const Passes p = model_passes(a);
+// What the GEMM and attention rows are compared with: a rate and where it comes from.
+struct Peak {
+  double gflops;
+  std::string what;
+};
+
+void bench_ops_run(const Args& a, ModelBackend& device, const Peak& peak) {
+  const Passes p = model_passes(a, device);
   std::vector<bool> called(kModelOpCount, false);
   double op_s = 0;
   for (const auto& [key, c] : p.best) called[int(key.first)] = true, op_s += c.seconds;
@@ -108,24 +115,31 @@ void bench_ops_run(const Args& a) {
                           {"calls", c.calls},
                           {"ms", c.seconds * 1e3},
                           {"gbytes_per_s", c.bytes / c.seconds / 1e9}};
-      if (c.flops > 0) e["gflops"] = c.flops / c.seconds / 1e9;
+      if (c.flops > 0) e["gflops"] = c.flops / c.seconds / 1e9, e["of_peak"] = c.flops / c.seconds / 1e9 / peak.gflops;
       rows.push_back(e);
     }
-    const nlohmann::json j = {
-        {"sgemm_peak_gflops", peak},       {"pass_ms", p.pass_s * 1e3},        {"ops_ms", op_s * 1e3},
-        {"act_store_ms", p.store_s * 1e3}, {"threads", omp_get_max_threads()}, {"ops", rows}};
+    const nlohmann::json j = {{"device", a.device},
+                              {"peak_gflops", peak.gflops},
+                              {"peak", peak.what},
+                              {"pass_ms", p.pass_s * 1e3},
+                              {"ops_ms", op_s * 1e3},
+                              {"act_store_ms", p.store_s * 1e3},
+                              {"threads", omp_get_max_threads()},
+                              {"ops", rows}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
   std::printf(
-      "agoq bench ops: the model's forward + backward, dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, batch "
-      "%d x seq %d; %d threads, best of %d\n",
-      a.dim, a.layers, a.heads, a.kv_heads, a.ffn, a.vocab, a.B, a.T, omp_get_max_threads(), a.reps);
-  std::printf("  sgemm 1536^3 (the machine's fp32 peak): %.1f GFLOP/s\n\n", peak);
-  std::printf("  %-30s %-22s %6s %9s %9s %8s %6s\n", "op", "shape", "calls", "ms", "GFLOP/s", "GB/s", "share");
+      "agoq bench ops on %s: the model's forward + backward, dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, "
+      "batch %d x seq %d; %d threads, best of %d\n",
+      a.device.c_str(), a.dim, a.layers, a.heads, a.kv_heads, a.ffn, a.vocab, a.B, a.T, omp_get_max_threads(), a.reps);
+  std::printf("  peak: %.1f GFLOP/s (%s)\n\n", peak.gflops, peak.what.c_str());
+  std::printf("  %-30s %-22s %6s %9s %9s %6s %8s %6s\n", "op", "shape", "calls", "ms", "GFLOP/s", "peak", "GB/s",
+              "share");
   for (const auto& [key, c] : p.best) {
     std::printf("  %-30s %-22s %6ld %9.3f", model_op_name(key.first), key.second.c_str(), c.calls, c.seconds * 1e3);
-    c.flops > 0 ? std::printf(" %9.1f", c.flops / c.seconds / 1e9) : std::printf(" %9s", "");
+    const double gflops = c.flops / c.seconds / 1e9;
+    c.flops > 0 ? std::printf(" %9.1f %5.1f%%", gflops, 100 * gflops / peak.gflops) : std::printf(" %9s %6s", "", "");
     std::printf(" %8.1f %5.1f%%\n", c.bytes / c.seconds / 1e9, 100.0 * c.seconds / p.pass_s);
   }
   std::printf(
@@ -133,6 +147,25 @@ void bench_ops_run(const Args& a) {
       "copies) %.2f ms\n",
       p.pass_s * 1e3, op_s * 1e3, p.store_s * 1e3, (p.pass_s - op_s - p.store_s) * 1e3);
   if (!not_called.empty()) std::printf("  not called by this model: %s\n", not_called.c_str());
+}
+
+// --device cuda: two llama-8b layers at 2 x 4096 tokens, where the shape flags do not say otherwise.
+void bench_ops_cuda(Args a, const CLI::App& c) {
+#if AGOQ_HAVE_GPU_MODEL
+  const auto unless_given = [&c](const char* flag, int& into, int value) {
+    if (!c.count(flag)) into = value;
+  };
+  unless_given("--batch", a.B, 2), unless_given("--seq", a.T, 4096), unless_given("--dim", a.dim, 4096);
+  unless_given("--heads", a.heads, 32), unless_given("--kv-heads", a.kv_heads, 8);
+  unless_given("--ffn", a.ffn, 14336), unless_given("--vocab", a.vocab, 32000), unless_given("--reps", a.reps, 5);
+  CudaBackend gpu(a.gemm == "fp32" ? GemmPrecision::fp32 : GemmPrecision::bf16);
+  bench_ops_run(a, gpu, {a.peak_tflops * 1e3, "the GPU's bf16 dense peak, --peak-tflops"});
+#else
+  (void)a, (void)c;
+  fail(
+      "--device cuda: this agoq was built without the GPU model (no nvcc or no OpenBLAS at configure time, or "
+      "-DAGOQ_CUDA=OFF; docs/cuda.md)");
+#endif
 }
 
 const CliCommand kBenchOps("bench", 30, [](CLI::App& bench) {
@@ -150,25 +183,17 @@ const CliCommand kBenchOps("bench", 30, [](CLI::App& bench) {
   c->add_option("--ffn", args->ffn, "feed-forward dimension")->capture_default_str()->check(cli_at_least(1));
   c->add_option("--vocab", args->vocab, "vocabulary size")->capture_default_str()->check(cli_at_least(1));
   c->add_option("--layers", args->layers, "decoder layers")->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--device", args->device, "cpu, or cuda (a llama-8b layer's shapes unless given; docs/cuda.md)")
+  c->add_option("--device", args->device, "cpu, or cuda (two llama-8b layers unless the shape flags say; docs/cuda.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  c->add_option("--gpu-gemm", args->gemm, "--device cuda: bf16 or fp32 GEMM inputs")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"bf16", "fp32"}));
   c->add_option("--peak-tflops", args->peak_tflops, "--device cuda: the GPU's bf16 dense peak, for MFU")
       ->capture_default_str();
   c->callback([args, c] {
-    if (args->device == "cpu") return bench_ops_run(*args);
-#if AGOQ_HAVE_CUDA
-    BenchOpsCudaOptions g;  // the GPU's defaults, overridden by the shape flags given
-    auto given = [&](const char* flag, int& into, int value) {
-      if (c->count(flag)) into = value;
-    };
-    given("--batch", g.B, args->B), given("--seq", g.T, args->T), given("--dim", g.dim, args->dim);
-    given("--heads", g.heads, args->heads), given("--kv-heads", g.kv_heads, args->kv_heads);
-    given("--ffn", g.ffn, args->ffn), given("--reps", g.reps, args->reps);
-    g.json = args->json, g.peak_tflops = args->peak_tflops;
-    bench_ops_cuda(g);
-#else
-    fail("--device cuda: this agoq was built without the CUDA backend (no nvcc at configure time, or -DAGOQ_CUDA=OFF)");
-#endif
+    if (args->device == "cuda") return bench_ops_cuda(*args, *c);
+    bench_ops_run(*args, model_backend_cpu(),
+                  {sgemm_peak_gflops(args->reps), "sgemm 1536^3, this machine's fp32 peak"});
   });
 });
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one-command GPU check (docs/cuda.md). On a machine with an NVIDIA GPU, CMake, ninja and nvcc, and nothing
 # agoq-specific: builds the GPU-only configuration (core, quant, cuda, their tests and the device benchmarks; with an
-# OpenBLAS -- packed by scripts/gpu-deps.sh -- also the GPU model, its tests and bench train|act; no Open MPI or
+# OpenBLAS -- packed by scripts/gpu-deps.sh -- also the GPU model, its tests and bench train|act|ops; no Open MPI or
 # SentencePiece needed) with all cores, runs `ctest -L gpu` and the CPU-side tests of the
 # shared math, one GPU test under compute-sanitizer, the device benchmarks with --json, and PyTorch's bf16 reference
 # of the 1B-class model when PyTorch with CUDA is there. Everything goes under OUT.
@@ -68,9 +68,6 @@ build-gpu/agoq bench quant --device cuda --mib 256 --reps 9 --json > "$out/bench
   status=1
 build-gpu/agoq bench quant --device cuda --mib 256 --reps 9 > "$out/bench-quant-cuda.txt" 2>&1 || status=1
 log "bench quant --device cuda"
-build-gpu/agoq bench ops --device cuda --json > "$out/bench-ops-cuda.json" 2> "$out/bench-ops-cuda.err" || status=1
-build-gpu/agoq bench ops --device cuda > "$out/bench-ops-cuda.txt" 2>&1 || status=1
-log "bench ops --device cuda"
 # The GPU model's benchmarks, where the build has it (an OpenBLAS: from --deps, or the machine's).
 if [ -x build-gpu/test_gpu ]; then
   timeout 300 build-gpu/agoq bench train --device cuda --json > "$out/bench-train-cuda.json" 2> "$out/bench-train-cuda.err" ||
@@ -78,8 +75,12 @@ if [ -x build-gpu/test_gpu ]; then
   log "bench train --device cuda: $(tr -d '\n ' < "$out/bench-train-cuda.json" | head -c 400)"
   timeout 300 build-gpu/agoq bench act --device cuda --steps 3 > "$out/bench-act-cuda.txt" 2>&1 || status=1
   log "bench act --device cuda"
+  timeout 300 build-gpu/agoq bench ops --device cuda --json > "$out/bench-ops-cuda.json" 2> "$out/bench-ops-cuda.err" ||
+    status=1
+  timeout 300 build-gpu/agoq bench ops --device cuda > "$out/bench-ops-cuda.txt" 2>&1 || status=1
+  log "bench ops --device cuda"
 else
-  log "no OpenBLAS for the GPU model: its tests and bench train|act --device cuda were not built (scripts/gpu-deps.sh)"
+  log "no OpenBLAS for the GPU model: its tests and bench train|act|ops --device cuda not built (scripts/gpu-deps.sh)"
 fi
 
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then

@@ -18,17 +18,6 @@ struct BenchQuantCudaOptions {
 // bytes, timed alternately in the same run (CUDA events).
 void bench_quant_cuda(const BenchQuantCudaOptions& o);
 
-// The model's ops on the GPU at a LLaMA layer's shapes (default: llama-8b, 2 sequences of 4096 tokens): TFLOP/s
-// and MFU of the GEMMs (fp32 and bf16 inputs) and of the attention, GB/s of the memory-bound ops against a
-// device-to-device copy timed alternately with them.
-struct BenchOpsCudaOptions {
-  int reps = 5;
-  bool json = false;
-  int B = 2, T = 4096, dim = 4096, heads = 32, kv_heads = 8, ffn = 14336;
-  double peak_tflops = 989;  // bf16 dense peak of an H100/H200 SXM, for MFU
-};
-void bench_ops_cuda(const BenchOpsCudaOptions& o);
-
 // Whole training steps on the GPU (`agoq bench train|act --device cuda`), built where the GPU model is
 // (AGOQ_HAVE_GPU_MODEL): per activation policy (and gradient store), step time, tokens/s and MFU against peak_tflops,
 // saved-activation bytes per token per layer and the device's peak memory, each next to the bf16 store's in the same

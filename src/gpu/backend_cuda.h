@@ -28,8 +28,7 @@ class CudaBackend final : public ModelBackend {
   GemmPrecision precision() const { return precision_; }
   // The fp32 weights were updated: the bf16 copies are made again when next read.
   void weights_changed() override { ++weights_version_; }
-  // Waits for the work queued so far.
-  void synchronize();
+  void synchronize() override;  // the stream's work
 
   MemDevice device() const override { return MemDevice::cuda; }
   std::shared_ptr<void> allocate(size_t bytes, MemCategory cat, std::string_view tag) override;

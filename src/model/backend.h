@@ -62,6 +62,8 @@ class ModelBackend {
   // The weights were written (an optimizer step, new values uploaded): a backend that keeps copies of them (bf16
   // for the GEMMs) makes them again. The CPU keeps none.
   virtual void weights_changed() {}
+  // Waits for the work queued so far: a device backend queues its ops on a stream; the CPU runs them as called.
+  virtual void synchronize() {}
 
   // ---- the ops (model/op_table.h: model/ops.h's and model/attention.h's, under the same names) ----
   // crossentropy_forward_backward is the whole vocabulary's, stats 3N floats of scratch; attention's doc_start (B, T)

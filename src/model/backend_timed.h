@@ -1,6 +1,7 @@
 // A backend that runs another's ops and adds up their wall time by class (`agoq train --profile`): where a training
 // step goes, so the next bottleneck is visible. Ops run one at a time from the model's thread (each parallel inside),
-// so a call's wall time is its own.
+// so a call's wall time is its own; a device backend is synchronized before and after each, so the time is the op's
+// run, not its launch.
 #pragma once
 #include <array>
 #include <chrono>
@@ -60,6 +61,7 @@ class TimedBackend final : public ModelBackend {
                                           const ModelStage& stage) override;
   bool host_memory() const override { return inner_.host_memory(); }
   void weights_changed() override { inner_.weights_changed(); }
+  void synchronize() override { inner_.synchronize(); }
 
   bool supports(ModelOp op) const override { return inner_.supports(op); }
   AGOQ_MODEL_OPS(AGOQ_OP_DECLARE_OVERRIDE)
@@ -69,8 +71,10 @@ class TimedBackend final : public ModelBackend {
   // Runs f and adds its wall time to class c; returns it.
   template <class F>
   double timed(OpClass c, F&& f) {
+    inner_.synchronize();
     const auto t0 = std::chrono::steady_clock::now();
     f();
+    inner_.synchronize();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     seconds_[c] += s;
     return s;

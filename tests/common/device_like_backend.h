@@ -10,7 +10,7 @@ namespace agoq {
 
 class DeviceLikeBackend final : public ModelBackend {
  public:
-  size_t uploads = 0, downloads = 0;
+  size_t uploads = 0, downloads = 0, synchronizes = 0;
 
   MemDevice device() const override { return MemDevice::cuda; }
   std::shared_ptr<void> allocate(size_t bytes, MemCategory cat, std::string_view tag) override {
@@ -24,6 +24,7 @@ class DeviceLikeBackend final : public ModelBackend {
   void upload(void* dst, const void* host, size_t bytes) override { std::memcpy(dst, host, bytes), ++uploads; }
   void download(void* host, const void* src, size_t bytes) override { std::memcpy(host, src, bytes), ++downloads; }
   void zero(float* x, size_t n) override { cpu().zero(x, n); }
+  void synchronize() override { ++synchronizes; }
   std::unique_ptr<ActStoreApi> store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
                                           const ModelStage& stage) override {
     return cpu().store_make(cfg, max_rows, policy, stage);

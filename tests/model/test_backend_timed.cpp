@@ -1,7 +1,8 @@
 // `agoq train --profile`'s and `bench ops`'s backend (model/backend_timed.h): it only forwards, so the model
 // computes the same bits through it, and every op class the model runs gets time (the head's matmuls counted as the
 // head's); its calls are rated by the op table's cost column, whose GEMM and attention FLOPs over a pass are the
-// model's own, counted here from its shapes.
+// model's own, counted here from its shapes; a device's queue is waited for around each call, so a call's time is
+// its run's.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "../common/bits_equal.h"
+#include "../common/device_like_backend.h"
 #include "core/rng.h"
 #include "model/backend_timed.h"
 #include "model/llama.h"
@@ -73,6 +75,28 @@ TEST(TimedBackend, CallsAreRatedByTheOpTable) {
   EXPECT_DOUBLE_EQ(by_op[ModelOp::attention_backward].flops, 2.5 * by_op[ModelOp::attention_forward].flops);
   EXPECT_EQ(by_op[ModelOp::rmsnorm_forward].flops, 0.0);  // memory-bound: bytes only
   EXPECT_TRUE(timed.take_calls().empty());                // take_calls starts a fresh count
+}
+
+TEST(TimedBackend, WaitsForTheDeviceAroundEveryCall) {
+  LlamaConfig cfg;
+  cfg.vocab_size = 128, cfg.dim = 32, cfg.n_layers = 1, cfg.n_heads = 4, cfg.n_kv_heads = 2, cfg.ffn_dim = 48;
+  cfg.max_seq_len = 16;
+  const int B = 2, T = 16;
+  DeviceLikeBackend device;
+  TimedBackend timed(device);
+  LlamaModel model(timed, cfg, B, T, ActPolicy::parse("agoq", cfg.n_layers));
+  model.init_weights(5);
+  std::vector<int32_t> in(B * T), tgt(B * T);
+  for (int i = 0; i < B * T; ++i) in[i] = i % cfg.vocab_size, tgt[i] = (3 * i) % cfg.vocab_size;
+  timed.take_calls();
+  device.synchronizes = 0;
+  model.forward_backward(in.data(), tgt.data(), B, T);
+  long calls = 0;
+  for (const auto& [key, c] : timed.take_calls()) calls += c.calls;
+  ASSERT_GT(calls, 0);
+  // Before and after each op, and each store call and zeroing (timed, not rated).
+  EXPECT_GE(device.synchronizes, size_t(2 * calls));
+  EXPECT_EQ(device.synchronizes % 2, 0u);
 }
 
 }  // namespace
