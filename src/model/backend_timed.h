@@ -84,8 +84,10 @@ class TimedBackend final : public ModelBackend {
     std::string shape;
     const auto add = [&shape](const auto& a) {
       using A = std::decay_t<decltype(a)>;
-      if constexpr (std::is_integral_v<A> && !std::is_same_v<A, bool>)
-        shape += (shape.empty() ? "" : "x") + std::to_string(a);
+      if constexpr (std::is_integral_v<A> && !std::is_same_v<A, bool>) {
+        if (!shape.empty()) shape += 'x';
+        shape += std::to_string(a);  // appended apart: g++ 12 warns (-Wrestrict) on "x" + to_string here
+      }
     };
     (add(args), ...);
     OpCalls& c = calls_[{op, std::move(shape)}];

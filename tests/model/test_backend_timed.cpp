@@ -59,7 +59,8 @@ TEST(TimedBackend, CallsAreRatedByTheOpTable) {
     OpCalls& o = by_op[key.first];
     o.calls += c.calls, o.seconds += c.seconds, o.flops += c.flops, o.bytes += c.bytes;
     EXPECT_GT(c.bytes, 0.0) << model_op_name(key.first) << " " << key.second;
-    const std::string tail = "x" + std::to_string(C) + "x" + std::to_string(cfg.vocab_size);
+    std::string tail = "x";  // built by appends: g++ 12 warns (-Wrestrict) on "x" + std::to_string
+    tail += std::to_string(C) + "x" + std::to_string(cfg.vocab_size);
     if (key.first == ModelOp::matmul_forward && key.second.size() > tail.size() &&
         key.second.compare(key.second.size() - tail.size(), tail.size(), tail) == 0)
       head_shape = true;

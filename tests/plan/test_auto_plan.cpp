@@ -51,7 +51,9 @@ TEST(AutoPlan, LayoutsAreExactlyTheValidOnesAndEachRefusalSaysWhy) {
     // every (tp, pp) whose product divides the GPUs is either searched or refused with its reason
     for (int tp = 1; tp <= gpus; ++tp)
       for (int pp = 1; tp * pp <= gpus; ++pp)
-        if (gpus % (tp * pp) == 0) EXPECT_EQ(got.count({tp, pp}) + refused_set.count({tp, pp}), 1u);
+        if (gpus % (tp * pp) == 0) {
+          EXPECT_EQ(got.count({tp, pp}) + refused_set.count({tp, pp}), 1u);
+        }
   }
 }
 
@@ -79,7 +81,9 @@ TEST(AutoPlan, SearchCoversEveryMicroBatchingSpZeroAndSystemOnceRankedByTime) {
         seen.insert({c.par.tp, c.par.pp, c.par.sp, c.par.zero1, c.work.micro_batch, int(c.system), c.optim_q8}).second)
         << c.name() << " twice";
     EXPECT_EQ(c.work.micro_batch * c.work.num_micro_batches * c.par.dp(), G) << c.name();
-    if (i) EXPECT_LE(r.fits[i - 1].time.step_s, c.time.step_s);
+    if (i) {
+      EXPECT_LE(r.fits[i - 1].time.step_s, c.time.step_s);
+    }
   }
   // DP 8 does not divide 12 sequences: refused, with that reason
   const auto dp8 = std::find_if(r.refused.begin(), r.refused.end(),
