@@ -41,9 +41,8 @@ std::vector<MicroBatchRun> CudaTrainStep::step_begin(long step, int m, double lo
   return runs;
 }
 
-void CudaTrainStep::part_done(int j, int part) {
-  if (q8_)
-    q8_->unit_ready(model_grad_unit_of_layer(model_.stage(), part), j == 0, step_grad_seed(seed_, step_, uint64_t(j)));
+void CudaTrainStep::part_done(const MicroBatchRun& run, int, int part) {
+  if (q8_) q8_->unit_ready(model_grad_unit_of_layer(model_.stage(), part), run.grad_first, run.grad_seed);
 }
 
 // One replica's step: the norm of the whole gradient (the 8-bit store: unit by unit, each dequantized into its

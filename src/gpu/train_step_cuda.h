@@ -33,7 +33,7 @@ class CudaTrainStep final : public TrainStep, private StepDevice {
                 float clip, uint64_t seed);
 
   std::vector<MicroBatchRun> step_begin(long step, int m, double loss_tokens = 0) override;
-  void part_done(int micro_batch, int part) override;
+  void part_done(const MicroBatchRun& run, int j, int part) override;
   StepResult step_end(float lr, double loss_sum) override;
 
   // moments_gather copies the weights and the moments to the host; moments_scatter sends them back (a resume).

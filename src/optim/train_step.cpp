@@ -16,11 +16,11 @@ double train_step_micro_batches(TrainStep& step, LlamaModel& model, const int32_
     const int32_t* in = inputs + size_t(j) * rows;
     model.stage_forward(in, B, T, run);
     loss_sum += model.stage_head(targets + size_t(j) * rows, B, T, run, true);
-    step.part_done(j, model.config().n_layers);
+    step.part_done(run, j, model.config().n_layers);
     model.stage_backward_begin(B, T, run);
     for (int part : model.backward_parts()) {
       model.stage_backward_part(part, in, B, T, run);
-      step.part_done(j, part);
+      step.part_done(run, j, part);
     }
   }
   return loss_sum;

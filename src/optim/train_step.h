@@ -6,7 +6,7 @@
 //
 // Whoever runs the micro-batches (train_step_micro_batches below on a whole model, parallel/pipeline.h on a stage)
 // runs each backward part by part (model/llama.h) and tells the step as each part's gradients are final:
-// part_done(j, part), parts numbered as the model's (n_layers the head, then the layers from the last, -1 the
+// part_done(runs[j], j, part), parts numbered as the model's (n_layers the head, then the layers from the last, -1 the
 // embedding), micro-batches in order j = 0 .. m-1. The step folds them into its store and starts their reduction
 // while the rest of backward runs.
 //
@@ -59,7 +59,9 @@ class TrainStep {
   // loss_tokens: the counted targets of the step's whole global batch (all ranks' micro-batches), or 0 for a mean
   // per micro-batch (above).
   virtual std::vector<MicroBatchRun> step_begin(long step, int m, double loss_tokens = 0) = 0;
-  virtual void part_done(int micro_batch, int part) = 0;
+  // Micro-batch j's gradients of backward part `part` are final; run: what it ran with (step_begin's runs[j]),
+  // whose gradient seeds the fold uses.
+  virtual void part_done(const MicroBatchRun& run, int j, int part) = 0;
   virtual StepResult step_end(float lr, double loss_sum) = 0;
 
   virtual NamedTensors weights_views() = 0;

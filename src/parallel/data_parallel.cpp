@@ -37,16 +37,16 @@ std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m, double los
   store_.step_begin();
   std::vector<MicroBatchRun> runs(m);
   for (int j = 0; j < m; ++j) {
-    // The seeds a single process running all D * m micro-batches gives global micro-batch rank * m + j.
-    runs[j] = step_micro_batch(seed_, step, global_micro_batch(j), D_ * m, loss_tokens);
+    const uint64_t g = uint64_t(rank_) * uint64_t(m) + uint64_t(j);  // the global micro-batch index
+    runs[j] =
+        step_micro_batch(seed_, step, g, D_ * m, loss_tokens);  // the seeds a single process running all D * m uses
     runs[j].grad_first = j == 0;
   }
   return runs;
 }
 
-void DataParallel::part_done(int j, int part) {
-  reducer_.unit_ready(model_grad_unit_of_layer(store_.stage(), part), j == 0, j == m_ - 1,
-                      step_grad_seed(seed_, step_, global_micro_batch(j)));
+void DataParallel::part_done(const MicroBatchRun& run, int j, int part) {
+  reducer_.unit_ready(model_grad_unit_of_layer(store_.stage(), part), run.grad_first, j == m_ - 1, run.grad_seed);
 }
 
 StepResult DataParallel::step_end(float lr, double loss_sum) {

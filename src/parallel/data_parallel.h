@@ -3,7 +3,8 @@
 //
 //   runs = dp.step_begin(step, m)    what each micro-batch needs: its seeds, the 1/(D*m) scale
 //   loss_sum = train_step_micro_batches(dp, model, ..., runs)   or   pipeline.run(..., runs, &dp)
-//              (each backward part by part, dp.part_done(j, part) after each: into the store, reduction started)
+//              (each backward part by part, dp.part_done(runs[j], j, part) after each: into the store, reduction
+//              started)
 //   result = dp.step_end(lr, loss_sum)   reduce (grad_reduce.h), norm, clip, divergence check, AdamW (dp_optimizer.h)
 //
 // Gradients live in a GradStore (fp32 or 8 bits) that the caller builds and gives to the model and to this engine;
@@ -53,9 +54,9 @@ class DataParallel final : public TrainStep {
   // runs with: the rounding seeds a single process running all D * m would give it, and grad_scale 1 / (D * m).
   // Backwards must run in order j = 0 .. m-1.
   std::vector<MicroBatchRun> step_begin(long step, int m, double loss_tokens = 0) override;
-  // Micro-batch j's gradients of backward part `part` (model/llama.h) are final: the store folds them, and after
-  // the last micro-batch their reduction starts.
-  void part_done(int j, int part) override;
+  // Micro-batch j's gradients of backward part `part` (model/llama.h) are final: the store folds them with the
+  // run's gradient seed, and after the last micro-batch their reduction starts.
+  void part_done(const MicroBatchRun& run, int j, int part) override;
   // After the m micro-batches: reduction, norm, clipping, divergence check, AdamW. loss_sum: the sum of this rank's
   // micro-batch losses (0 on pipeline stages without the head). Collective.
   StepResult step_end(float lr, double loss_sum) override;
@@ -70,8 +71,6 @@ class DataParallel final : public TrainStep {
   void moments_scatter() override { moments_.scatter(); }
 
  private:
-  uint64_t global_micro_batch(int j) const { return uint64_t(rank_) * uint64_t(m_) + uint64_t(j); }
-
   int D_, rank_;
   ParamSet& params_;
   uint64_t seed_;

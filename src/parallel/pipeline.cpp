@@ -98,7 +98,7 @@ double Pipeline::run(const int32_t* inputs, const int32_t* targets, int B, int T
       // The last stage's backward follows its forward at once (no warm-up): the loss gradient is its start.
       if (last) {
         loss_sum += model_.stage_head(targets + size_t(j) * rows, B, T, run, true);
-        if (step) step->part_done(j, model_.config().n_layers);
+        if (step) step->part_done(run, j, model_.config().n_layers);
       } else {
         send(model_.stage_output(), r_ + 1, kTagActivation);
       }
@@ -107,7 +107,7 @@ double Pipeline::run(const int32_t* inputs, const int32_t* targets, int B, int T
       model_.stage_backward_begin(B, T, run);
       for (int part : model_.backward_parts()) {
         model_.stage_backward_part(part, in, B, T, run);
-        if (step) step->part_done(j, part);
+        if (step) step->part_done(run, j, part);
         progress();
       }
       if (!first) send(model_.stage_input_grad(), r_ - 1, kTagGradient);

@@ -38,7 +38,7 @@ class Pipeline {
 
   // One step's m = runs.size() micro-batches (inputs/targets back to back, B x T each; every stage gets the same
   // ones) through the schedule, micro-batch j with runs[j] (its seeds and grad scale; backwards run in order
-  // j = 0 .. m-1), each backward part by part with step->part_done(j, part) after each (optim/train_step.h;
+  // j = 0 .. m-1), each backward part by part with step->part_done(run, j, part) after each (optim/train_step.h;
   // null: nobody acts on them, the model accumulates in its own fp32 buffer). Returns the sum of the micro-batch
   // losses on the last stage, 0 elsewhere.
   double run(const int32_t* inputs, const int32_t* targets, int B, int T, const std::vector<MicroBatchRun>& runs,
