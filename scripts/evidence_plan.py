@@ -35,7 +35,9 @@ MODEL = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_s
 LAYOUTS = [(1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4)]  # (tp, pp) on 4 ranks
 SYSTEMS = {"baseline": ["--baseline"], "agoq+q8": ["--optim-state", "q8"]}
 RANK_ENV = ["-x", "OMP_NUM_THREADS=1", "-x", "OPENBLAS_NUM_THREADS=1"]
-MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none"]
+# Ranks pinned round-robin, two to a core (rank r on core r mod 2): a pipeline's stages share a core, as the model's
+# time-shared pipeline assumes. Unpinned, where the scheduler happens to place ranks moves a PP run by up to 30%.
+MPIRUN = ["mpirun", "--oversubscribe", "--map-by", "core", "--bind-to", "core:overload-allowed"]
 ROOT_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 
 
@@ -223,7 +225,8 @@ def report(args, data):
              f"Model: dim 256, 8 layers, 8/4 heads, ffn 704, vocab 4096 (untied); seq {SEQ}, micro-batches of "
              f"{MICRO}, {GLOBAL} sequences per optimizer step ({GLOBAL * SEQ} tokens); measured: the median of "
              f"steps 3..{data['steps']} of {data['reps']} interleaved `agoq train` runs (one thread per rank; each "
-             "run's median in plan-validation.json); predicted: `agoq plan --time` with "
+             "run's median in plan-validation.json; on one host the ranks are pinned round-robin to the cores, "
+             "`--map-by core --bind-to core:overload-allowed`); predicted: `agoq plan --time` with "
              "the calibration `agoq plan --calibrate` measured under the same launcher (the rates a rank sees while "
              "the other ranks run: on 4 ranks over 2 cores, each gets half a core and waits on busy peers).", "",
              f"Over all {len(results)} configurations together: "

@@ -18,6 +18,7 @@
 #include "model/ops.h"
 #include "opmath/op_flops.h"
 #include "optim/adamw.h"
+#include "parallel/tensor_parallel.h"
 #include "quant/grad_q8.h"
 #include "quant/tensor.h"
 
@@ -88,6 +89,7 @@ nlohmann::json plan_calibration_json(const PlanCalibration& c) {
           {"dp_overlap", c.dp_overlap},
           {"core_share", c.core_share},
           {"wait_yield", c.wait_yield},
+          {"tp_efficiency", c.tp_efficiency},
           {"measured_ranks", c.measured_ranks}};
 }
 
@@ -138,6 +140,10 @@ PlanCalibration plan_calibration_from_json(const nlohmann::json& j, const std::s
   AGOQ_CHECK(yield.is_number() && double(yield) >= 0 && double(yield) <= 1, source,
              ": calibration field 'wait_yield' must be in [0, 1]");
   c.wait_yield = yield;
+  // absent from calibrations written before it was measured: TP as the terms say
+  const nlohmann::json tp = j.contains("tp_efficiency") ? j["tp_efficiency"] : nlohmann::json(1.0);
+  AGOQ_CHECK(tp.is_number() && double(tp) > 0, source, ": calibration field 'tp_efficiency' must be a positive number");
+  c.tp_efficiency = tp;
   c.measured_ranks = j.value("measured_ranks", 0);
   return c;
 }
@@ -165,9 +171,10 @@ std::string plan_calibration_text(const PlanCalibration& c) {
                 d.elementwise_bw / 1e9, d.act_quant_bw / 1e9, d.act_bf16_bw / 1e9, d.grad_fold_bw / 1e9);
   out += line;
   std::snprintf(line, sizeof line,
-                "  AdamW Mparams/s: fp32 %.0f, q8 %.0f; model efficiency %.2f; %.2f cores per "
-                "rank, a waiting rank yields %.2f of its core\n",
-                d.adam_params_s / 1e6, d.adam_q8_params_s / 1e6, d.model_efficiency, c.core_share, c.wait_yield);
+                "  AdamW Mparams/s: fp32 %.0f, q8 %.0f; model efficiency %.2f (TP shards %.2f of it); %.2f "
+                "cores per rank, a waiting rank yields %.2f of its core\n",
+                d.adam_params_s / 1e6, d.adam_q8_params_s / 1e6, d.model_efficiency, c.tp_efficiency, c.core_share,
+                c.wait_yield);
   out += line;
   std::snprintf(line, sizeof line,
                 "  links (collective / one-way GB/s, latency): intra %.3g / %.3g %.1f us, inter "
@@ -337,25 +344,57 @@ double measure_adam(Communicator& world, int reps, OptimState state) {
   return rank_mean(world, double(p.size()) / s);
 }
 
+// The model the calibration runs: a shape unlike the validation's, fixed inputs.
+struct CalibrationModel {
+  LlamaConfig cfg;
+  int B = 2, T = 256;
+  std::vector<int32_t> in, tgt;
+  CalibrationModel() {
+    cfg.dim = 384, cfg.n_layers = 4, cfg.n_heads = 6, cfg.n_kv_heads = 2, cfg.ffn_dim = 1024, cfg.vocab_size = 2048;
+    cfg.max_seq_len = T;
+    Rng rng(19);
+    in.resize(size_t(B) * T), tgt.resize(in.size());
+    for (size_t i = 0; i < in.size(); ++i)
+      in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
+  }
+  // The model's step terms for it (fp32, one micro-batch) on `tp` shards.
+  double predicted_s(const PlanCalibration& c, int tp) const {
+    PlanTimeOptions base;
+    base.system = PlanSystem::baseline;
+    const PlanTime t = plan_step_time(cfg, {tp, tp, 1}, {T, B, 1}, base, c);
+    return t.term("gemm+attention") + t.term("elementwise") + t.term("tp_comm");
+  }
+};
+
 // A small model's forward + backward (fp32, a shape unlike the validation's) on every rank at once, against the
 // GEMM, attention and elementwise terms the rates measured so far predict for it.
 double measure_model_efficiency(Communicator& world, int reps, const PlanCalibration& c) {
-  LlamaConfig cfg;
-  cfg.dim = 384, cfg.n_layers = 4, cfg.n_heads = 6, cfg.n_kv_heads = 2, cfg.ffn_dim = 1024, cfg.vocab_size = 2048;
-  cfg.max_seq_len = 256;
-  const int B = 2, T = 256;
-  const ActPolicy fp32 = ActPolicy::parse("fp32", cfg.n_layers);
-  LlamaModel model(cfg, B, T, fp32);
+  const CalibrationModel m;
+  LlamaModel model(m.cfg, m.B, m.T, ActPolicy::parse("fp32", m.cfg.n_layers));
   model.init_weights(18);
-  Rng rng(19);
-  std::vector<int32_t> in(size_t(B) * T), tgt(in.size());
-  for (size_t i = 0; i < in.size(); ++i)
-    in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
-  const double s = mean_seconds(world, reps, [&] { model.forward_backward(in.data(), tgt.data(), B, T); });
-  PlanTimeOptions base;
-  base.system = PlanSystem::baseline;
-  const PlanTime t = plan_step_time(cfg, {1, 1, 1}, {T, B, 1}, base, c);
-  return rank_mean(world, (t.term("gemm+attention") + t.term("elementwise")) / s);
+  const double s = mean_seconds(world, reps, [&] { model.forward_backward(m.in.data(), m.tgt.data(), m.B, m.T); });
+  return rank_mean(world, m.predicted_s(c, 1) / s);
+}
+
+// The same model as 2 tensor-parallel shards on pairs of ranks (2i, 2i + 1, as the trainer groups TP 2), against
+// its terms for TP 2, relative to the unsharded model's efficiency. Where ranks time-share cores a shard waits at
+// every collective for its partner, whose core is serving another rank: lost time the link's latency and bandwidth
+// do not show. 1 for a single rank.
+double measure_tp_efficiency(Communicator& world, int reps, const PlanCalibration& c) {
+  const int R = world.size(), r = world.rank();
+  if (R < 2) return 1.0;
+  const bool paired = r / 2 * 2 + 1 < R;  // in an odd world the last rank runs the whole model beside the pairs
+  const CalibrationModel m;
+  std::unique_ptr<Communicator> pair = world.split(r / 2, r);
+  CommTensorGroup group(*pair);
+  const ModelStage whole = model_stage_whole(m.cfg);
+  LlamaModel model(m.cfg, m.B, m.T, ActPolicy::parse("fp32", m.cfg.n_layers),
+                   paired ? model_stage_shard(m.cfg, whole, 2, r % 2) : whole, 1, {}, paired ? &group : nullptr);
+  model.init_weights(18);
+  // Exactly `reps` calls on every rank: the shards' collectives pair up.
+  const double s = mean_seconds(
+      world, reps, [&] { model.forward_backward(m.in.data(), m.tgt.data(), m.B, m.T); }, true);
+  return counted_mean(world, paired, m.predicted_s(c, 2) / s);
 }
 
 // Latency as busy ranks see it: pairs of ranks alternate a GEMM of a few milliseconds with an 8-byte all-reduce
@@ -389,8 +428,12 @@ double measure_latency_under_load(Communicator& world, int reps) {
 
 // With cores time-shared: how much faster ranks compute while their partners wait in a receive than while every
 // rank computes, as a part of the most it could be (every waiting rank's core handed over). 1 without sharing.
+// Rank r's partner is r + R/2: the pairs a launcher that places ranks round-robin on cores puts on one core (and
+// the stages of a 2-stage pipeline), so a pinned run measures what its pipeline gets.
 double measure_wait_yield(Communicator& world, int reps, double core_share) {
-  const int R = world.size(), r = world.rank(), partner = r ^ 1;
+  const int R = world.size(), r = world.rank(), half = R / 2;
+  const bool waits = r >= half && r < 2 * half;  // in an odd world the last rank has no partner and computes
+  const int partner = r < half ? r + half : waits ? r - half : R;
   const double most = std::min(1.0, 2 * core_share) / core_share;  // half the ranks busy: each gets up to a core
   if (core_share >= 1 || R < 2 || most <= 1) return 1.0;
   const int k = 256, gemms = 40 * reps;
@@ -399,20 +442,20 @@ double measure_wait_yield(Communicator& world, int reps, double core_share) {
   auto compute = [&] {
     for (int g = 0; g < gemms; ++g) matmul_forward(out.data(), in.data(), w.data(), k, k, k);
   };
-  auto timed = [&](bool half) {
+  auto timed = [&](bool half_busy) {
     world.barrier();
     const auto t0 = Clock::now();
     char token = 0;
-    if (!half || r % 2 == 0 || partner >= R) compute();
-    if (half && partner < R) {  // the odd rank of each pair waits for its partner's token
-      if (r % 2 == 0) world.send(&token, 1, partner);
-      else world.recv(&token, 1, partner);
+    if (!half_busy || !waits) compute();
+    if (half_busy && partner < R) {  // the second rank of each pair waits for its partner's token
+      if (waits) world.recv(&token, 1, partner);
+      else world.send(&token, 1, partner);
     }
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
   timed(false);
-  const double all = timed(false), half = timed(true);
-  const double speedup = counted_mean(world, r % 2 == 0, all / half);  // the ranks that computed in both
+  const double all = timed(false), some = timed(true);
+  const double speedup = counted_mean(world, !waits, all / some);  // the ranks that computed in both
   return std::clamp((speedup - 1) / (most - 1), 0.0, 1.0);
 }
 
@@ -472,6 +515,7 @@ PlanCalibration plan_calibrate(Communicator& world, const PlanCalibrateOptions& 
   const double cores = std::max(1u, std::thread::hardware_concurrency());
   c.core_share = one_host ? std::min(1.0, cores / world.size()) : 1.0;
   c.wait_yield = measure_wait_yield(world, opt.reps, c.core_share);
+  c.tp_efficiency = one_host ? measure_tp_efficiency(world, opt.reps, c) : 1.0;
   c.source = "agoq plan --calibrate on " + std::to_string(world.size()) + (world.size() == 1 ? " rank" : " ranks") +
              (one_host ? " of one host" : " over a network");
   return c;

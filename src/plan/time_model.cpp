@@ -167,6 +167,8 @@ StageTime stage_micro_batch_time(const LlamaConfig& cfg, const PlanParallel& par
     t.tp = 4.0 * st.n_layers * tiles * one;
     if (st.embed) t.tp += plan_allreduce_s(l, N * cfg.dim * plan_trainer_wire_bytes(cal.trainer), T);
     if (st.head) t.tp += plan_allreduce_s(l, N * cfg.dim * plan_trainer_wire_bytes(cal.trainer), T);
+    const double k = 1 / cal.tp_efficiency;  // what the calibration's TP 2 run showed beyond these terms
+    t.compute *= k, t.elementwise *= k, t.tp *= k;
   }
   if (par.pp > 1) {
     // Sends are asynchronous: per micro-batch the stage's outbound link carries one transfer per boundary (the
@@ -212,19 +214,33 @@ StageTime plus(const StageTime& a, const StageTime& b) {
           a.cross + b.cross};
 }
 
+// Ranks time-sharing cores sit round-robin on them (rank r on core r mod C, as `mpirun --map-by core` places
+// them): the mean micro-batch of the stages on the busiest core, whose work the others wait for.
+StageTime busiest_core_mean(const std::vector<StageTime>& stages, const PlanParallel& par, double core_share) {
+  const int ranks = par.gpus, per_stage = par.tp * par.dp();
+  const int cores = std::clamp(int(std::lround(ranks * core_share)), 1, ranks);
+  StageTime busiest;
+  for (int c = 0; c < cores; ++c) {
+    StageTime sum;
+    int n = 0;
+    for (int r = c; r < ranks; r += cores, ++n) sum = plus(sum, stages[size_t(r / per_stage)]);
+    if (sum.total() / n > busiest.total()) busiest = scaled(sum, 1.0 / n);
+  }
+  return busiest;
+}
+
 // What one of the step's m micro-batch slots costs, and the bubble. Dedicated devices (core_share 1): the slowest
 // stage's micro-batch; the 1F1B bubble is P - 1 of them plus the first forward's and the last backward's way
 // over the P - 1 links. Ranks time-sharing cores (core_share < 1) whose waiting hands its core to the others
-// (wait_yield 1): the larger of the stages' mean work (the cores never idle) and the 1F1B critical path at the
-// speed of a rank with a core to itself (1 / core_share faster). A waiting rank that gives only part of its core
-// (wait_yield between 0 and 1) gets the same part of the way from the first to the second.
-StageTime pipeline_slot(const std::vector<StageTime>& stages, int slowest, double m, int P, const PlanCalibration& cal,
-                        double& bubble) {
+// (wait_yield 1): the larger of the busiest core's mean work (the cores never idle) and the 1F1B critical path at
+// the speed of a rank with a core to itself (1 / core_share faster). A waiting rank that gives only part of its
+// core (wait_yield between 0 and 1) gets the same part of the way from the first to the second.
+StageTime pipeline_slot(const std::vector<StageTime>& stages, int slowest, double m, const PlanParallel& par,
+                        const PlanCalibration& cal, double& bubble) {
   const StageTime& s = stages[size_t(slowest)];
-  bubble = (P - 1) * (s.total() + 2 * s.cross);
-  if (cal.core_share >= 1 || P == 1) return s;
-  StageTime mean;
-  for (const StageTime& x : stages) mean = plus(mean, scaled(x, 1.0 / double(stages.size())));
+  bubble = (par.pp - 1) * (s.total() + 2 * s.cross);
+  if (cal.core_share >= 1 || par.pp == 1) return s;
+  const StageTime mean = busiest_core_mean(stages, par, cal.core_share);
   StageTime shared = mean;
   double shared_bubble = 0;
   if (m * mean.total() < (m * s.total() + bubble) * cal.core_share)
@@ -250,7 +266,7 @@ PlanTime plan_step_time(const LlamaConfig& cfg, const PlanParallel& par, const P
       int(std::max_element(out.micro_batch_s.begin(), out.micro_batch_s.end()) - out.micro_batch_s.begin());
   const double m = w.num_micro_batches;
   double bubble = 0;
-  const StageTime s = pipeline_slot(st_t, out.slowest_stage, m, par.pp, cal, bubble);
+  const StageTime s = pipeline_slot(st_t, out.slowest_stage, m, par, cal, bubble);
   auto add = [&](const char* name, double sec) { out.terms.push_back({name, sec}); };
   add("gemm+attention", m * s.compute);
   add("elementwise", m * s.elementwise);

@@ -76,6 +76,9 @@ struct PlanCalibration {
   double core_share = 1.0;
   // The part of its core a rank waiting in MPI hands to the others (0: it spins, 1: it sleeps); with core_share < 1.
   double wait_yield = 1.0;
+  // Tensor-parallel shards' work against the model's terms for it, relative to model_efficiency (1: as predicted;
+  // below 1 where ranks time-sharing cores wait at each collective for a partner whose core serves another rank).
+  double tp_efficiency = 1.0;
   int measured_ranks = 0;  // the rank count a calibration was measured at (0: not measured)
 };
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "plan/calibration.h"
@@ -175,6 +176,22 @@ TEST(TimeModel, TimeSharedCoresFillTheBubbleUpToTheCriticalPath) {
               (pipeline_s(dedicated) + pipeline_s(many)) / 2, 1e-12);
 }
 
+TEST(TimeModel, TimeSharedCoresCarryTheStagesPlacedOnThem) {
+  // 4 stages on 2 cores, round-robin: stages 0 and 2 share one core, 1 and 3 (with the head) the other, which the
+  // first waits for; 8 micro-batches keep both cores busy past the critical path.
+  const LlamaConfig cfg = llama_shape(256, 64, 4, 4, 2, 128, 16);
+  PlanCalibration cal = round_calibration();
+  cal.core_share = 0.5;
+  PlanTimeOptions opt;
+  opt.system = PlanSystem::baseline;
+  const PlanTime t = plan_step_time(cfg, {4, 1, 4}, {16, 2, 8}, opt, cal);
+  const std::vector<double>& mb = t.micro_batch_s;
+  ASSERT_EQ(mb.size(), 4u);
+  ASSERT_GT(mb[3] + mb[1], mb[0] + mb[2]);
+  EXPECT_DOUBLE_EQ(t.term("pp_bubble"), 0);
+  EXPECT_NEAR(pipeline_s(t), 8 * (mb[1] + mb[3]) / 2, 1e-12);
+}
+
 TEST(TimeModel, ModelEfficiencyScalesTheComputeTerms) {
   const LlamaConfig cfg = tiny();
   PlanCalibration cal = round_calibration();
@@ -185,6 +202,20 @@ TEST(TimeModel, ModelEfficiencyScalesTheComputeTerms) {
   EXPECT_NEAR(half.term("elementwise"), 2 * full.term("elementwise"), 1e-12);
   EXPECT_DOUBLE_EQ(half.term("act_store"), full.term("act_store"));
   EXPECT_DOUBLE_EQ(half.term("optimizer"), full.term("optimizer"));
+}
+
+TEST(TimeModel, TpEfficiencyScalesTheShardsTermsOnly) {
+  const LlamaConfig cfg = tiny();
+  PlanCalibration cal = round_calibration();
+  const PlanTime full = plan_step_time(cfg, {2, 2, 1}, {16, 2, 3}, {}, cal);
+  const PlanTime whole = plan_step_time(cfg, {1, 1, 1}, {16, 2, 3}, {}, cal);
+  cal.tp_efficiency = 0.5;
+  const PlanTime half = plan_step_time(cfg, {2, 2, 1}, {16, 2, 3}, {}, cal);
+  for (const char* term : {"gemm+attention", "elementwise", "tp_comm"})
+    EXPECT_NEAR(half.term(term), 2 * full.term(term), 1e-12) << term;
+  EXPECT_DOUBLE_EQ(half.term("act_store"), full.term("act_store"));
+  EXPECT_DOUBLE_EQ(half.term("optimizer"), full.term("optimizer"));
+  EXPECT_DOUBLE_EQ(plan_step_time(cfg, {1, 1, 1}, {16, 2, 3}, {}, cal).step_s, whole.step_s);  // no shards
 }
 
 TEST(TimeModel, LinksAcrossNodesUseTheInterNodeLink) {
@@ -231,7 +262,8 @@ TEST(Calibration, ParsesLinkRatesInBytesAndBits) {
 }
 
 TEST(Calibration, JsonRoundTripsAndNamesAMissingField) {
-  const PlanCalibration d = plan_calibration_gpu_defaults();
+  PlanCalibration d = plan_calibration_gpu_defaults();
+  d.tp_efficiency = 0.8;
   const PlanCalibration r = plan_calibration_from_json(plan_calibration_json(d), d.source);
   EXPECT_EQ(r.device.gemm.points, d.device.gemm.points);
   EXPECT_EQ(r.device.attention.points, d.device.attention.points);
@@ -243,6 +275,7 @@ TEST(Calibration, JsonRoundTripsAndNamesAMissingField) {
   EXPECT_EQ(r.device.model_efficiency, d.device.model_efficiency);
   EXPECT_EQ(r.core_share, d.core_share);
   EXPECT_EQ(r.wait_yield, d.wait_yield);
+  EXPECT_EQ(r.tp_efficiency, d.tp_efficiency);
   EXPECT_EQ(r.trainer, d.trainer);
   EXPECT_EQ(plan_calibration_json(r), plan_calibration_json(d));
   nlohmann::json j = plan_calibration_json(d);
@@ -260,6 +293,11 @@ TEST(Calibration, JsonRoundTripsAndNamesAMissingField) {
   j = plan_calibration_json(d);
   j["core_share"] = 1.5;
   EXPECT_THROW(plan_calibration_from_json(j, "cal.json"), Error);  // more than a core per rank
+  j = plan_calibration_json(d);
+  j.erase("tp_efficiency");  // a file from before it was measured: TP as the terms say
+  EXPECT_EQ(plan_calibration_from_json(j, "cal.json").tp_efficiency, 1.0);
+  j["tp_efficiency"] = -1;
+  EXPECT_THROW(plan_calibration_from_json(j, "cal.json"), Error);
   EXPECT_THROW(plan_calibration_load("/nonexistent/cal.json"), Error);
 }
 
