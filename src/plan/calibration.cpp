@@ -75,6 +75,7 @@ nlohmann::json plan_calibration_json(const PlanCalibration& c) {
           {"trainer", plan_trainer_name(c.trainer)},
           {"device",
            {{"gemm_flops_by_call_flops", curve_json(d.gemm)},
+            {"gemm_rate_by_rows", curve_json(d.gemm_rows)},
             {"attention_flops_by_seq", curve_json(d.attention)},
             {"elementwise_bytes_s", d.elementwise_bw},
             {"act_quant_bytes_s", d.act_quant_bw},
@@ -114,6 +115,9 @@ PlanCalibration plan_calibration_from_json(const nlohmann::json& j, const std::s
       curve_from(at(d, "gemm_flops_by_call_flops", "device."), source + ": device.gemm_flops_by_call_flops");
   c.device.attention =
       curve_from(at(d, "attention_flops_by_seq", "device."), source + ": device.attention_flops_by_seq");
+  // absent or empty (calibrations written before it was measured, the GPU defaults): every row count alike
+  if (d.contains("gemm_rate_by_rows") && !(d["gemm_rate_by_rows"].is_array() && d["gemm_rate_by_rows"].empty()))
+    c.device.gemm_rows = curve_from(d["gemm_rate_by_rows"], source + ": device.gemm_rate_by_rows");
   c.device.elementwise_bw = positive(d, "elementwise_bytes_s", "device.");
   c.device.act_quant_bw = positive(d, "act_quant_bytes_s", "device.");
   c.device.act_bf16_bw = positive(d, "act_bf16_bytes_s", "device.");
@@ -165,6 +169,8 @@ std::string plan_calibration_text(const PlanCalibration& c) {
   std::string out = "calibration: " + c.source + "\n  GEMM GFLOP/s by FLOPs per call:";
   char line[160];
   for (const auto& [x, y] : d.gemm.points) std::snprintf(line, sizeof line, " %.2g:%.1f", x, y / 1e9), out += line;
+  if (!d.gemm_rows.points.empty()) out += "\n  GEMM rate by rows, of 256 rows':";
+  for (const auto& [x, y] : d.gemm_rows.points) std::snprintf(line, sizeof line, " %.0f:%.2f", x, y), out += line;
   out += "\n  attention GFLOP/s by seq:";
   for (const auto& [x, y] : d.attention.points) std::snprintf(line, sizeof line, " %.0f:%.1f", x, y / 1e9), out += line;
   std::snprintf(line, sizeof line, "\n  GB/s: elementwise %.1f, 4-bit store %.1f, bf16 store %.1f, q8 grad fold %.1f\n",
@@ -263,6 +269,29 @@ PlanRateCurve measure_gemm(Communicator& world, int reps) {
     });
     c.points.push_back({call, rank_mean(world, 3 * call / s)});
   }
+  return c;
+}
+
+// The agoq trainer's GEMMs have fewer rows where a micro-batch holds fewer than 256 tokens (its tiles): the rate at
+// 64 and 128 rows against 256, at the widths of a small model (k = 256, 1024).
+PlanRateCurve measure_gemm_rows(Communicator& world, int reps) {
+  PlanRateCurve c;
+  for (int rows : {64, 128, 256}) {
+    double flops = 0, s = 0;
+    for (int k : {256, 1024}) {
+      Buffer<float> in = random_values(size_t(256) * k, 1), w = random_values(size_t(k) * k, 2);
+      Buffer<float> out = random_values(size_t(256) * k, 3), din(in.size(), MemCategory::workspace),
+                    dw(w.size(), MemCategory::workspace);
+      flops += 3 * 2.0 * rows * k * k;
+      s += mean_seconds(world, reps, [&] {
+        matmul_forward(out.data(), in.data(), w.data(), rows, k, k);
+        matmul_backward(din.data(), dw.data(), out.data(), in.data(), w.data(), rows, k, k);
+      });
+    }
+    c.points.push_back({double(rows), rank_mean(world, flops / s)});
+  }
+  const double at256 = c.points.back().second;
+  for (auto& p : c.points) p.second /= at256;
   return c;
 }
 
@@ -391,9 +420,9 @@ double measure_tp_efficiency(Communicator& world, int reps, const PlanCalibratio
   LlamaModel model(m.cfg, m.B, m.T, ActPolicy::parse("fp32", m.cfg.n_layers),
                    paired ? model_stage_shard(m.cfg, whole, 2, r % 2) : whole, 1, {}, paired ? &group : nullptr);
   model.init_weights(18);
-  // Exactly `reps` calls on every rank: the shards' collectives pair up.
+  // The same number of calls on every rank (the shards' collectives pair up), about a second of them.
   const double s = mean_seconds(
-      world, reps, [&] { model.forward_backward(m.in.data(), m.tgt.data(), m.B, m.T); }, true);
+      world, 4 * reps, [&] { model.forward_backward(m.in.data(), m.tgt.data(), m.B, m.T); }, true);
   return counted_mean(world, paired, m.predicted_s(c, 2) / s);
 }
 
@@ -498,6 +527,7 @@ PlanCalibration plan_calibrate(Communicator& world, const PlanCalibrateOptions& 
   c.trainer = PlanTrainer::agoq_cpu;
   c.measured_ranks = world.size();
   c.device.gemm = measure_gemm(world, opt.reps);
+  c.device.gemm_rows = measure_gemm_rows(world, opt.reps);
   c.device.attention = measure_attention(world, opt.reps);
   c.device.elementwise_bw = measure_elementwise(world, opt.reps);
   c.device.act_quant_bw = measure_store(world, opt.reps, quant_format_int(4, 128, true, QuantRounding::stochastic));

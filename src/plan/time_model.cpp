@@ -81,7 +81,7 @@ PlanStageFlops plan_stage_flops(const LlamaConfig& cfg, const PlanStage& st, int
   auto add = [&](double rows, double in, double out, int per_layer) {
     const double call = 2 * rows * in * out, calls = N / rows * per_layer;
     // forward once, backward twice (input and weight gradients): 3 calls of the forward's size
-    f.gemm_calls.push_back({call, int(std::lround(3 * calls))});
+    f.gemm_calls.push_back({call, int(std::lround(3 * calls)), rows});
     f.gemm += 3 * call * calls;
   };
   if (st.n_layers > 0) {
@@ -153,7 +153,10 @@ StageTime stage_micro_batch_time(const LlamaConfig& cfg, const PlanParallel& par
   const ActPolicy policy = ActPolicy::parse(opt.system == PlanSystem::agoq ? "agoq" : "fp32", st.n_layers);
   StageTime t;
   const PlanStageFlops f = plan_stage_flops(cfg, st, T, w.micro_batch, w.seq, cal);
-  for (const auto& [flops, calls] : f.gemm_calls) t.compute += flops * calls / cal.device.gemm.at(flops);
+  const PlanDeviceRates& dev = cal.device;
+  for (const PlanStageFlops::Gemm& g : f.gemm_calls)
+    t.compute +=
+        g.flops * g.calls / (dev.gemm.at(g.flops) * (dev.gemm_rows.points.empty() ? 1 : dev.gemm_rows.at(g.rows)));
   if (f.attention > 0) t.compute += f.attention / cal.device.attention.at(w.seq);
   t.elementwise = N * elementwise_bytes_per_token(cfg, st, T, par.sp, policy) / cal.device.elementwise_bw;
   t.compute /= cal.device.model_efficiency, t.elementwise /= cal.device.model_efficiency;
@@ -215,35 +218,47 @@ StageTime plus(const StageTime& a, const StageTime& b) {
 }
 
 // Ranks time-sharing cores sit round-robin on them (rank r on core r mod C, as `mpirun --map-by core` places
-// them): the mean micro-batch of the stages on the busiest core, whose work the others wait for.
-StageTime busiest_core_mean(const std::vector<StageTime>& stages, const PlanParallel& par, double core_share) {
+// them). The busiest core's mean micro-batch over the stages on it, whose work the others wait for, and the cores
+// one pipeline's stages occupy.
+struct CorePlacement {
+  StageTime busiest;
+  int pipeline_cores = 1;
+};
+
+CorePlacement place_on_cores(const std::vector<StageTime>& stages, const PlanParallel& par, double core_share) {
   const int ranks = par.gpus, per_stage = par.tp * par.dp();
   const int cores = std::clamp(int(std::lround(ranks * core_share)), 1, ranks);
-  StageTime busiest;
+  CorePlacement out;
   for (int c = 0; c < cores; ++c) {
     StageTime sum;
     int n = 0;
     for (int r = c; r < ranks; r += cores, ++n) sum = plus(sum, stages[size_t(r / per_stage)]);
-    if (sum.total() / n > busiest.total()) busiest = scaled(sum, 1.0 / n);
+    if (sum.total() / n > out.busiest.total()) out.busiest = scaled(sum, 1.0 / n);
   }
-  return busiest;
+  std::vector<bool> used(size_t(cores), false);
+  for (int st = 0; st < par.pp; ++st) used[size_t(st * per_stage % cores)] = true;
+  out.pipeline_cores = int(std::count(used.begin(), used.end(), true));
+  return out;
 }
 
 // What one of the step's m micro-batch slots costs, and the bubble. Dedicated devices (core_share 1): the slowest
 // stage's micro-batch; the 1F1B bubble is P - 1 of them plus the first forward's and the last backward's way
 // over the P - 1 links. Ranks time-sharing cores (core_share < 1) whose waiting hands its core to the others
 // (wait_yield 1): the larger of the busiest core's mean work (the cores never idle) and the 1F1B critical path at
-// the speed of a rank with a core to itself (1 / core_share faster). A waiting rank that gives only part of its
-// core (wait_yield between 0 and 1) gets the same part of the way from the first to the second.
+// the speed of a rank with a core to itself (1 / core_share faster). A pipeline spread over p cores, v stages on
+// each, runs as an interleaved 1F1B over p devices: its bubble is (p - 1) / v of a core's micro-batch (Narayanan
+// et al. 2021). A waiting rank that gives only part of its core (wait_yield between 0 and 1) gets the same part of
+// the way from the dedicated pipeline to the shared one.
 StageTime pipeline_slot(const std::vector<StageTime>& stages, int slowest, double m, const PlanParallel& par,
                         const PlanCalibration& cal, double& bubble) {
   const StageTime& s = stages[size_t(slowest)];
   bubble = (par.pp - 1) * (s.total() + 2 * s.cross);
   if (cal.core_share >= 1 || par.pp == 1) return s;
-  const StageTime mean = busiest_core_mean(stages, par, cal.core_share);
-  StageTime shared = mean;
-  double shared_bubble = 0;
-  if (m * mean.total() < (m * s.total() + bubble) * cal.core_share)
+  const CorePlacement place = place_on_cores(stages, par, cal.core_share);
+  const double p = place.pipeline_cores, v = par.pp / p;
+  StageTime shared = place.busiest;
+  double shared_bubble = (p - 1) / v * place.busiest.total();
+  if (m * place.busiest.total() + shared_bubble < (m * s.total() + bubble) * cal.core_share)
     shared = scaled(s, cal.core_share), shared_bubble = bubble * cal.core_share;
   const double y = cal.wait_yield;
   bubble = (1 - y) * bubble + y * shared_bubble;

@@ -28,7 +28,8 @@ struct PlanRateCurve {
 
 // Throughputs of one rank's device while every rank of the host is busy (what a run sees).
 struct PlanDeviceRates {
-  PlanRateCurve gemm;           // FLOP/s by FLOPs per GEMM call
+  PlanRateCurve gemm;           // FLOP/s by FLOPs per GEMM call (of 256 rows where measured)
+  PlanRateCurve gemm_rows;      // a GEMM's rate by its rows, as a part of gemm's (empty: 1, whatever the rows)
   PlanRateCurve attention;      // FLOP/s of causal flash attention, forward + backward, by sequence length
   double elementwise_bw = 0;    // bytes/s of the memory-bound ops (norms, rope, SwiGLU, residual adds, softmax)
   double act_quant_bw = 0;      // fp32 bytes/s of one 4-bit quantize (forward) + dequantize (backward) of a saved slot
@@ -107,7 +108,12 @@ struct PlanTime {
 // 2 products of seq²/2·hd per head and sequence, backward 2.5x the forward).
 struct PlanStageFlops {
   double gemm = 0, attention = 0;
-  std::vector<std::pair<double, int>> gemm_calls;  // (FLOPs of one call, calls) per micro-batch
+  struct Gemm {
+    double flops = 0;  // of one call
+    int calls = 0;     // per micro-batch
+    double rows = 0;   // of one call
+  };
+  std::vector<Gemm> gemm_calls;
 };
 PlanStageFlops plan_stage_flops(const LlamaConfig& cfg, const PlanStage& st, int tp, int micro_batch, int seq,
                                 const PlanCalibration& cal);
