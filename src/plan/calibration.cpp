@@ -255,19 +255,23 @@ Buffer<float> random_values(size_t n, uint64_t seed) {
   return b;
 }
 
+// Seconds of one sgemm forward + backward (3 calls of 2 rows k k FLOPs) of rows x k by k x k.
+double gemm_seconds(Communicator& world, int reps, int rows, int k) {
+  Buffer<float> in = random_values(size_t(rows) * k, 1), w = random_values(size_t(k) * k, 2);
+  Buffer<float> out = random_values(size_t(rows) * k, 3), din(in.size(), MemCategory::workspace),
+                dw(w.size(), MemCategory::workspace);
+  return mean_seconds(world, reps, [&] {
+    matmul_forward(out.data(), in.data(), w.data(), rows, k, k);
+    matmul_backward(din.data(), dw.data(), out.data(), in.data(), w.data(), rows, k, k);
+  });
+}
+
 PlanRateCurve measure_gemm(Communicator& world, int reps) {
   PlanRateCurve c;
   const int rows = 256;
   for (int k : {64, 128, 256, 512, 1024, 2048}) {
-    Buffer<float> in = random_values(size_t(rows) * k, 1), w = random_values(size_t(k) * k, 2);
-    Buffer<float> out = random_values(size_t(rows) * k, 3), din(in.size(), MemCategory::workspace),
-                  dw(w.size(), MemCategory::workspace);
     const double call = 2.0 * rows * k * k;
-    const double s = mean_seconds(world, reps, [&] {
-      matmul_forward(out.data(), in.data(), w.data(), rows, k, k);
-      matmul_backward(din.data(), dw.data(), out.data(), in.data(), w.data(), rows, k, k);
-    });
-    c.points.push_back({call, rank_mean(world, 3 * call / s)});
+    c.points.push_back({call, rank_mean(world, 3 * call / gemm_seconds(world, reps, rows, k))});
   }
   return c;
 }
@@ -278,16 +282,7 @@ PlanRateCurve measure_gemm_rows(Communicator& world, int reps) {
   PlanRateCurve c;
   for (int rows : {64, 128, 256}) {
     double flops = 0, s = 0;
-    for (int k : {256, 1024}) {
-      Buffer<float> in = random_values(size_t(256) * k, 1), w = random_values(size_t(k) * k, 2);
-      Buffer<float> out = random_values(size_t(256) * k, 3), din(in.size(), MemCategory::workspace),
-                    dw(w.size(), MemCategory::workspace);
-      flops += 3 * 2.0 * rows * k * k;
-      s += mean_seconds(world, reps, [&] {
-        matmul_forward(out.data(), in.data(), w.data(), rows, k, k);
-        matmul_backward(din.data(), dw.data(), out.data(), in.data(), w.data(), rows, k, k);
-      });
-    }
+    for (int k : {256, 1024}) flops += 3 * 2.0 * rows * k * k, s += gemm_seconds(world, reps, rows, k);
     c.points.push_back({double(rows), rank_mean(world, flops / s)});
   }
   const double at256 = c.points.back().second;
