@@ -405,6 +405,15 @@ TrainResult TrainSession::run() {
     }
     rec["memory"] = memory_json();
     if (gpu_) rec["device_memory"] = memory_json(MemDevice::cuda);
+    // Beside the peaks, what the memory model says they are on this rank (one policy for the whole run: not after
+    // a replan), with the token files the run holds (workspace, tag "data": input, not modelled).
+    if (!gpu_ && opt_.mem_budget == 0) {
+      PlanMemory model =
+          plan_memory_cpu_trainer(cfg_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers), plan_options());
+      model[MemCategory::workspace] += MemoryTracker::global().tag_peak("data");
+      for (int c = 0; c < kMemCategoryCount; ++c)
+        rec["memory"]["model"][mem_category_name(MemCategory(c))] = model[MemCategory(c)];
+    }
     log_->step(step, rec);
     step_ = step;
     if (step < last && (result.stop_signal = stop_agreed()) != 0) last = step;  // the final checkpoint, then out

@@ -4,11 +4,14 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include "tests/common/synthetic_corpus.h"
 #include "tests/common/temp_path.h"
+
 #include "train/trainer.h"
 
 namespace agoq {
@@ -61,6 +64,28 @@ void check_resume(const std::string& policy, OptimState state = OptimState::fp32
 TEST(Trainer, ResumeIsBitIdentical) { check_resume("fp32"); }
 TEST(Trainer, ResumeIsBitIdenticalUnderAgoq) { check_resume("agoq"); }
 TEST(Trainer, ResumeIsBitIdenticalQ8States) { check_resume("agoq", OptimState::q8); }
+
+// Every step's record holds the memory model's figure for the run beside the tracker's peaks: equal, every
+// category, unquantized and with AGoQ's stores and 8-bit AdamW states (one process: no collective buffers).
+TEST(Trainer, MetricsRecordTheMemoryModelBesideThePeaks) {
+  const fs::path data = make_synthetic_data("memory_model");
+  for (const char* policy : {"fp32", "agoq"}) {
+    TrainOptions o = tiny_options(data, policy);
+    o.act_policy = policy, o.steps = 3;
+    if (std::string(policy) == "agoq") o.grad_store = GradStoreKind::q8, o.adam.state = OptimState::q8;
+    train_run(o);
+    std::ifstream f(fs::path(o.out_dir) / "metrics.jsonl");
+    std::string line, last;
+    while (std::getline(f, line))
+      if (!line.empty()) last = line;
+    const nlohmann::json mem = nlohmann::json::parse(last).at("memory");
+    ASSERT_TRUE(mem.contains("model")) << policy;
+    ASSERT_EQ(mem["model"].size(), mem["peak"].size()) << policy;
+    for (const auto& [cat, bytes] : mem["peak"].items())
+      EXPECT_EQ(mem["model"].at(cat), bytes) << policy << ": " << cat;
+  }
+  fs::remove_all(data);
+}
 
 TEST(Trainer, SameSeedSameLossesBf16Store) {
   const fs::path data = make_synthetic_data("bf16");
