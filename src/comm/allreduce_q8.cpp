@@ -77,6 +77,11 @@ void check_options(const CommQ8Options& o) {
 using Q8Step1 = std::function<void(const CommQ8Plan& p, int k, uint8_t* msg)>;
 using Q8Step4 = std::function<void(const CommQ8Plan& p, int k, const uint8_t* msg)>;
 
+// One chunk's share of the workspace on rank me: its N messages, and the N copies of shard me it receives.
+CommQ8WorkspaceBytes chunk_bytes(const CommQ8Plan& p, int me) {
+  return {p.total_bytes, p.msg_bytes[me] * size_t(p.nranks)};
+}
+
 // One call as the recipe schedules it. Chunk c's messages lie at msg_at_[c] of the workspace's msgs buffer and the
 // copies of its shard it receives at recv_at_[c] of recv, so no chunk waits for another's buffer.
 class Q8Pipeline {
@@ -87,13 +92,12 @@ class Q8Pipeline {
         base_(base),
         N_(comm.size()),
         me_(comm.rank()),
-        chunks_(ws.plan_chunks(
-            base, comm.one_host() && !o.pipeline_one_host ? 1 : comm_q8_chunk_count(base, o.chunk_bytes))) {
+        chunks_(ws.plan_chunks(base, comm_q8_call_chunks(base, comm.one_host(), o))) {
     const size_t C = chunks_.size();
     msg_at_.assign(C + 1, 0), recv_at_.assign(C + 1, 0);
     for (size_t c = 0; c < C; ++c) {
-      msg_at_[c + 1] = msg_at_[c] + chunks_[c].total_bytes;
-      recv_at_[c + 1] = recv_at_[c] + chunks_[c].msg_bytes[me_] * size_t(N_);
+      const CommQ8WorkspaceBytes b = chunk_bytes(chunks_[c], me_);
+      msg_at_[c + 1] = msg_at_[c] + b.msgs, recv_at_[c + 1] = recv_at_[c] + b.recv;
     }
     msgs_ = ws.msgs(msg_at_[C]), recv_ = ws.recv(recv_at_[C]);
     a2a_.resize(C), ag_.resize(C);
@@ -279,12 +283,26 @@ const std::vector<CommQ8Plan>& CommQ8Workspace::plan_chunks(const CommQ8Plan& ba
   }
   return chunks_;
 }
+int comm_q8_call_chunks(const CommQ8Plan& base, bool one_host, const CommQ8Options& o) {
+  return one_host && !o.pipeline_one_host ? 1 : comm_q8_chunk_count(base, o.chunk_bytes);
+}
+CommQ8WorkspaceBytes comm_q8_workspace_bytes(const CommQ8Plan& base, int me, bool one_host, const CommQ8Options& o) {
+  CommQ8WorkspaceBytes total;
+  for (const CommQ8Plan& c : comm_q8_plan_chunks(base, comm_q8_call_chunks(base, one_host, o))) {
+    const CommQ8WorkspaceBytes b = chunk_bytes(c, me);
+    total.msgs += b.msgs, total.recv += b.recv;
+  }
+  return total;
+}
+
+// A buffer grows by freeing the old one first (its contents are not kept), so the workspace never holds two: its
+// peak is the largest call's, which is what comm_q8_workspace_bytes gives.
 uint8_t* CommQ8Workspace::msgs(size_t bytes) {
-  if (msgs_.size() < bytes) msgs_ = Buffer<uint8_t>(bytes, MemCategory::communication, "comm.q8");
+  if (msgs_.size() < bytes) msgs_.reset(), msgs_ = Buffer<uint8_t>(bytes, MemCategory::communication, "comm.q8");
   return msgs_.data();
 }
 uint8_t* CommQ8Workspace::recv(size_t bytes) {
-  if (recv_.size() < bytes) recv_ = Buffer<uint8_t>(bytes, MemCategory::communication, "comm.q8");
+  if (recv_.size() < bytes) recv_.reset(), recv_ = Buffer<uint8_t>(bytes, MemCategory::communication, "comm.q8");
   return recv_.data();
 }
 
@@ -367,7 +385,7 @@ void comm_allreduce_q8(Communicator& comm, CommQ8Workspace& ws, const float* in,
                        const CommQ8Options& o) {
   check_options(o);
   ws.times = {};
-  if (comm.size() == 1 || n * sizeof(float) < o.fallback_bytes) return fp32_allreduce(comm, in, out, n, o.average);
+  if (comm.size() == 1 || comm_q8_falls_back(n, o)) return fp32_allreduce(comm, in, out, n, o.average);
   Q8Pipeline(comm, ws, ws.plan(n, comm.size(), o.block), o)
       .run([in](const CommQ8Plan& p, int k, uint8_t* m) { comm_q8_quantize_shard(p, k, in, m); }, o.average, nullptr,
            [out](const CommQ8Plan& p, int k, const uint8_t* m) { comm_q8_dequantize_shard(p, k, m, out); });
@@ -416,7 +434,7 @@ CommShard comm_reduce_scatter_q8_piece(Communicator& comm, CommQ8Workspace& ws, 
     if (n && in != out_shard) std::memcpy(out_shard, in, n * sizeof(float));
     return mine;
   }
-  if (whole * sizeof(float) < o.fallback_bytes) {  // exact fp32 reduce-scatter over the same partition
+  if (comm_q8_falls_back(whole, o)) {  // exact fp32 reduce-scatter over the same partition
     std::vector<size_t> counts(static_cast<size_t>(N));
     for (int r = 0; r < N; ++r) counts[r] = p.shards[r].size();
     comm.reduce_scatter(in, out_shard, counts.data(), CommDtype::f32, CommOp::sum);

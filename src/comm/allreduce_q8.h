@@ -2,6 +2,7 @@
 // local sum in fixed rank order, one requantization, all-gather. Every value is quantized at most twice whatever the
 // number of ranks. The gradient format is quant/grad_q8.h's (INT8 symmetric, one fp32 scale per block of B values).
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -68,6 +69,20 @@ std::vector<CommQ8Plan> comm_q8_plan_chunks(const CommQ8Plan& base, int chunks);
 // How many chunks a call over `base` runs in for opts.chunk_bytes (1 up to that size, or when it is 0).
 int comm_q8_chunk_count(const CommQ8Plan& base, size_t chunk_bytes);
 
+// The workspace one call over `base` takes on rank `me` (CommQ8Workspace's two buffers): every chunk's messages
+// (msgs) and the copies of its shards it receives (recv). Ranks on one host run a call in one chunk unless
+// o.pipeline_one_host. Owners of a workspace reserve the largest of their calls with it; the memory model counts it.
+struct CommQ8WorkspaceBytes {
+  size_t msgs = 0, recv = 0;
+  void grow_to(const CommQ8WorkspaceBytes& b) { msgs = std::max(msgs, b.msgs), recv = std::max(recv, b.recv); }
+  size_t total() const { return msgs + recv; }
+};
+int comm_q8_call_chunks(const CommQ8Plan& base, bool one_host, const CommQ8Options& o);
+CommQ8WorkspaceBytes comm_q8_workspace_bytes(const CommQ8Plan& base, int me, bool one_host, const CommQ8Options& o);
+// Below o.fallback_bytes a tensor of `whole` values takes the exact fp32 path (no workspace), in the calls that have
+// one (comm_allreduce_q8, the reduce-scatters).
+inline bool comm_q8_falls_back(size_t whole, const CommQ8Options& o) { return whole * sizeof(float) < o.fallback_bytes; }
+
 // Seconds spent in each phase of the last call (the all-to-all and all-gather include waiting for slower ranks).
 // In a call of several chunks the exchanges run while the passes compute: quantize, reduce and dequantize are the
 // passes' time, all-to-all and all-gather only the time spent waiting for them (what the passes did not hide).
@@ -85,6 +100,7 @@ class CommQ8Workspace {
   const std::vector<CommQ8Plan>& plan_chunks(const CommQ8Plan& base, int chunks);              // cached
   uint8_t* msgs(size_t bytes);  // send (all-to-all) = receive (all-gather) buffer
   uint8_t* recv(size_t bytes);  // all-to-all receive buffer
+  void reserve(const CommQ8WorkspaceBytes& b) { msgs(b.msgs), recv(b.recv); }
   CommQ8Times times;
 
  private:

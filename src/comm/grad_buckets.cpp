@@ -53,16 +53,33 @@ GradBuckets::GradBuckets(Communicator& comm, float* grads, size_t n, std::vector
           int(buckets_.size()), [this](int b) { reduce_bucket(b); }, opts.overlap, opts.comm_omp_threads) {
   for (int b = 0; b < bucket_count(); ++b)
     for (int l : buckets_[b].layers) layer_buckets_[l].push_back(b);
+  ws_.reserve(workspace_bytes(layers, n, opts, comm.size(), comm.rank(), comm.one_host()));
+}
+
+CommQ8Options GradBuckets::q8_options(const GradBucketsOptions& opts) {
+  CommQ8Options q;
+  q.block = opts.block;
+  q.average = opts.average;
+  return q;
+}
+
+CommQ8WorkspaceBytes GradBuckets::workspace_bytes(const std::vector<GradRange>& layers, size_t n,
+                                                  const GradBucketsOptions& opts, int nranks, int rank,
+                                                  bool one_host) {
+  CommQ8WorkspaceBytes most;
+  if (opts.reduce != GradReduce::q8 || nranks == 1) return most;
+  const CommQ8Options q = q8_options(opts);
+  for (const Bucket& b : buckets_of(layers, n, opts))
+    if (!comm_q8_falls_back(b.range.size(), q))
+      most.grow_to(comm_q8_workspace_bytes(comm_q8_plan(b.range.size(), nranks, q.block), rank, one_host, q));
+  return most;
 }
 
 void GradBuckets::reduce_bucket(int b) {
   const GradRange r = buckets_[b].range;
   float* g = grads_ + r.begin;
   if (opts_.reduce == GradReduce::q8) {
-    CommQ8Options q;
-    q.block = opts_.block;
-    q.average = opts_.average;
-    comm_allreduce_q8(comm_, ws_, g, g, r.size(), q);
+    comm_allreduce_q8(comm_, ws_, g, g, r.size(), q8_options(opts_));
     return;
   }
   if (comm_.size() == 1) return;

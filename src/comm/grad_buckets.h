@@ -37,6 +37,11 @@ class GradBuckets {
   GradBuckets(Communicator& comm, float* grads, size_t n, std::vector<GradRange> layers,
               const GradBucketsOptions& opts = {});
 
+  // The allreduce_q8 workspace these buckets take on rank `rank` of `nranks` (reserved at construction;
+  // MemCategory::communication): the largest bucket's call, none for fp32 all-reduces.
+  static CommQ8WorkspaceBytes workspace_bytes(const std::vector<GradRange>& layers, size_t n,
+                                              const GradBucketsOptions& opts, int nranks, int rank, bool one_host);
+
   int bucket_count() const { return int(buckets_.size()); }
   GradRange bucket_range(int b) const { return buckets_[b].range; }
   const std::vector<int>& bucket_layers(int b) const { return buckets_[b].layers; }
@@ -61,6 +66,7 @@ class GradBuckets {
   };
   static std::vector<Bucket> buckets_of(const std::vector<GradRange>& layers, size_t n, const GradBucketsOptions& o);
   void reduce_bucket(int b);
+  static CommQ8Options q8_options(const GradBucketsOptions& opts);
 
   Communicator& comm_;
   float* grads_;

@@ -25,6 +25,45 @@ std::vector<GradUnit> grad_units_sharded(const std::vector<GradRange>& units, in
   return out;
 }
 
+namespace {
+GradBucketsOptions buckets_options(const GradReduceOptions& o, int block) {
+  GradBucketsOptions b;
+  b.bucket_bytes = o.bucket_bytes;
+  b.reduce = o.reduce;
+  b.average = false;  // micro-batch gradients are already scaled by 1 / (D * m)
+  b.block = block;
+  b.overlap = o.overlap;
+  return b;
+}
+}  // namespace
+
+CommQ8WorkspaceBytes grad_reduce_workspace_bytes(const std::vector<GradUnit>& units,
+                                                 const std::vector<std::vector<GradRange>>& pieces, bool store_q8,
+                                                 int block, const GradReduceOptions& o, int D, int rank,
+                                                 bool one_host) {
+  CommQ8WorkspaceBytes most;
+  if (D == 1 || o.reduce != GradReduce::q8) return most;
+  CommQ8Options q;
+  q.block = block;
+  if (o.zero) {  // reduce_piece: each piece of each unit reduce-scattered
+    for (size_t u = 0; u < units.size(); ++u) {
+      const size_t whole = units[u].range.size();
+      if (comm_q8_falls_back(whole, q)) continue;
+      for (const GradRange& p : pieces[u])
+        most.grow_to(comm_q8_workspace_bytes(comm_q8_plan_piece(whole, p.begin, p.size(), D, block), rank, one_host, q));
+    }
+  } else if (store_q8) {  // reduce_unit_codes: every unit whole, no fallback
+    for (const GradUnit& u : units)
+      most.grow_to(comm_q8_workspace_bytes(comm_q8_plan(u.range.size(), D, block), rank, one_host, q));
+  } else {
+    std::vector<GradRange> layers;
+    for (const GradUnit& u : units) layers.push_back(u.range);
+    const size_t n = layers.empty() ? 0 : layers.back().end;
+    most = GradBuckets::workspace_bytes(layers, n, buckets_options(o, block), D, rank, one_host);
+  }
+  return most;
+}
+
 GradReducer::GradReducer(Communicator& comm, GradStore& store, const std::vector<GradUnit>& units,
                          const GradReduceOptions& o)
     : comm_(comm), store_(store), units_(units), opts_(o), D_(comm.size()) {
@@ -33,17 +72,18 @@ GradReducer::GradReducer(Communicator& comm, GradStore& store, const std::vector
     for (const GradUnit& u : units) shard_at_.push_back(total), total += u.own.size();
     grad_shard_ = Buffer<float>(total, MemCategory::gradients, "grad.shard");
   } else if (!store.q8() && D_ > 1) {
-    GradBucketsOptions b;
-    b.bucket_bytes = o.bucket_bytes;
-    b.reduce = o.reduce;
-    b.average = false;  // micro-batch gradients are already scaled by 1 / (D * m)
-    b.block = store.block();
-    b.overlap = o.overlap;
-    buckets_ = std::make_unique<GradBuckets>(comm, store.fp32_data(), store.size(), store.units(), b);
+    buckets_ = std::make_unique<GradBuckets>(comm, store.fp32_data(), store.size(), store.units(),
+                                             buckets_options(o, store.block()));
   } else if (D_ > 1 && o.reduce == GradReduce::q8) {  // q8 store: units in the order backward finishes them
     const int U = int(units.size());
     unit_jobs_ = std::make_unique<CommJobs>(
         U, [this, U](int j) { reduce_unit_codes(U - 1 - j); }, o.overlap);
+  }
+  if (o.zero || store.q8()) {  // the buckets reserve their own
+    std::vector<std::vector<GradRange>> pieces;
+    for (int u = 0; u < int(units.size()); ++u) pieces.push_back(store.pieces(u));
+    ws_.reserve(grad_reduce_workspace_bytes(units, pieces, store.q8(), store.block(), o, D_, comm.rank(),
+                                            comm.one_host()));
   }
 }
 

@@ -32,6 +32,14 @@ struct GradReduceOptions {
   bool overlap = true;  // without ZeRO: reduce on a communication thread while backward runs (false: the reference)
 };
 
+// The allreduce_q8 workspace (MemCategory::communication) a GradReducer holds on data-parallel rank `rank` of D:
+// the largest of its 8-bit calls (ZeRO-1's reduce-scatter of every piece, the q8 store's in-place all-reduce of
+// every unit, or the fp32 store's buckets), reserved at construction. `pieces`: grad_store_pieces of the store.
+CommQ8WorkspaceBytes grad_reduce_workspace_bytes(const std::vector<GradUnit>& units,
+                                                 const std::vector<std::vector<GradRange>>& pieces, bool store_q8,
+                                                 int block, const GradReduceOptions& o, int D, int rank,
+                                                 bool one_host);
+
 class GradReducer {
  public:
   GradReducer(Communicator& comm, GradStore& store, const std::vector<GradUnit>& units, const GradReduceOptions& o);

@@ -25,8 +25,27 @@ size_t grad_store_scratch_floats(const LlamaConfig& cfg, const ModelStage& stage
   return scratch_layout(cfg, stage, opts).floats();
 }
 
+std::vector<std::vector<GradRange>> grad_store_pieces(const LlamaConfig& cfg, const ModelStage& stage,
+                                                      const GradStoreOptions& opts) {
+  const std::vector<GradRange> units = grad_units_of(cfg, stage);
+  const size_t embed_rows = opts.kind == GradStoreKind::q8 ? scratch_layout(cfg, stage, opts).embed_rows : 0;
+  std::vector<std::vector<GradRange>> out;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const size_t n = units[u].size();
+    out.push_back({});
+    if (!(u == 0 && embed_rows)) {
+      out.back().push_back({0, n});
+      continue;
+    }
+    const size_t len = embed_rows * size_t(model_shard_dims(cfg, stage).C);
+    for (size_t at = 0; at < n; at += len) out.back().push_back({at, std::min(n, at + len)});
+  }
+  return out;
+}
+
 GradStore::GradStore(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& opts)
-    : stage_(stage), opts_(opts), dims_(model_shard_dims(cfg, stage)), units_(grad_units_of(cfg, stage)) {
+    : stage_(stage), opts_(opts), dims_(model_shard_dims(cfg, stage)), units_(grad_units_of(cfg, stage)),
+      pieces_(grad_store_pieces(cfg, stage, opts)) {
   if (!q8()) {
     full_ = Buffer<float>(size(), MemCategory::gradients);
     return;
@@ -51,14 +70,6 @@ GradStorage GradStore::model_storage() {
   return {segments, this};
 }
 
-std::vector<GradRange> GradStore::pieces(int u) const {
-  const size_t n = units_[u].size();
-  if (!(u == 0 && embed_piece_rows_)) return {{0, n}};
-  std::vector<GradRange> out;
-  const size_t len = embed_piece_rows_ * size_t(dims_.C);
-  for (size_t at = 0; at < n; at += len) out.push_back({at, std::min(n, at + len)});
-  return out;
-}
 
 void GradStore::step_begin() {
   if (q8()) scratch_.zero(), embed_scratch_.zero(), kept_.zero();

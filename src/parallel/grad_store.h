@@ -51,6 +51,10 @@ std::vector<GradRange> grad_units_of(const LlamaConfig& cfg, const ModelStage& s
 // Values of the q8 store's fp32 scratch on a stage (what GradStore allocates; the memory model counts it).
 size_t grad_store_scratch_floats(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& opts);
 
+// Every unit's pieces (GradStore::pieces) on a stage, for a store with these options.
+std::vector<std::vector<GradRange>> grad_store_pieces(const LlamaConfig& cfg, const ModelStage& stage,
+                                                      const GradStoreOptions& opts);
+
 class GradStore final : public GradRowsSink {
  public:
   GradStore(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& opts);
@@ -65,7 +69,7 @@ class GradStore final : public GradRowsSink {
   GradStorage model_storage();
   // The parts of unit u that are folded, reduced and read one at a time, relative to the unit: the whole unit, or
   // (q8, untied) the embedding's pieces of whole vocabulary rows and whole blocks.
-  std::vector<GradRange> pieces(int u) const;
+  const std::vector<GradRange>& pieces(int u) const { return pieces_[u]; }
 
   // Before a step's first backward: what backward adds into starts from zero.
   void step_begin();
@@ -110,6 +114,7 @@ class GradStore final : public GradRowsSink {
   GradStoreOptions opts_;
   ShardDims dims_;
   std::vector<GradRange> units_;
+  std::vector<std::vector<GradRange>> pieces_;
   size_t embed_piece_rows_ = 0;            // q8 untied, on the first stage: vocabulary rows per embedding piece
   Buffer<float> full_;                     // fp32
   std::vector<GradQ8Buffer> q8_;           // q8, per unit

@@ -194,15 +194,15 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
   // scratch (the largest unit but an untied embedding, which it holds piece by piece; tied, the embedding's own
   // beside it, or with the lm_head's gradient in pieces the blocks a micro-batch's tokens touch). ZeRO-1 adds
   // rank 0's reduced fp32 shards.
+  GradStoreOptions store;
+  store.kind = opt.grad_q8 ? GradStoreKind::q8 : GradStoreKind::fp32, store.block = opt.grad_block;
+  store.lm_head_pieces = opt.lm_head_pieces && cfg.tie_embeddings, store.max_tokens = N;
   const std::vector<GradRange> ranges = grad_units_of(cfg, st);
   const std::vector<GradUnit> units = grad_units_sharded(ranges, std::max(1, opt.dp), 0, opt.zero, opt.grad_block);
   size_t& grads = m[MemCategory::gradients];
   if (!opt.grad_q8) grads = P * f;
   else {
     for (const GradRange& r : ranges) grads += r.size() + f * grad_q8_blocks(r.size(), opt.grad_block);
-    GradStoreOptions store;
-    store.kind = GradStoreKind::q8, store.block = opt.grad_block;
-    store.lm_head_pieces = opt.lm_head_pieces && cfg.tie_embeddings, store.max_tokens = N;
     grads += f * grad_store_scratch_floats(cfg, st, store);
   }
   // One AdamW per gradient unit, each over rank 0's part of it (DpOptimizer).
@@ -216,8 +216,14 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
       if (policy.at(l, ActSlot(s)).stored)
         act += plan_slot_bytes(policy.at(l, ActSlot(s)).format, cfg, st.tp, N, ActSlot(s), st.sp);
   m[MemCategory::activations] = size_t(opt.pp > 1 ? opt.in_flight : 1) * act;
-  // The pipeline's double-buffered sends (a sequence-parallel rank's rows).
+  // The pipeline's double-buffered sends (a sequence-parallel rank's rows), and the 8-bit reduction's workspace.
   if (opt.pp > 1) m[MemCategory::communication] = 2 * size_t(st.rows_held(int(N))) * C * f;
+  GradReduceOptions reduce;
+  reduce.reduce = opt.reduce, reduce.zero = opt.zero, reduce.bucket_bytes = opt.bucket_bytes;
+  m[MemCategory::communication] +=
+      grad_reduce_workspace_bytes(units, grad_store_pieces(cfg, st, store), opt.grad_q8, opt.grad_block, reduce,
+                                  std::max(1, opt.dp), 0, opt.dp_one_host)
+          .total();
 
   // The model's buffers and the larger attention call's scratch, which lives on top of them.
   const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();

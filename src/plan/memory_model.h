@@ -17,6 +17,7 @@
 #include "arch/act_policy.h"
 #include "arch/config.h"
 #include "arch/stage.h"
+#include "comm/allreduce_q8.h"
 #include "core/memory.h"
 #include "optim/adam_q8.h"
 
@@ -92,15 +93,19 @@ PlanMemory plan_memory_static(const LlamaConfig& cfg, const PlanParallel& par, c
 // gradient store (fp32, or 8-bit: codes, scales and one unit's fp32 scratch) plus ZeRO-1's reduced shard (weights,
 // gradients and optimizer exact to the byte), the stores' activations (in_flight micro-batches of the stage's
 // layers), the model's workspace buffers (llama_workspace_bytes) plus the larger attention scratch
-// (attention_scratch_bytes), and a pipeline stage's two send buffers (parallel/pipeline.cpp). Peaks: what the
-// tracker reports as each category's own peak over training steps.
+// (attention_scratch_bytes), a pipeline stage's two send buffers (parallel/pipeline.cpp) and the 8-bit
+// all-reduce's workspace of the data-parallel reduction (grad_reduce_workspace_bytes). Peaks: what the tracker
+// reports as each category's own peak over training steps.
 struct PlanCpuOptions {
   int batch = 1, seq = 64;
   bool grad_q8 = false;
   int grad_block = 256;
   bool lm_head_pieces = false;  // q8, tied: the lm_head's gradient in vocabulary pieces (parallel/grad_store.h)
   bool zero = false;            // ZeRO-1: rank 0's shard of every gradient unit over dp ranks (parallel/grad_reduce.h)
-  int dp = 1;
+  int dp = 1;                   // data-parallel ranks of this stage
+  GradReduce reduce = GradReduce::fp32;  // how they sum (`--allreduce`)
+  bool dp_one_host = true;               // all on one host (allreduce_q8 then runs a call in one chunk)
+  size_t bucket_bytes = 4 << 20;         // the fp32 store's buckets
   bool optim_q8 = false;  // 8-bit AdamW moments
   int optim_block = AdamQ8Format{}.block;
   int threads = 0;   // OpenMP threads of the attention scratch; 0: omp_get_max_threads()

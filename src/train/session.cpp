@@ -189,7 +189,8 @@ void TrainSession::blocks_isolate_replicated() {
 
 PlanCpuOptions TrainSession::plan_options() const {
   PlanCpuOptions o;
-  o.batch = B_, o.seq = T_, o.zero = dp_options_.zero, o.dp = dp_options_.zero ? grid_.D : 1;
+  o.batch = B_, o.seq = T_, o.zero = dp_options_.zero, o.dp = grid_.D;
+  o.reduce = dp_options_.reduce, o.dp_one_host = grid_.dp->one_host(), o.bucket_bytes = dp_options_.bucket_bytes;
   o.grad_q8 = dp_options_.store.kind == GradStoreKind::q8;
   o.grad_block = dp_options_.store.block, o.lm_head_pieces = dp_options_.store.lm_head_pieces;
   o.optim_q8 = dp_options_.adam.state == OptimState::q8, o.optim_block = dp_options_.adam.q8.block;

@@ -233,6 +233,31 @@ TEST(AllreduceQ8, PipelinedEqualsOneChunkBitForBit) {
   }
 }
 
+// The workspace a call leaves allocated is what comm_q8_workspace_bytes says, in one chunk and in many, on every
+// rank (shard 0 holds the extra blocks, so ranks differ); a larger call grows it without holding two.
+TEST(AllreduceQ8, WorkspaceIsWhatItsBytesSay) {
+  Communicator& c = W();
+  if (c.size() < 2) GTEST_SKIP() << "needs 2 or more ranks (ctest runs it as comm_np2 and comm_np4)";
+  MemoryTracker& t = MemoryTracker::global();
+  for (bool chunked : {false, true}) {
+    CommQ8Options o;
+    o.fallback_bytes = 0, o.chunk_bytes = chunked ? 3 * 256 * 4 : 0, o.pipeline_one_host = chunked;
+    CommQ8Workspace ws;
+    const size_t before = t.current().bytes[int(MemCategory::communication)];
+    t.reset_peaks();
+    CommQ8WorkspaceBytes most;
+    for (size_t n : {size_t(7919), size_t(300), size_t(30011)}) {
+      SCOPED_TRACE("n = " + std::to_string(n) + (chunked ? ", chunked" : ", one chunk"));
+      const Vec x = grad_data(n, 3 + c.rank());
+      Vec y(n);
+      comm_allreduce_q8(c, ws, x.data(), y.data(), n, o);
+      most.grow_to(comm_q8_workspace_bytes(comm_q8_plan(n, c.size(), o.block), c.rank(), c.one_host(), o));
+      EXPECT_EQ(t.current().bytes[int(MemCategory::communication)] - before, most.total());
+    }
+    EXPECT_EQ(t.peak_per_category().bytes[int(MemCategory::communication)] - before, most.total()) << "never two at once";
+  }
+}
+
 // Lengths 0, 1, N-1, primes, not multiples of N or of the block; the q8 path forced for all of them.
 TEST(AllreduceQ8, MatchesExactSumWithinBlockBoundAndSimulation) {
   Communicator& w = W();

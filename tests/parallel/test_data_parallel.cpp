@@ -157,7 +157,8 @@ TEST(DataParallel, ResumeIsBitIdenticalFp32) { check_resume("fp32", "mpi", 0); }
 
 // 8-bit AdamW moments, full AGoQ (q8 store and all-reduce) with and without ZeRO-1: the loss curve within 2% of the
 // fp32 single process (the moments' rounding adds to the q8 gradients'), exact resume (8-bit codes and scales
-// gathered and scattered), and the memory model's weight, gradient and optimizer bytes equal the tracker's on rank 0.
+// gathered and scattered), and the memory model's weight, gradient, optimizer and communication (allreduce_q8's
+// workspace) bytes equal the tracker's on rank 0.
 TEST(DataParallel, Q8StatesFollowTheFp32CurveResumeExactlyAndMatchTheModel) {
   const int D = world().size();
   const fs::path data = shared_data("q8states");
@@ -171,11 +172,13 @@ TEST(DataParallel, Q8StatesFollowTheFp32CurveResumeExactlyAndMatchTheModel) {
     LlamaConfig cfg = o.model;
     cfg.vocab_size = 50, cfg.max_seq_len = o.seq;
     PlanCpuOptions c;
-    c.batch = o.batch, c.seq = o.seq, c.grad_q8 = true, c.optim_q8 = true, c.zero = zero, c.dp = zero ? D : 1;
+    c.batch = o.batch, c.seq = o.seq, c.grad_q8 = true, c.optim_q8 = true, c.zero = zero, c.dp = D;
+    c.reduce = GradReduce::q8, c.dp_one_host = world().one_host();
     const PlanMemory want = plan_memory_cpu_trainer(cfg, ActPolicy::parse(o.act_policy, cfg.n_layers), c);
     if (world().rank() == 0) {
       EXPECT_LE(max_rel_diff(q.losses, ref.losses), 0.02) << "zero " << zero;
-      for (MemCategory cat : {MemCategory::weights, MemCategory::gradients, MemCategory::optimizer})
+      for (MemCategory cat :
+           {MemCategory::weights, MemCategory::gradients, MemCategory::optimizer, MemCategory::communication})
         EXPECT_EQ(q.peak.bytes[int(cat)], want[cat]) << mem_category_name(cat) << ", zero " << zero;
     }
     TrainOptions r = o;
