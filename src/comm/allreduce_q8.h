@@ -81,7 +81,9 @@ int comm_q8_call_chunks(const CommQ8Plan& base, bool one_host, const CommQ8Optio
 CommQ8WorkspaceBytes comm_q8_workspace_bytes(const CommQ8Plan& base, int me, bool one_host, const CommQ8Options& o);
 // Below o.fallback_bytes a tensor of `whole` values takes the exact fp32 path (no workspace), in the calls that have
 // one (comm_allreduce_q8, the reduce-scatters).
-inline bool comm_q8_falls_back(size_t whole, const CommQ8Options& o) { return whole * sizeof(float) < o.fallback_bytes; }
+inline bool comm_q8_falls_back(size_t whole, const CommQ8Options& o) {
+  return whole * sizeof(float) < o.fallback_bytes;
+}
 
 // Seconds spent in each phase of the last call (the all-to-all and all-gather include waiting for slower ranks).
 // In a call of several chunks the exchanges run while the passes compute: quantize, reduce and dequantize are the

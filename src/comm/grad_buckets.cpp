@@ -64,8 +64,7 @@ CommQ8Options GradBuckets::q8_options(const GradBucketsOptions& opts) {
 }
 
 CommQ8WorkspaceBytes GradBuckets::workspace_bytes(const std::vector<GradRange>& layers, size_t n,
-                                                  const GradBucketsOptions& opts, int nranks, int rank,
-                                                  bool one_host) {
+                                                  const GradBucketsOptions& opts, int nranks, int rank, bool one_host) {
   CommQ8WorkspaceBytes most;
   if (opts.reduce != GradReduce::q8 || nranks == 1) return most;
   const CommQ8Options q = q8_options(opts);

@@ -50,7 +50,8 @@ CommQ8WorkspaceBytes grad_reduce_workspace_bytes(const std::vector<GradUnit>& un
       const size_t whole = units[u].range.size();
       if (comm_q8_falls_back(whole, q)) continue;
       for (const GradRange& p : pieces[u])
-        most.grow_to(comm_q8_workspace_bytes(comm_q8_plan_piece(whole, p.begin, p.size(), D, block), rank, one_host, q));
+        most.grow_to(
+            comm_q8_workspace_bytes(comm_q8_plan_piece(whole, p.begin, p.size(), D, block), rank, one_host, q));
     }
   } else if (store_q8) {  // reduce_unit_codes: every unit whole, no fallback
     for (const GradUnit& u : units)
@@ -82,8 +83,8 @@ GradReducer::GradReducer(Communicator& comm, GradStore& store, const std::vector
   if (o.zero || store.q8()) {  // the buckets reserve their own
     std::vector<std::vector<GradRange>> pieces;
     for (int u = 0; u < int(units.size()); ++u) pieces.push_back(store.pieces(u));
-    ws_.reserve(grad_reduce_workspace_bytes(units, pieces, store.q8(), store.block(), o, D_, comm.rank(),
-                                            comm.one_host()));
+    ws_.reserve(
+        grad_reduce_workspace_bytes(units, pieces, store.q8(), store.block(), o, D_, comm.rank(), comm.one_host()));
   }
 }
 

@@ -37,8 +37,7 @@ struct GradReduceOptions {
 // every unit, or the fp32 store's buckets), reserved at construction. `pieces`: grad_store_pieces of the store.
 CommQ8WorkspaceBytes grad_reduce_workspace_bytes(const std::vector<GradUnit>& units,
                                                  const std::vector<std::vector<GradRange>>& pieces, bool store_q8,
-                                                 int block, const GradReduceOptions& o, int D, int rank,
-                                                 bool one_host);
+                                                 int block, const GradReduceOptions& o, int D, int rank, bool one_host);
 
 class GradReducer {
  public:

@@ -44,7 +44,10 @@ std::vector<std::vector<GradRange>> grad_store_pieces(const LlamaConfig& cfg, co
 }
 
 GradStore::GradStore(const LlamaConfig& cfg, const ModelStage& stage, const GradStoreOptions& opts)
-    : stage_(stage), opts_(opts), dims_(model_shard_dims(cfg, stage)), units_(grad_units_of(cfg, stage)),
+    : stage_(stage),
+      opts_(opts),
+      dims_(model_shard_dims(cfg, stage)),
+      units_(grad_units_of(cfg, stage)),
       pieces_(grad_store_pieces(cfg, stage, opts)) {
   if (!q8()) {
     full_ = Buffer<float>(size(), MemCategory::gradients);
@@ -69,7 +72,6 @@ GradStorage GradStore::model_storage() {
     segments.push_back({units_[u].begin, units_[u].end, u == 0 && embed_piece_rows_ ? nullptr : scratch(u)});
   return {segments, this};
 }
-
 
 void GradStore::step_begin() {
   if (q8()) scratch_.zero(), embed_scratch_.zero(), kept_.zero();

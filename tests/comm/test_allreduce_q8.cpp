@@ -254,7 +254,8 @@ TEST(AllreduceQ8, WorkspaceIsWhatItsBytesSay) {
       most.grow_to(comm_q8_workspace_bytes(comm_q8_plan(n, c.size(), o.block), c.rank(), c.one_host(), o));
       EXPECT_EQ(t.current().bytes[int(MemCategory::communication)] - before, most.total());
     }
-    EXPECT_EQ(t.peak_per_category().bytes[int(MemCategory::communication)] - before, most.total()) << "never two at once";
+    EXPECT_EQ(t.peak_per_category().bytes[int(MemCategory::communication)] - before, most.total())
+        << "never two at once";
   }
 }
 
