@@ -8,6 +8,7 @@
 #   scripts/hosts.sh down                   remove every namespace of the set (and with them every link)
 #   scripts/hosts.sh rate HOST RATE         reshape one host's link, e.g. while a job runs (10mbit, 1gbit, ...)
 #   scripts/hosts.sh link HOST up|down      take one host's link up or down (at the switch side)
+#   scripts/hosts.sh linked HOST            exit 0 if the host's link is up at the switch side, 1 if it is down
 #   scripts/hosts.sh exec HOST CMD...       run CMD on HOST (its network namespace, its own host name)
 #   scripts/hosts.sh list                   the hosts of the set, one a line
 #   scripts/hosts.sh mpirun ARGS...         mpirun on host 0 across the set, TCP only: the command docs/parallel.md
@@ -89,7 +90,7 @@ up() {
 }
 
 cmd=${1:-}
-[ -n "$cmd" ] || die "usage: hosts.sh up N [--rate R] | down | rate HOST R | link HOST up|down | exec HOST CMD... | list | mpirun ARGS..."
+[ -n "$cmd" ] || die "usage: hosts.sh up N [--rate R] | down | rate HOST R | link HOST up|down | linked HOST | exec HOST CMD... | list | mpirun ARGS..."
 shift
 case $cmd in
   up)
@@ -124,6 +125,10 @@ case $cmd in
       done
       for h in $(hosts); do ip -n "$h" neigh flush all; done
     fi ;;
+  linked)
+    need_root
+    i=$(host_index "${1:?linked: which host?}")
+    ip -n "$switch" -o link show "p$i" | grep -q '[<,]UP[,>]' ;;
   exec)
     need_root
     h=${1:?exec: which host?}; shift
