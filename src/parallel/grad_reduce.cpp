@@ -80,12 +80,9 @@ GradReducer::GradReducer(Communicator& comm, GradStore& store, const std::vector
     unit_jobs_ = std::make_unique<CommJobs>(
         U, [this, U](int j) { reduce_unit_codes(U - 1 - j); }, o.overlap);
   }
-  if (o.zero || store.q8()) {  // the buckets reserve their own
-    std::vector<std::vector<GradRange>> pieces;
-    for (int u = 0; u < int(units.size()); ++u) pieces.push_back(store.pieces(u));
-    ws_.reserve(
-        grad_reduce_workspace_bytes(units, pieces, store.q8(), store.block(), o, D_, comm.rank(), comm.one_host()));
-  }
+  if (o.zero || store.q8())  // the buckets reserve their own
+    ws_.reserve(grad_reduce_workspace_bytes(units, store.pieces(), store.q8(), store.block(), o, D_, comm.rank(),
+                                            comm.one_host()));
 }
 
 void GradReducer::unit_ready(int u, bool first_micro, bool last_micro, uint64_t seed) {

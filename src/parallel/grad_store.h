@@ -70,6 +70,7 @@ class GradStore final : public GradRowsSink {
   // The parts of unit u that are folded, reduced and read one at a time, relative to the unit: the whole unit, or
   // (q8, untied) the embedding's pieces of whole vocabulary rows and whole blocks.
   const std::vector<GradRange>& pieces(int u) const { return pieces_[u]; }
+  const std::vector<std::vector<GradRange>>& pieces() const { return pieces_; }  // every unit's
 
   // Before a step's first backward: what backward adds into starts from zero.
   void step_begin();
