@@ -30,13 +30,18 @@ struct EvalResult {
 };
 
 // Scores ids[0..n) in windows: window k predicts ids[kS+1 .. kS+S] from ids[kS .. kS+S-1] (the last one shorter).
+// A window's loss that is not finite is an error naming the window (the mean would print nan, or null in JSON).
 EvalResult eval_windows(LlamaModel& model, const std::vector<int32_t>& ids, int S) {
   const auto t0 = std::chrono::steady_clock::now();
   EvalResult r;
   double sum = 0;
-  for (size_t start = 0; start + 1 < ids.size(); start += size_t(S)) {
+  for (size_t start = 0, k = 0; start + 1 < ids.size(); start += size_t(S), ++k) {
     const int T = int(std::min<size_t>(size_t(S), ids.size() - 1 - start));
-    sum += double(model.forward_loss(ids.data() + start, ids.data() + start + 1, 1, T)) * T;
+    const float loss = model.forward_loss(ids.data() + start, ids.data() + start + 1, 1, T);
+    model_output_check(&loss, 1, "loss is",
+                       "at window " + std::to_string(k) + " (tokens " + std::to_string(start) + ".." +
+                           std::to_string(start + size_t(T)) + " of the text)");
+    sum += double(loss) * T;
     r.tokens += size_t(T);
   }
   r.loss = sum / double(r.tokens);
@@ -55,10 +60,13 @@ void cmd_eval_run(const EvalArgs& a) {
     const size_t start = (ids.size() - 2) / size_t(m.window) * size_t(m.window);
     std::vector<float> logits(size_t(m.source->config().vocab_size));
     m.model->forward_last_logits(ids.data() + start, int(ids.size() - start), logits.data());
+    model_output_check(logits.data(), logits.size(), "--logits-out: the logits are", "at the text's last position");
     atomic_file_write(a.logits_out,
                       std::string(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float)));
   }
   const double ppl = std::exp(r.loss), tps = double(r.tokens) / std::max(r.seconds, 1e-9);
+  AGOQ_CHECK(std::isfinite(ppl), "the perplexity exp(loss) overflows float64 (loss ", r.loss,
+             " nats per token): the model's weights or activations overflow");
   if (a.json) {
     const nlohmann::json j = {{"model", a.ckpt},    {"source", model_source_kind_name(m.source->kind())},
                               {"text", a.text},     {"seq", m.window},

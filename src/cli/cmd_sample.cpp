@@ -68,6 +68,7 @@ void cmd_sample_run(const SampleArgs& a) {
     logits.resize(size_t(cfg.vocab_size));
     model.forward_last_logits(ids.data() + ids.size() - T, T, logits.data());
     logits.resize(ids_known);
+    model_output_check(logits.data(), logits.size(), "logits are", "at generated token " + std::to_string(i));
     const int next = sample_token(logits, a.temperature, a.top_k, rng);
     ids.push_back(next);
     generated.push_back(next);

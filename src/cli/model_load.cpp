@@ -1,6 +1,7 @@
 #include "cli/model_load.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "core/memory.h"
@@ -23,6 +24,14 @@ void memory_check(const LlamaConfig& cfg, const ActPolicy& policy, int window) {
 }  // namespace
 
 int inference_window_default(const LlamaConfig& cfg) { return std::min(cfg.max_seq_len, 2048); }
+
+void model_output_check(const float* x, size_t n, const std::string& what, const std::string& where) {
+  const float* bad = std::find_if(x, x + n, [](float v) { return !std::isfinite(v); });
+  if (bad == x + n) return;
+  const char* value = std::isnan(*bad) ? "nan" : *bad > 0 ? "inf" : "-inf";
+  fail(what, " not finite (", value, n > 1 ? " at index " + std::to_string(bad - x) : "", ") ", where,
+       ": the model's weights or activations overflow float32");
+}
 
 InferenceModel inference_model_load(const std::string& src, const std::string& tokenizer_path, int window) {
   InferenceModel m;

@@ -26,4 +26,9 @@ int inference_window_default(const LlamaConfig& cfg);
 // context or a sliding window) is one error line.
 InferenceModel inference_model_load(const std::string& src, const std::string& tokenizer_path, int window);
 
+// A model's output (a loss, a position's logits) that is not finite is an error saying where it came from:
+// "<what> not finite (nan) <where>: the model's weights or activations overflow float32" (a weight of 3e38 is a
+// finite value, and loads; its products are not).
+void model_output_check(const float* x, size_t n, const std::string& what, const std::string& where);
+
 }  // namespace agoq
