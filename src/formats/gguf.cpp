@@ -19,6 +19,12 @@ namespace {
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" as a little-endian uint32
 constexpr uint32_t kMaxDims = 4;         // GGML_MAX_DIMS
 constexpr int kMaxNesting = 8;           // arrays of arrays deeper than this are refused (no file needs 2)
+// What a header may declare, far beyond any model's (a model has ~50 metadata entries with keys under 64 bytes, a
+// vocabulary of at most a few 100k tokens, a 405B llama ~1,100 tensors), so that a hostile header cannot make agoq
+// hold many times its size in memory. gguf.md's own limit on tensor names is 64 bytes.
+constexpr uint64_t kMaxKv = 1 << 16, kMaxKeyBytes = 1024, kMaxArrayLength = 1 << 22;
+constexpr uint64_t kMaxTensors = 1 << 16, kMaxTensorNameBytes = 64;
+constexpr uint64_t kMaxStringRead = 1 << 16;  // a string value agoq reads (they name things: an architecture, ...)
 // The fewest bytes a metadata entry (key length, type, a one-byte value) and a tensor info can take in the file.
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1, kMinTensorInfoBytes = 8 + 4 + 4 + 8;
 
@@ -57,17 +63,27 @@ uint64_t widen(uint64_t v, size_t n, bool is_signed) {
   return (v ^ sign) - sign;
 }
 
-std::string magic_str(const uint8_t* m) {
+// Bytes of the file as they can be quoted in a one-line error: those outside printable ASCII as \xNN, at most max
+// of them ("..." after).
+std::string escaped(std::string_view bytes, size_t max = 64) {
   std::string s;
-  for (int i = 0; i < 4; ++i) {
-    if (m[i] >= 0x20 && m[i] < 0x7f) {
-      s += char(m[i]);
+  for (size_t i = 0; i < std::min(bytes.size(), max); ++i) {
+    const uint8_t b = uint8_t(bytes[i]);
+    if (b >= 0x20 && b < 0x7f) {
+      s += char(b);
     } else {
       static const char* hex = "0123456789abcdef";
-      s += "\\x", s += hex[m[i] >> 4], s += hex[m[i] & 15];
+      s += "\\x", s += hex[b >> 4], s += hex[b & 15];
     }
   }
-  return s;
+  return bytes.size() > max ? s + "..." : s;
+}
+
+// Keys and tensor names are quoted raw in errors (and compared with agoq's names): a control character in one is
+// refused, so that every message stays one line.
+void name_check(const std::string& name, const char* what, const GgufFile& f) {
+  for (char ch : name)
+    if (uint8_t(ch) < 0x20 || ch == 0x7f) f.fail_here(what, " '", escaped(name), "' holds a control character");
 }
 
 void pread_all(int fd, void* dst, size_t n, uint64_t at, const GgufFile& f) {
@@ -85,7 +101,7 @@ void pread_all(int fd, void* dst, size_t n, uint64_t at, const GgufFile& f) {
 // count or length beyond the file is refused before anything is allocated for it.
 class Cursor {
  public:
-  Cursor(const GgufFile& f, int fd, uint64_t size) : f_(f), fd_(fd), size_(size) {}
+  Cursor(const GgufFile& f, int fd, uint64_t size, uint64_t at = 0) : f_(f), fd_(fd), size_(size), pos_(at) {}
   uint64_t pos() const { return pos_; }
   uint64_t left() const { return size_ - pos_; }
   std::string ctx;  // what is being read, for errors: "metadata 'general.name'"
@@ -107,12 +123,23 @@ class Cursor {
   }
   uint32_t u32(const char* what) { return uint32_t(uint(4, what)); }
   uint64_t u64(const char* what) { return uint(8, what); }
-  std::string str(const char* what) {
+  // A string of at most max bytes (a longer one is refused, quoted in part).
+  std::string str(const char* what, uint64_t max) {
     const uint64_t n = u64(what);
     need(n, what);
-    std::string s(n, '\0');
+    std::string s(size_t(std::min<uint64_t>(n, std::min<uint64_t>(max, 64) + 1)), '\0');
+    if (n > max) {
+      bytes(s.data(), s.size(), what);
+      f_.fail_here(what, ctx.empty() ? "" : " of ", ctx, " ('", escaped(s), "') is ", n,
+                   " bytes, more than agoq accepts (", max, ")");
+    }
+    s.resize(size_t(n));
     bytes(s.data(), n, what);
     return s;
+  }
+  void skip(uint64_t n, const char* what) {
+    need(n, what);
+    pos_ += n;
   }
   void need(uint64_t n, const char* what) const {
     if (n > left())
@@ -136,7 +163,7 @@ class Cursor {
   }
   const GgufFile& f_;
   int fd_;
-  uint64_t size_, pos_ = 0, buf_at_ = 0;
+  uint64_t size_, pos_, buf_at_ = 0;
   std::vector<uint8_t> buf_;
 };
 
@@ -146,29 +173,38 @@ GgufValueType value_type_read(Cursor& c, const GgufFile& f, const char* what) {
   return GgufValueType(t);
 }
 
-void bools_check(const uint8_t* p, size_t n, Cursor& c, const GgufFile& f) {
-  for (size_t i = 0; i < n; ++i)
-    if (p[i] > 1) f.fail_here(c.ctx, ": bool value ", int(p[i]), " is neither 0 nor 1");
+void bools_check(Cursor& c, const GgufFile& f, uint64_t n) {
+  uint8_t b[4096];
+  for (uint64_t done = 0; done < n;) {
+    const size_t k = size_t(std::min<uint64_t>(n - done, sizeof b));
+    c.bytes(b, k, "array elements");
+    for (size_t i = 0; i < k; ++i)
+      if (b[i] > 1) f.fail_here(c.ctx, ": bool value ", int(b[i]), " is neither 0 nor 1");
+    done += k;
+  }
 }
 
 GgufValue value_read(Cursor& c, const GgufFile& f, GgufValueType t, int depth);
 
+// Walks an array, keeping where its elements begin; strings' and nested arrays' lengths are read (to find the end)
+// and checked against the file, nothing is kept of them.
 void array_read(Cursor& c, const GgufFile& f, GgufValue& v, int depth) {
   if (depth >= kMaxNesting) f.fail_here(c.ctx, ": arrays nested deeper than ", kMaxNesting);
   v.elem = value_type_read(c, f, "array element type");
   const size_t es = value_size(v.elem);
   const uint64_t min_bytes = es ? es : v.elem == GgufValueType::string ? 8 : 12;
   v.count = c.count(min_bytes, "array length");
-  if (es) {
-    v.raw.resize(size_t(v.count * es));
-    c.bytes(v.raw.data(), v.raw.size(), "array elements");
-    if (v.elem == GgufValueType::boolean) bools_check(v.raw.data(), v.raw.size(), c, f);
+  if (v.count > kMaxArrayLength)
+    f.fail_here(c.ctx, ": array length ", v.count, " is more than agoq accepts (", kMaxArrayLength, ")");
+  v.at = c.pos();
+  if (v.elem == GgufValueType::boolean) {
+    bools_check(c, f, v.count);
+  } else if (es) {
+    c.skip(v.count * es, "array elements");
   } else if (v.elem == GgufValueType::string) {
-    v.strs.reserve(size_t(v.count));
-    for (uint64_t i = 0; i < v.count; ++i) v.strs.push_back(c.str("array string"));
+    for (uint64_t i = 0; i < v.count; ++i) c.skip(c.u64("array string"), "array string");
   } else {
-    v.arrays.reserve(size_t(v.count));
-    for (uint64_t i = 0; i < v.count; ++i) v.arrays.push_back(value_read(c, f, GgufValueType::array, depth + 1));
+    for (uint64_t i = 0; i < v.count; ++i) (void)value_read(c, f, GgufValueType::array, depth + 1);
   }
 }
 
@@ -176,7 +212,9 @@ GgufValue value_read(Cursor& c, const GgufFile& f, GgufValueType t, int depth) {
   GgufValue v;
   v.type = t;
   if (t == GgufValueType::string) {
-    v.str = c.str("string");
+    v.count = c.u64("string");
+    v.at = c.pos();
+    c.skip(v.count, "string");
   } else if (t == GgufValueType::array) {
     array_read(c, f, v, depth);
   } else {
@@ -188,6 +226,24 @@ GgufValue value_read(Cursor& c, const GgufFile& f, GgufValueType t, int depth) {
 }
 
 uint64_t align_up(uint64_t x, uint64_t a) { return x % a ? x + (a - x % a) : x; }
+
+// The bytes between the tensor infos and the data section are padding, which writers (gguf-py, ggml) fill with
+// zeros: anything else there is a tensor info the header's count left out.
+void padding_check(Cursor& c, const GgufFile& f, uint64_t n_tensors, uint64_t data_offset) {
+  const uint64_t infos_end = c.pos(), end = std::min(data_offset, infos_end + c.left());
+  char b[4096];
+  while (c.pos() < end) {
+    const uint64_t at = c.pos();
+    const size_t k = size_t(std::min<uint64_t>(end - at, sizeof b));
+    c.bytes(b, k, "padding");
+    const std::string_view got(b, k);
+    const size_t i = got.find_first_not_of('\0');
+    if (i != std::string_view::npos)
+      f.fail_here("byte ", at + i, ", in the padding after the tensor infos (bytes ", infos_end, "..", end,
+                  "), is not zero ('", escaped(got.substr(i), 8), "'): the header's tensor count ", n_tensors,
+                  " leaves out tensor infos");
+  }
+}
 
 }  // namespace
 
@@ -210,7 +266,8 @@ GgufFile& GgufFile::operator=(GgufFile&& o) noexcept {
   if (this != &o) {
     if (fd_ >= 0) ::close(fd_);
     path_ = std::move(o.path_), fd_ = o.fd_, file_size_ = o.file_size_, data_offset_ = o.data_offset_;
-    version_ = o.version_, alignment_ = o.alignment_, kv_ = std::move(o.kv_), tensors_ = std::move(o.tensors_);
+    version_ = o.version_, alignment_ = o.alignment_, kv_ = std::move(o.kv_), kv_sorted_ = std::move(o.kv_sorted_);
+    tensors_ = std::move(o.tensors_);
     o.fd_ = -1;
   }
   return *this;
@@ -238,7 +295,8 @@ void GgufFile::header_parse() {
   Cursor c(*this, fd_, file_size_);
   uint8_t magic[4];
   c.bytes(magic, 4, "magic");
-  if (le_bits(magic, 4) != kMagic) fail_here("not a GGUF file (magic '", magic_str(magic), "', expected 'GGUF')");
+  if (le_bits(magic, 4) != kMagic)
+    fail_here("not a GGUF file (magic '", escaped({reinterpret_cast<const char*>(magic), 4}), "', expected 'GGUF')");
   version_ = c.u32("version");
   if (version_ == 1) fail_here("GGUF version 1 is not supported (agoq reads versions 2 and 3)");
   if (version_ != 2 && version_ != 3) {
@@ -248,16 +306,18 @@ void GgufFile::header_parse() {
   }
   const uint64_t n_tensors = c.count(kMinTensorInfoBytes, "tensor count");
   const uint64_t n_kv = c.count(kMinKvBytes, "metadata count");
-  std::set<std::string, std::less<>> keys;
+  if (n_tensors > kMaxTensors) fail_here("tensor count ", n_tensors, " is more than agoq accepts (", kMaxTensors, ")");
+  if (n_kv > kMaxKv) fail_here("metadata count ", n_kv, " is more than agoq accepts (", kMaxKv, " entries)");
   kv_.reserve(size_t(n_kv));
   for (uint64_t i = 0; i < n_kv; ++i) {
     c.ctx = "metadata entry " + std::to_string(i);
-    std::string key = c.str("key");
+    std::string key = c.str("key", kMaxKeyBytes);
+    name_check(key, "metadata key", *this);
     c.ctx = "metadata '" + key + "'";
-    if (!keys.insert(key).second) fail_here("metadata key '", key, "' appears twice");
     const GgufValueType t = value_type_read(c, *this, "value type");
     kv_.emplace_back(std::move(key), value_read(c, *this, t, 0));
   }
+  keys_index();
   if (const GgufValue* a = find("general.alignment")) {
     if (a->type != GgufValueType::u32)
       fail_here("general.alignment is ", gguf_value_type_name(a->type), ", not uint32");
@@ -269,7 +329,8 @@ void GgufFile::header_parse() {
   for (uint64_t i = 0; i < n_tensors; ++i) {
     c.ctx = "tensor info " + std::to_string(i);
     GgufTensorInfo t;
-    t.name = c.str("name");
+    t.name = c.str("name", kMaxTensorNameBytes);
+    name_check(t.name, "tensor name", *this);
     c.ctx = "tensor '" + t.name + "'";
     const uint32_t n_dims = c.u32("dimension count");
     if (n_dims > kMaxDims) fail_here("tensor '", t.name, "' has ", n_dims, " dimensions (at most ", kMaxDims, ")");
@@ -283,6 +344,16 @@ void GgufFile::header_parse() {
     tensors_.push_back(std::move(t));
   }
   data_offset_ = align_up(c.pos(), alignment_);
+  padding_check(c, *this, n_tensors, data_offset_);
+}
+
+void GgufFile::keys_index() {
+  kv_sorted_.resize(kv_.size());
+  for (size_t i = 0; i < kv_.size(); ++i) kv_sorted_[i] = uint32_t(i);
+  std::sort(kv_sorted_.begin(), kv_sorted_.end(), [&](uint32_t a, uint32_t b) { return kv_[a].first < kv_[b].first; });
+  for (size_t i = 1; i < kv_sorted_.size(); ++i)
+    if (kv_[kv_sorted_[i - 1]].first == kv_[kv_sorted_[i]].first)
+      fail_here("metadata key '", kv_[kv_sorted_[i]].first, "' appears twice");
 }
 
 void GgufFile::tensors_check() {
@@ -318,12 +389,29 @@ void GgufFile::tensors_check() {
     if (a.offset + a.bytes > by_offset[i].first)
       fail_here("tensors '", a.name, "' and '", by_offset[i].second->name, "' overlap");
   }
+  data_section_check(by_offset);
+}
+
+// The data section is the tensors, one after another, each padded to the alignment: bytes no tensor accounts for
+// (a gap that could hold a tensor, or data after the last one) mean the header's tensor count leaves tensors out;
+// their infos were read as padding and every offset was taken from the wrong start.
+void GgufFile::data_section_check(const std::vector<std::pair<uint64_t, const GgufTensorInfo*>>& by_offset) const {
+  uint64_t end = data_offset_;  // of the tensors so far
+  for (const auto& [at, t] : by_offset) {
+    if (at > align_up(end, alignment_))
+      fail_here("bytes ", end, "..", at, " of the data section, before tensor '", t->name,
+                "', belong to no tensor: the header's tensor count ", tensors_.size(), " leaves tensors out");
+    end = at + t->bytes;
+  }
+  if (file_size_ > align_up(end, alignment_))
+    fail_here("bytes ", end, "..", file_size_, " at the end of the file, after the last tensor's data, belong to no ",
+              "tensor: the header's tensor count ", tensors_.size(), " leaves tensors out");
 }
 
 const GgufValue* GgufFile::find(std::string_view key) const {
-  for (const auto& [k, v] : kv_)
-    if (k == key) return &v;
-  return nullptr;
+  const auto it = std::lower_bound(kv_sorted_.begin(), kv_sorted_.end(), key,
+                                   [&](uint32_t i, std::string_view k) { return kv_[i].first < k; });
+  return it != kv_sorted_.end() && kv_[*it].first == key ? &kv_[*it].second : nullptr;
 }
 
 std::optional<int64_t> GgufFile::get_int(std::string_view key) const {
@@ -365,15 +453,24 @@ std::optional<std::string> GgufFile::get_string(std::string_view key) const {
   if (!v) return std::nullopt;
   if (v->type != GgufValueType::string)
     fail_here("metadata '", key, "' is ", gguf_value_type_name(v->type), ", not a string");
-  return v->str;
+  if (v->count > kMaxStringRead)
+    fail_here("metadata '", key, "' is a string of ", v->count, " bytes, more than agoq reads (", kMaxStringRead, ")");
+  std::string s(size_t(v->count), '\0');
+  pread_all(fd_, s.data(), s.size(), v->at, *this);
+  return s;
 }
 
-const std::vector<std::string>* GgufFile::get_strings(std::string_view key) const {
+std::optional<std::vector<std::string>> GgufFile::get_strings(std::string_view key) const {
   const GgufValue* v = find(key);
-  if (!v) return nullptr;
+  if (!v) return std::nullopt;
   if (v->type != GgufValueType::array || v->elem != GgufValueType::string)
     fail_here("metadata '", key, "' is not an array of strings");
-  return &v->strs;
+  Cursor c(*this, fd_, file_size_, v->at);
+  c.ctx = "metadata '" + std::string(key) + "'";
+  std::vector<std::string> out;
+  out.reserve(size_t(v->count));
+  for (uint64_t i = 0; i < v->count; ++i) out.push_back(c.str("array string", kMaxStringRead));
+  return out;
 }
 
 std::optional<std::vector<float>> GgufFile::get_floats(std::string_view key) const {
@@ -381,9 +478,10 @@ std::optional<std::vector<float>> GgufFile::get_floats(std::string_view key) con
   if (!v) return std::nullopt;
   if (v->type != GgufValueType::array || v->elem != GgufValueType::f32)
     fail_here("metadata '", key, "' is not an array of float32");
+  const std::vector<uint8_t> raw = array_bytes(*v, 4);
   std::vector<float> out(size_t(v->count));
   for (size_t i = 0; i < out.size(); ++i) {
-    const uint32_t b = uint32_t(le_bits(v->raw.data() + 4 * i, 4));
+    const uint32_t b = uint32_t(le_bits(raw.data() + 4 * i, 4));
     std::memcpy(&out[i], &b, 4);
   }
   return out;
@@ -395,14 +493,21 @@ std::optional<std::vector<int32_t>> GgufFile::get_ints(std::string_view key) con
   const size_t es = value_size(v->elem);
   if (v->type != GgufValueType::array || !value_is_int(v->elem) || es > 4)
     fail_here("metadata '", key, "' is not an array of 8-, 16- or 32-bit integers");
+  const std::vector<uint8_t> raw = array_bytes(*v, es);
   std::vector<int32_t> out(size_t(v->count));
   for (size_t i = 0; i < out.size(); ++i) {
-    const uint64_t x = widen(le_bits(v->raw.data() + es * i, es), es, value_is_signed(v->elem));
+    const uint64_t x = widen(le_bits(raw.data() + es * i, es), es, value_is_signed(v->elem));
     if (v->elem == GgufValueType::u32 && x > uint64_t(std::numeric_limits<int32_t>::max()))
       fail_here("metadata '", key, "' element ", i, " (", x, ") is out of range");
     out[i] = int32_t(uint32_t(x));
   }
   return out;
+}
+
+std::vector<uint8_t> GgufFile::array_bytes(const GgufValue& v, size_t elem_bytes) const {
+  std::vector<uint8_t> raw(size_t(v.count * elem_bytes));  // (bounded by kMaxArrayLength and the file, at open)
+  pread_all(fd_, raw.data(), raw.size(), v.at, *this);
+  return raw;
 }
 
 const GgufTensorInfo* GgufFile::tensor(std::string_view name) const {

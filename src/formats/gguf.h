@@ -9,8 +9,10 @@
 // tensor's row-major shape is ne reversed.
 // open() checks the whole header against the file before allocating for any count: every malformed input
 // (truncated, bad magic or version, counts beyond the file, unknown type ids, tensors out of range, overlapping or
-// misaligned) is one agoq::Error naming the file and the problem. Tensor bytes are read with pread, so nothing of
-// the file stays in memory after a read.
+// misaligned, a tensor count that does not account for the data section) is one agoq::Error naming the file and
+// the problem. What a header may declare is bounded (gguf.cpp: entries, key and tensor-name lengths, array lengths),
+// so its cost in memory is a small multiple of the metadata's count, never of its bytes. Tensor bytes are read with
+// pread, so nothing of the file stays in memory after a read.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -40,16 +42,15 @@ enum class GgufValueType : uint32_t {
 const char* gguf_value_type_name(GgufValueType t);  // "uint32", "string", "array", ...
 
 // One metadata value. Scalars keep their bits (bits: the integer, sign-extended for signed types, or the float's
-// IEEE bits); arrays of numbers keep their little-endian bytes as stored.
+// IEEE bits). Strings and arrays stay in the file: `at` is where their bytes begin (a string's bytes, an array's
+// first element) and the typed reads below read them when asked, so metadata agoq never reads (chat templates,
+// vocabularies of an unused tokenizer, another tool's keys) costs no memory.
 struct GgufValue {
   GgufValueType type = GgufValueType::u8;
   GgufValueType elem = GgufValueType::u8;  // arrays: the element type
-  uint64_t count = 0;                      // arrays: the element count
+  uint64_t count = 0;                      // arrays: the element count; strings: the byte length
   uint64_t bits = 0;                       // numbers and bools
-  std::string str;                         // strings
-  std::vector<uint8_t> raw;                // arrays of numbers or bools
-  std::vector<std::string> strs;           // arrays of strings
-  std::vector<GgufValue> arrays;           // arrays of arrays
+  uint64_t at = 0;                         // strings and arrays: the file offset of their bytes
 };
 
 struct GgufTensorInfo {
@@ -81,8 +82,8 @@ class GgufFile {
   std::optional<int64_t> get_int(std::string_view key) const;   // any integer type
   std::optional<double> get_float(std::string_view key) const;  // f32 or f64
   std::optional<bool> get_bool(std::string_view key) const;
-  std::optional<std::string> get_string(std::string_view key) const;
-  const std::vector<std::string>* get_strings(std::string_view key) const;   // an array of strings, or null
+  std::optional<std::string> get_string(std::string_view key) const;  // at most 64 KiB (the ones agoq reads name things)
+  std::optional<std::vector<std::string>> get_strings(std::string_view key) const;  // an array of strings
   std::optional<std::vector<float>> get_floats(std::string_view key) const;  // an f32 array
   std::optional<std::vector<int32_t>> get_ints(std::string_view key) const;  // an array of 8/16/32-bit ints
 
@@ -102,9 +103,13 @@ class GgufFile {
   uint64_t file_size_ = 0, data_offset_ = 0;
   uint32_t version_ = 0, alignment_ = 32;
   std::vector<std::pair<std::string, GgufValue>> kv_;
+  std::vector<uint32_t> kv_sorted_;  // indexes of kv_ in key order, for find()
   std::vector<GgufTensorInfo> tensors_;
   void header_parse();
+  void keys_index();
   void tensors_check();
+  std::vector<uint8_t> array_bytes(const GgufValue& v, size_t elem_bytes) const;  // a number array's elements
+  void data_section_check(const std::vector<std::pair<uint64_t, const GgufTensorInfo*>>& by_offset) const;
 };
 
 }  // namespace agoq

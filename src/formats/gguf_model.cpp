@@ -42,7 +42,9 @@ int64_t rope_row_hf(int64_t g, int64_t hd) {
   return h * hd + (r % 2) * (hd / 2) + r / 2;
 }
 
-int config_int(const GgufFile& f, const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
+// A size of the model; below `min` (a count of heads, layers, ... that others are divided by) is refused naming it.
+int config_int(const GgufFile& f, const std::string& key, std::optional<int64_t> fallback = std::nullopt,
+               int64_t min = 0) {
   const GgufValue* v = f.find(key);
   if (v && v->type == GgufValueType::array)
     f.fail_here(key, " is an array (per-layer values), which agoq does not compute");
@@ -50,6 +52,7 @@ int config_int(const GgufFile& f, const std::string& key, std::optional<int64_t>
   if (!x) x = fallback;
   if (!x) f.fail_here("metadata '", key, "' is missing");
   if (*x < 0 || *x > (1ll << 30)) f.fail_here("metadata '", key, "' = ", *x, " is out of range");
+  if (*x < min) f.fail_here("metadata '", key, "' = ", *x, " must be >= ", min);
   return int(*x);
 }
 
@@ -77,27 +80,33 @@ RopeScaling rope_scaling_read(const GgufFile& f) {
   return r;
 }
 
+// The sizes in the order they depend on each other (the head dim on head_count, ...), so that a bad value is named
+// itself, not as a mismatch of a value derived from it.
 LlamaConfig config_read(const GgufFile& f) {
   LlamaConfig c;
-  c.max_seq_len = config_int(f, "llama.context_length");
-  c.dim = config_int(f, "llama.embedding_length");
-  c.n_layers = config_int(f, "llama.block_count");
-  c.ffn_dim = config_int(f, "llama.feed_forward_length");
-  c.n_heads = config_int(f, "llama.attention.head_count");
-  c.n_kv_heads = config_int(f, "llama.attention.head_count_kv", c.n_heads);
+  c.max_seq_len = config_int(f, "llama.context_length", std::nullopt, 1);
+  c.dim = config_int(f, "llama.embedding_length", std::nullopt, 1);
+  c.n_layers = config_int(f, "llama.block_count", std::nullopt, 1);
+  c.ffn_dim = config_int(f, "llama.feed_forward_length", std::nullopt, 1);
+  c.n_heads = config_int(f, "llama.attention.head_count", std::nullopt, 1);
+  c.n_kv_heads = config_int(f, "llama.attention.head_count_kv", c.n_heads, 1);
   c.rope_theta = config_float(f, "llama.rope.freq_base", 10000.0f);
   c.norm_eps = config_float(f, "llama.attention.layer_norm_rms_epsilon");
   c.rope_scaling = rope_scaling_read(f);
   const GgufTensorInfo* embd = f.tensor("token_embd.weight");
-  const std::vector<std::string>* tokens =
-      f.find("tokenizer.ggml.tokens") ? f.get_strings("tokenizer.ggml.tokens") : nullptr;
-  const int64_t vocab_guess = embd && embd->ne.size() == 2 ? embd->ne[1] : tokens ? int64_t(tokens->size()) : -1;
+  const GgufValue* tokens = f.find("tokenizer.ggml.tokens");
+  const int64_t vocab_guess = embd && embd->ne.size() == 2                   ? embd->ne[1]
+                              : tokens && tokens->type == GgufValueType::array ? int64_t(tokens->count)
+                                                                             : -1;
   c.vocab_size =
       config_int(f, "llama.vocab_size", vocab_guess >= 0 ? std::optional<int64_t>(vocab_guess) : std::nullopt);
   c.tie_embeddings = f.tensor("output.weight") == nullptr;
-  if (c.n_heads > 0 && c.dim % c.n_heads != 0)
+  if (c.dim % c.n_heads != 0)
     f.fail_here("llama.embedding_length ", c.dim, " is not a multiple of llama.attention.head_count ", c.n_heads);
-  const int hd = c.n_heads > 0 ? c.dim / c.n_heads : 0;
+  if (c.n_heads % c.n_kv_heads != 0)
+    f.fail_here("llama.attention.head_count ", c.n_heads, " is not a multiple of llama.attention.head_count_kv ",
+                c.n_kv_heads);
+  const int hd = c.dim / c.n_heads;
   for (const char* key : {"llama.rope.dimension_count", "llama.attention.key_length", "llama.attention.value_length"})
     if (f.find(key) && config_int(f, key) != hd)
       f.fail_here(key, " = ", config_int(f, key), " differs from the head dim ", hd,
@@ -236,7 +245,7 @@ void bpe_pre_apply(const GgufFile& f, BpeSpec& s, const std::string& pre) {
 Tokenizer bpe_read(const GgufFile& f, const std::vector<std::string>& tokens) {
   BpeSpec s;
   s.vocab = tokens;
-  const std::vector<std::string>* merges = f.get_strings("tokenizer.ggml.merges");
+  const std::optional<std::vector<std::string>> merges = f.get_strings("tokenizer.ggml.merges");
   if (!merges) f.fail_here("tokenizer.ggml.merges is missing (a gpt2 tokenizer needs its merges)");
   s.merges.reserve(merges->size());
   for (size_t i = 0; i < merges->size(); ++i) {
@@ -281,7 +290,7 @@ Tokenizer sentencepiece_read(const GgufFile& f, const std::vector<std::string>& 
 Tokenizer GgufModelReader::tokenizer() const {
   const std::optional<std::string> model = file_.get_string("tokenizer.ggml.model");
   if (!model) file_.fail_here("no tokenizer (tokenizer.ggml.model is missing)");
-  const std::vector<std::string>* tokens = file_.get_strings("tokenizer.ggml.tokens");
+  const std::optional<std::vector<std::string>> tokens = file_.get_strings("tokenizer.ggml.tokens");
   if (!tokens || tokens->empty()) file_.fail_here("tokenizer.ggml.tokens is missing or empty");
   if (*model == "gpt2") return bpe_read(file_, *tokens);
   if (*model == "llama") return sentencepiece_read(file_, *tokens);

@@ -347,7 +347,8 @@ def write_model(out):
 
 def write_seeds(out):
     """tests/fuzz/corpus/gguf/seed-*: tiny GGUFs that reach every part of the reader (a 1-layer llama in Q8_0 with a
-    gpt2 or a llama tokenizer, F16 and tied, every value type, a K-quant, version 2, general.alignment)."""
+    gpt2 or a llama tokenizer, F16 and tied, every value type, a K-quant, version 2, general.alignment, a tensor count
+    one short)."""
     rng = np.random.default_rng(5)
     c = dict(dim=32, heads=2, kv=1, ffn=32, vocab=8)
     hd = c["dim"] // c["heads"]
@@ -404,6 +405,10 @@ def write_seeds(out):
     data = bytearray(open(os.path.join(out, "seed-llama-q8-gpt2"), "rb").read())
     data[4] = 2
     open(os.path.join(out, "seed-version2"), "wb").write(bytes(data))
+    # a header whose tensor count leaves out the last tensor (output.weight): issue 42 read it as a tied model
+    data = bytearray(open(os.path.join(out, "seed-llama-f16-untied"), "rb").read())
+    data[8] -= 1
+    open(os.path.join(out, "seed-tensor-count-short"), "wb").write(bytes(data))
 
 
 if __name__ == "__main__":

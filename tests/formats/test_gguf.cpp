@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <cstdio>
 #include <functional>
 #include <iostream>
 #include <sstream>
@@ -108,13 +109,12 @@ TEST(GgufFileTest, ReadsEveryValueType) {
   EXPECT_EQ(f.get_ints("t.ints"), (std::vector<int32_t>{1, -2, 3}));
   EXPECT_EQ(f.get_floats("t.floats"), (std::vector<float>{0.5f, -1.25f}));
   EXPECT_EQ(*f.get_strings("t.strs"), (std::vector<std::string>{"a", "", "ccc"}));
-  const GgufValue* nested = f.find("t.nested");
+  const GgufValue* nested = f.find("t.nested");  // (agoq reads no nested array: they are walked, not kept)
   ASSERT_NE(nested, nullptr);
-  ASSERT_EQ(nested->elem, GgufValueType::array);
-  ASSERT_EQ(nested->arrays.size(), 3u);
-  EXPECT_EQ(nested->arrays[0].count, 2u);
-  EXPECT_EQ(nested->arrays[1].elem, GgufValueType::i32);
-  EXPECT_EQ(nested->arrays[2].strs, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(nested->elem, GgufValueType::array);
+  EXPECT_EQ(nested->count, 3u);
+  EXPECT_EQ(f.get_string("t.u8.absent"), std::nullopt);
+  EXPECT_EQ(f.get_int("t.u8"), 200);  // (a key after the nested array: its end was found)
   EXPECT_EQ(f.get_int("absent"), std::nullopt);
   expect_error([&] { (void)f.get_int("t.str"); }, {"meta.gguf", "'t.str' is string, not an integer"});
   expect_error([&] { (void)f.get_int("t.floats"); }, {"'t.floats' is array"});
@@ -236,6 +236,100 @@ TEST(GgufFileTest, RefusesBadHeaders) {
   EXPECT_REFUSED(with([](Spec& s) { s.b_ne0 = 1ull << 62; }), "too large");
   EXPECT_REFUSED(with([](Spec& s) { s.data_bytes = 40; }), "lies beyond the end of the file");
   EXPECT_REFUSED(with([](Spec& s) { s.b_ne0 = ~0ull; }), "tensor 'b' has dimension");
+}
+
+// Issue 42: a header whose tensor count is one short read the left-out tensor info as padding and every tensor's
+// data from the wrong start (an untied model became "tied", and eval printed loss 2.5e31). The infos must end in
+// zero padding, and the tensors must account for the whole data section.
+TEST(GgufFileTest, RefusesATensorCountThatLeavesTensorsOut) {
+  EXPECT_REFUSED(with([](Spec& s) { s.n_tensors = 1; }), "the header's tensor count 1 leaves out tensor infos");
+  for (const char* type : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"}) {
+    std::string bytes = file_read(quants_dir() / (std::string(type) + ".gguf"));
+    EXPECT_EQ(open_error(bytes), "") << type;
+    bytes[8] = 1;  // the tensor count, 2
+    EXPECT_REFUSED(bytes, "tensor count 1 leaves") << type;
+  }
+}
+
+TEST(GgufFileTest, RefusesDataNoTensorAccountsFor) {
+  EXPECT_REFUSED(with([](Spec& s) { s.data_bytes = 48 + 32; }),
+                 "at the end of the file, after the last tensor's data, belong to no tensor");
+  EXPECT_EQ(open_error(with([](Spec& s) { s.data_bytes = 64; })), "");  // 'b' padded to the alignment
+  EXPECT_REFUSED(with([](Spec& s) { s.b_offset = 64, s.data_bytes = 80; }), "before tensor 'b', belong to no tensor");
+  std::string nonzero_padding = spec_bytes({});
+  nonzero_padding[nonzero_padding.size() - 48 - 1] = 'x';
+  EXPECT_REFUSED(nonzero_padding, "is not zero ('x')");
+}
+
+// Issue 42: 100 MB of metadata keys cost 1.16 GB. What a header declares is bounded, each refusal naming what.
+TEST(GgufFileTest, RefusesMetadataBeyondItsLimits) {
+  auto header = [](uint64_t n_tensors, uint64_t n_kv) {
+    Bytes b;
+    b.s = "GGUF";
+    b.u32(3), b.u64(n_tensors), b.u64(n_kv);
+    return b;
+  };
+  Bytes many_kv = header(0, 70000);
+  many_kv.s += std::string(70000 * 13, '\0');
+  EXPECT_REFUSED(many_kv.s, "metadata count 70000 is more than agoq accepts (65536 entries)");
+  Bytes many_tensors = header(70000, 0);
+  many_tensors.s += std::string(70000 * 24, '\0');
+  EXPECT_REFUSED(many_tensors.s, "tensor count 70000 is more than agoq accepts (65536)");
+  Bytes long_key = header(0, 1);
+  long_key.str(std::string(2000, 'k')), long_key.u32(0), long_key.s += '\0';
+  EXPECT_REFUSED(long_key.s, "key of metadata entry 0 ('kkkk");
+  EXPECT_REFUSED(long_key.s, "...') is 2000 bytes, more than agoq accepts (1024)");
+  Bytes control = header(0, 1);
+  control.str("a\nb"), control.u32(0), control.s += '\0';
+  EXPECT_REFUSED(control.s, "metadata key 'a\\x0ab' holds a control character");
+  Bytes long_array = header(0, 1);
+  long_array.str("k"), long_array.u32(9), long_array.u32(0), long_array.u64(5000000);
+  long_array.s += std::string(5000000, '\0');
+  EXPECT_REFUSED(long_array.s, "metadata 'k': array length 5000000 is more than agoq accepts (4194304)");
+  Bytes long_name = header(1, 0);
+  long_name.str(std::string(65, 'n')), long_name.u32(1), long_name.u64(8), long_name.u32(0), long_name.u64(0);
+  EXPECT_REFUSED(long_name.s, "name of tensor info 0 ('nnn");
+  EXPECT_REFUSED(long_name.s, "is 65 bytes, more than agoq accepts (64)");
+}
+
+// How far this process's peak resident memory rises while the file opens.
+size_t open_peak_above(const std::string& bytes) {
+  const fs::path p = test_temp_path("gguf_meta_mem.gguf");
+  file_write(p, bytes);
+  std::ofstream("/proc/self/clear_refs") << "5";  // VmHWM := VmRSS
+  const size_t before = proc_status_bytes("VmRSS:");
+  {
+    const GgufFile f = GgufFile::open(p.string());
+    EXPECT_NE(f.find("k"), nullptr);
+  }
+  const size_t peak = proc_status_bytes("VmHWM:");
+  fs::remove(p);
+  return peak > before ? peak - before : 0;
+}
+
+// Issue 42: metadata cost ~11x its size (every key in a map node and a set node, every string array element a
+// std::string). Now strings and arrays stay in the file until agoq reads them, and an entry costs ~80 bytes.
+TEST(GgufFileTest, MetadataCostsLittleMemoryBesidesItsKeys) {
+  Bytes strings;  // 52 MB: one array of 4M strings no one reads
+  strings.s = "GGUF";
+  strings.u32(3), strings.u64(0), strings.u64(1);
+  strings.str("k"), strings.u32(9), strings.u32(8), strings.u64(4000000);
+  for (int i = 0; i < 4000000; ++i) strings.str("abcde");
+  const size_t strings_peak = open_peak_above(strings.s);
+  EXPECT_LE(strings_peak, size_t(8) << 20);
+  Bytes keys;  // 60,000 entries of 26 bytes (1.5 MB)
+  keys.s = "GGUF";
+  keys.u32(3), keys.u64(0), keys.u64(60000);
+  keys.str("k"), keys.u32(0), keys.s += '';
+  for (int i = 1; i < 60000; ++i) {
+    char key[16];
+    std::snprintf(key, sizeof key, "key.%08d", i);
+    keys.str(key), keys.u32(0), keys.s += '';
+  }
+  const size_t keys_peak = open_peak_above(keys.s);
+  EXPECT_LE(keys_peak, size_t(8) << 20);
+  std::cout << "open peak: " << strings_peak / 1024 << " KiB for 52 MB of strings, " << keys_peak / 1024
+            << " KiB for 60,000 keys\n";
 }
 
 TEST(GgufFileTest, RefusesEveryTruncation) {
