@@ -8,9 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/path_flag.h"
 #include "cli/model_load.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/paths.h"
 #include "data/corpus.h"
 
 namespace agoq {
@@ -50,7 +52,10 @@ EvalResult eval_windows(LlamaModel& model, const std::vector<int32_t>& ids, int 
 }
 
 void cmd_eval_run(const EvalArgs& a) {
-  InferenceModel m = inference_model_load(a.ckpt, a.tokenizer, a.seq);
+  for (const auto& [flag, in] :
+       {std::pair{"--ckpt", a.ckpt}, std::pair{"--text", a.text}, std::pair{"--tokenizer", a.tokenizer}})
+    output_check_not_input("--logits-out", a.logits_out, flag, in);
+  InferenceModel m = inference_model_load(a.ckpt, a.tokenizer, a.seq, a.compute);
   const Corpus text = corpus_read(a.text);
   std::vector<int32_t> ids = m.tok.encode_for_model(text.text);
   if (a.max_tokens > 0 && ids.size() > size_t(a.max_tokens)) ids.resize(size_t(a.max_tokens));

@@ -9,9 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/path_flag.h"
 #include "core/atomic_file.h"
 #include "core/dir_lock.h"
 #include "core/error.h"
+#include "core/paths.h"
 #include "data/corpus.h"
 #include "data/examples.h"
 #include "data/prepared_dir.h"
@@ -178,6 +180,17 @@ void prepare_examples(const PrepareArgs& a, std::chrono::steady_clock::time_poin
   std::printf("wrote %s in %.1f s\n", a.out.c_str(), total_s);
 }
 
+// The set's files must not be what this prepare reads: --out is not the --tokenizer's or the --input's folder, and
+// none of the files it writes there is one of them.
+void prepare_check_out_not_input(const PrepareArgs& a) {
+  for (const char* name : kPreparedFiles) {
+    const std::string file = (fs::path(a.out) / name).string();
+    for (const auto& [flag, in] : {std::pair{"--tokenizer", a.tokenizer}, std::pair{"--input", a.input}})
+      AGOQ_CHECK(!path_within(file, in), "--out ", a.out, " would write ", name, " into ", flag, " ", in,
+                 ", which this command reads: it never writes over its input; choose another --out");
+  }
+}
+
 void prepare_run(const PrepareArgs& a) {
   AGOQ_CHECK(a.val_fraction >= 0 && a.val_fraction < 1, "--val-fraction must be in [0, 1) (got ", a.val_fraction, ")");
   AGOQ_CHECK(a.max_chars >= 0, "--max-chars must be >= 0 (got ", a.max_chars, ")");
@@ -189,13 +202,14 @@ void prepare_run(const PrepareArgs& a) {
              "--format prompt-completion needs --seq N (the training's): examples are "
              "packed into windows of N + 1 tokens");
   AGOQ_CHECK(examples || a.seq == 0, "--seq is for --format prompt-completion (a text corpus is one stream)");
+  AGOQ_CHECK(a.seq <= kPrepareSeqMost, "--seq ", a.seq, " is more than agoq packs examples for (at most ",
+             kPrepareSeqMost, " tokens a window; each window is padded in memory to --seq + 1 tokens)");
   const auto t0 = std::chrono::steady_clock::now();
   // The folder is this prepare's until it ends; an earlier set is replaced only when asked (checkpoints made from
   // it resume only with its tokens).
+  prepare_check_out_not_input(a);
   const DirLock lock = DirLock::acquire(a.out, "--out");
-  const std::string earlier = prepared_dir_earlier_set(a.out);
-  AGOQ_CHECK(a.overwrite || earlier.empty(), "--out ", a.out, " already holds a prepared corpus (", earlier,
-             "); runs made from it resume only with it: choose another --out, or replace it with --overwrite");
+  prepared_dir_check_replaceable(a.out, a.overwrite);
   if (examples) return prepare_examples(a, t0);
   const Corpus corpus = corpus_read(a.input);
   const size_t chars = utf8_length(corpus.text);

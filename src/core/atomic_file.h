@@ -3,6 +3,8 @@
 // the rename itself survives a power cut. Every writer of agoq writes through here.
 // Errors throw agoq::Error as one line naming the file and the system's reason ("x.tmp: write failed: No space
 // left on device"); an AtomicFile destroyed before commit() removes its temp, so the old file stays as it was.
+// Only a regular file (or nothing) is replaced: a link is followed to its target, a character device or a FIFO is
+// written through (`--logits-out /dev/null`), anything else is refused; never is such a path replaced by a file.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -13,7 +15,7 @@ namespace agoq {
 
 class AtomicFile {
  public:
-  // Creates (or truncates a stale) `path.tmp`.
+  // Creates (or truncates a stale) `path.tmp`, or opens the device or FIFO `path` is.
   explicit AtomicFile(std::string path);
   AtomicFile(AtomicFile&& other) noexcept;
   AtomicFile& operator=(AtomicFile&&) = delete;
@@ -32,9 +34,12 @@ class AtomicFile {
   void commit();
 
  private:
-  std::string path_, tmp_;  // tmp_ empty: nothing left to remove (committed or moved from)
+  void stream_write(const void* data, size_t bytes);
+
+  std::string path_, tmp_;  // tmp_ empty: nothing left to remove (committed, moved from, or a device or FIFO)
   int fd_ = -1;
-  uint64_t size_ = 0;  // where write() appends
+  uint64_t size_ = 0;    // where write() appends
+  bool stream_ = false;  // path_ is a device or FIFO, written through
 };
 
 // The whole file in one call.

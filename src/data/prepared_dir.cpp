@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -16,13 +18,32 @@ namespace fs = std::filesystem;
 namespace {
 constexpr const char* kStaging = ".prepare.tmp";
 constexpr const char* kMarker = "meta.json";
+
+// A meta.json that `agoq prepare` wrote: an object naming its token files.
+bool prepared_meta_ours(const fs::path& meta) {
+  std::error_code ec;
+  if (!fs::is_regular_file(meta, ec) || fs::file_size(meta, ec) > (size_t(1) << 20)) return false;
+  std::ifstream in(meta);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  return j.is_object() && j.contains("files") && j["files"].is_object() && j["files"].contains("train");
+}
+
 }  // namespace
 
-std::string prepared_dir_earlier_set(const fs::path& dir) {
+void prepared_dir_check_replaceable(const fs::path& dir, bool overwrite) {
   std::error_code ec;
+  std::string first;
   for (const char* name : kPreparedFiles)
-    if (fs::exists(fs::symlink_status(dir / name, ec))) return name;
-  return {};
+    if (first.empty() && fs::exists(fs::symlink_status(dir / name, ec))) first = name;
+  if (first.empty()) return;
+  // A set of ours: committed (its meta.json), or being replaced when a prepare stopped (its staging folder).
+  const bool ours = prepared_meta_ours(dir / kMarker) ||
+                    (!fs::exists(fs::symlink_status(dir / kMarker, ec)) && fs::is_directory(dir / kStaging, ec));
+  AGOQ_CHECK(ours, "--out ", dir.string(), " holds ", first,
+             " but no corpus `agoq prepare` wrote (its meta.json): --overwrite replaces only a prepared corpus, "
+             "never a model's or anyone else's files; choose another --out");
+  AGOQ_CHECK(overwrite, "--out ", dir.string(), " already holds a prepared corpus (", first,
+             "); runs made from it resume only with it: choose another --out, or replace it with --overwrite");
 }
 
 void prepared_dir_check_complete(const fs::path& dir) {

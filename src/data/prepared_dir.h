@@ -13,8 +13,10 @@ namespace agoq {
 inline constexpr const char* kPreparedFiles[] = {"tokenizer.model", "tokenizer.json", "tokenizer_config.json",
                                                  "train.bin",       "val.bin",        "meta.json"};
 
-// The first file of a prepared set in `dir`, or "" when it holds none.
-std::string prepared_dir_earlier_set(const std::filesystem::path& dir);
+// Throws, naming the folder, when `dir` holds a prepared set and `overwrite` is false, or when it holds a set's file
+// but no corpus agoq prepared (a model's folder with its tokenizer.model, a checkpoint): --overwrite replaces only a
+// prepared corpus.
+void prepared_dir_check_replaceable(const std::filesystem::path& dir, bool overwrite);
 
 // Throws, naming the folder, when a replacement of its set was interrupted (see above).
 void prepared_dir_check_complete(const std::filesystem::path& dir);

@@ -13,6 +13,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/paths.h"
 #include "formats/checkpoint.h"
 
 namespace agoq {
@@ -31,14 +32,6 @@ bool is_link(const fs::path& p) {
 bool is_real_dir(const fs::path& p) {
   struct stat st {};
   return ::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-// Whether `path` lies inside `dir` (both resolved).
-bool path_within(const fs::path& path, const fs::path& dir) {
-  std::error_code ec;
-  const fs::path p = fs::weakly_canonical(path, ec), d = fs::weakly_canonical(dir, ec);
-  const auto [end, _] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
-  return end == d.end();
 }
 
 // What in `out` belongs to an earlier run: the checkpoint link, a checkpoint folder, or the metrics log.
@@ -88,6 +81,18 @@ bool ckpt_folder_name_ours(const std::string& name) {
   constexpr std::string_view prefix = "ckpt-step";
   return name.size() > prefix.size() && name.rfind(prefix, 0) == 0 &&
          std::all_of(name.begin() + prefix.size(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+void run_dir_check_sources(const std::string& out_dir, const std::string& resume, const std::string& init_from) {
+  output_check_not_input("--out", out_dir, "--resume", resume);
+  output_check_not_input("--out", out_dir, "--init-from", init_from);
+  if (!path_within(init_from, out_dir)) return;
+  std::error_code ec;
+  const fs::path rel = fs::relative(fs::weakly_canonical(init_from, ec), fs::weakly_canonical(out_dir, ec), ec);
+  const std::string first = rel.empty() ? std::string() : rel.begin()->string();
+  AGOQ_CHECK(!ckpt_folder_name_ours(first), "--init-from ", init_from, " is a checkpoint of --out ", out_dir,
+             ", which this run's saves replace: a run never deletes what it reads from; give another --out, or "
+             "copy the checkpoint elsewhere first");
 }
 
 void run_dir_check(const std::string& out_dir, bool overwrite, const std::string& resume) {

@@ -18,6 +18,11 @@ struct RunIdentity {
 // Whether `name` is one agoq gives a checkpoint folder: ckpt-step<digits>.
 bool ckpt_folder_name_ours(const std::string& name);
 
+// A run never writes into what it reads from: refuses --out inside `resume` or `init_from` (the checkpoints given
+// to --resume and --init-from, "" when not given), and an `init_from` that is a checkpoint of --out, which the
+// run's saves replace (by its own name, or after --overwrite). Called before --out is touched.
+void run_dir_check_sources(const std::string& out, const std::string& resume, const std::string& init_from);
+
 // Refuses, in one line naming the path, an --out whose `ckpt`, ckpt-step* or metrics.jsonl is not what agoq keeps
 // there, and (without --overwrite) one that holds an earlier run this run does not continue. `resume`: the
 // checkpoint given to --resume, or "".

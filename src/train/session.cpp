@@ -66,6 +66,7 @@ TrainSession::TrainSession(const TrainOptions& opt)
 // One run per --out (its lock, held until the session ends), and nothing there that agoq would misuse
 // (train/run_dir.h). A run continues its checkpoint's identity only when it resumes inside --out.
 void TrainSession::out_dir_claim() {
+  run_dir_check_sources(opt_.out_dir, opt_.resume, opt_.init_from);
   out_lock_ = DirLock::acquire(opt_.out_dir, "--out");
   run_dir_check(opt_.out_dir, opt_.overwrite, opt_.resume);
   who_.overwrite = opt_.overwrite;

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -11,6 +13,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <cstring>
 
 #include "core/error.h"
 #include "tests/common/expect_error.h"
@@ -107,6 +111,43 @@ TEST(AtomicFile, SymlinkIsReplacedInOneRename) {
   EXPECT_FALSE(fs::exists(fs::symlink_status(link + ".tmp")));
   expect_error([] { atomic_symlink("x", "/nonexistent_dir_agoq/ckpt"); },
                {"/nonexistent_dir_agoq/ckpt.tmp", "No such file or directory"});
+  fs::remove_all(d);
+}
+
+// Only a regular file is replaced (issue 42: `eval --logits-out /dev/null` replaced the system's /dev/null): a link
+// is followed and stays a link, a character device or a FIFO with a reader is written through, a FIFO without one
+// and a folder are refused.
+TEST(AtomicFile, WhatIsNotARegularFileIsNeverReplaced) {
+  const fs::path d = test_dir("special");
+  atomic_file_write((d / "target.txt").string(), "old");
+  fs::create_symlink("target.txt", d / "link");
+  atomic_file_write((d / "link").string(), "through the link");
+  EXPECT_TRUE(fs::is_symlink(d / "link"));
+  EXPECT_EQ(file_read(d / "target.txt"), "through the link");
+
+  const fs::path null_dev = d / "null";  // a /dev/null of the test's own (root makes device nodes)
+  if (::mknod(null_dev.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) {
+    atomic_file_write(null_dev.string(), "discarded");
+    EXPECT_TRUE(fs::is_character_file(null_dev));
+    EXPECT_FALSE(fs::exists(null_dev.string() + ".tmp"));
+  } else {
+    GTEST_LOG_(INFO) << "skipping the character device case: mknod needs root (" << std::strerror(errno) << ")";
+  }
+
+  const fs::path fifo = d / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error([&] { atomic_file_write(fifo.string(), "x"); }, {"fifo", "a FIFO with no reader"});
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  std::string got;
+  std::thread reader([&] { got = file_read(fifo); });
+  atomic_file_write(fifo.string(), "through the pipe");
+  reader.join();
+  EXPECT_EQ(got, "through the pipe");
+  EXPECT_TRUE(fs::is_fifo(fifo));
+
+  fs::create_directory(d / "folder");
+  expect_error([&] { atomic_file_write((d / "folder").string(), "x"); }, {"folder", "is a folder"});
+  EXPECT_TRUE(fs::is_directory(d / "folder"));
   fs::remove_all(d);
 }
 
