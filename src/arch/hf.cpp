@@ -1,16 +1,18 @@
 #include "arch/hf.h"
 
 #include <charconv>
+#include <cfloat>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <sstream>
 #include <type_traits>
 #include <variant>
 
 #include "arch/config_fields.h"
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/json_read.h"
 
 namespace agoq {
 
@@ -45,28 +47,39 @@ json rope_scaling_to_hf_json(const RopeScaling& r) {
   }
 }
 
+// A JSON number as the float32 agoq computes with. One a float cannot hold is refused by name rather than changed:
+// beyond 3.4e38 it would be infinite, and so small that it is 0 or denormal (rms_norm_eps 1e-300 read as 0).
+float float_of(const json& v, const std::string& key) {
+  const double d = v.get<double>();
+  const float f = float(d);
+  AGOQ_CHECK(std::isfinite(f) && (d == 0 || std::fabs(f) >= FLT_MIN), "LlamaConfig key ", key, " = ",
+             json_excerpt(v), " is beyond the range of a float32 (", FLT_MIN, " to ", FLT_MAX, " in magnitude)");
+  return f;
+}
+
 // HF's rope_scaling: null, or {"rope_type" (or the older "type"): "default" | "linear" | "llama3", ...}. The types
 // that change more than the frequencies (dynamic, yarn, longrope: attention factors, per-length tables) are refused.
 RopeScaling rope_scaling_from_hf_json(const json& j) {
   RopeScaling r;
   if (j.is_null()) return r;
-  AGOQ_CHECK(j.is_object(), "LlamaConfig key rope_scaling must be null or an object (got ", j.dump(), ")");
+  AGOQ_CHECK(j.is_object(), "LlamaConfig key rope_scaling must be null or an object (got ", json_excerpt(j), ")");
   const char* type_key = j.contains("rope_type") ? "rope_type" : "type";
   AGOQ_CHECK(j.contains(type_key) && j[type_key].is_string(), "LlamaConfig rope_scaling has no rope_type (got ",
-             j.dump(), ")");
+             json_excerpt(j), ")");
   const std::string type = j[type_key].get<std::string>();
   auto number = [&](const char* k) {
     AGOQ_CHECK(j.contains(k) && j[k].is_number(), "LlamaConfig rope_scaling.", k, " must be a number for rope_type ",
-               type, " (got ", j.contains(k) ? j[k].dump() : "nothing", ")");
-    return j[k].get<double>();
+               type, " (got ", j.contains(k) ? json_excerpt(j[k]) : "nothing", ")");
+    return j[k];
   };
+  auto factor = [&](const char* k) { return float_of(number(k), std::string("rope_scaling.") + k); };
   if (type == "default") return r;
   if (type == "linear") {
-    r.type = RopeScaling::Type::linear, r.factor = float(number("factor"));
+    r.type = RopeScaling::Type::linear, r.factor = factor("factor");
   } else if (type == "llama3") {
-    r.type = RopeScaling::Type::llama3, r.factor = float(number("factor"));
-    r.low_freq_factor = float(number("low_freq_factor")), r.high_freq_factor = float(number("high_freq_factor"));
-    const double ctx = number("original_max_position_embeddings");
+    r.type = RopeScaling::Type::llama3, r.factor = factor("factor");
+    r.low_freq_factor = factor("low_freq_factor"), r.high_freq_factor = factor("high_freq_factor");
+    const double ctx = number("original_max_position_embeddings").get<double>();
     AGOQ_CHECK(ctx >= 1 && ctx <= LlamaConfig::kMaxPositions && ctx == double(int(ctx)),
                "LlamaConfig rope_scaling.original_max_position_embeddings must be a positive integer (got ", ctx, ")");
     r.original_max_positions = int(ctx);
@@ -109,10 +122,13 @@ LlamaConfig config_from_hf_json(const json& j) {
 
   auto get_int = [&](const char* k, int dflt) {
     if (!j.contains(k) || j[k].is_null()) return dflt;
-    AGOQ_CHECK(j[k].is_number_integer(), "LlamaConfig key ", k, " must be an integer (got ", j[k].dump(), ")");
-    const int64_t v = j[k].get<int64_t>();
-    AGOQ_CHECK(v >= INT_MIN && v <= INT_MAX, "LlamaConfig key ", k, " out of range (", v, ")");
-    return int(v);
+    const json& v = j[k];
+    AGOQ_CHECK(v.is_number_integer(), "LlamaConfig key ", k, " must be an integer (got ", json_excerpt(v), ")");
+    // (an unsigned beyond int64 read as int64 wraps: 2^64 - 1 would be -1)
+    const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(INT_MAX)
+                                             : v.get<int64_t>() >= INT_MIN && v.get<int64_t>() <= INT_MAX;
+    AGOQ_CHECK(fits, "LlamaConfig key ", k, " = ", json_excerpt(v), " is out of range (at most ", INT_MAX, ")");
+    return int(v.get<int64_t>());
   };
   // A field's value, or (absent) its default; a required integer that is null reads as 0, which validate() refuses.
   auto read = [&](const ConfigField& f, auto& into) {
@@ -122,8 +138,8 @@ LlamaConfig config_from_hf_json(const json& j) {
       into = get_int(k, f.hf_required ? 0 : into);
     } else if constexpr (std::is_same_v<T, float>) {
       if (!j.contains(k)) return;
-      AGOQ_CHECK(j[k].is_number(), "LlamaConfig key ", k, " must be a number (got ", j[k].dump(), ")");
-      into = float(j[k].get<double>());
+      AGOQ_CHECK(j[k].is_number(), "LlamaConfig key ", k, " must be a number (got ", json_excerpt(j[k]), ")");
+      into = float_of(j[k], k);
     } else {
       if (!j.contains(k)) return;
       AGOQ_CHECK(j[k].is_boolean(), "LlamaConfig key ", k, " must be a boolean");
@@ -132,15 +148,15 @@ LlamaConfig config_from_hf_json(const json& j) {
   };
   // Options agoq does not implement are refused rather than silently trained differently.
   auto require = [&](const char* k, const json& want) {
-    AGOQ_CHECK(!j.contains(k) || j[k] == want, "LlamaConfig key ", k, " = ", j.contains(k) ? j[k].dump() : "",
+    AGOQ_CHECK(!j.contains(k) || j[k] == want, "LlamaConfig key ", k, " = ", j.contains(k) ? json_excerpt(j[k]) : "",
                " is not supported (agoq needs ", want.dump(), ")");
   };
   // Mistral is LLaMA's architecture with a sliding attention window: exact while the window holds the sequence.
-  const bool mistral = j.value("model_type", "") == "mistral";
+  const bool mistral = j.contains("model_type") && j["model_type"] == "mistral";  // (value() throws on a non-string)
   if (!mistral) require("model_type", "llama");
   if (j.contains("architectures")) {
     const json want = {mistral ? "MistralForCausalLM" : "LlamaForCausalLM"};
-    AGOQ_CHECK(j["architectures"] == want, "LlamaConfig key architectures = ", j["architectures"].dump(),
+    AGOQ_CHECK(j["architectures"] == want, "LlamaConfig key architectures = ", json_excerpt(j["architectures"]),
                " is not supported (agoq computes LlamaForCausalLM and MistralForCausalLM)");
   }
   require("hidden_act", "silu");
@@ -220,21 +236,11 @@ std::vector<HfTensor> hf_tensors(const LlamaConfig& c, const ModelStage& stage) 
 std::vector<HfTensor> hf_tensors(const LlamaConfig& c) { return hf_tensors(c, model_stage_whole(c)); }
 
 nlohmann::json json_object_read_file(const std::string& path, const std::string& what) {
-  std::ifstream f(path, std::ios::binary);
-  AGOQ_CHECK(f, "cannot read ", what, " ", path);
-  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  AGOQ_CHECK(!f.bad(), "cannot read ", what, " ", path);
+  const std::string text = input_file_read(path, what);
   AGOQ_CHECK(text.find_first_not_of(" \t\r\n") != std::string::npos, what, " ", path, " is empty");
-  try {
-    nlohmann::json j = nlohmann::json::parse(text);
-    AGOQ_CHECK(j.is_object(), what, " ", path, " is not a JSON object");
-    return j;
-  } catch (const nlohmann::json::parse_error& e) {
-    if (e.byte >= text.size()) fail(what, " ", path, " is not valid JSON (it ends before the JSON does)");
-    fail(what, " ", path, " is not valid JSON (at byte ", e.byte, " of ", text.size(), ")");
-  } catch (const nlohmann::json::exception& e) {  // a number beyond a double (out_of_range 406)
-    fail(what, " ", path, " is not JSON agoq can read: ", e.what());
-  }
+  const json j = json_parse(text, what + " " + path);
+  AGOQ_CHECK(j.is_object(), what, " ", path, " is not a JSON object");
+  return j;
 }
 
 }  // namespace agoq

@@ -89,13 +89,16 @@ void cmd_eval_run(const EvalArgs& a) {
 const CliCommand kEval("", 35, [](CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   CLI::App* c = app.add_subcommand("eval", "a model's loss and perplexity on a text");
-  c->add_option("--ckpt", a->ckpt, "the model: an agoq checkpoint, a Hugging Face folder or a GGUF file")->required();
-  c->add_option("--text", a->text, "the text: a .txt file or a folder of them")->required();
-  c->add_option("--tokenizer", a->tokenizer, "tokenizer.model, tokenizer.json or a folder (default: the model's own)");
+  c->add_option("--ckpt", a->ckpt, "the model: an agoq checkpoint, a Hugging Face folder or a GGUF file")->required()
+      ->check(cli_path());
+  c->add_option("--text", a->text, "the text: a .txt file or a folder of them")->required()->check(cli_path());
+  c->add_option("--tokenizer", a->tokenizer, "tokenizer.model, tokenizer.json or a folder (default: the model's own)")
+      ->check(cli_path());
   c->add_option("--max-tokens", a->max_tokens, "score only the first N tokens of the text (0: all)")
       ->check(CLI::NonNegativeNumber);
   c->add_option("--seq", a->seq, "window length (default: the model's context, at most 2048)")->check(cli_at_least(2));
-  c->add_option("--logits-out", a->logits_out, "also write the last position's logits here (float32)");
+  c->add_option("--logits-out", a->logits_out, "also write the last position's logits here (float32)")
+      ->check(cli_path());
   c->add_flag("--json", a->json, "print JSON (tokens, loss, perplexity, tokens_per_s)");
   c->callback([a] { cmd_eval_run(*a); });
 });

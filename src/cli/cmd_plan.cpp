@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/path_flag.h"
 #include "comm/communicator.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -184,7 +185,7 @@ const CliCommand kPlan("", 40, [](CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
   CLI::App* c = app.add_subcommand(
       "plan", "per-GPU memory of baseline vs AGoQ under TP/PP/DP, AGoQ's bits per stage, step time, the best layout");
-  c->add_option("--model", a->model, "llama-8b, llama-13b, llama-32b or a Hugging Face config.json");
+  c->add_option("--model", a->model, "llama-8b, llama-13b, llama-32b or a Hugging Face config.json")->check(cli_path());
   c->add_option("--gpus", a->gpus, "total GPUs (= tp * pp * dp)")->capture_default_str();
   c->add_option("--tp", a->tp, "tensor-parallel size (modelled Megatron-style)")->capture_default_str();
   c->add_flag("--sp", a->sp,
@@ -213,15 +214,16 @@ const CliCommand kPlan("", 40, [](CLI::App& app) {
   c->add_option("--system", a->system, "--time: agoq | baseline")->capture_default_str();
   c->add_option("--calibration", a->calibration,
                 "step-time inputs from FILE (written by --calibrate); default: "
-                "H100-class GPU defaults (docs/plan.md)");
+                "H100-class GPU defaults (docs/plan.md)")->check(cli_path());
   c->add_option("--calibrate", a->calibrate_out,
                 "measure this machine (under mpirun: at that rank count) and "
-                "write the calibration to FILE");
+                "write the calibration to FILE")->check(cli_path());
   c->add_option("--reps", a->reps, "--calibrate: repetitions per measurement")->capture_default_str();
   c->add_option("--intra", a->intra, "link bandwidth inside a node, e.g. 900GB/s (overrides the calibration)");
   c->add_option("--inter", a->inter, "link bandwidth between nodes, e.g. 50GB/s or 200Gbit/s");
   c->add_option("--gpus-per-node", a->gpus_per_node, "GPUs (ranks) per node");
-  c->add_option("--png", a->png, "also write a bar chart (and its JSON next to it) via scripts/plan_chart.py");
+  c->add_option("--png", a->png, "also write a bar chart (and its JSON next to it) via scripts/plan_chart.py")
+      ->check(cli_path());
   c->callback([a] { cmd_plan_run(*a); });
 });
 

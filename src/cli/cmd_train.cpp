@@ -7,6 +7,7 @@
 #include "arch/config_fields.h"
 #include "arch/hf.h"
 #include "cli/commands.h"
+#include "cli/path_flag.h"
 #include "cli/layout_auto.h"
 #include "comm/communicator.h"
 #include "core/error.h"
@@ -76,9 +77,11 @@ void cmd_train_body(TrainArgs& a) {
 // The data, the output and the model's shape and batch.
 void train_flags_data_model(CLI::App* c, TrainArgs& a) {
   TrainOptions& o = a.opt;
-  c->add_option("--data", o.data_dir, "prepared data directory (from `agoq prepare`)")->required();
-  c->add_option("--out", o.out_dir, "output directory: metrics.jsonl and ckpt/")->capture_default_str();
-  c->add_option("--config", a.config_json, "model shape from a Hugging Face config.json (overrides the flags below)");
+  c->add_option("--data", o.data_dir, "prepared data directory (from `agoq prepare`)")->required()->check(cli_path());
+  c->add_option("--out", o.out_dir, "output directory: metrics.jsonl and ckpt/")->capture_default_str()
+      ->check(cli_path());
+  c->add_option("--config", a.config_json, "model shape from a Hugging Face config.json (overrides the flags below)")
+      ->check(cli_path());
   for (const ConfigField& f : kConfigFields)  // the model shape's flags (arch/config_fields.h)
     if (f.flag) std::visit([&](auto member) { model_flag_add(c, f, o.model.*member); }, f.member);
   c->add_option("--seq", o.seq, "sequence length")->capture_default_str();
@@ -108,10 +111,10 @@ void train_flags_schedule(CLI::App* c, TrainOptions& o) {
 
 // Where the run starts from and computes, and what it reports.
 void train_flags_run(CLI::App* c, TrainOptions& o) {
-  c->add_option("--resume", o.resume, "continue from a checkpoint directory (e.g. runs/demo/ckpt)");
+  c->add_option("--resume", o.resume, "continue from a checkpoint directory (e.g. runs/demo/ckpt)")->check(cli_path());
   c->add_option("--init-from", o.init_from,
                 "fine-tune a pretrained model: a Hugging Face folder, a GGUF file or an agoq checkpoint (its shape "
-                "and weights; a fresh optimizer; --data prepared with its tokenizer)");
+                "and weights; a fresh optimizer; --data prepared with its tokenizer)")->check(cli_path());
   c->add_flag("--overwrite", o.overwrite,
               "start afresh in an --out that holds an earlier run (its checkpoint link and metrics are replaced)");
   c->add_flag("--quiet", o.quiet, "no console progress");
@@ -188,7 +191,7 @@ void train_flags_parallel(CLI::App* c, TrainArgs& a) {
           ->capture_default_str();
   c->add_option("--calibration", a.calibration,
                 "--layout auto: step-time inputs from FILE (`agoq plan --calibrate FILE`); default: measured at start")
-      ->needs(layout);
+      ->needs(layout)->check(cli_path());
   c->add_option_function<std::string>(
       "--mem-budget", [&o](const std::string& v) { o.mem_budget = plan_parse_bytes(v); },
       "memory per rank (e.g. 2GiB): after --replan-after steps, activation bits are re-planned per stage from "

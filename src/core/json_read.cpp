@@ -64,8 +64,8 @@ json json_parse(std::string_view text, const std::string& what) {
   // The parser's own hook: called as each array or object opens, with the number of those around it.
   const json::parser_callback_t depth_bound = [&](int depth, json::parse_event_t event, json&) {
     const bool opens = event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
-    AGOQ_CHECK(!opens || depth < kJsonMaxDepth, what, " is not JSON agoq can read: arrays and objects nest deeper than ",
-               kJsonMaxDepth, " levels");
+    AGOQ_CHECK(!opens || depth < kJsonMaxDepth, what,
+               " is not JSON agoq can read: arrays and objects nest deeper than ", kJsonMaxDepth, " levels");
     return true;
   };
   try {

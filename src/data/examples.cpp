@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_read.h"
 #include "data/token_file.h"
 
 namespace agoq {
@@ -90,12 +91,7 @@ ExamplesRead examples_read_jsonl(const std::string& path, const Tokenizer& tok, 
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     const std::string at = where(path, n);
-    json obj;
-    try {
-      obj = json::parse(line);
-    } catch (const json::exception&) {
-      fail(at, "not a JSON object (one example per line)");
-    }
+    const json obj = json_parse(line, at + "not a JSON object (one example per line): the line");
     AGOQ_CHECK(obj.is_object(), at, "not a JSON object (one example per line)");
     ExampleBuilder b{tok, {}};
     b.ex.line = n;

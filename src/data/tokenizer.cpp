@@ -3,11 +3,12 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/json_read.h"
 #include "data/tokenizer_engine.h"
 #include "data/tokenizer_json.h"
 
@@ -17,11 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string file_read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  AGOQ_CHECK(f, "tokenizer ", path, ": cannot open file");
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+std::string file_read_bytes(const std::string& path) { return input_file_read(path, "tokenizer"); }
 
 // The tokenizer_config.json beside `file`, or "" when there is none.
 std::string config_beside(const fs::path& file) {
@@ -33,12 +30,7 @@ std::string config_beside(const fs::path& file) {
 // with a tokenizer_config.json, LlamaTokenizer's rules (add_bos_token true and add_eos_token false by default).
 std::pair<bool, bool> sentencepiece_adds(const std::string& config, const std::string& path) {
   if (config.empty()) return {false, false};
-  nlohmann::json c;
-  try {
-    c = nlohmann::json::parse(config);
-  } catch (const nlohmann::json::exception& e) {
-    fail("tokenizer ", path, ": tokenizer_config.json beside it is not valid JSON");
-  }
+  const nlohmann::json c = json_parse(config, "tokenizer " + path + ": tokenizer_config.json beside it");
   const auto flag = [&](const char* key, bool dflt) {
     if (!c.is_object() || !c.contains(key) || c[key].is_null()) return dflt;
     AGOQ_CHECK(c[key].is_boolean(), "tokenizer ", path, ": tokenizer_config.json ", key, " is not true or false");

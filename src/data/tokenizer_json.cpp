@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/json_read.h"
 
 namespace agoq {
 
@@ -48,12 +49,7 @@ struct Reader {
 };
 
 json parse(std::string_view bytes, const Reader& r, const char* file) {
-  try {
-    return json::parse(bytes.begin(), bytes.end());
-  } catch (const json::exception& e) {
-    const std::string m = e.what();
-    r.refuse(file, " is not valid JSON (", m.substr(m.find(']') + 2), ")");
-  }
+  return json_parse(bytes, "tokenizer " + r.what + ": " + file);
 }
 
 // Rust's regex::escape, which tokenizers applies to a Split's {"String": ...} pattern.
@@ -209,10 +205,10 @@ void read_model(const json* m, const Reader& r, Vocab& v) {
   const std::string t = r.type(*m, "model");
   if (t != "BPE") r.refuse("model type '", t, "' is not supported (agoq reads BPE)");
   if (const json* d = r.get(*m, "dropout"); d && !(d->is_number() && d->get<double>() == 0.0))
-    r.refuse("model.dropout ", d->dump(), " is not supported (no dropout)");
+    r.refuse("model.dropout ", json_excerpt(*d), " is not supported (no dropout)");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (const json* p = r.get(*m, key); p && !(p->is_string() && p->get<std::string>().empty()))
-      r.refuse("model.", key, " ", p->dump(), " is not supported");
+      r.refuse("model.", key, " ", json_excerpt(*p), " is not supported");
   if (r.flag(*m, "byte_fallback", false, "model")) r.refuse("model.byte_fallback true is not supported");
   v.s.ignore_merges = r.flag(*m, "ignore_merges", false, "model");
   const json* vocab = r.get(*m, "vocab");
@@ -221,7 +217,7 @@ void read_model(const json* m, const Reader& r, Vocab& v) {
     r.refuse("model.vocab or model.merges is missing");
   for (const auto& [token, id] : vocab->items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kIdMost)
-      r.refuse("model.vocab '", token, "' has id ", id.dump(), ", not a token id");
+      r.refuse("model.vocab '", token, "' has id ", json_excerpt(id), ", not a token id");
     v.model[token] = int32_t(id.get<int64_t>());
   }
   v.model_size = v.model.size();
@@ -378,10 +374,10 @@ BpeSpec bpe_spec_from_json(std::string_view tokenizer_json, std::string_view con
 
 bool tokenizer_json_is_sentencepiece(std::string_view tokenizer_json) {
   try {
-    const json j = json::parse(tokenizer_json.begin(), tokenizer_json.end());
+    const json j = json_parse(tokenizer_json, "tokenizer.json");
     const json& m = j.at("model");
     return m.value("type", "") == "BPE" && m.value("byte_fallback", false);
-  } catch (const json::exception&) {
+  } catch (const std::exception&) {  // (not JSON, or not this shape: read as tokenizer.json, which names why)
     return false;
   }
 }

@@ -20,6 +20,8 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/input_file.h"
+#include "core/json_read.h"
 #include "formats/model_source.h"
 #include "formats/safetensors.h"
 
@@ -39,14 +41,17 @@ constexpr const char* kTrainerFile = "trainer.json";
 
 std::string path_join(const std::string& dir, const char* file) { return (fs::path(dir) / file).string(); }
 
+// Not there at all (a path that is there but cannot be read is named with its reason by input_file_read).
+bool path_absent(const std::string& path) {
+  std::error_code ec;
+  return fs::status(path, ec).type() == fs::file_type::not_found;
+}
+
 json json_read_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  AGOQ_CHECK(in, what, ": ", fs::path(path).filename().string(),
+  AGOQ_CHECK(!path_absent(path), what, ": ", fs::path(path).filename().string(),
              " missing (not a checkpoint, or a save was interrupted)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, false);
-  AGOQ_CHECK(!j.is_discarded() && j.is_object(), what, ": ", path, " is not a valid JSON object");
+  const json j = json_parse(input_file_read(path, what), what + ": " + path);
+  AGOQ_CHECK(j.is_object(), what, ": ", path, " is not a valid JSON object");
   return j;
 }
 
@@ -132,11 +137,9 @@ void files_check(const std::string& dir, const json& trainer, const std::string&
   for (const auto& [name, rec] : files.items()) {
     AGOQ_CHECK(file_name_carried(name), what, ": trainer.json lists '", name,
                "', which is not a file a checkpoint carries");
-    std::ifstream in(path_join(dir, name.c_str()), std::ios::binary);
-    AGOQ_CHECK(in, what, ": ", name, " missing (the save committed it; deleted since?)");
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    AGOQ_CHECK(file_record(std::move(bytes).str()) == rec, what, ": ", name,
+    const std::string path = path_join(dir, name.c_str());
+    AGOQ_CHECK(!path_absent(path), what, ": ", name, " missing (the save committed it; deleted since?)");
+    AGOQ_CHECK(file_record(input_file_read(path, what)) == rec, what, ": ", name,
                " is not the file this checkpoint saved (size or hash differ: damaged or replaced)");
   }
 }
@@ -171,7 +174,8 @@ OpenCheckpoint checkpoint_open(const std::string& dir) {
   AGOQ_CHECK(has("format", json::value_t::string) && trainer["format"] == kFormat, what,
              ": trainer.json is not an agoq checkpoint marker");
   AGOQ_CHECK(trainer.contains("version") && trainer["version"] == kFormatVersion, what,
-             ": unsupported checkpoint version ", trainer.contains("version") ? trainer["version"].dump() : "(none)");
+             ": unsupported checkpoint version ",
+             trainer.contains("version") ? json_excerpt(trainer["version"]) : "(none)");
   for (const char* key : {"step", "commit", "config", "trainer"})
     AGOQ_CHECK(trainer.contains(key), what, ": trainer.json lacks \"", key, "\"");
   AGOQ_CHECK(has("commit", json::value_t::string), what, ": trainer.json's commit is not a string");
@@ -179,7 +183,7 @@ OpenCheckpoint checkpoint_open(const std::string& dir) {
   const bool whole = step.is_number_integer() || step.is_number_unsigned();
   AGOQ_CHECK(
       whole && (step.is_number_unsigned() ? step.get<uint64_t>() <= uint64_t(INT64_MAX) : step.get<int64_t>() >= 0),
-      what, ": trainer.json's step ", step.dump(), " is not a step count (a whole number from 0 to 2^63 - 1)");
+      what, ": trainer.json's step ", json_excerpt(step), " is not a step count (a whole number from 0 to 2^63 - 1)");
 
   CheckpointMeta meta;
   meta.step = step.get<int64_t>();
@@ -316,12 +320,13 @@ std::string checkpoint_foreign_entry(const std::string& dir) {
 
 CheckpointMarker checkpoint_marker_read(const std::string& dir) {
   CheckpointMarker m;
-  std::ifstream in(path_join(dir, kTrainerFile), std::ios::binary);
-  if (!in) return m;
-  std::stringstream text;
-  text << in.rdbuf();
-  const json j = json::parse(text.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("format") || j["format"] != kFormat) return m;
+  json j;
+  try {  // (anything unreadable is no marker: not a checkpoint)
+    j = json_parse(input_file_read(path_join(dir, kTrainerFile), "checkpoint marker"), "trainer.json");
+  } catch (const Error&) {
+    return m;
+  }
+  if (!j.is_object() || !j.contains("format") || j["format"] != kFormat) return m;
   m.is_checkpoint = true;
   if (j.contains("commit") && j["commit"].is_string()) m.commit = j["commit"].get<std::string>();
   if (j.contains("trainer") && j["trainer"].is_object() && j["trainer"].contains("run") &&

@@ -41,6 +41,12 @@ std::map<std::string, std::string> index_read(const fs::path& dir) {
   return where;
 }
 
+// Whether something is at `p`: a link that leads nowhere or into a loop is, and reading it names why it cannot be read.
+bool present(const fs::path& p) {
+  std::error_code ec;
+  return fs::symlink_status(p, ec).type() != fs::file_type::not_found;
+}
+
 class HfModelReader final : public ModelReader {
  public:
   explicit HfModelReader(const std::string& dir) {
@@ -82,10 +88,10 @@ class HfModelReader final : public ModelReader {
   void files_open(const fs::path& d) {
     std::error_code ec;
     std::map<std::string, std::string> listed;
-    if (fs::exists(d / kIndexFile, ec)) {
+    if (present(d / kIndexFile)) {
       listed = index_read(d);
     } else {
-      AGOQ_CHECK(fs::exists(d / "model.safetensors", ec), "model ", path_, " has no model.safetensors nor ", kIndexFile,
+      AGOQ_CHECK(present(d / "model.safetensors"), "model ", path_, " has no model.safetensors nor ", kIndexFile,
                  fs::exists(d / "pytorch_model.bin", ec) || fs::exists(d / "pytorch_model.bin.index.json", ec)
                      ? " (its pytorch_model.bin is a pickle agoq does not read: save it with safe_serialization)"
                      : "");

@@ -1,12 +1,14 @@
 #include "formats/model_source.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "formats/safetensors.h"
 
 namespace agoq {
@@ -24,19 +26,34 @@ const char* model_source_kind_name(ModelSourceKind k) {
 namespace {
 bool file_is_gguf(const std::string& path) {
   char magic[4] = {};
-  std::ifstream f(path, std::ios::binary);
-  return f.read(magic, 4) && std::string_view(magic, 4) == "GGUF";
+  const int fd = input_file_open(path, "model");
+  const bool gguf = ::pread(fd, magic, 4, 0) == 4 && std::string_view(magic, 4) == "GGUF";
+  ::close(fd);
+  return gguf;
+}
+
+// Whether the folder holds `name`; a name that is there but cannot be looked at is refused with the system's reason
+// (a folder that cannot be searched would otherwise seem to hold nothing).
+bool dir_holds(const std::string& dir, const char* name) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(fs::path(dir) / name, ec);
+  AGOQ_CHECK(!ec || st.type() == fs::file_type::not_found, "model ", dir, ": cannot look for ", name, ": ",
+             ec.message());
+  return fs::exists(st);
 }
 }  // namespace
 
 std::unique_ptr<ModelReader> model_reader_open(const std::string& path) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
-  AGOQ_CHECK(fs::exists(st), "model ", path, ": no such file or folder");
+  AGOQ_CHECK(st.type() != fs::file_type::not_found, "model ", path, ": no such file or folder");
+  AGOQ_CHECK(!ec, "model ", path, ": ", ec.message());  // e.g. a symlink loop, a folder on the way not searchable
   if (fs::is_directory(st)) {
+    const std::string problem = input_dir_problem(path);
+    AGOQ_CHECK(problem.empty(), "model ", path, ": cannot read the folder: ", problem);
     // trainer.json marks agoq's own checkpoints (which also hold a config.json); config.json alone, HF's folders.
-    if (fs::exists(fs::path(path) / "trainer.json", ec)) return checkpoint_model_open(path);
-    if (fs::exists(fs::path(path) / "config.json", ec)) return hf_model_open(path);
+    if (dir_holds(path, "trainer.json")) return checkpoint_model_open(path);
+    if (dir_holds(path, "config.json")) return hf_model_open(path);
     fail("model ", path,
          ": the folder holds neither trainer.json (an agoq checkpoint) nor config.json (a Hugging "
          "Face model)");

@@ -14,6 +14,8 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/json_read.h"
 #include "quant/half.h"
 
 namespace agoq {
@@ -70,8 +72,7 @@ nlohmann::json header_read(int fd, const std::string& path, uint64_t file_size, 
   if (n < 2) bad_file(path, "header length ", n, " is too small for a JSON object");
   std::string text(n, '\0');
   fd_read_all(fd, text.data(), n, 8, path);
-  nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (header.is_discarded()) bad_file(path, "header is not valid JSON");
+  nlohmann::json header = json_parse(text, "safetensors file " + path + ": header");
   if (!header.is_object()) bad_file(path, "header is not a JSON object");
   data_start = 8 + n;
   return header;
@@ -146,7 +147,8 @@ std::map<std::string, std::string> SafetensorsFile::checksums_parse(const Safete
                                                                     const std::string& path) {
   const auto it = st.metadata_.find(kChecksumKey);
   if (it == st.metadata_.end()) return {};  // not written by agoq (or before checksums)
-  const nlohmann::json sums = nlohmann::json::parse(it->second, nullptr, false);
+  const nlohmann::json sums =
+      json_parse(it->second, "safetensors file " + path + ": __metadata__ '" + kChecksumKey + "'");
   if (!sums.is_object()) bad_file(path, "__metadata__ '", kChecksumKey, "' is not a JSON object");
   std::map<std::string, std::string> out;
   for (const auto& [name, sum] : sums.items()) {
@@ -241,11 +243,9 @@ void SafetensorsWriter::write(const std::string& path) const { write_tmp(path).c
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile st;
   st.path_ = path;
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) bad_file(path, "cannot open: ", errno_str());
+  Fd f{input_file_open(path, "safetensors file")};
   struct stat sb {};
   if (::fstat(f.fd, &sb) != 0) bad_file(path, "cannot stat: ", errno_str());
-  if (!S_ISREG(sb.st_mode)) bad_file(path, "not a regular file");
   st.file_size_ = uint64_t(sb.st_size);
   uint64_t data_start = 0;
   const nlohmann::json header = header_read(f.fd, path, st.file_size_, data_start);
@@ -288,8 +288,7 @@ void SafetensorsFile::read_raw(const std::string& name, void* dst, size_t dst_by
   const SafeTensorInfo& info = get(name);
   AGOQ_CHECK(dst_bytes == info.bytes, "safetensors file ", path_, ": tensor '", name, "' is ", info.bytes,
              " bytes, destination is ", dst_bytes);
-  Fd f{::open(path_.c_str(), O_RDONLY | O_CLOEXEC)};
-  AGOQ_CHECK(f.fd >= 0, "safetensors file ", path_, ": cannot open: ", errno_str());
+  Fd f{input_file_open(path_, "safetensors file")};
   struct stat sb {};
   // The header was validated against the size at open(); a file replaced since then is not the one we checked.
   AGOQ_CHECK(::fstat(f.fd, &sb) == 0 && uint64_t(sb.st_size) == file_size_, "safetensors file ", path_,

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/json_read.h"
 #include "formats/safetensors.h"
 #include "optim/moments_schema.h"
 
@@ -91,7 +92,7 @@ int moments_tp_of(const nlohmann::json& trainer, const LlamaConfig& cfg) {
   if (!trainer.is_object() || !trainer.contains("tp")) return 1;
   const nlohmann::json& tp = trainer["tp"];
   AGOQ_CHECK(tp.is_number_integer() && tp.get<int64_t>() >= 1 && tp.get<int64_t>() <= 65536,
-             "checkpoint's trainer.json: tp must be a whole number from 1 to 65536 (got ", tp.dump(), ")");
+             "checkpoint's trainer.json: tp must be a whole number from 1 to 65536 (got ", json_excerpt(tp), ")");
   const int T = tp.get<int>();
   try {  // the shards its 8-bit moments were written as must exist for this model
     model_stage_shard(cfg, model_stage_whole(cfg), T, 0);

@@ -12,6 +12,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_read.h"
 #include "core/stop_signal.h"
 #include "formats/checkpoint.h"
 #include "formats/safetensors.h"
@@ -137,7 +138,7 @@ MomentsForm moments_form_of(const nlohmann::json& trainer) {
   if (!trainer.contains("optim_state")) return f;
   const char* what = "checkpoint's trainer.json";
   const nlohmann::json& state = trainer["optim_state"];
-  AGOQ_CHECK(state.is_string(), what, ": optim_state is not a string (", state.dump(), ")");
+  AGOQ_CHECK(state.is_string(), what, ": optim_state is not a string (", json_excerpt(state), ")");
   try {
     f.state = optim_state_parse(state.get<std::string>());
   } catch (const Error& e) {
@@ -212,7 +213,8 @@ void TrainSession::checkpoint(long at_step) {
                               {"grad_store", enum_name(kGradStoreNames, opt_.grad_store)},
                               {"allreduce", enum_name(kAllreduceNames, opt_.allreduce)},
                               {"zero", opt_.zero},
-                              {"optim_state", optim_state_name(dp_options_.adam.state)}};
+                              {"optim_state", optim_state_name(dp_options_.adam.state)},
+                              {"compute", enum_name(kGemmPrecisionNames, compute_.gemm)}};
     if (dp_options_.adam.state == OptimState::q8)  // the 8-bit format, which moments_form_of reads back
       trainer["optim_q8"] = {{"block", dp_options_.adam.q8.block},
                              {"m_root", dp_options_.adam.q8.m_root},

@@ -91,7 +91,8 @@ TEST_F(CliErrors, BadTensorParallelFlags) {
 
 // A model config that is not one: each case named in agoq's words, not the JSON library's.
 TEST_F(CliErrors, BadModelConfigFiles) {
-  expect_clean_error(train({{"--config", "/dev/null"}}), "model config /dev/null is empty");
+  expect_clean_error(train({{"--config", "/dev/null"}}),
+                     "model config /dev/null: it is a character device, not a file");
   std::ofstream(d("cut.json")) << "{\"hidden_size\": 3,";
   expect_clean_error(train({{"--config", d("cut.json")}}), "is not valid JSON (it ends before the JSON does)");
   std::ofstream(d("bad.json")) << "{\"hidden_size\": x}";
@@ -100,7 +101,7 @@ TEST_F(CliErrors, BadModelConfigFiles) {
   expect_clean_error(train({{"--config", d("huge.json")}}), "is not JSON agoq can read");
   std::ofstream(d("list.json")) << "[1, 2]";
   expect_clean_error(train({{"--config", d("list.json")}}), "is not a JSON object");
-  expect_clean_error(train({{"--config", d("none.json")}}), "cannot read model config");
+  expect_clean_error(train({{"--config", d("none.json")}}), "cannot open model config");
 }
 
 // A step too large to hold is named with what it asks for, before anything is allocated.
