@@ -5,8 +5,8 @@
 # pinned PyPI references of the import tests (scripts/test-requirements.txt) over Debian's torch and numpy.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin
-      libsentencepiece-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev libxxhash-dev libpcre2-dev
-      python3 python3-matplotlib iproute2)
+      libsentencepiece-dev libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev libxxhash-dev libpcre2-dev
+      libutf8proc-dev python3 python3-matplotlib iproute2)
 [ "${1:-}" = "--test" ] && pkgs+=(python3-torch python3-numpy python3-venv)
 [ "${1:-}" = "--sanitize" ] && pkgs+=(clang libclang-rt-14-dev libomp-14-dev)
 missing=()

@@ -4,8 +4,8 @@
 //    with byte fallback: decode(encode(text)) == text for any valid UTF-8 (newlines, tabs and emoji become byte
 //    tokens when they are not pieces), so token streams can be split and concatenated at line boundaries.
 //  * Byte-level BPE (Hugging Face tokenizer.json: GPT-2, Llama 3, SmolLM, Qwen families; GGUF `gpt2` vocabularies):
-//    added tokens matched first, then the file's split regexes (PCRE2, UTF + UCP), the byte-to-unicode map and
-//    merges by rank, equal to HF `tokenizers` token for token.
+//    added tokens matched first (the normalizer runs between them), then the file's split regexes (PCRE2, UTF +
+//    UCP), the byte-to-unicode map and merges by rank, equal to HF `tokenizers` token for token.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -27,6 +27,9 @@ struct BpeSpec {
   // The pre-tokenizer's split regexes, applied in order, each keeping matches and the text between as pieces
   // (tokenizers' Split with behavior Isolated; ByteLevel with use_regex adds GPT-2's regex).
   std::vector<std::string> split_regexes;
+  // The normalizer's steps (tokenizer_normalizer.h: a JSON list, "" for none), run on the text between the added
+  // tokens that are not `normalized` before the rest are matched and the text is split.
+  std::string normalizer;
   bool add_prefix_space = false;  // ByteLevel's: a space before the text when it does not start with one
   bool ignore_merges = false;     // BPE model's: a piece that is itself in the vocabulary is one token
   struct Added {

@@ -8,25 +8,15 @@ namespace agoq {
 
 namespace {
 
-// Rust's char::is_whitespace (Unicode White_Space), which tokenizers' lstrip/rstrip regexes (\s) use.
-bool is_white_space(uint32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
 // The start of the last character of text[0, end).
-size_t utf8_prev(std::string_view text, size_t end) {
-  size_t i = end - 1;
-  while (i > 0 && (uint8_t(text[i]) & 0xC0) == 0x80) --i;
-  return i;
-}
+size_t utf8_prev(std::string_view text, size_t end) { return utf8_char_start(text, end - 1); }
 
 // Where the whitespace at the end of text[0, end) begins.
 size_t space_start_before(std::string_view text, size_t end) {
   while (end > 0) {
     const size_t p = utf8_prev(text, end);
     size_t len;
-    if (!is_white_space(utf8_decode(text, p, &len))) break;
+    if (!utf8_is_white_space(utf8_decode(text, p, &len))) break;
     end = p;
   }
   return end;
@@ -35,7 +25,7 @@ size_t space_start_before(std::string_view text, size_t end) {
 // Where the whitespace at text[begin...] ends.
 size_t space_end_after(std::string_view text, size_t begin) {
   size_t len;
-  while (begin < text.size() && is_white_space(utf8_decode(text, begin, &len))) begin += len;
+  while (begin < text.size() && utf8_is_white_space(utf8_decode(text, begin, &len))) begin += len;
   return begin;
 }
 
@@ -81,12 +71,13 @@ bool AddedTokenSplitter::Trie::find(std::string_view text, size_t from, size_t* 
   return false;
 }
 
-AddedTokenSplitter::AddedTokenSplitter(const std::vector<BpeSpec::Added>& added)
+AddedTokenSplitter::AddedTokenSplitter(const std::vector<BpeSpec::Added>& added, const Normalizer& normalizer)
     : word_(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}])", "added tokens' word test") {
   for (const BpeSpec::Added& a : added) {
     if (a.content.empty()) continue;  // tokenizers ignores them
     tokens_.push_back(a);
-    (a.normalized ? normalized_ : raw_).add(a.content, int32_t(tokens_.size() - 1));
+    const std::string matched = a.normalized ? normalizer.apply(a.content) : a.content;
+    if (!matched.empty()) (a.normalized ? normalized_ : raw_).add(matched, int32_t(tokens_.size() - 1));
   }
 }
 
@@ -113,14 +104,15 @@ void AddedTokenSplitter::find_matches(std::string_view text, size_t base, const 
   if (done < text.size()) out.push_back({-1, base + done, base + text.size()});
 }
 
-std::vector<TextPart> AddedTokenSplitter::split(std::string_view text) const {
-  std::vector<TextPart> first, out;
-  if (text.empty()) return out;
-  find_matches(text, 0, raw_, first);
-  for (const TextPart& p : first) {
-    if (p.id >= 0) out.push_back(p);
-    else find_matches(text.substr(p.begin, p.end - p.begin), p.begin, normalized_, out);
-  }
+std::vector<TextPart> AddedTokenSplitter::split_raw(std::string_view text) const {
+  std::vector<TextPart> out;
+  if (!text.empty()) find_matches(text, 0, raw_, out);
+  return out;
+}
+
+std::vector<TextPart> AddedTokenSplitter::split_normalized(std::string_view text) const {
+  std::vector<TextPart> out;
+  if (!text.empty()) find_matches(text, 0, normalized_, out);
   return out;
 }
 

@@ -1,6 +1,6 @@
 // The added tokens of a byte-level BPE tokenizer, found in the text before it is split, as tokenizers'
 // AddedVocabulary finds them: the tokens with normalized = false first, over the whole text, then those with
-// normalized = true in what is left (no normalizer is supported, so only the order differs); each pass takes the
+// normalized = true in each part that is left, once the normalizer has run on it; each pass takes the
 // leftmost match and of those the longest (Aho-Corasick leftmost-longest), drops a single_word token that touches a
 // word character, and lets lstrip/rstrip take the whitespace beside a token. Private to src/data.
 #pragma once
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "data/tokenizer.h"
+#include "data/tokenizer_normalizer.h"
 #include "data/tokenizer_regex.h"
 
 namespace agoq {
@@ -22,10 +23,14 @@ struct TextPart {
 
 class AddedTokenSplitter {
  public:
-  explicit AddedTokenSplitter(const std::vector<BpeSpec::Added>& added);
+  // The normalized = true tokens are matched as the normalizer makes them (tokenizers' refresh_added_tokens).
+  AddedTokenSplitter(const std::vector<BpeSpec::Added>& added, const Normalizer& normalizer);
   bool empty() const { return tokens_.empty(); }
-  // The parts of `text` (valid UTF-8), in order; text parts are never empty.
-  std::vector<TextPart> split(std::string_view text) const;
+  // The parts of `text` (valid UTF-8), in order, split at the tokens with normalized = false; text parts are never
+  // empty.
+  std::vector<TextPart> split_raw(std::string_view text) const;
+  // The parts of one text part of split_raw's, as the normalizer left it, split at the tokens with normalized = true.
+  std::vector<TextPart> split_normalized(std::string_view text) const;
 
  private:
   struct Trie {

@@ -8,6 +8,8 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <exception>
 #include <functional>
 #include <queue>
 #include <unordered_map>
@@ -16,6 +18,7 @@
 #include "data/tokenizer_added.h"
 #include "data/tokenizer_engine.h"
 #include "data/tokenizer_json.h"
+#include "data/tokenizer_normalizer.h"
 #include "data/tokenizer_regex.h"
 #include "data/utf8.h"
 
@@ -220,6 +223,7 @@ class BpeEngine final : public TokenizerEngine {
   BytesMap bytes_id_;                  // a vocabulary token's bytes (in id_bytes_) -> id (ignore_merges)
   MergeTable merges_;
   std::vector<SplitRegex> regexes_;
+  Normalizer normalizer_;
   AddedTokenSplitter added_;
 
   void check_spec() const;
@@ -234,7 +238,11 @@ class BpeEngine final : public TokenizerEngine {
 };
 
 BpeEngine::BpeEngine(BpeSpec spec, TokenizerFiles files, const std::string& what)
-    : spec_(std::move(spec)), files_(std::move(files)), what_(what), added_(spec_.added) {
+    : spec_(std::move(spec)),
+      files_(std::move(files)),
+      what_(what),
+      normalizer_(spec_.normalizer, what_),
+      added_(spec_.added, normalizer_) {
   check_spec();
   for (size_t id = 0; id < spec_.vocab.size(); ++id)
     if (!spec_.vocab[id].empty()) token_id_.emplace(spec_.vocab[id], int32_t(id));  // the first id of a token
@@ -469,12 +477,19 @@ void BpeEngine::encode_segment(std::string_view seg, std::vector<PieceCache>& ca
     std::vector<size_t> start(n + 1);
     for (int i = 0; i <= n; ++i) start[i] = utf8_floor(seg, pos + i * chunk);
     std::vector<ChunkScan> scans(n);
+    std::vector<std::exception_ptr> failed(n);  // an exception must not leave the parallel region (terminate)
 #pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < n; ++i) {
       const bool last = i + 1 == n;
-      scans[i] = scan(seg, start[i], i == 0 ? after : false, last ? start[n] : start[i + 1] + kOverlapBytes,
-                      last ? 0 : kOverlapMatches, start[i] + kSyncWindow, caches[omp_get_thread_num()]);
+      try {
+        scans[i] = scan(seg, start[i], i == 0 ? after : false, last ? start[n] : start[i + 1] + kOverlapBytes,
+                        last ? 0 : kOverlapMatches, start[i] + kSyncWindow, caches[omp_get_thread_num()]);
+      } catch (...) {
+        failed[i] = std::current_exception();
+      }
     }
+    for (const std::exception_ptr& e : failed)
+      if (e) std::rethrow_exception(e);
     // Meet each chunk with the next; `from` is where the current chunk's pieces start.
     size_t from = pos, from_ids = 0;
     int cur = 0;
@@ -506,10 +521,9 @@ std::vector<int32_t> BpeEngine::encode(std::string_view text, bool progress, boo
   const bool valid = utf8_valid(text);
   const std::string fixed = valid ? std::string() : utf8_replace_invalid(text);
   const std::string_view t = valid ? text : std::string_view(fixed);
-  const std::vector<TextPart> parts = added_.split(t);
   std::vector<PieceCache> caches(t.size() >= kParallelLeast ? omp_get_max_threads() : 1);
-  std::vector<std::string> prefixed;  // segments with ByteLevel's prefix space (alive while the caches point in)
-  prefixed.reserve(parts.size());
+  // Normalized parts and segments with ByteLevel's prefix space, alive while the caches point into them.
+  std::deque<std::string> made;
   std::vector<int32_t> ids;
   ids.reserve(t.size() / 4);
   int reported = 0;  // tenths
@@ -518,25 +532,38 @@ std::vector<int32_t> BpeEngine::encode(std::string_view text, bool progress, boo
     reported = int(10 * at / t.size());
     std::fprintf(stderr, "encoding: %d%% of %.1f MB\n", 10 * reported, double(t.size()) / 1e6);
   };
-  for (const TextPart& p : parts) {
-    if (p.id >= 0) {
-      ids.push_back(p.id);
+  // tokenizers' extract_and_normalize: the parts between the tokens that are not `normalized`, each normalized,
+  // then split at the tokens that are; its segments through the pre-tokenizer and the model.
+  for (const TextPart& r : added_.split_raw(t)) {
+    if (r.id >= 0) {
+      ids.push_back(r.id);
       continue;
     }
-    std::string_view seg = t.substr(p.begin, p.end - p.begin);
-    if (spec_.add_prefix_space && seg[0] != ' ') {
-      std::string& with_space = prefixed.emplace_back(1, ' ');
-      seg = with_space.append(seg);
+    std::string_view part = t.substr(r.begin, r.end - r.begin);
+    if (!normalizer_.empty()) part = made.emplace_back(normalizer_.apply(part));
+    // Progress in the text's bytes: a normalized part's offsets scaled to the part it came from.
+    const auto in_text = [&](size_t at) { return r.begin + (part.empty() ? 0 : at * (r.end - r.begin) / part.size()); };
+    for (const TextPart& p : added_.split_normalized(part)) {
+      if (p.id >= 0) {
+        ids.push_back(p.id);
+        continue;
+      }
+      std::string_view seg = part.substr(p.begin, p.end - p.begin);
+      if (spec_.add_prefix_space && seg[0] != ' ') {
+        std::string& with_space = made.emplace_back(1, ' ');
+        seg = with_space.append(seg);
+      }
+      encode_segment(seg, caches, ids, [&](size_t at) { report(in_text(p.begin + std::min(at, p.end - p.begin))); });
     }
-    encode_segment(seg, caches, ids, [&](size_t at) { report(p.begin + std::min(at, p.end - p.begin)); });
-    report(p.end);
+    report(r.end);
   }
   if (round_trips) *round_trips = valid && decode(ids) == text;
   return ids;
 }
 
 // Every id's token, the merges, the split rules, the added tokens and their matching flags, the special ids and
-// what encode_for_model adds. Not the files' layout, the normalized flag (no normalizer) or the pad id.
+// what encode_for_model adds; the normalizer and the normalized flags when there is one. Not the files' layout or
+// the pad id.
 uint64_t BpeEngine::identity_hash() const {
   uint64_t h = identity_mix(kHashFnv1a64Basis, "byte-level bpe");
   h = identity_mix_value(h, uint64_t(spec_.vocab.size()));
@@ -549,7 +576,11 @@ uint64_t BpeEngine::identity_hash() const {
   for (const auto& a : added) {
     const int32_t v[] = {a.id, a.special, a.lstrip, a.rstrip, a.single_word};
     h = identity_mix_value(identity_mix(h, a.content), v);
+    if (!spec_.normalizer.empty()) h = identity_mix_value(h, int32_t(a.normalized));
   }
+  // Mixed in only when there is one: a tokenizer without a normalizer (or an empty Sequence, the same tokenizer)
+  // keeps the identity it had before normalizers were read.
+  if (!spec_.normalizer.empty()) h = identity_mix(h, spec_.normalizer);
   const int32_t v[] = {spec_.add_prefix_space, spec_.ignore_merges, spec_.bos_id, spec_.eos_id,
                        spec_.unk_id,           spec_.add_bos,       spec_.add_eos};
   return identity_mix_value(h, v);

@@ -8,6 +8,8 @@
 
 #include "core/error.h"
 #include "core/json_read.h"
+#include "data/tokenizer_normalizer.h"
+#include "data/tokenizer_regex.h"
 
 namespace agoq {
 
@@ -52,16 +54,6 @@ json parse(std::string_view bytes, const Reader& r, const char* file) {
   return json_parse(bytes, "tokenizer " + r.what + ": " + file);
 }
 
-// Rust's regex::escape, which tokenizers applies to a Split's {"String": ...} pattern.
-std::string regex_escape(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    if (std::string_view("\\.+*?()|[]{}^$#&-~").find(c) != std::string_view::npos) out += '\\';
-    out += c;
-  }
-  return out;
-}
-
 // ---- pre-tokenizer ----
 
 // Split(pattern, Isolated, invert false) as a regex.
@@ -72,7 +64,7 @@ std::string split_regex(const json& p, const Reader& r, const std::string& where
   const json* pat = r.get(p, "pattern");
   if (!pat || !pat->is_object()) r.refuse(where, ".pattern is missing or not an object");
   if (r.get(*pat, "Regex")) return r.text(*pat, "Regex", where + ".pattern");
-  if (r.get(*pat, "String")) return regex_escape(r.text(*pat, "String", where + ".pattern"));
+  if (r.get(*pat, "String")) return regex_escape_rust(r.text(*pat, "String", where + ".pattern"));
   r.refuse(where, ".pattern has neither Regex nor String");
 }
 
@@ -334,10 +326,8 @@ BpeSpec bpe_spec_from_json(std::string_view tokenizer_json, std::string_view con
   const json j = parse(tokenizer_json, r, "tokenizer.json");
   if (!j.is_object()) r.refuse("tokenizer.json is not a JSON object");
   const json c = config_json.empty() ? json::object() : parse(config_json, r, "tokenizer_config.json");
-  if (const json* n = r.get(j, "normalizer"))
-    r.refuse("normalizer ", n->is_object() && n->contains("type") ? (*n)["type"].dump() : n->dump(),
-             " is not supported (agoq implements none)");
   BpeSpec s;
+  s.normalizer = normalizer_read(r.get(j, "normalizer"), what);
   Vocab v{s, {}, {}, 0};
   read_model(r.get(j, "model"), r, v);
   read_pre_tokenizer(r.get(j, "pre_tokenizer"), r, s);
@@ -402,6 +392,10 @@ std::string pre_tokenizer_json(const BpeSpec& s) {
   return out + byte_level(false, gpt2_last) + "]}";
 }
 
+std::string normalizer_json(const BpeSpec& s) {
+  return s.normalizer.empty() ? "null" : R"({"type": "Sequence", "normalizers": )" + s.normalizer + "}";
+}
+
 std::string template_json(const BpeSpec& s) {
   if (!s.add_bos && !s.add_eos) return "null";
   const std::string bos = s.add_bos ? s.vocab[s.bos_id] : "", eos = s.add_eos ? s.vocab[s.eos_id] : "";
@@ -450,7 +444,7 @@ TokenizerFiles bpe_spec_to_json(const BpeSpec& s) {
   const std::string unk = s.unk_id >= 0 ? quoted(s.vocab[s.unk_id]) : "null";
   std::string tj =
       "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": " + added +
-      ",\n  \"normalizer\": null,\n  \"pre_tokenizer\": " + pre_tokenizer_json(s) +
+      ",\n  \"normalizer\": " + normalizer_json(s) + ",\n  \"pre_tokenizer\": " + pre_tokenizer_json(s) +
       ",\n  \"post_processor\": " + template_json(s) +
       ",\n  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, "
       "\"use_regex\": true},\n  \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": " +

@@ -9,6 +9,13 @@ namespace agoq {
 
 namespace {
 
+// What one match may cost: PCRE2's own defaults for steps (backtracking points, counted per start position; the
+// JIT honours it) and depth (pcre2_match only), and a heap of 64 MiB for pcre2_match's backtracking frames. A split
+// regex of a real tokenizer needs a few steps a piece; a pattern that backtracks without end (nested quantifiers)
+// is stopped by them and named in one line. Back references are refused at compile time: their work is in the
+// comparing, which no limit counts (`(a+)\1+$` on 50 KB of a is ~n^3 within the step limit).
+constexpr uint32_t kMatchLimit = 10'000'000, kDepthLimit = 10'000'000, kHeapLimitKiB = 64 << 10;
+
 // One thread's match block, JIT stack and match context, reused by every scan on that thread.
 struct MatchScratch {
   pcre2_match_data* data = pcre2_match_data_create(64, nullptr);  // group 0 is all a scan reads
@@ -17,6 +24,9 @@ struct MatchScratch {
   MatchScratch() {
     AGOQ_CHECK(data && context, "split regex: out of memory for a match block");
     if (stack) pcre2_jit_stack_assign(context, nullptr, stack);
+    pcre2_set_match_limit(context, kMatchLimit);
+    pcre2_set_depth_limit(context, kDepthLimit);
+    pcre2_set_heap_limit(context, kHeapLimitKiB);
   }
   ~MatchScratch() {
     pcre2_match_data_free(data);
@@ -66,6 +76,15 @@ std::string onig_to_pcre2(std::string_view p) {
   return out;
 }
 
+// The pattern as an error quotes it: whole when short, else its start and its size.
+std::string pattern_excerpt(const std::string& p) {
+  constexpr size_t kMost = 120;
+  if (p.size() <= kMost) return p;
+  size_t cut = kMost;
+  while (cut > 0 && (uint8_t(p[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+  return p.substr(0, cut) + "... (" + std::to_string(p.size()) + " bytes)";
+}
+
 std::string pcre2_message(int code) {
   PCRE2_UCHAR buf[256];
   pcre2_get_error_message(code, buf, sizeof buf);
@@ -73,6 +92,15 @@ std::string pcre2_message(int code) {
 }
 
 }  // namespace
+
+std::string regex_escape_rust(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    if (std::string_view("\\.+*?()|[]{}^$#&-~").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
 
 struct SplitRegex::Code {
   pcre2_code* code = nullptr;
@@ -88,8 +116,13 @@ SplitRegex::SplitRegex(const std::string& pattern, const std::string& what)
   const std::string translated = onig_to_pcre2(pattern);
   code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
                               PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &err, &at, nullptr);
-  AGOQ_CHECK(code_->code, what, ": regex '", pattern, "' does not compile (PCRE2: ", pcre2_message(err), " at offset ",
-             at, ")");
+  AGOQ_CHECK(code_->code, what, ": regex '", pattern_excerpt(pattern), "' does not compile (PCRE2: ",
+             pcre2_message(err), " at offset ", at, ")");
+  uint32_t backrefs = 0;
+  pcre2_pattern_info(code_->code, PCRE2_INFO_BACKREFMAX, &backrefs);
+  AGOQ_CHECK(backrefs == 0, what, ": regex '", pattern_excerpt(pattern),
+             "' has a back reference, which agoq refuses: matching one can take time that grows as the cube of the "
+             "text's length, and PCRE2's limits do not bound it");
   code_->jit = pcre2_jit_compile(code_->code, PCRE2_JIT_COMPLETE) == 0;
 }
 
@@ -104,7 +137,13 @@ bool SplitRegex::find(std::string_view subject, size_t from, size_t* start, size
                             : pcre2_match(code_->code, s, subject.size(), from, PCRE2_NO_UTF_CHECK, m.data, m.context);
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   // rc == 0: more groups than the block holds; group 0 is still set.
-  AGOQ_CHECK(rc >= 0, what_, ": regex '", pattern_, "' failed at byte ", from, " (PCRE2: ", pcre2_message(rc), ")");
+  AGOQ_CHECK(rc >= 0, what_, ": regex '", pattern_excerpt(pattern_), "' failed at byte ", from, " of a ",
+             subject.size(), "-byte piece (PCRE2: ", pcre2_message(rc),
+             rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT ||
+                     rc == PCRE2_ERROR_JIT_STACKLIMIT
+                 ? "; the pattern backtracks more than agoq lets one match"
+                 : "",
+             ")");
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.data);
   *start = ov[0];
   *end = ov[1];

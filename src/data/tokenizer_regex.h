@@ -10,6 +10,9 @@
 
 namespace agoq {
 
+// Rust's regex::escape, which tokenizers applies to a {"String": ...} pattern (Split, Replace) before compiling it.
+std::string regex_escape_rust(std::string_view s);
+
 class SplitRegex {
  public:
   // Errors (a pattern PCRE2 does not compile) are one line naming `what` and PCRE2's reason.

@@ -38,7 +38,8 @@ inline size_t utf8_sequence(std::string_view s, size_t i, size_t* subpart) {
   return need + 1;
 }
 
-inline bool utf8_valid(std::string_view s) {
+// The offset of the first byte that is not valid UTF-8, or s.size() when all is.
+inline size_t utf8_invalid_at(std::string_view s) {
   size_t sub;
   for (size_t i = 0; i < s.size();) {
     if (uint8_t(s[i]) < 0x80) {
@@ -46,11 +47,13 @@ inline bool utf8_valid(std::string_view s) {
       continue;
     }
     const size_t n = utf8_sequence(s, i, &sub);
-    if (!n) return false;
+    if (!n) return i;
     i += n;
   }
-  return true;
+  return s.size();
 }
+
+inline bool utf8_valid(std::string_view s) { return utf8_invalid_at(s) == s.size(); }
 
 // `s` with every maximal invalid subpart replaced by U+FFFD.
 inline std::string utf8_replace_invalid(std::string_view s) {
@@ -68,6 +71,18 @@ inline std::string utf8_replace_invalid(std::string_view s) {
     }
   }
   return out;
+}
+
+// Unicode's White_Space, which Rust's char::is_whitespace tests (tokenizers' Strip, and lstrip/rstrip's \s).
+inline bool utf8_is_white_space(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// The start of the character (valid UTF-8) that holds byte i.
+inline size_t utf8_char_start(std::string_view s, size_t i) {
+  while (i > 0 && (uint8_t(s[i]) & 0xC0) == 0x80) --i;
+  return i;
 }
 
 // The code point at s[i] (valid UTF-8), and its length in *len.
