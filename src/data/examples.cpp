@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/json_read.h"
 #include "data/token_file.h"
+#include "data/utf8.h"
 
 namespace agoq {
 namespace {
@@ -91,6 +92,8 @@ ExamplesRead examples_read_jsonl(const std::string& path, const Tokenizer& tok, 
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     const std::string at = where(path, n);
+    // JSON text is UTF-8 (RFC 8259): said as such, not as nlohmann's "ill-formed UTF-8" parse error.
+    AGOQ_CHECK(utf8_valid(line), at, "not valid UTF-8 (byte ", utf8_invalid_at(line) + 1, " of the line)");
     const json obj = json_parse(line, at + "not a JSON object (one example per line): the line");
     AGOQ_CHECK(obj.is_object(), at, "not a JSON object (one example per line)");
     ExampleBuilder b{tok, {}};
