@@ -491,7 +491,7 @@ TEST(Checkpoint, CorruptOrMismatchedCheckpointsGiveOneClearError) {
     restore();
   }
   file_write(dir + "/config.json", "{\"hidden_size\": ");
-  expect_error(load, {"config.json", "not a valid JSON"});
+  expect_error(load, {"config.json", "is not valid JSON (it ends before the JSON does)"});
   restore();
   file_write(dir + "/trainer.json", "[]");
   expect_error(load, {"trainer.json", "not a valid JSON"});
