@@ -130,7 +130,7 @@ std::pair<int, int> data_shape(const std::string& dir) {
 }
 
 void run(const Options& o) {
-  const size_t budget = plan_parse_bytes(o.budget);
+  const size_t budget = plan_parse_bytes(o.budget, "--mem-budget");
   AGOQ_CHECK(o.fill > 0 && o.fill <= 1, "--fill must be in (0, 1]");
   const std::pair<int, int> shape = data_shape(o.data);
   const int vocab = shape.first, longest = shape.second;  // named, not bound: the lambdas below use them (clang 14)

@@ -95,7 +95,7 @@ const CliCommand kEval("", 35, [](CLI::App& app) {
   c->add_option("--tokenizer", a->tokenizer, "tokenizer.model, tokenizer.json or a folder (default: the model's own)")
       ->check(cli_path());
   c->add_option("--max-tokens", a->max_tokens, "score only the first N tokens of the text (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli_at_least(0));
   c->add_option("--seq", a->seq, "window length (default: the model's context, at most 2048)")->check(cli_at_least(2));
   c->add_option("--logits-out", a->logits_out, "also write the last position's logits here (float32)")
       ->check(cli_path());

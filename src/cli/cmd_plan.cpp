@@ -12,6 +12,7 @@
 #include "comm/communicator.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "optim/adamw.h"
 #include "plan/auto_plan.h"
 #include "plan/calibration.h"
@@ -84,7 +85,8 @@ void write_png(const nlohmann::json& j, const std::string& png) {
 
 // The time model's inputs: a calibration file, or the GPU defaults; the network flags override either.
 PlanCalibration calibration_of(const PlanArgs& a) {
-  PlanCalibration c = a.calibration.empty() ? plan_calibration_gpu_defaults() : plan_calibration_load(a.calibration);
+  PlanCalibration c =
+      a.calibration.empty() ? plan_calibration_gpu_defaults() : plan_calibration_load(a.calibration, "--calibration");
   if (!a.intra.empty()) c.intra.bytes_s = c.intra.send_bytes_s = plan_parse_rate(a.intra, "--intra");
   if (!a.inter.empty()) c.inter.bytes_s = c.inter.send_bytes_s = plan_parse_rate(a.inter, "--inter");
   if (a.gpus_per_node > 0) c.ranks_per_node = a.gpus_per_node;
@@ -94,10 +96,13 @@ PlanCalibration calibration_of(const PlanArgs& a) {
 
 // An existing file is replaced only when it is an earlier calibration (a mistyped path to a config must not go).
 void check_calibration_target(const std::string& path) {
-  if (!std::filesystem::exists(path)) return;
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return;
+  const std::string problem = input_file_problem(path);
+  AGOQ_CHECK(problem.empty(), "--calibrate ", path, ": ", problem);
   bool calibration = false;
   try {
-    plan_calibration_load(path);
+    plan_calibration_load(path, "--calibrate");
     calibration = true;
   } catch (const Error&) {}
   AGOQ_CHECK(calibration, "--calibrate: ", path, " exists and is not a calibration; remove it or name another file");
@@ -113,6 +118,7 @@ void cmd_plan_calibrate(const PlanArgs& a) {
     const PlanCalibration c = plan_calibrate(world, o);
     if (world.rank() != 0) return;
     const nlohmann::json j = plan_calibration_json(c);
+    plan_calibration_from_json(j, "the measurement");  // what --calibration would refuse is not written
     atomic_file_write(a.calibrate_out, j.dump(2) + "\n");
     if (a.json) std::printf("%s\n", j.dump(2).c_str());
     else std::printf("%s\nwritten: %s\n", plan_calibration_text(c).c_str(), a.calibrate_out.c_str());
@@ -125,10 +131,9 @@ void cmd_plan_auto(const PlanArgs& a) {
   PlanAutoRequest req;
   req.model_name = a.model;
   req.cfg = plan_model_resolve(a.model);
-  req.cfg.max_seq_len = std::max(req.cfg.max_seq_len, a.seq);
   req.gpus = a.gpus, req.seq = a.seq, req.global_batch = a.global_batch, req.top = a.top;
-  req.gpu_mem = plan_parse_bytes(a.gpu_mem);
-  req.gpu.reserve_bytes = a.reserve == "0" ? 0 : plan_parse_bytes(a.reserve);
+  req.gpu_mem = plan_parse_bytes(a.gpu_mem, "--gpu-mem");
+  req.gpu.reserve_bytes = a.reserve == "0" ? 0 : plan_parse_bytes(a.reserve, "--reserve");
   req.gpu.bucket_bytes = size_t(a.bucket_mb * double(1 << 20));
   req.bits.bits = parse_bits(a.bits);
   req.bits.quantize_attention = a.quantize_attention;
@@ -139,8 +144,8 @@ void cmd_plan_auto(const PlanArgs& a) {
 }
 
 void cmd_plan_run(const PlanArgs& a) {
-  AGOQ_CHECK(a.bucket_mb > 0 && a.bucket_mb < 1e6, "--bucket-mb must be positive");
-  AGOQ_CHECK(a.top >= 1, "--top must be positive");
+  AGOQ_CHECK(a.bucket_mb > 0 && a.bucket_mb < 1e6, "--bucket-mb must be more than 0 and less than 1000000 (got ",
+             a.bucket_mb, ")");
   if (!a.calibrate_out.empty()) return cmd_plan_calibrate(a);
   if (a.auto_search) return cmd_plan_auto(a);
   PlanRequest req;
@@ -148,11 +153,9 @@ void cmd_plan_run(const PlanArgs& a) {
   req.model_name = a.model;
   req.cfg = plan_model_resolve(a.model);
   req.par = {a.gpus, a.tp, a.pp, a.zero != 0, a.sp};
-  AGOQ_CHECK(a.zero == 0 || a.zero == 1, "--zero must be 0 or 1 (got ", a.zero, ")");
   req.work = {a.seq, a.micro_batch, a.micro_batches};
-  req.cfg.max_seq_len = std::max(req.cfg.max_seq_len, a.seq);
-  req.gpu_mem = plan_parse_bytes(a.gpu_mem);
-  req.gpu.reserve_bytes = a.reserve == "0" ? 0 : plan_parse_bytes(a.reserve);
+  req.gpu_mem = plan_parse_bytes(a.gpu_mem, "--gpu-mem");
+  req.gpu.reserve_bytes = a.reserve == "0" ? 0 : plan_parse_bytes(a.reserve, "--reserve");
   req.gpu.bucket_bytes = size_t(a.bucket_mb * double(1 << 20));
   req.bits.bits = parse_bits(a.bits);
   req.gpu.optim_q8 = optim_state_parse(a.optim_state) == OptimState::q8;
@@ -183,19 +186,24 @@ void cmd_plan_run(const PlanArgs& a) {
 
 const CliCommand kPlan("", 40, [](CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
+  const CLI::Validator kCount = cli_in_range(1, kPlanMaxCount);  // GPUs, sequence length, batch sizes and counts
   CLI::App* c = app.add_subcommand(
       "plan", "per-GPU memory of baseline vs AGoQ under TP/PP/DP, AGoQ's bits per stage, step time, the best layout");
   c->add_option("--model", a->model, "llama-8b, llama-13b, llama-32b or a Hugging Face config.json")->check(cli_path());
-  c->add_option("--gpus", a->gpus, "total GPUs (= tp * pp * dp)")->capture_default_str();
-  c->add_option("--tp", a->tp, "tensor-parallel size (modelled Megatron-style)")->capture_default_str();
+  c->add_option("--gpus", a->gpus, "total GPUs (= tp * pp * dp)")->check(kCount)->capture_default_str();
+  c->add_option("--tp", a->tp, "tensor-parallel size (modelled Megatron-style)")->check(kCount)->capture_default_str();
   c->add_flag("--sp", a->sp,
               "sequence parallelism over the --tp ranks (Megatron-SP: residual-stream activations 1/tp per rank)");
-  c->add_option("--pp", a->pp, "pipeline stages")->capture_default_str();
-  c->add_option("--seq", a->seq, "sequence length")->capture_default_str();
-  c->add_option("--micro-batch", a->micro_batch, "sequences per micro-batch")->capture_default_str();
-  c->add_option("--num-micro-batches", a->micro_batches, "micro-batches per step (1F1B)")->capture_default_str();
+  c->add_option("--pp", a->pp, "pipeline stages")->check(kCount)->capture_default_str();
+  c->add_option("--seq", a->seq, "sequence length")->check(kCount)->capture_default_str();
+  c->add_option("--micro-batch", a->micro_batch, "sequences per micro-batch")->check(kCount)->capture_default_str();
+  c->add_option("--num-micro-batches", a->micro_batches, "micro-batches per step (1F1B)")
+      ->check(kCount)
+      ->capture_default_str();
   c->add_option("--gpu-mem", a->gpu_mem, "memory per GPU, e.g. 80GiB")->capture_default_str();
-  c->add_option("--zero", a->zero, "1: ZeRO-1 (optimizer and master weights sharded over DP)")->capture_default_str();
+  c->add_option("--zero", a->zero, "1: ZeRO-1 (optimizer and master weights sharded over DP)")
+      ->check(cli_in_range(0, 1))
+      ->capture_default_str();
   c->add_option("--optim-state", a->optim_state, "AGoQ's AdamW moments: fp32 | q8 (8 bits, docs/optimizer.md)")
       ->capture_default_str();
   c->add_option("--bits", a->bits, "activation bit-widths the allocator may use")->capture_default_str();
@@ -208,8 +216,8 @@ const CliCommand kPlan("", 40, [](CLI::App& app) {
   c->add_flag("--auto", a->auto_search,
               "search every layout, micro-batching and system; rank those that fit by "
               "predicted tokens/s (needs --global-batch)");
-  c->add_option("--global-batch", a->global_batch, "--auto: sequences per optimizer step");
-  c->add_option("--top", a->top, "--auto: layouts shown")->capture_default_str();
+  c->add_option("--global-batch", a->global_batch, "--auto: sequences per optimizer step")->check(kCount);
+  c->add_option("--top", a->top, "--auto: layouts shown")->check(kCount)->capture_default_str();
   c->add_flag("--time", a->time, "also predict this layout's step time, term by term (--system agoq|baseline)");
   c->add_option("--system", a->system, "--time: agoq | baseline")->capture_default_str();
   c->add_option("--calibration", a->calibration,
@@ -218,10 +226,12 @@ const CliCommand kPlan("", 40, [](CLI::App& app) {
   c->add_option("--calibrate", a->calibrate_out,
                 "measure this machine (under mpirun: at that rank count) and "
                 "write the calibration to FILE")->check(cli_path());
-  c->add_option("--reps", a->reps, "--calibrate: repetitions per measurement")->capture_default_str();
+  c->add_option("--reps", a->reps, "--calibrate: repetitions per measurement")
+      ->check(cli_in_range(1, 1000000))
+      ->capture_default_str();
   c->add_option("--intra", a->intra, "link bandwidth inside a node, e.g. 900GB/s (overrides the calibration)");
   c->add_option("--inter", a->inter, "link bandwidth between nodes, e.g. 50GB/s or 200Gbit/s");
-  c->add_option("--gpus-per-node", a->gpus_per_node, "GPUs (ranks) per node");
+  c->add_option("--gpus-per-node", a->gpus_per_node, "GPUs (ranks) per node")->check(kCount);
   c->add_option("--png", a->png, "also write a bar chart (and its JSON next to it) via scripts/plan_chart.py")
       ->check(cli_path());
   c->callback([a] { cmd_plan_run(*a); });

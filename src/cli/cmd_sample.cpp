@@ -1,6 +1,7 @@
 // `agoq sample`: generate text from a model (an agoq checkpoint, a Hugging Face folder or a GGUF file) with its
 // tokenizer (temperature, top-k, seed).
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -102,9 +103,9 @@ const CliCommand kSample("", 30, [](CLI::App& app) {
   c->add_option("--tokens", a->tokens, "tokens to generate")->capture_default_str();
   c->add_option("--temperature", a->temperature, "softmax temperature (0: greedy)")->capture_default_str();
   c->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0: all)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(cli_in_range(0, INT_MAX))
       ->capture_default_str();
-  c->add_option("--seed", a->seed)->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--seed", a->seed)->check(cli_unsigned())->capture_default_str();
   c->add_flag("--json", a->json, "print the prompt's and the generated token ids and the text as JSON");
   c->callback([a] { cmd_sample_run(*a); });
 });

@@ -100,7 +100,7 @@ void train_flags_schedule(CLI::App* c, TrainOptions& o) {
   c->add_option("--beta2", o.adam.beta2)->capture_default_str();
   c->add_option("--clip", o.clip, "global gradient-norm clip")->capture_default_str();
   c->add_option("--seed", o.seed, "seed for initialisation and data order")
-      ->check(CLI::NonNegativeNumber)
+      ->check(cli_unsigned())
       ->capture_default_str();
   c->add_option("--eval-every", o.eval_every, "validation every N steps (0: only at the end)")->capture_default_str();
   c->add_option("--eval-batches", o.eval_batches, "validation batches")->capture_default_str();
@@ -193,7 +193,7 @@ void train_flags_parallel(CLI::App* c, TrainArgs& a) {
                 "--layout auto: step-time inputs from FILE (`agoq plan --calibrate FILE`); default: measured at start")
       ->needs(layout)->check(cli_path());
   c->add_option_function<std::string>(
-      "--mem-budget", [&o](const std::string& v) { o.mem_budget = plan_parse_bytes(v); },
+      "--mem-budget", [&o](const std::string& v) { o.mem_budget = plan_parse_bytes(v, "--mem-budget"); },
       "memory per rank (e.g. 2GiB): after --replan-after steps, activation bits are re-planned per stage from "
       "the measured peaks (docs/plan.md)");
   c->add_option("--replan-after", o.replan_after, "steps measured before re-planning (with --mem-budget)")

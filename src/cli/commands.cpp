@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
 
 namespace agoq {
@@ -28,17 +31,34 @@ void cli_add_registered(const std::string& parent, CLI::App& app) {
   for (const Entry& e : mine) e.add(app);
 }
 
-CLI::Validator cli_at_least(long long least) {
+CLI::Validator cli_in_range(long long least, long long most) {
+  const bool bounded = most < LLONG_MAX;
+  const std::string range =
+      bounded ? "from " + std::to_string(least) + " to " + std::to_string(most) : ">= " + std::to_string(least);
   return CLI::Validator(
-      [least](std::string& text) -> std::string {
+      [least, most, range](std::string& text) -> std::string {
         errno = 0;
         char* end = nullptr;
         const long long v = std::strtoll(text.c_str(), &end, 10);
-        if (text.empty() || *end != '\0' || errno == ERANGE) return "must be a whole number (got '" + text + "')";
-        if (v < least) return "must be >= " + std::to_string(least) + " (got " + text + ")";
+        if (text.empty() || *end != '\0') return "must be a whole number (got '" + text + "')";
+        if (errno == ERANGE || v < least || v > most) return "must be " + range + " (got " + text + ")";
         return {};
       },
-      ">=" + std::to_string(least));
+      bounded ? "[" + std::to_string(least) + ", " + std::to_string(most) + "]" : ">=" + std::to_string(least));
+}
+
+CLI::Validator cli_at_least(long long least) { return cli_in_range(least, LLONG_MAX); }
+
+CLI::Validator cli_unsigned() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+          return "must be a whole number from 0 to " + std::to_string(UINT64_MAX) + " (got '" + text + "')";
+        return {};
+      },
+      ">=0");
 }
 
 std::string cli_unknown_subcommand(CLI::App& app, int argc, char** argv) {
@@ -60,6 +80,15 @@ std::string cli_unknown_subcommand(CLI::App& app, int argc, char** argv) {
     at = next, path += " " + word;
   }
   return {};
+}
+
+CLI::Option* cli_add_compute(CLI::App* cmd, ComputeMode& into) {
+  auto parse = [&into](const std::string& v) { into = enum_parse(kComputeNames, v, "--compute"); };
+  return cmd
+      ->add_option_function<std::string>("--compute", parse,
+                                         "GEMM precision: auto (bf16 where the CPU has AVX512-BF16 or AMX-BF16, else "
+                                         "fp32), bf16 (bf16 inputs, fp32 accumulation and masters) or fp32")
+      ->default_str(enum_name(kComputeNames, into));
 }
 
 }  // namespace agoq

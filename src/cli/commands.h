@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "model/backend.h"
+
 namespace agoq {
 
 struct CliCommand {
@@ -20,6 +22,14 @@ void cli_add_registered(const std::string& parent, CLI::App& app);
 
 // A validator for a count flag: a whole number of at least `least`, said as "must be >= 1 (got 0)".
 CLI::Validator cli_at_least(long long least);
+// The same for a whole number from `least` to `most`: "must be from 1 to 16777216 (got 0)". CLI11's own Range and
+// NonNegativeNumber print their double bounds in full (309 digits for DBL_MAX).
+CLI::Validator cli_in_range(long long least, long long most);
+// A whole number for a uint64_t flag (a seed): CLI11 would read "-1" as 2^64 - 1.
+CLI::Validator cli_unsigned();
+
+// `--compute auto|bf16|fp32`, one declaration for train, eval, sample and the benchmarks (model/backend.h).
+CLI::Option* cli_add_compute(CLI::App* cmd, ComputeMode& into);
 
 // Where a command that needs a subcommand is given a word that is none of them ("agoq bench nosuch"): the line that
 // names the word and lists the choices; "" when the arguments have no such word.

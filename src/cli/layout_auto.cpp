@@ -45,7 +45,12 @@ void train_layout_auto(TrainOptions& o, Communicator& comm, const std::string& c
   PlanAutoRequest req;
   req.model_name = "this run's model";
   req.cfg = layout_model(o);
-  req.gpus = comm.size(), req.seq = o.seq, req.global_batch = o.batch * o.accum * comm.size();
+  // What --batch and --accum mean under pure data parallelism, counted in 64 bits and named by those flags.
+  const int64_t global = int64_t(o.batch) * o.accum * comm.size();
+  AGOQ_CHECK(o.batch >= 1 && o.accum >= 1 && global <= kPlanMaxCount, "--layout auto: --batch ", o.batch, " x --accum ",
+             o.accum, " x ", comm.size(), comm.size() == 1 ? " rank" : " ranks", " = ", global,
+             " sequences a step is out of range (1 to ", kPlanMaxCount, ")");
+  req.gpus = comm.size(), req.seq = o.seq, req.global_batch = int(global);
   req.gpu_mem = o.mem_budget > 0 ? o.mem_budget : host_memory_per_rank(comm);
   req.gpu.reserve_bytes = 0;  // no device runtime to reserve for
   if (calibration.empty() && comm.rank() == 0)
@@ -53,7 +58,7 @@ void train_layout_auto(TrainOptions& o, Communicator& comm, const std::string& c
         "layout auto: measuring this machine at %d ranks (plan --calibrate FILE once, then "
         "--calibration FILE, saves this)\n",
         comm.size());
-  req.cal = calibration.empty() ? plan_calibrate(comm) : plan_calibration_load(calibration);
+  req.cal = calibration.empty() ? plan_calibrate(comm) : plan_calibration_load(calibration, "--calibration");
   if (req.cal.measured_ranks > 0 && req.cal.measured_ranks != comm.size() && comm.rank() == 0)
     std::printf(
         "layout auto: note: %s was measured at %d ranks, this run has %d (rates a rank sees depend on how "

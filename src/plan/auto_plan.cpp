@@ -9,16 +9,20 @@
 
 namespace agoq {
 
+std::vector<int> plan_divisors(int n) {
+  std::vector<int> low, high;
+  for (int i = 1; i <= n / i; ++i)  // i <= n / i: i * i <= n without computing i * i
+    if (n % i == 0) {
+      low.push_back(i);
+      if (i != n / i) high.push_back(n / i);
+    }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
+}
+
 namespace {
 
 double gib(size_t b) { return double(b) / double(1ull << 30); }
-
-std::vector<int> divisors(int n) {
-  std::vector<int> d;
-  for (int i = 1; i <= n; ++i)
-    if (n % i == 0) d.push_back(i);
-  return d;
-}
 
 std::string system_name(PlanSystem s, bool optim_q8) {
   if (s == PlanSystem::baseline) return "baseline";
@@ -76,8 +80,8 @@ const PlanCandidate* PlanAutoResult::best_of(PlanSystem system, std::optional<bo
 std::vector<std::pair<int, int>> plan_auto_layouts(const LlamaConfig& cfg, int gpus, int seq,
                                                    std::vector<PlanRefusedLayout>* refused) {
   std::vector<std::pair<int, int>> out;
-  for (int tp : divisors(gpus))
-    for (int pp : divisors(gpus / tp)) {
+  for (int tp : plan_divisors(gpus))
+    for (int pp : plan_divisors(gpus / tp)) {
       try {
         plan_parallel_check(cfg, {gpus, tp, pp}, {seq, 1, 1});
         out.push_back({tp, pp});
@@ -89,8 +93,11 @@ std::vector<std::pair<int, int>> plan_auto_layouts(const LlamaConfig& cfg, int g
 }
 
 PlanAutoResult plan_auto(const PlanAutoRequest& req) {
-  AGOQ_CHECK(req.gpus >= 1, "--gpus must be positive (got ", req.gpus, ")");
-  AGOQ_CHECK(req.global_batch >= 1, "--global-batch must be positive (got ", req.global_batch, ")");
+  // What no layout can mend fails here, by flag, rather than as every layout refused.
+  plan_seq_check(req.cfg, req.seq, req.model_name);
+  plan_parallel_check(req.cfg, {req.gpus, 1, 1}, {req.seq, 1, 1});
+  AGOQ_CHECK(req.global_batch >= 1 && req.global_batch <= kPlanMaxCount, "--global-batch ", req.global_batch,
+             " is out of range (1 to ", kPlanMaxCount, " sequences)");
   PlanAutoResult res;
   res.req = req;
   std::vector<PlanCandidate> all;
@@ -102,7 +109,7 @@ PlanAutoResult plan_auto(const PlanAutoRequest& req) {
                                  std::to_string(req.global_batch) + " sequences"});
       continue;
     }
-    for (int b : divisors(req.global_batch / dp))
+    for (int b : plan_divisors(req.global_batch / dp))
       for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
         for (int zero = 0; zero <= (dp > 1 ? 1 : 0); ++zero)
           for (int q8 = 0; q8 <= 1; ++q8) {

@@ -55,6 +55,9 @@ struct PlanAutoResult {
   const PlanCandidate* best_agoq() const { return best_of(PlanSystem::agoq); }
 };
 
+// The divisors of n, ascending (none for n < 1); O(sqrt n).
+std::vector<int> plan_divisors(int n);
+
 // The (tp, pp) pairs with tp * pp dividing gpus that the model admits (plan_parallel_check), and the refused ones.
 std::vector<std::pair<int, int>> plan_auto_layouts(const LlamaConfig& cfg, int gpus, int seq,
                                                    std::vector<PlanRefusedLayout>* refused = nullptr);

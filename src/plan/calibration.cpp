@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -11,6 +11,8 @@
 
 #include "arch/params.h"
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/json_read.h"
 #include "core/memory.h"
 #include "core/rng.h"
 #include "model/attention.h"
@@ -49,15 +51,31 @@ nlohmann::json curve_json(const PlanRateCurve& c) {
   return j;
 }
 
-PlanRateCurve curve_from(const nlohmann::json& j, const std::string& what) {
+// Sane bounds of what a calibration holds, so that no rate or time derived from it leaves a double's range:
+// a rate per second of one rank (FLOP/s, bytes/s, parameters/s) is at least 1 and at most 1e18 (an exa-unit); a
+// rate relative to another (GEMM rate by rows, the model's and TP's efficiency) is within a factor of 1e6 of 1; a
+// size (FLOPs per call, sequence length, rows) is from 1 to 1e30; a latency from a picosecond to an hour.
+struct CalBounds {
+  double lo, hi;
+};
+constexpr CalBounds kCalRate{1, 1e18}, kCalRatio{1e-6, 1e6}, kCalSize{1, 1e30}, kCalLatency{1e-12, 3600},
+    kCalRanks{1, kPlanMaxCount};
+
+bool within(const nlohmann::json& v, CalBounds b) {
+  return v.is_number() && v.get<double>() >= b.lo && v.get<double>() <= b.hi;
+}
+
+PlanRateCurve curve_from(const nlohmann::json& j, const std::string& what, CalBounds rate) {
   AGOQ_CHECK(j.is_array() && !j.empty(), what, " must be a non-empty array of [size, rate] pairs");
   PlanRateCurve c;
   for (const auto& p : j) {
     AGOQ_CHECK(p.is_array() && p.size() == 2 && p[0].is_number() && p[1].is_number(), what,
-               " must hold [size, rate] pairs");
+               " must hold [size, rate] pairs (got ", json_excerpt(p), ")");
+    AGOQ_CHECK(within(p[0], kCalSize) && within(p[1], rate), what, ": [", json_excerpt(p[0]), ", ", json_excerpt(p[1]),
+               "] is out of range (sizes ", kCalSize.lo, " to ", kCalSize.hi, ", rates ", rate.lo, " to ", rate.hi,
+               ")");
     const double x = p[0], y = p[1];
-    AGOQ_CHECK(x > 0 && y > 0 && (c.points.empty() || x > c.points.back().first), what,
-               " needs positive sizes in increasing order and positive rates");
+    AGOQ_CHECK(c.points.empty() || x > c.points.back().first, what, " needs its sizes in increasing order");
     c.points.push_back({x, y});
   }
   return c;
@@ -99,68 +117,58 @@ PlanCalibration plan_calibration_from_json(const nlohmann::json& j, const std::s
     AGOQ_CHECK(o.is_object() && o.contains(key), source, ": calibration field '", path, key, "' is missing");
     return o[key];
   };
-  auto positive = [&](const nlohmann::json& o, const char* key, const std::string& path) {
-    const nlohmann::json& v = at(o, key, path);
-    AGOQ_CHECK(v.is_number() && double(v) > 0, source, ": calibration field '", path, key,
-               "' must be a positive number");
-    return double(v);
+  auto number = [&](const nlohmann::json& v, const std::string& name, CalBounds b, bool whole = false) {
+    AGOQ_CHECK(within(v, b) && (!whole || v.get<double>() == std::floor(v.get<double>())), source,
+               ": calibration field '", name, "' must be a ", whole ? "whole number" : "number", " from ", b.lo, " to ",
+               b.hi, " (got ", json_excerpt(v), ")");
+    return v.get<double>();
+  };
+  auto field = [&](const nlohmann::json& o, const char* key, const std::string& path, CalBounds b) {
+    return number(at(o, key, path), path + key, b);
   };
   PlanCalibration c;
   c.source = source;
   const nlohmann::json& t = at(j, "trainer", "");
-  AGOQ_CHECK(t.is_string(), source, ": calibration field 'trainer' must be a string");
-  c.trainer = plan_trainer_parse(t);
+  AGOQ_CHECK(t.is_string(), source, ": calibration field 'trainer' must be a string (got ", json_excerpt(t), ")");
+  try {
+    c.trainer = plan_trainer_parse(t.get<std::string>());
+  } catch (const Error& e) {
+    fail(source, ": calibration field ", e.what());
+  }
   const nlohmann::json& d = at(j, "device", "");
   c.device.gemm =
-      curve_from(at(d, "gemm_flops_by_call_flops", "device."), source + ": device.gemm_flops_by_call_flops");
+      curve_from(at(d, "gemm_flops_by_call_flops", "device."), source + ": device.gemm_flops_by_call_flops", kCalRate);
   c.device.attention =
-      curve_from(at(d, "attention_flops_by_seq", "device."), source + ": device.attention_flops_by_seq");
+      curve_from(at(d, "attention_flops_by_seq", "device."), source + ": device.attention_flops_by_seq", kCalRate);
   // absent or empty (calibrations written before it was measured, the GPU defaults): every row count alike
   if (d.contains("gemm_rate_by_rows") && !(d["gemm_rate_by_rows"].is_array() && d["gemm_rate_by_rows"].empty()))
-    c.device.gemm_rows = curve_from(d["gemm_rate_by_rows"], source + ": device.gemm_rate_by_rows");
-  c.device.elementwise_bw = positive(d, "elementwise_bytes_s", "device.");
-  c.device.act_quant_bw = positive(d, "act_quant_bytes_s", "device.");
-  c.device.act_bf16_bw = positive(d, "act_bf16_bytes_s", "device.");
-  c.device.grad_fold_bw = positive(d, "grad_fold_bytes_s", "device.");
-  c.device.adam_params_s = positive(d, "adam_params_s", "device.");
-  c.device.adam_q8_params_s = positive(d, "adam_q8_params_s", "device.");
-  c.device.model_efficiency = positive(d, "model_efficiency", "device.");
+    c.device.gemm_rows = curve_from(d["gemm_rate_by_rows"], source + ": device.gemm_rate_by_rows", kCalRatio);
+  c.device.elementwise_bw = field(d, "elementwise_bytes_s", "device.", kCalRate);
+  c.device.act_quant_bw = field(d, "act_quant_bytes_s", "device.", kCalRate);
+  c.device.act_bf16_bw = field(d, "act_bf16_bytes_s", "device.", kCalRate);
+  c.device.grad_fold_bw = field(d, "grad_fold_bytes_s", "device.", kCalRate);
+  c.device.adam_params_s = field(d, "adam_params_s", "device.", kCalRate);
+  c.device.adam_q8_params_s = field(d, "adam_q8_params_s", "device.", kCalRate);
+  c.device.model_efficiency = field(d, "model_efficiency", "device.", kCalRatio);
   for (auto [key, link] : {std::pair<const char*, PlanLink*>{"intra", &c.intra}, {"inter", &c.inter}}) {
     const nlohmann::json& l = at(j, key, "");
-    link->bytes_s = positive(l, "bytes_s", std::string(key) + ".");
-    link->latency_s = positive(l, "latency_s", std::string(key) + ".");
-    link->send_bytes_s = positive(l, "send_bytes_s", std::string(key) + ".");
+    link->bytes_s = field(l, "bytes_s", std::string(key) + ".", kCalRate);
+    link->latency_s = field(l, "latency_s", std::string(key) + ".", kCalLatency);
+    link->send_bytes_s = field(l, "send_bytes_s", std::string(key) + ".", kCalRate);
   }
-  c.ranks_per_node = int(positive(j, "ranks_per_node", ""));
-  const nlohmann::json& o = at(j, "dp_overlap", "");
-  AGOQ_CHECK(o.is_number() && double(o) >= 0 && double(o) <= 1, source,
-             ": calibration field 'dp_overlap' must be in [0, 1]");
-  c.dp_overlap = o;
-  const nlohmann::json& share = at(j, "core_share", "");
-  AGOQ_CHECK(share.is_number() && double(share) > 0 && double(share) <= 1, source,
-             ": calibration field 'core_share' must be in (0, 1]");
-  c.core_share = share;
-  const nlohmann::json& yield = at(j, "wait_yield", "");
-  AGOQ_CHECK(yield.is_number() && double(yield) >= 0 && double(yield) <= 1, source,
-             ": calibration field 'wait_yield' must be in [0, 1]");
-  c.wait_yield = yield;
+  c.ranks_per_node = int(number(at(j, "ranks_per_node", ""), "ranks_per_node", kCalRanks, true));
+  c.dp_overlap = field(j, "dp_overlap", "", {0, 1});
+  c.core_share = field(j, "core_share", "", {1e-6, 1});
+  c.wait_yield = field(j, "wait_yield", "", {0, 1});
   // absent from calibrations written before it was measured: TP as the terms say
-  const nlohmann::json tp = j.contains("tp_efficiency") ? j["tp_efficiency"] : nlohmann::json(1.0);
-  AGOQ_CHECK(tp.is_number() && double(tp) > 0, source, ": calibration field 'tp_efficiency' must be a positive number");
-  c.tp_efficiency = tp;
-  c.measured_ranks = j.value("measured_ranks", 0);
+  c.tp_efficiency = j.contains("tp_efficiency") ? field(j, "tp_efficiency", "", kCalRatio) : 1.0;
+  c.measured_ranks =
+      j.contains("measured_ranks") ? int(number(j["measured_ranks"], "measured_ranks", {0, kPlanMaxCount}, true)) : 0;
   return c;
 }
 
-PlanCalibration plan_calibration_load(const std::string& path) {
-  std::ifstream in(path);
-  AGOQ_CHECK(in, "--calibration: cannot open ", path);
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    fail("--calibration: ", path, " is not JSON (", e.what(), ")");
-  }
+PlanCalibration plan_calibration_load(const std::string& path, const std::string& flag) {
+  const nlohmann::json j = json_parse(input_file_read(path, flag), flag + " " + path);
   return plan_calibration_from_json(j, path);
 }
 
@@ -195,10 +203,15 @@ double plan_parse_rate(const std::string& text, const std::string& flag) {
   for (char ch : text)
     if (ch != ' ') t += char(std::tolower(static_cast<unsigned char>(ch)));
   if (t.size() > 2 && t.substr(t.size() - 2) == "/s") t.resize(t.size() - 2);
+  auto out_of_range = [&] {
+    fail(flag, " '", text, "' is out of range (", kCalRate.lo, " B/s to ", kCalRate.hi, " B/s)");
+  };
   size_t used = 0;
   double v = 0;
   try {
     v = std::stod(t, &used);
+  } catch (const std::out_of_range&) {  // beyond a double, or below its smallest
+    out_of_range();
   } catch (const std::exception&) {
     fail(flag, " '", text, "' is not a rate such as 900GB/s or 200Gbit/s");
   }
@@ -208,7 +221,8 @@ double plan_parse_rate(const std::string& text, const std::string& flag) {
                                                   {"gbit", 125e6}, {"tbit", 125e9}};
   for (const auto& [name, scale] : units)
     if (unit == name) {
-      AGOQ_CHECK(v > 0 && v * scale < 1e18, flag, " '", text, "' must be a positive rate");
+      AGOQ_CHECK(v > 0, flag, " '", text, "' must be a positive rate");
+      if (!(v * scale >= kCalRate.lo && v * scale <= kCalRate.hi)) out_of_range();
       return v * scale;
     }
   fail(flag, " '", text, "': unknown unit '", unit, "' (B/s, KB/s, MB/s, GB/s, TB/s, or Kbit, Mbit, Gbit, Tbit)");

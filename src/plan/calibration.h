@@ -15,9 +15,11 @@ namespace agoq {
 PlanCalibration plan_calibration_gpu_defaults();
 
 nlohmann::json plan_calibration_json(const PlanCalibration& c);
-// Every field is required; an error names the source and the field.
+// Every field is required (but tp_efficiency, gemm_rate_by_rows and measured_ranks), of its type and within a sane
+// range (a rate of 1e-300 would make every prediction infinite); an error names the source and the field.
 PlanCalibration plan_calibration_from_json(const nlohmann::json& j, const std::string& source);
-PlanCalibration plan_calibration_load(const std::string& path);  // errors name the file
+// The file `path` that `flag` names (--calibration, --calibrate); errors name both, and the field.
+PlanCalibration plan_calibration_load(const std::string& path, const std::string& flag = "--calibration");
 std::string plan_calibration_text(const PlanCalibration& c);     // a few lines for the console
 
 // A link speed: "900GB/s", "50 GB/s" (decimal bytes), "200Gbit/s", "100Mbit" (bits), or plain bytes/s. Throws

@@ -63,27 +63,28 @@ void plan_parallel_check(const LlamaConfig& cfg, const PlanParallel& par, const 
   cfg.validate();
   // Bounds first, so no product below overflows (the largest are a micro-batch's logits and a stage's activations
   // over its micro-batches in flight: kept under 2^62 bytes).
-  constexpr int kMaxGpus = 1 << 24, kMaxCount = 1 << 24;
-  AGOQ_CHECK(par.gpus <= kMaxGpus, "--gpus ", par.gpus, " is more than agoq plans for (", kMaxGpus, ")");
-  AGOQ_CHECK(w.seq <= kMaxCount && w.micro_batch <= kMaxCount && w.num_micro_batches <= kMaxCount, "--seq ", w.seq,
-             ", --micro-batch ", w.micro_batch, ", --num-micro-batches ", w.num_micro_batches,
-             ": each must be at most ", kMaxCount);
+  AGOQ_CHECK(par.gpus >= 1 && par.tp >= 1 && par.pp >= 1, "--gpus, --tp and --pp must be positive (got ", par.gpus,
+             ", ", par.tp, ", ", par.pp, ")");
+  AGOQ_CHECK(par.gpus <= kPlanMaxCount, "--gpus ", par.gpus, " is more than agoq plans for (", kPlanMaxCount, ")");
+  AGOQ_CHECK(w.seq >= 1 && w.micro_batch >= 1 && w.num_micro_batches >= 1,
+             "--seq, --micro-batch and --num-micro-batches must be positive (got ", w.seq, ", ", w.micro_batch, ", ",
+             w.num_micro_batches, ")");
+  AGOQ_CHECK(w.seq <= kPlanMaxCount && w.micro_batch <= kPlanMaxCount && w.num_micro_batches <= kPlanMaxCount, "--seq ",
+             w.seq, ", --micro-batch ", w.micro_batch, ", --num-micro-batches ", w.num_micro_batches,
+             ": each must be at most ", kPlanMaxCount);
   const double rows = double(w.seq) * double(w.micro_batch);
   const double widest = std::max({double(cfg.vocab_size), double(cfg.ffn_dim), double(cfg.dim)});
   AGOQ_CHECK(rows * widest * 8.0 * double(cfg.n_layers) * double(std::min(w.num_micro_batches, cfg.n_layers)) < 0x1p62,
              "--seq ", w.seq, " x --micro-batch ", w.micro_batch, " = ", rows,
              " tokens per micro-batch: this model's activations of them would exceed 2^62 bytes per GPU");
-  AGOQ_CHECK(par.gpus >= 1 && par.tp >= 1 && par.pp >= 1, "--gpus, --tp and --pp must be positive (got ", par.gpus,
-             ", ", par.tp, ", ", par.pp, ")");
-  AGOQ_CHECK(par.gpus % (par.tp * par.pp) == 0, "--gpus ", par.gpus,
-             " is not divisible by tp * pp = ", par.tp * par.pp);
+  // tp and pp within gpus first: their product then fits an int64
+  AGOQ_CHECK(par.tp <= par.gpus && par.pp <= par.gpus && par.gpus % (int64_t(par.tp) * par.pp) == 0, "--gpus ",
+             par.gpus, " is not divisible by tp * pp = ", int64_t(par.tp) * par.pp);
   AGOQ_CHECK(par.pp <= cfg.n_layers, "--pp ", par.pp, " exceeds the model's ", cfg.n_layers, " layers");
   AGOQ_CHECK(cfg.n_heads % par.tp == 0, "--tp ", par.tp, " does not divide the ", cfg.n_heads, " attention heads");
   AGOQ_CHECK(cfg.n_kv_heads % par.tp == 0 || par.tp % cfg.n_kv_heads == 0, "--tp ", par.tp, " and the ", cfg.n_kv_heads,
              " kv heads: one must divide the other");
   AGOQ_CHECK(cfg.ffn_dim % par.tp == 0, "--tp ", par.tp, " does not divide the MLP width ", cfg.ffn_dim);
-  AGOQ_CHECK(w.seq >= 1 && w.micro_batch >= 1 && w.num_micro_batches >= 1,
-             "--seq, --micro-batch and --num-micro-batches must be positive");
   AGOQ_CHECK(!par.sp || par.tp > 1,
              "--sp (sequence parallelism) shards over the tensor-parallel ranks: it needs --tp > 1");
   AGOQ_CHECK(!par.sp || w.rows() % size_t(par.tp) == 0, "--sp: --tp ", par.tp, " does not divide the ", w.rows(),
@@ -230,10 +231,16 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
   m[MemCategory::workspace] =
       llama_workspace_bytes(cfg, opt.batch, opt.seq, policy, st, opt.grad_q8 && opt.lm_head_pieces) +
       attention_scratch_bytes(cfg.head_dim(), threads);
+  if (opt.gemm_bf16) {
+    const LlamaGemmBf16Bytes bf16 = llama_gemm_bf16_bytes(cfg, opt.batch, opt.seq, st, opt.grad_q8 && opt.lm_head_pieces);
+    m[MemCategory::weights] += bf16.weights, m[MemCategory::workspace] += bf16.workspace;
+  }
   return m;
 }
 
-size_t plan_parse_bytes(const std::string& text) {
+size_t plan_parse_bytes(const std::string& text, const std::string& flag) {
+  // (below 1 byte or from 2^62 bytes on: no GPU or host has that, and sizes derived from it would overflow)
+  auto out_of_range = [&] { fail(flag, " '", text, "' is out of range (1 byte to 4 EiB)"); };
   size_t i = 0;
   while (i < text.size() && (std::isdigit((unsigned char)text[i]) || text[i] == '.')) ++i;
   double value = 0;
@@ -242,8 +249,10 @@ size_t plan_parse_bytes(const std::string& text) {
     AGOQ_CHECK(i > 0, "");
     value = std::stod(text.substr(0, i), &used);
     AGOQ_CHECK(used == i, "");
+  } catch (const std::out_of_range&) {
+    out_of_range();
   } catch (const std::exception&) {
-    fail("bad memory size '", text, "' (expected e.g. 80GiB, 80GB, 512MiB)");
+    fail(flag, ": bad memory size '", text, "' (expected e.g. 80GiB, 80GB, 512MiB)");
   }
   std::string unit = text.substr(i);
   unit.erase(0, unit.find_first_not_of(' '));
@@ -254,10 +263,11 @@ size_t plan_parse_bytes(const std::string& text) {
   for (const auto& [name, scale] : units)
     if (unit == name) {
       const double bytes = value * scale;
-      AGOQ_CHECK(bytes >= 1 && bytes < 0x1p62, "memory size '", text, "' out of range");
+      if (!(bytes >= 1 && bytes < 0x1p62)) out_of_range();
       return size_t(std::llround(bytes));
     }
-  fail("bad memory size '", text, "': unknown unit '", text.substr(i), "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+  fail(flag, ": bad memory size '", text, "': unknown unit '", text.substr(i),
+       "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
 }
 
 }  // namespace agoq

@@ -23,6 +23,10 @@
 
 namespace agoq {
 
+// The largest GPU count, sequence length, micro-batch size or count (and global batch) agoq plans for: far beyond any
+// run, small enough that no product of them overflows.
+constexpr int kPlanMaxCount = 1 << 24;
+
 struct PlanParallel {
   int gpus = 1, tp = 1, pp = 1;
   bool zero1 = false;  // optimizer states and fp32 master weights sharded over the D data-parallel ranks
@@ -112,10 +116,12 @@ struct PlanCpuOptions {
   int pp = 1;        // pipeline stages; with pp > 1, `stage` and `in_flight` describe this rank's
   ModelStage stage;  // its layers are ignored when pp == 1 (the whole model); its tensor-parallel shard counts
   int in_flight = 1;
+  bool gemm_bf16 = false;  // `--compute bf16`: the weights' bf16 copies and the GEMMs' rounding scratch
 };
 PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& policy, const PlanCpuOptions& opt);
 
-// "80GiB", "80 GB", "1.5TiB", "512MiB", "81920M" (K/M/G/T alone are binary), or plain bytes. Throws on garbage.
-size_t plan_parse_bytes(const std::string& text);
+// "80GiB", "80 GB", "1.5TiB", "512MiB", "81920M" (K/M/G/T alone are binary), or plain bytes. Throws naming `flag`
+// on garbage or a size out of range.
+size_t plan_parse_bytes(const std::string& text, const std::string& flag);
 
 }  // namespace agoq

@@ -27,7 +27,14 @@ double PlanReport::planned_reduction(int s) const {
   return 1.0 - double(stages[s].planned.total()) / double(stages[s].baseline.total());
 }
 
+void plan_seq_check(const LlamaConfig& cfg, int seq, const std::string& model_name) {
+  AGOQ_CHECK(seq >= 1, "--seq must be positive (got ", seq, ")");
+  AGOQ_CHECK(seq <= cfg.max_seq_len, "--seq ", seq, " is beyond ", model_name, "'s ", cfg.max_seq_len,
+             " positions (max_position_embeddings)");
+}
+
 PlanReport plan_run(const PlanRequest& req) {
+  plan_seq_check(req.cfg, req.work.seq, req.model_name);
   PlanReport rep;
   rep.req = req;
   const PlanActShape shape{req.cfg, req.par.tp, req.work.rows(), req.par.sp};

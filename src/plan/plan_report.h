@@ -37,6 +37,8 @@ struct PlanReport {
   double planned_reduction(int stage) const;  // 1 - planned / baseline
 };
 
+// A sequence of 1 to the model's positions (max_position_embeddings), else an error naming --seq and the model.
+void plan_seq_check(const LlamaConfig& cfg, int seq, const std::string& model_name);
 PlanReport plan_run(const PlanRequest& req);
 nlohmann::json plan_report_json(const PlanReport& rep);
 std::string plan_report_text(const PlanReport& rep);

@@ -308,8 +308,16 @@ PlanTime plan_step_time(const LlamaConfig& cfg, const PlanParallel& par, const P
   add("dp_reduce", dp);
   add("zero_gather", gather);
   add("optimizer", optim);
-  for (const PlanTimeTerm& t : out.terms) out.step_s += t.seconds;
+  for (const PlanTimeTerm& t : out.terms) {
+    // (a calibration's ranges keep every term finite; this names the term should one still not be)
+    AGOQ_CHECK(std::isfinite(t.seconds) && t.seconds >= 0, "the step-time model's ", t.name, " term is ", t.seconds,
+               " s with the calibration ", cal.source, ": a rate or latency in it is out of range");
+    out.step_s += t.seconds;
+  }
   out.tokens_s = double(w.rows()) * m * D / out.step_s;
+  AGOQ_CHECK(std::isfinite(out.step_s) && out.step_s > 0 && std::isfinite(out.tokens_s),
+             "the step-time model predicts ", out.step_s, " s a step with the calibration ", cal.source,
+             ": a rate or latency in it is out of range");
   return out;
 }
 

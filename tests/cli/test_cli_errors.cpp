@@ -127,10 +127,10 @@ TEST_F(CliErrors, BenchFlagsAreCheckedBeforeRunning) {
 // The planner bounds every count before it multiplies them; its cost does not grow with the GPU count
 // (tests/comm AllreduceQ8Plan.BytesInConstantTimeEqualThePlans).
 TEST_F(CliErrors, PlanBoundsItsCountsAndStaysFast) {
-  expect_clean_error("plan --model llama-8b --gpus 1073741824", "--gpus 1073741824 is more than agoq plans for");
+  expect_clean_error("plan --model llama-8b --gpus 1073741824", "--gpus: must be from 1 to 16777216 (got 1073741824)");
   expect_clean_error("plan --model llama-8b --micro-batch 2000000000 --num-micro-batches 2000000000",
-                     "each must be at most 16777216");
-  expect_clean_error("plan --model llama-8b --micro-batch 16777216 --seq 16777216", "would exceed 2^62 bytes");
+                     "--micro-batch: must be from 1 to 16777216");
+  expect_clean_error("plan --model llama-32b --micro-batch 16777216 --seq 32768", "would exceed 2^62 bytes");
   // 16M GPUs (a plan that listed its ranks took 1.6 s and 1 GB here; constant time now: run_agoq's 60 s bound).
   EXPECT_EQ(run_agoq("plan --model llama-8b --gpus 16777216").exit_code, 0);
 }

@@ -42,7 +42,7 @@ int flags(const uint8_t* data, size_t size) {
   const std::string text(text_of(data + 1, size - 1));
   try {
     if (data[0] % 2 == 0) {
-      (void)plan_parse_bytes(text);
+      (void)plan_parse_bytes(text, "--mem-budget");
     } else {
       LlamaConfig c;
       c.n_layers = 12;

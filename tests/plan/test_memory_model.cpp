@@ -255,15 +255,15 @@ TEST(PlanGpuModel, BadParallelConfigs) {
 }
 
 TEST(PlanGpuModel, ParseBytes) {
-  EXPECT_EQ(plan_parse_bytes("80GiB"), size_t(80) << 30);
-  EXPECT_EQ(plan_parse_bytes("80G"), size_t(80) << 30);
-  EXPECT_EQ(plan_parse_bytes("80GB"), size_t(80e9));
-  EXPECT_EQ(plan_parse_bytes("80 gib"), size_t(80) << 30);
-  EXPECT_EQ(plan_parse_bytes("1.5TiB"), size_t(3) << 39);
-  EXPECT_EQ(plan_parse_bytes("512MiB"), size_t(512) << 20);
-  EXPECT_EQ(plan_parse_bytes("4096"), 4096u);
+  EXPECT_EQ(plan_parse_bytes("80GiB", "--gpu-mem"), size_t(80) << 30);
+  EXPECT_EQ(plan_parse_bytes("80G", "--gpu-mem"), size_t(80) << 30);
+  EXPECT_EQ(plan_parse_bytes("80GB", "--gpu-mem"), size_t(80e9));
+  EXPECT_EQ(plan_parse_bytes("80 gib", "--gpu-mem"), size_t(80) << 30);
+  EXPECT_EQ(plan_parse_bytes("1.5TiB", "--gpu-mem"), size_t(3) << 39);
+  EXPECT_EQ(plan_parse_bytes("512MiB", "--gpu-mem"), size_t(512) << 20);
+  EXPECT_EQ(plan_parse_bytes("4096", "--gpu-mem"), 4096u);
   for (const char* bad : {"", "abc", "80XB", "-5GiB", "1.2.3G", "GiB", "0GiB"})
-    EXPECT_THROW(plan_parse_bytes(bad), Error) << bad;
+    EXPECT_THROW(plan_parse_bytes(bad, "--gpu-mem"), Error) << bad;
 }
 
 TEST(PlanPresets, ShapesAndSizes) {

@@ -118,7 +118,8 @@ TEST(PlanCli, BadFlagsAreOneLineErrors) {
       {"--model llama-8b --optim-state q4", "--optim-state must be fp32 or q8"},
       {"--model llama-8b --tp 3 --gpus 3", "does not divide"},
       {"--model llama-8b --auto", "--auto needs --global-batch"},
-      {"--model llama-8b --time --calibration /nonexistent/cal.json", "cannot open /nonexistent/cal.json"},
+      {"--model llama-8b --time --calibration /nonexistent/cal.json",
+       "cannot open --calibration /nonexistent/cal.json"},
       {"--model llama-8b --auto --global-batch 8 --inter fast", "--inter 'fast' is not a rate"},
       {"--model llama-8b --time --system fancy", "--system must be agoq or baseline"},
   };
