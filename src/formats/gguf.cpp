@@ -228,7 +228,8 @@ GgufValue value_read(Cursor& c, const GgufFile& f, GgufValueType t, int depth) {
 uint64_t align_up(uint64_t x, uint64_t a) { return x % a ? x + (a - x % a) : x; }
 
 // The bytes between the tensor infos and the data section are padding, which writers (gguf-py, ggml) fill with
-// zeros: anything else there is a tensor info the header's count left out.
+// zeros: anything else there means the header's count of tensor infos is wrong (one left out, or the data's first
+// bytes read as one more).
 void padding_check(Cursor& c, const GgufFile& f, uint64_t n_tensors, uint64_t data_offset) {
   const uint64_t infos_end = c.pos(), end = std::min(data_offset, infos_end + c.left());
   char b[4096];
@@ -240,8 +241,8 @@ void padding_check(Cursor& c, const GgufFile& f, uint64_t n_tensors, uint64_t da
     const size_t i = got.find_first_not_of('\0');
     if (i != std::string_view::npos)
       f.fail_here("byte ", at + i, ", in the padding after the tensor infos (bytes ", infos_end, "..", end,
-                  "), is not zero ('", escaped(got.substr(i), 8), "'): the header's tensor count ", n_tensors,
-                  " leaves out tensor infos");
+                  "), is not zero ('", escaped(got.substr(i), 8), "'): the header's tensor count (", n_tensors,
+                  ") is not the number of tensor infos the file holds");
   }
 }
 
@@ -393,19 +394,20 @@ void GgufFile::tensors_check() {
 }
 
 // The data section is the tensors, one after another, each padded to the alignment: bytes no tensor accounts for
-// (a gap that could hold a tensor, or data after the last one) mean the header's tensor count leaves tensors out;
-// their infos were read as padding and every offset was taken from the wrong start.
+// (a gap that could hold a tensor, or data after the last one) mean the header's tensor count leaves tensors out
+// (their infos were read as padding, and every offset taken from the wrong start).
 void GgufFile::data_section_check(const std::vector<std::pair<uint64_t, const GgufTensorInfo*>>& by_offset) const {
   uint64_t end = data_offset_;  // of the tensors so far
   for (const auto& [at, t] : by_offset) {
     if (at > align_up(end, alignment_))
       fail_here("bytes ", end, "..", at, " of the data section, before tensor '", t->name,
-                "', belong to no tensor: the header's tensor count ", tensors_.size(), " leaves tensors out");
+                "', belong to no tensor: the header's tensor count (", tensors_.size(),
+                ") is not the number of tensors the file holds");
     end = at + t->bytes;
   }
   if (file_size_ > align_up(end, alignment_))
     fail_here("bytes ", end, "..", file_size_, " at the end of the file, after the last tensor's data, belong to no ",
-              "tensor: the header's tensor count ", tensors_.size(), " leaves tensors out");
+              "tensor: the header's tensor count (", tensors_.size(), ") is not the number of tensors the file holds");
 }
 
 const GgufValue* GgufFile::find(std::string_view key) const {

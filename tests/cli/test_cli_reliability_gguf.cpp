@@ -63,7 +63,7 @@ TEST(CliGgufReliability, TensorCountOneShortRefusedNotReadAsTied) {
   for (const std::string& args : {"inspect " + p, "eval --ckpt " + p + " --text " + text_file(),
                                   "sample --ckpt " + p + " --tokens 3"}) {
     expect_clean_error(args, p);
-    expect_clean_error(args, "tensor count 20");
+    expect_clean_error(args, "tensor count (20) is not the number of tensor infos the file holds");
   }
 }
 
@@ -110,6 +110,25 @@ TEST(CliGgufReliability, EvalRefusesALossThatIsNotFinite) {
     EXPECT_EQ(out.find("null"), std::string::npos) << out;
     EXPECT_EQ(out.find("nan"), std::string::npos) << out;
   }
+}
+
+// output.weight times 3000: a finite loss of ~1400 nats per token, whose perplexity exp(loss) overflows float64
+// (before: "perplexity inf", with --json "perplexity": null and exit 0).
+TEST(CliGgufReliability, EvalRefusesAPerplexityBeyondFloat64) {
+  const fs::path src = models() / "untied-F32.gguf";
+  const GgufFile f = GgufFile::open(src.string());
+  const GgufTensorInfo* t = f.tensor("output.weight");
+  ASSERT_NE(t, nullptr);
+  const std::string p = untied_copy("scaled-weight.gguf", [&](std::string& b) {
+    for (uint64_t i = 0; i < t->bytes / 4; ++i) {
+      float x;
+      std::memcpy(&x, &b[t->offset + 4 * i], 4);
+      x *= 3000.0f;
+      std::memcpy(&b[t->offset + 4 * i], &x, 4);
+    }
+  });
+  expect_clean_error("eval --ckpt " + p + " --text " + text_file() + " --json",
+                     "the perplexity exp(loss) overflows float64 (loss ");
 }
 
 // Reproducer: `agoq sample` drew end-of-text 5 times from logits that were all +-inf or NaN.
