@@ -20,6 +20,7 @@ namespace {
 
 struct EvalArgs {
   std::string ckpt, text, tokenizer, logits_out;
+  ComputeMode compute = ComputeMode::automatic;
   int64_t max_tokens = 0;
   int seq = 0;
   bool json = false;
@@ -76,12 +77,14 @@ void cmd_eval_run(const EvalArgs& a) {
     const nlohmann::json j = {{"model", a.ckpt},    {"source", model_source_kind_name(m.source->kind())},
                               {"text", a.text},     {"seq", m.window},
                               {"tokens", r.tokens}, {"loss", r.loss},
-                              {"perplexity", ppl},  {"tokens_per_s", tps}};
+                              {"perplexity", ppl},  {"tokens_per_s", tps},
+                              {"compute", enum_name(kGemmPrecisionNames, m.compute.gemm)}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
   std::printf("model: %s (%s), tokenizer %s, vocab %d\n", a.ckpt.c_str(), model_source_kind_name(m.source->kind()),
               m.tok.kind_name(), m.tok.vocab_size());
+  std::printf("compute: %s\n", m.compute.why.c_str());
   std::printf("text: %s: %zu tokens scored in windows of %d\n", a.text.c_str(), r.tokens, m.window);
   std::printf("loss %.6f  perplexity %.4f  (%.0f tokens/s)\n", r.loss, ppl, tps);
 }
@@ -99,7 +102,8 @@ const CliCommand kEval("", 35, [](CLI::App& app) {
   c->add_option("--seq", a->seq, "window length (default: the model's context, at most 2048)")->check(cli_at_least(2));
   c->add_option("--logits-out", a->logits_out, "also write the last position's logits here (float32)")
       ->check(cli_path());
-  c->add_flag("--json", a->json, "print JSON (tokens, loss, perplexity, tokens_per_s)");
+  c->add_flag("--json", a->json, "print JSON (tokens, loss, perplexity, tokens_per_s, compute)");
+  cli_add_compute(c, a->compute);
   c->callback([a] { cmd_eval_run(*a); });
 });
 

@@ -26,6 +26,7 @@ struct SampleArgs {
   float temperature = 0.8f;
   uint64_t seed = 1;
   bool json = false;
+  ComputeMode compute = ComputeMode::automatic;
 };
 
 // Draws a token from softmax(logits / temperature) restricted to the top_k largest logits.
@@ -49,7 +50,7 @@ int sample_token(std::vector<float>& logits, float temperature, int top_k, Rng& 
 void cmd_sample_run(const SampleArgs& a) {
   AGOQ_CHECK(a.tokens >= 1, "--tokens must be >= 1");
   AGOQ_CHECK(std::isfinite(a.temperature) && a.temperature >= 0, "--temperature must be >= 0");
-  InferenceModel m = inference_model_load(a.ckpt, a.tokenizer, 0);
+  InferenceModel m = inference_model_load(a.ckpt, a.tokenizer, 0, a.compute);
   const Tokenizer& tok = m.tok;
   LlamaModel& model = *m.model;
   const int window = m.window;
@@ -107,6 +108,7 @@ const CliCommand kSample("", 30, [](CLI::App& app) {
       ->capture_default_str();
   c->add_option("--seed", a->seed)->check(cli_unsigned())->capture_default_str();
   c->add_flag("--json", a->json, "print the prompt's and the generated token ids and the text as JSON");
+  cli_add_compute(c, a->compute);
   c->callback([a] { cmd_sample_run(*a); });
 });
 

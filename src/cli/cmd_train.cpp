@@ -28,6 +28,7 @@ struct TrainArgs {
   static TrainOptions agoq_defaults() {
     TrainOptions o;
     o.act_policy = "agoq", o.grad_store = GradStoreKind::q8, o.allreduce = GradReduce::q8;
+    o.compute = ComputeMode::automatic;
     return o;
   }
 };
@@ -126,8 +127,7 @@ void train_flags_run(CLI::App* c, TrainOptions& o) {
   c->add_option("--debug-exit-rank", o.debug_exit_rank)->group("");
   add_enum_option(c, "--device", o.device, kDeviceNames,
                   "cpu, or cuda: one GPU in one process, with fp32 AdamW moments (docs/cuda.md)");
-  add_enum_option(c, "--gpu-gemm", o.gpu_gemm, kGpuGemmNames,
-                  "with --device cuda: bf16 (GEMM inputs in bf16, fp32 accumulation and masters) or fp32");
+  cli_add_compute(c, o.compute);
 }
 
 // What is stored in how many bits: activations, gradients, AdamW's moments (and --baseline, none).

@@ -33,8 +33,10 @@ void model_output_check(const float* x, size_t n, const std::string& what, const
        ": the model's weights or activations overflow float32");
 }
 
-InferenceModel inference_model_load(const std::string& src, const std::string& tokenizer_path, int window) {
+InferenceModel inference_model_load(const std::string& src, const std::string& tokenizer_path, int window,
+                                    ComputeMode compute) {
   InferenceModel m;
+  m.compute = model_compute_choose(compute, false);
   m.source = model_reader_open(src);
   const LlamaConfig& cfg = m.source->config();
   m.window = window > 0 ? window : inference_window_default(cfg);
@@ -46,10 +48,12 @@ InferenceModel inference_model_load(const std::string& src, const std::string& t
   // Models often pad their embedding beyond the tokenizer's ids (to a multiple of 64 or 128); never the reverse.
   AGOQ_CHECK(m.tok.vocab_size() <= cfg.vocab_size, "tokenizer ", tokenizer_path.empty() ? src : tokenizer_path, " has ",
              m.tok.vocab_size(), " tokens but the model's vocabulary is ", cfg.vocab_size);
-  m.model = std::make_unique<LlamaModel>(cfg, 1, m.window, policy);
+  if (m.compute.gemm == GemmPrecision::bf16) m.backend = model_backend_cpu_bf16();
+  m.model = std::make_unique<LlamaModel>(m.backend ? *m.backend : model_backend_cpu(), cfg, 1, m.window, policy);
   NamedTensors weights;
   for (const ParamTensor& t : m.model->params().named()) weights.push_back({t.name, t.shape, t.data});
   model_reader_load(*m.source, weights);
+  m.model->backend().weights_changed();
   return m;
 }
 

@@ -14,6 +14,8 @@ namespace agoq {
 struct InferenceModel {
   std::unique_ptr<ModelReader> source;
   Tokenizer tok;
+  ComputeChoice compute;                  // --compute, resolved for this CPU
+  std::unique_ptr<ModelBackend> backend;  // the bf16 GEMMs' backend (null: the CPU's fp32 ops)
   std::unique_ptr<LlamaModel> model;
   int window = 0;
 };
@@ -21,10 +23,12 @@ struct InferenceModel {
 // The window a command uses by default: the model's context, at most 2048 tokens.
 int inference_window_default(const LlamaConfig& cfg);
 
-// Opens `src` (tokenizer_path: another tokenizer instead of the model's own; window 0: the default) and loads it.
+// Opens `src` (tokenizer_path: another tokenizer instead of the model's own; window 0: the default) and loads it,
+// its GEMMs in the precision `compute` resolves to.
 // Every problem (the source, a tokenizer larger than the vocabulary, too little memory, a window beyond the
 // context or a sliding window) is one error line.
-InferenceModel inference_model_load(const std::string& src, const std::string& tokenizer_path, int window);
+InferenceModel inference_model_load(const std::string& src, const std::string& tokenizer_path, int window,
+                                    ComputeMode compute);
 
 // A model's output (a loss, a position's logits) that is not finite is an error saying where it came from:
 // "<what> not finite (nan) <where>: the model's weights or activations overflow float32" (a weight of 3e38 is a

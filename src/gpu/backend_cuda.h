@@ -25,7 +25,7 @@ class CudaBackend final : public ModelBackend {
  public:
   // Opens the GPU first (cuda_device_open: one error line where none is usable).
   explicit CudaBackend(GemmPrecision precision);
-  GemmPrecision precision() const { return precision_; }
+  GemmPrecision gemm_precision() const override { return precision_; }
   // The fp32 weights were updated: the bf16 copies are made again when next read.
   void weights_changed() override { ++weights_version_; }
   void synchronize() override;  // the stream's work

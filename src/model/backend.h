@@ -10,11 +10,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "arch/act_store_api.h"
 #include "arch/config.h"
 #include "arch/stage.h"
+#include "core/enum_names.h"
 #include "core/memory.h"
 #include "model/op_table.h"
 
@@ -36,9 +38,22 @@ class BackendBuffer {
   size_t n_ = 0;
 };
 
-// The GEMMs' inputs on a device that can round them (the CUDA backend, `--gpu-gemm`): fp32, or bf16 copies with fp32
-// accumulation (Megatron's mixed precision). The CPU computes fp32.
+// The GEMMs' inputs (`--compute`): fp32, or bf16 copies with fp32 accumulation (Megatron's mixed precision), on
+// the CPU (model_backend_cpu_bf16) and the GPU (gpu/backend_cuda.h).
 enum class GemmPrecision : uint8_t { fp32, bf16 };
+inline constexpr EnumName<GemmPrecision> kGemmPrecisionNames[] = {{GemmPrecision::bf16, "bf16"},
+                                                                  {GemmPrecision::fp32, "fp32"}};
+// What `--compute` asks for: auto is bf16 where the device multiplies bf16 natively (model_compute_choose).
+enum class ComputeMode : uint8_t { automatic, bf16, fp32 };
+inline constexpr EnumName<ComputeMode> kComputeNames[] = {
+    {ComputeMode::automatic, "auto"}, {ComputeMode::bf16, "bf16"}, {ComputeMode::fp32, "fp32"}};
+struct ComputeChoice {
+  GemmPrecision gemm;
+  std::string why;  // for the run's first lines: "bf16: this CPU has AMX-BF16"
+};
+// The precision of `mode` on the CPU (gpu false) or the GPU: auto is bf16 on a GPU and on a CPU with AVX512-BF16 or
+// AMX-BF16 (oneDNN's effective ISA), fp32 elsewhere; bf16 on a CPU without them is refused, naming --compute.
+ComputeChoice model_compute_choose(ComputeMode mode, bool gpu);
 
 class ModelBackend {
  public:
@@ -62,6 +77,8 @@ class ModelBackend {
   // The weights were written (an optimizer step, new values uploaded): a backend that keeps copies of them (bf16
   // for the GEMMs) makes them again. The CPU keeps none.
   virtual void weights_changed() {}
+  // What its GEMMs read: fp32, or bf16 copies of their inputs (`--compute`).
+  virtual GemmPrecision gemm_precision() const { return GemmPrecision::fp32; }
   // Waits for the work queued so far: a device backend queues its ops on a stream; the CPU runs them as called.
   virtual void synchronize() {}
 
@@ -79,5 +96,8 @@ class ModelBackend {
 // The CPU's ops (model/ops.h: OpenBLAS and OpenMP) on host memory counted by the global tracker. One for the
 // process; it holds no state.
 ModelBackend& model_backend_cpu();
+// The same with bf16 GEMMs (model/gemm_bf16.h), where gemm_bf16_supported(); it keeps the weights' bf16 copies, so
+// each model has its own.
+std::unique_ptr<ModelBackend> model_backend_cpu_bf16();
 
 }  // namespace agoq

@@ -1,16 +1,20 @@
-// The CPU backend: model/ops.h on host memory, through the global tracker; every op of the table forwarded.
+// The CPU backend: model/ops.h on host memory, through the global tracker; every op of the table forwarded. With
+// GemmPrecision::bf16 the GEMMs read bf16 copies (model/gemm_bf16.h), as the CUDA backend's do.
 #include <cstring>
+#include <iterator>
+#include <map>
 
 #include "model/act_store.h"
 #include "model/attention.h"
 #include "model/backend.h"
+#include "model/gemm_bf16.h"
 #include "model/ops.h"
 
 namespace agoq {
 
 namespace {
 
-class CpuBackend final : public ModelBackend {
+class CpuBackend : public ModelBackend {
  public:
   MemDevice device() const override { return MemDevice::host; }
   std::shared_ptr<void> allocate(size_t bytes, MemCategory cat, std::string_view tag) override {
@@ -36,7 +40,75 @@ class CpuBackend final : public ModelBackend {
 #undef AGOQ_OP_CPU
 };
 
+// Mixed precision as Megatron does it: every GEMM reads bf16 copies of its weights and of its other input and
+// accumulates in fp32; outputs, gradients, master weights and the optimizer stay fp32. A weight's copy (category
+// weights) is made by the first GEMM that reads it after weights_changed(), which the model calls when it writes
+// its weights and the training step after each update; copies are keyed by address, so a new allocation (which may
+// reuse a freed one's) drops them all. An activation is rounded into one of two scratch buffers (workspace), grown
+// to the largest GEMM's.
+class CpuBf16Backend final : public CpuBackend {
+ public:
+  std::shared_ptr<void> allocate(size_t bytes, MemCategory cat, std::string_view tag) override {
+    weights_.clear();
+    return CpuBackend::allocate(bytes, cat, tag);
+  }
+  void weights_changed() override { ++version_; }
+  GemmPrecision gemm_precision() const override { return GemmPrecision::bf16; }
+
+  // out (N, out) = in (N, in) · wᵀ
+  void matmul_forward(float* out, const float* in, const float* w, int N, int in_dim, int out_dim) override {
+    gemm_.multiply(N, out_dim, in_dim, {activation(in, size_t(N) * in_dim, 0), false, in_dim},
+                   {weight(w, size_t(out_dim) * in_dim), true, in_dim}, out, out_dim, false);
+  }
+  // din (N, in) = dout (N, out) · w;  dw (out, in) += doutᵀ · in
+  void matmul_backward(float* din, float* dw, const float* dout, const float* in, const float* w, int N, int in_dim,
+                       int out_dim, bool accumulate_din) override {
+    const uint16_t* dout16 = activation(dout, size_t(N) * out_dim, 1);
+    if (din)
+      gemm_.multiply(N, in_dim, out_dim, {dout16, false, out_dim}, {weight(w, size_t(out_dim) * in_dim), false, in_dim},
+                     din, in_dim, accumulate_din);
+    if (dw)
+      gemm_.multiply(out_dim, in_dim, N, {dout16, true, out_dim}, {activation(in, size_t(N) * in_dim, 0), false, in_dim},
+                     dw, in_dim, true);
+  }
+
+ private:
+  struct WeightCopy {
+    Buffer<uint16_t> bits;
+    long version = -1;
+  };
+  // The copy of w[0, n): a weight's own, or a part of a larger one's (an lm_head piece, --lm-head-grad pieces).
+  const uint16_t* weight(const float* w, size_t n) {
+    auto it = weights_.upper_bound(w);
+    if (it != weights_.begin()) {
+      WeightCopy& c = std::prev(it)->second;
+      const float* start = std::prev(it)->first;
+      if (w + n <= start + c.bits.size()) return fresh(c, start) + (w - start);
+    }
+    WeightCopy& c = weights_[w];
+    c.bits = Buffer<uint16_t>(n, MemCategory::weights, "weights.bf16"), c.version = -1;
+    return fresh(c, w);
+  }
+  const uint16_t* fresh(WeightCopy& c, const float* w) {
+    if (c.version != version_) f32_to_bf16_rows(c.bits.data(), w, c.bits.size()), c.version = version_;
+    return c.bits.data();
+  }
+  const uint16_t* activation(const float* x, size_t n, int slot) {
+    Buffer<uint16_t>& s = scratch_[slot];
+    if (s.size() < n) s = Buffer<uint16_t>(), s = Buffer<uint16_t>(n, MemCategory::workspace, "gemm.bf16");
+    f32_to_bf16_rows(s.data(), x, n);
+    return s.data();
+  }
+
+  GemmBf16 gemm_;
+  std::map<const float*, WeightCopy> weights_;  // by address, so a part finds the copy that holds it
+  long version_ = 0;
+  Buffer<uint16_t> scratch_[2];  // a GEMM's activation and its output gradient
+};
+
 }  // namespace
+
+std::unique_ptr<ModelBackend> model_backend_cpu_bf16() { return std::make_unique<CpuBf16Backend>(); }
 
 const char* model_op_name(ModelOp op) {
 #define AGOQ_OP_NAME(name, cls, params, args, cost) #name,

@@ -61,6 +61,7 @@ class TimedBackend final : public ModelBackend {
                                           const ModelStage& stage) override;
   bool host_memory() const override { return inner_.host_memory(); }
   void weights_changed() override { inner_.weights_changed(); }
+  GemmPrecision gemm_precision() const override { return inner_.gemm_precision(); }
   void synchronize() override { inner_.synchronize(); }
 
   bool supports(ModelOp op) const override { return inner_.supports(op); }

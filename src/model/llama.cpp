@@ -55,6 +55,25 @@ size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq,
   return floats * sizeof(float);
 }
 
+// Every GEMM of a training step (forward and backward, layer tiles of R rows, head chunks), keep in step with the
+// calls below: the largest input (scratch 0) and output gradient (scratch 1) rounded to bf16, and each weight read.
+LlamaGemmBf16Bytes llama_gemm_bf16_bytes(const LlamaConfig& cfg, int max_batch, int max_seq, const ModelStage& stage,
+                                         bool lm_head_pieces) {
+  const ShardDims d = model_shard_dims(cfg, stage);
+  const size_t N = size_t(max_batch) * max_seq, C = d.C, Q = d.Q, KV = d.KV, F = d.F, V = d.V;
+  const size_t R = size_t(llama_tile_rows(max_seq, int(N))), layers = size_t(stage.end_layer - stage.first_layer);
+  size_t weights = layers * (2 * Q * C + 2 * KV * C + 3 * F * C);  // wq, wo; wk, wv; w_gate, w_up, w_down
+  size_t in = R * std::max({C, F, Q}), dout = R * std::max({C, F, Q, KV});
+  if (stage.head) {
+    const size_t chunk = std::min<size_t>(N, kLlamaHeadChunkRows);
+    const bool pieces = lm_head_pieces && cfg.tie_embeddings;
+    weights += V * C;
+    in = std::max(in, chunk * C);
+    dout = std::max(dout, chunk * (pieces ? std::min<size_t>(V, kLlamaHeadPieceRows) : V));
+  }
+  return {weights * sizeof(uint16_t), (in + dout) * sizeof(uint16_t)};
+}
+
 LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
                        const ModelStage& stage, int in_flight, const GradStorage& grad_storage, TensorGroup* tensor,
                        ModelBackend& backend)

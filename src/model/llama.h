@@ -51,6 +51,14 @@ int llama_tile_rows(int T, int N);
 // attention_scratch_bytes (model/attention.h). lm_head_pieces: the gradient storage leaves a tied lm_head out.
 size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
                              const ModelStage& stage, bool lm_head_pieces = false);
+// What bf16 GEMMs (model_backend_cpu_bf16) add to a training's memory: the bf16 copies of the weights its GEMMs
+// read (weights) and the two scratch buffers its activations and output gradients are rounded into, at the
+// largest product's size (workspace).
+struct LlamaGemmBf16Bytes {
+  size_t weights = 0, workspace = 0;
+};
+LlamaGemmBf16Bytes llama_gemm_bf16_bytes(const LlamaConfig& cfg, int max_batch, int max_seq, const ModelStage& stage,
+                                         bool lm_head_pieces = false);
 
 class LlamaModel {
  public:

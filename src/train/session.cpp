@@ -57,6 +57,7 @@ TrainSession::TrainSession(const TrainOptions& opt)
   log_ =
       std::make_unique<MetricsLog>(lead_ ? (fs::path(opt_.out_dir) / "metrics.jsonl").string() : std::string(),
                                    opt_.resume.empty() ? -1 : step_, opt_.steps, opt_.log_every, opt_.quiet || !lead_);
+  log_->note("compute: " + compute_.why);
   if (!block_notes_.empty()) log_->note(block_notes_);
   // Dynamic bit allocation (train/replan.h): the stores calibrate sensitivities until the re-planning step.
   if (opt_.mem_budget > 0)
@@ -196,6 +197,7 @@ PlanCpuOptions TrainSession::plan_options() const {
   o.grad_block = dp_options_.store.block, o.lm_head_pieces = dp_options_.store.lm_head_pieces;
   o.optim_q8 = dp_options_.adam.state == OptimState::q8, o.optim_block = dp_options_.adam.q8.block;
   o.pp = grid_.P, o.stage = stages_[grid_.stage], o.in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
+  o.gemm_bf16 = compute_.gemm == GemmPrecision::bf16;
   return o;
 }
 
@@ -227,6 +229,7 @@ void TrainSession::memory_check() const {
 void TrainSession::model_build() {
   comm_agreed(world_, [&] { step_ids_check(); });
   if (opt_.device == TrainDevice::cuda) return model_build_gpu();
+  compute_ = comm_agreed(world_, [&] { return model_compute_choose(opt_.compute, false); });
   comm_agreed(world_, [&] {
     AGOQ_CHECK(!dp_options_.store.lm_head_pieces || cfg_.tie_embeddings,
                "--lm-head-grad pieces is for tied "
@@ -240,9 +243,10 @@ void TrainSession::model_build() {
   const int in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
   grads_ = std::make_unique<GradStore>(cfg_, stages_[grid_.stage], dp_options_.store);  // the model writes into it
   if (grid_.tp) tensor_group_ = std::make_unique<CommTensorGroup>(*grid_.tp);
-  if (opt_.profile) timed_ = std::make_unique<TimedBackend>(model_backend_cpu());
-  model_make(stages_[grid_.stage], in_flight, grads_->model_storage(), tensor_group_.get(),
-             timed_ ? *timed_ : model_backend_cpu());
+  if (compute_.gemm == GemmPrecision::bf16) cpu_bf16_ = model_backend_cpu_bf16();
+  ModelBackend& cpu = cpu_bf16_ ? *cpu_bf16_ : model_backend_cpu();
+  if (opt_.profile) timed_ = std::make_unique<TimedBackend>(cpu);
+  model_make(stages_[grid_.stage], in_flight, grads_->model_storage(), tensor_group_.get(), timed_ ? *timed_ : cpu);
   if (timed_ && stages_[grid_.stage].head) {
     const ShardDims d = model_shard_dims(cfg_, stages_[grid_.stage]);
     timed_->head_weights_are(model_->params().lm_head, size_t(d.V) * d.C);
@@ -266,7 +270,8 @@ void TrainSession::model_build_gpu() {
 #if AGOQ_HAVE_CUDA
   AGOQ_CHECK(world_.size() == 1, "--device cuda trains on one GPU in one process (", world_.size(),
              " ranks here): data parallelism over GPUs is not built yet");
-  auto gpu = std::make_unique<CudaBackend>(opt_.gpu_gemm);
+  compute_ = model_compute_choose(opt_.compute, true);
+  auto gpu = std::make_unique<CudaBackend>(compute_.gemm);
   CudaBackend& backend = *gpu;
   gpu_ = std::move(gpu);
   batches_allocate();
@@ -318,6 +323,7 @@ void TrainSession::resume() {
     weights_init_from();
   }
   AGOQ_CHECK(step_ < opt_.steps, "checkpoint is already at step ", step_, " of --steps ", opt_.steps);
+  model_->backend().weights_changed();  // the bf16 copies of the weights are made from what was loaded
 }
 
 // --init-from: the pretrained weights in place of the initialisation (whole tensors read, this shard's slices kept;
@@ -387,7 +393,8 @@ TrainResult TrainSession::run() {
     result.grad_norms.push_back(float(r.grad_norm));
 
     nlohmann::json rec = {
-        {"step", step}, {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm}, {"tokens_per_s", tokens / dt}};
+        {"step", step},         {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm}, {"tokens_per_s", tokens / dt},
+        {"compute", enum_name(kGemmPrecisionNames, compute_.gemm)}};
     if (grid_.D > 1) rec["comm_wait_s"] = r.wait_s;
     if (tensor_group_) rec["tp_comm_s"] = tp_seconds;
     if (timed_) {
@@ -476,7 +483,9 @@ StepResult TrainSession::train_step(long step, float lr) {
   const double loss_sum =
       pipeline_ ? pipeline_->run(inputs_.data(), targets_.data(), B_, T_, runs, engine_.get())
                 : train_step_micro_batches(*engine_, *model_, inputs_.data(), targets_.data(), B_, T_, runs);
-  return engine_->step_end(lr, loss_sum);
+  const StepResult r = engine_->step_end(lr, loss_sum);
+  model_->backend().weights_changed();  // the update wrote the weights: bf16 GEMMs copy them again
+  return r;
 }
 
 // On the first replica (replicas are identical), through the pipeline when there is one; broadcast to the others.

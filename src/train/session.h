@@ -93,6 +93,8 @@ class TrainSession {
   std::unique_ptr<CommTensorGroup> tensor_group_;  // T > 1: the collectives joining this rank's shard to the others
   std::unique_ptr<ModelBackend> gpu_;              // --device cuda: where the model computes (else the CPU's ops)
   std::unique_ptr<TimedBackend> timed_;            // --profile: the CPU's ops, timed by class
+  ComputeChoice compute_;                          // --compute, resolved: the GEMMs' precision and why
+  std::unique_ptr<ModelBackend> cpu_bf16_;         // the CPU's ops with bf16 GEMMs (compute_ bf16 on the CPU)
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<TrainStep> engine_;   // the optimizer step: DataParallel, or CudaTrainStep on the GPU
   std::unique_ptr<Pipeline> pipeline_;  // P > 1

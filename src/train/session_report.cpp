@@ -126,7 +126,7 @@ void TrainSession::report_memory(const TrainResult& r) const {
 // The GPU's peaks per category (the device tracker's), and the host's total beside them. The CPU's memory model does
 // not describe the device's workspaces, so no baseline columns here: the activation line above compares the stores.
 void TrainSession::report_memory_gpu(const TrainResult& r) const {
-  std::fprintf(stderr, "peak GPU memory by category (%s GEMMs)\n", enum_name(kGpuGemmNames, opt_.gpu_gemm));
+  std::fprintf(stderr, "peak GPU memory by category (%s GEMMs)\n", enum_name(kGemmPrecisionNames, compute_.gemm));
   for (int c = 0; c < kCats; ++c)
     std::fprintf(stderr, "  %-22s %14s\n", mem_category_name(MemCategory(c)), format_bytes(r.peak.bytes[c]).c_str());
   std::fprintf(stderr, "  %-22s %14s   (host: %s)\n", "total", format_bytes(r.peak_total).c_str(),

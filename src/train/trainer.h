@@ -29,8 +29,6 @@ inline constexpr EnumName<QuantRounding> kGradRoundingNames[] = {{QuantRounding:
 inline constexpr EnumName<LmHeadGrad> kLmHeadGradNames[] = {{LmHeadGrad::whole, "whole"},
                                                             {LmHeadGrad::pieces, "pieces"}};
 inline constexpr EnumName<TrainDevice> kDeviceNames[] = {{TrainDevice::cpu, "cpu"}, {TrainDevice::cuda, "cuda"}};
-inline constexpr EnumName<GemmPrecision> kGpuGemmNames[] = {{GemmPrecision::bf16, "bf16"},
-                                                            {GemmPrecision::fp32, "fp32"}};
 
 struct TrainOptions {
   std::string data_dir;               // from `agoq prepare`: train.bin, val.bin, tokenizer.model
@@ -81,7 +79,9 @@ struct TrainOptions {
   // Where the model computes (docs/cuda.md): cpu, or cuda (one GPU in one process: fp32 gradients and AdamW moments
   // on the device; GEMMs with bf16 inputs and fp32 accumulation, or fp32 throughout).
   TrainDevice device = TrainDevice::cpu;
-  GemmPrecision gpu_gemm = GemmPrecision::bf16;
+  // The GEMMs' precision (model/backend.h): the library's default is the exact fp32 reference; `agoq train`'s is
+  // auto (bf16 where the device multiplies bf16 natively). Independent of the stores: --baseline keeps it.
+  ComputeMode compute = ComputeMode::fp32;
   Communicator* comm = nullptr;  // null: comm_world()
   // Test hook (hidden flags --debug-exit-at-step/--debug-exit-rank): that rank _exit(3)s when the step begins.
   long debug_exit_step = 0;

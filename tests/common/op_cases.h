@@ -5,12 +5,15 @@
 // checked too. tests/model runs the table on the CPU backend, the timed one and the device-like one; tests/gpu on
 // the CUDA backend (skipped without a GPU). Every op of the table has a case: OpTable.EveryOpHasACase says so.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "model/backend.h"
 #include "model/ops.h"
+#include "quant/half.h"
 #include "tests/common/op_check.h"
 
 namespace agoq {
@@ -22,7 +25,7 @@ struct OpCheck {
 };
 
 struct OpCase {
-  const char* name;
+  std::string name;
   std::vector<ModelOp> ops;  // the ops the case calls
   std::function<std::vector<OpCheck>(ModelBackend&)> run;
 };
@@ -95,6 +98,20 @@ inline void crossentropy_ref(Vec& losses, Vec& dlogits, const std::vector<float>
   }
 }
 
+// A GEMM's input as the backend reads it: itself, or rounded to bf16 (nearest even) on a bf16 backend.
+inline Vec round_for_gemm(const ModelBackend& be, const std::vector<float>& x) {
+  Vec d = to_double(x);
+  if (be.gemm_precision() == GemmPrecision::bf16)
+    for (double& v : d) v = bf16_to_f32(f32_to_bf16(float(v)));
+  return d;
+}
+
+// The tolerance of a product of sums of `k` terms against the float64 one of the same inputs: fp32 accumulation,
+// at most k roundings of 2^-24 each (normwise, with margin for cancellation), and never below the fp32 ops' kFwdTol.
+inline double gemm_tol(const ModelBackend& be, int k) {
+  return be.gemm_precision() == GemmPrecision::bf16 ? std::max(kFwdTol, 4.0 * k * std::ldexp(1.0, -24)) : kFwdTol;
+}
+
 }  // namespace op_cases_detail
 
 inline std::vector<OpCase> op_cases() {
@@ -102,32 +119,43 @@ inline std::vector<OpCase> op_cases() {
   std::vector<OpCase> cases;
   const int N = 6, I = 7, O = 5, C = 12;
 
-  const auto case_matmul_forward = [=](ModelBackend& be) {
-    OnBackend d(be);
-    const auto in = randn(size_t(N) * I, 1), w = randn(size_t(O) * I, 2);
-    float* out = d.put(randn(size_t(N) * O, 3));  // overwritten
-    be.matmul_forward(out, d.put(in), d.put(w), N, I, O);
-    Vec want(size_t(N) * O), ind = to_double(in), wd = to_double(w);
-    ref::matmul_forward(want.data(), ind.data(), wd.data(), N, I, O);
-    return std::vector<OpCheck>{{"out", rel_err(d.get(out, want.size()), want), kFwdTol}};
+  // A bf16 backend's products are checked against the float64 product of the same bf16-rounded inputs, within the
+  // fp32 accumulation's bound for the sum's length (round_for_gemm, gemm_tol).
+  struct GemmShape {
+    const char* tag;
+    int N, I, O;
   };
-  cases.push_back({"matmul_forward", {ModelOp::matmul_forward}, case_matmul_forward});
+  for (const GemmShape shape : {GemmShape{"", N, I, O}, GemmShape{"_large", 67, 96, 80}}) {
+    const char* tag = shape.tag;
+    const int N = shape.N, I = shape.I, O = shape.O;  // (the small shape's are the outer ones)
+    const auto case_matmul_forward = [=](ModelBackend& be) {
+      OnBackend d(be);
+      const auto in = randn(size_t(N) * I, 1), w = randn(size_t(O) * I, 2);
+      float* out = d.put(randn(size_t(N) * O, 3));  // overwritten
+      be.matmul_forward(out, d.put(in), d.put(w), N, I, O);
+      Vec want(size_t(N) * O), ind = round_for_gemm(be, in), wd = round_for_gemm(be, w);
+      ref::matmul_forward(want.data(), ind.data(), wd.data(), N, I, O);
+      return std::vector<OpCheck>{{"out", rel_err(d.get(out, want.size()), want), gemm_tol(be, I)}};
+    };
+    cases.push_back({std::string("matmul_forward") + tag, {ModelOp::matmul_forward}, case_matmul_forward});
 
-  const auto case_matmul_backward = [=](ModelBackend& be) {
-    OnBackend d(be);
-    const auto in = randn(size_t(N) * I, 4), w = randn(size_t(O) * I, 5), dout = randn(size_t(N) * O, 6);
-    const auto din0 = randn(in.size(), 7), dw0 = randn(w.size(), 8);
-    float *din = d.put(din0), *dw = d.put(dw0), *din_over = d.put(randn(in.size(), 9));
-    const float *in_d = d.put(in), *w_d = d.put(w), *dout_d = d.put(dout);
-    be.matmul_backward(din, dw, dout_d, in_d, w_d, N, I, O, /*accumulate_din=*/true);
-    be.matmul_backward(din_over, nullptr, dout_d, in_d, w_d, N, I, O, /*accumulate_din=*/false);
-    Vec want_din, want_dw;
-    matmul_grads(want_din, want_dw, to_double(dout), to_double(in), to_double(w), N, I, O);
-    return std::vector<OpCheck>{{"din accumulated", rel_err(d.get(din, in.size()), plus(din0, want_din)), kFwdTol},
-                                {"dw accumulated", rel_err(d.get(dw, w.size()), plus(dw0, want_dw)), kFwdTol},
-                                {"din overwritten", rel_err(d.get(din_over, in.size()), want_din), kFwdTol}};
-  };
-  cases.push_back({"matmul_backward", {ModelOp::matmul_backward}, case_matmul_backward});
+    const auto case_matmul_backward = [=](ModelBackend& be) {
+      OnBackend d(be);
+      const auto in = randn(size_t(N) * I, 4), w = randn(size_t(O) * I, 5), dout = randn(size_t(N) * O, 6);
+      const auto din0 = randn(in.size(), 7), dw0 = randn(w.size(), 8);
+      float *din = d.put(din0), *dw = d.put(dw0), *din_over = d.put(randn(in.size(), 9));
+      const float *in_d = d.put(in), *w_d = d.put(w), *dout_d = d.put(dout);
+      be.matmul_backward(din, dw, dout_d, in_d, w_d, N, I, O, /*accumulate_din=*/true);
+      be.matmul_backward(din_over, nullptr, dout_d, in_d, w_d, N, I, O, /*accumulate_din=*/false);
+      Vec want_din, want_dw;
+      matmul_grads(want_din, want_dw, round_for_gemm(be, dout), round_for_gemm(be, in), round_for_gemm(be, w), N, I, O);
+      const double tol_din = gemm_tol(be, O), tol_dw = gemm_tol(be, N);
+      return std::vector<OpCheck>{{"din accumulated", rel_err(d.get(din, in.size()), plus(din0, want_din)), tol_din},
+                                  {"dw accumulated", rel_err(d.get(dw, w.size()), plus(dw0, want_dw)), tol_dw},
+                                  {"din overwritten", rel_err(d.get(din_over, in.size()), want_din), tol_din}};
+    };
+    cases.push_back({std::string("matmul_backward") + tag, {ModelOp::matmul_backward}, case_matmul_backward});
+  }
 
   const auto x = randn(size_t(N) * C, 10, 3.0f), g = randn(C, 11);
   const auto case_rmsnorm_forward_apply = [=](ModelBackend& be) {

@@ -30,6 +30,7 @@ TrainOptions options(const fs::path& data, const std::string& out, const std::st
   o.batch = 4, o.seq = 32, o.accum = 2, o.steps = steps, o.warmup = 5, o.lr = 1e-2f, o.min_lr = 1e-3f;
   o.eval_every = 0, o.eval_batches = 2, o.quiet = true;
   o.act_policy = "agoq";
+  if (o.device == TrainDevice::cuda) o.compute = ComputeMode::bf16;  // against the CPU's fp32 reference
   return o;
 }
 
@@ -114,7 +115,7 @@ TEST(TrainCuda, PeaksAreTheDevicesBytes) {
   AGOQ_REQUIRE_GPU();
   const fs::path data = make_data("peaks");
   TrainOptions o = options(data, "gpu", "cuda", 2);
-  o.gpu_gemm = GemmPrecision::fp32;  // no bf16 copies of the weights: weights are the fp32 masters alone
+  o.compute = ComputeMode::fp32;  // no bf16 copies of the weights: weights are the fp32 masters alone
   const TrainResult r = train_run(o);
   LlamaConfig cfg = o.model;
   cfg.vocab_size = 50, cfg.max_seq_len = std::max(cfg.max_seq_len, o.seq);

@@ -8,13 +8,14 @@
 #include <string>
 
 #include "model/backend_timed.h"
+#include "model/gemm_bf16.h"
 #include "tests/common/device_like_backend.h"
 #include "tests/common/op_cases.h"
 
 namespace agoq {
 namespace {
 
-enum class Backend { cpu, timed, device_like };
+enum class Backend { cpu, cpu_bf16, timed, device_like };
 
 void run_case(ModelBackend& be, const OpCase& c, const char* backend) {
   for (ModelOp op : c.ops)
@@ -29,6 +30,11 @@ TEST_P(OpTable, MatchesTheReference) {
   const OpCase c = op_cases()[size_t(index)];
   switch (backend) {
     case Backend::cpu: return run_case(model_backend_cpu(), c, "the CPU backend");
+    case Backend::cpu_bf16: {
+      std::string isa;
+      if (!gemm_bf16_supported(&isa)) GTEST_SKIP() << "this CPU has no native bf16 products (" << isa << ")";
+      return run_case(*model_backend_cpu_bf16(), c, "the CPU's bf16 backend");
+    }
     case Backend::timed: {
       TimedBackend timed(model_backend_cpu());
       run_case(timed, c, "the timed backend");
@@ -43,7 +49,7 @@ TEST_P(OpTable, MatchesTheReference) {
 }
 
 std::string param_name(const testing::TestParamInfo<OpTable::ParamType>& p) {
-  static const char* kBackends[] = {"Cpu", "Timed", "DeviceLike"};
+  static const char* kBackends[] = {"Cpu", "CpuBf16", "Timed", "DeviceLike"};
   std::string name = op_cases()[size_t(std::get<1>(p.param))].name;
   for (char& ch : name)
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -51,7 +57,7 @@ std::string param_name(const testing::TestParamInfo<OpTable::ParamType>& p) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, OpTable,
-                         testing::Combine(testing::Values(Backend::cpu, Backend::timed, Backend::device_like),
+                         testing::Combine(testing::Values(Backend::cpu, Backend::cpu_bf16, Backend::timed, Backend::device_like),
                                           testing::Range(0, int(op_cases().size()))),
                          param_name);
 
