@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -33,28 +34,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Args {
-  std::string device = "cpu", gemm = "bf16";  // gemm: --device cuda's GEMM inputs
+  std::string device = "cpu";
+  ComputeMode compute = ComputeMode::automatic;
   bool json = false;
   int reps = 10;
   int B = 8, T = 256, dim = 256, heads = 8, kv_heads = 8, ffn = 688, vocab = 4096, layers = 2;
   double peak_tflops = 989;  // --device cuda: the bf16 dense peak of an H100/H200 SXM, for MFU
 };
-
-// GFLOP/s of a large square sgemm, best of reps: what the GEMM rows compare with.
-double sgemm_peak_gflops(int reps) {
-  const int n = 1536;
-  Buffer<float> x(size_t(n) * n, MemCategory::workspace), y(x.size(), MemCategory::workspace),
-      z(x.size(), MemCategory::workspace);
-  Rng rng(1);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = rng.uniform() - 0.5f, y[i] = rng.uniform() - 0.5f;
-  double best = 1e30;
-  for (int r = 0; r <= reps; ++r) {  // the first is the warm-up
-    const auto t0 = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, x.data(), n, y.data(), n, 0.0f, z.data(), n);
-    if (r > 0) best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return 2.0 * n * n * n / best / 1e9;
-}
 
 struct Passes {
   std::map<OpShape, OpCalls> best;  // per op and shape, the pass whose calls took least time
@@ -158,7 +144,7 @@ void bench_ops_cuda(Args a, const CLI::App& c) {
   unless_given("--batch", a.B, 2), unless_given("--seq", a.T, 4096), unless_given("--dim", a.dim, 4096);
   unless_given("--heads", a.heads, 32), unless_given("--kv-heads", a.kv_heads, 8);
   unless_given("--ffn", a.ffn, 14336), unless_given("--vocab", a.vocab, 32000), unless_given("--reps", a.reps, 5);
-  CudaBackend gpu(a.gemm == "fp32" ? GemmPrecision::fp32 : GemmPrecision::bf16);
+  CudaBackend gpu(model_compute_choose(a.compute, true).gemm);
   bench_ops_run(a, gpu, {a.peak_tflops * 1e3, "the GPU's bf16 dense peak, --peak-tflops"});
 #else
   (void)a, (void)c;
@@ -185,15 +171,18 @@ const CliCommand kBenchOps("bench", 30, [](CLI::App& bench) {
   c->add_option("--layers", args->layers, "decoder layers")->capture_default_str()->check(cli_at_least(1));
   c->add_option("--device", args->device, "cpu, or cuda (two llama-8b layers unless the shape flags say; docs/cuda.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  c->add_option("--gpu-gemm", args->gemm, "--device cuda: bf16 or fp32 GEMM inputs")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"bf16", "fp32"}));
+  cli_add_compute(c, args->compute);
   c->add_option("--peak-tflops", args->peak_tflops, "--device cuda: the GPU's bf16 dense peak, for MFU")
       ->capture_default_str();
   c->callback([args, c] {
     if (args->device == "cuda") return bench_ops_cuda(*args, *c);
-    bench_ops_run(*args, model_backend_cpu(),
-                  {sgemm_peak_gflops(args->reps), "sgemm 1536^3, this machine's fp32 peak"});
+    if (model_compute_choose(args->compute, false).gemm == GemmPrecision::fp32)
+      return bench_ops_run(*args, model_backend_cpu(),
+                           {bench_gemm_peak_gflops(GemmPrecision::fp32, args->reps),
+                            "sgemm 1536^3, this machine's fp32 peak"});
+    const std::unique_ptr<ModelBackend> bf16 = model_backend_cpu_bf16();
+    bench_ops_run(*args, *bf16,
+                  {bench_gemm_peak_gflops(GemmPrecision::bf16, args->reps), "oneDNN bf16 matmul 1536^3, this CPU's peak"});
   });
 });
 

@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/rng.h"
+#include "model/gemm_bf16.h"
 #include "model/llama.h"
 #include "optim/adamw.h"
 
@@ -31,22 +32,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Best of several runs of a large square sgemm: the machine's practical fp32 peak.
-double sgemm_peak_gflops() {
-  const int n = 1536;
-  Buffer<float> a(size_t(n) * n, MemCategory::workspace), b(size_t(n) * n, MemCategory::workspace),
-      c(size_t(n) * n, MemCategory::workspace);
-  Rng rng(1);
-  for (size_t i = 0; i < a.size(); ++i) a[i] = rng.uniform() - 0.5f, b[i] = rng.uniform() - 0.5f;
-  double best = 1e30;
-  for (int rep = 0; rep < 6; ++rep) {
-    const auto t0 = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    best = std::min(best, seconds_since(t0));
-  }
-  return 2.0 * n * n * n / best / 1e9;
-}
 
 struct StepStats {
   double seconds_per_step;
@@ -57,9 +42,10 @@ struct StepStats {
 // Builds the model and optimizer, runs warm-up steps, then times `steps` full training steps on random tokens.
 // With `threads`, the OpenMP team follows the machine's load between steps, as `agoq train` does.
 StepStats bench_steps(const LlamaConfig& cfg, int B, int T, int warmup, int steps, const std::string& policy,
-                      CpuThreads* threads = nullptr) {
+                      CpuThreads* threads = nullptr, GemmPrecision gemm = GemmPrecision::fp32) {
   MemoryTracker::global().reset_peaks();
-  LlamaModel model(cfg, B, T, ActPolicy::parse(policy, cfg.n_layers));
+  const std::unique_ptr<ModelBackend> bf16 = gemm == GemmPrecision::bf16 ? model_backend_cpu_bf16() : nullptr;
+  LlamaModel model(bf16 ? *bf16 : model_backend_cpu(), cfg, B, T, ActPolicy::parse(policy, cfg.n_layers));
   model.init_weights(7);
   AdamW adam(model.params(), AdamWConfig{});
   std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
@@ -71,6 +57,7 @@ StepStats bench_steps(const LlamaConfig& cfg, int B, int T, int warmup, int step
     model.grads().zero();
     model.forward_backward(in.data(), tgt.data(), B, T);
     adam.step(model.params().data(), model.grads().data(), 1e-4f, s);
+    model.backend().weights_changed();
   };
   for (int s = 0; s < warmup; ++s) one_step(s + 1);
   const auto t0 = Clock::now();
@@ -85,6 +72,7 @@ struct Args {
   bool skip_memory = false;
   bool busy_neighbour = false;
   std::string device = "cpu";
+  ComputeMode compute = ComputeMode::automatic;
 #if AGOQ_HAVE_GPU_MODEL
   BenchTrainCudaOptions gpu;  // --device cuda
 #endif
@@ -142,8 +130,12 @@ void bench_train_run(const Args& a) {
   ref.max_seq_len = 256;
   const int B = 8, T = 256;
   if (a.busy_neighbour) return bench_train_busy(a, ref, B, T);
-  const double peak = sgemm_peak_gflops();
-  const StepStats s = bench_steps(ref, B, T, 2, a.steps, "fp32");
+  const ComputeChoice compute = model_compute_choose(a.compute, false);
+  const bool bf16 = compute.gemm == GemmPrecision::bf16;
+  const double sgemm = bench_gemm_peak_gflops(GemmPrecision::fp32, 5);
+  const double bf16_peak = gemm_bf16_supported() ? bench_gemm_peak_gflops(GemmPrecision::bf16, 5) : 0;
+  const double peak = bf16 ? bf16_peak : sgemm;  // MFU against the peak of the precision in use
+  const StepStats s = bench_steps(ref, B, T, 2, a.steps, "fp32", nullptr, compute.gemm);
   const double tokens_per_s = B * T / s.seconds_per_step;
   const double flops_per_token = bench_flops_per_token(ref, T);
   const double achieved = flops_per_token * tokens_per_s / 1e9;
@@ -152,12 +144,14 @@ void bench_train_run(const Args& a) {
   LlamaConfig big;
   big.dim = 512, big.n_layers = 8, big.n_heads = 8, big.n_kv_heads = 8, big.ffn_dim = 1376, big.max_seq_len = 512;
   StepStats m{};
-  if (!a.skip_memory) m = bench_steps(big, 16, 512, 0, 1, "fp32");
+  if (!a.skip_memory) m = bench_steps(big, 16, 512, 0, 1, "fp32", nullptr, compute.gemm);
 
   if (a.json) {
     nlohmann::json j = {{"tokens_per_s", tokens_per_s},
                         {"mfu", mfu},
-                        {"sgemm_gflops", peak},
+                        {"compute", enum_name(kGemmPrecisionNames, compute.gemm)},
+                        {"sgemm_gflops", sgemm},
+                        {"bf16_matmul_gflops", bf16_peak},
                         {"model_gflops", achieved},
                         {"step_ms", s.seconds_per_step * 1e3}};
     if (!a.skip_memory) {
@@ -168,13 +162,16 @@ void bench_train_run(const Args& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("agoq bench train: dim %d, %d layers, %d heads (kv %d), ffn %d, vocab %d, seq %d, batch %d, fp32\n",
-              ref.dim, ref.n_layers, ref.n_heads, ref.n_kv_heads, ref.ffn_dim, ref.vocab_size, T, B);
-  std::printf("  %-26s %12.1f\n", "sgemm peak (GFLOP/s)", peak);
+  std::printf("agoq bench train: dim %d, %d layers, %d heads (kv %d), ffn %d, vocab %d, seq %d, batch %d, fp32 "
+              "activations, compute %s\n",
+              ref.dim, ref.n_layers, ref.n_heads, ref.n_kv_heads, ref.ffn_dim, ref.vocab_size, T, B,
+              compute.why.c_str());
+  std::printf("  %-26s %12.1f\n", "sgemm peak (GFLOP/s)", sgemm);
+  if (bf16_peak > 0) std::printf("  %-26s %12.1f\n", "bf16 matmul peak (GFLOP/s)", bf16_peak);
   std::printf("  %-26s %12.1f\n", "step time (ms)", s.seconds_per_step * 1e3);
   std::printf("  %-26s %12.0f\n", "tokens/s", tokens_per_s);
   std::printf("  %-26s %12.1f\n", "model GFLOP/s", achieved);
-  std::printf("  %-26s %11.1f%%\n", "MFU (vs sgemm peak)", 100 * mfu);
+  std::printf("  %-26s %11.1f%%\n", bf16 ? "MFU (vs bf16 matmul peak)" : "MFU (vs sgemm peak)", 100 * mfu);
   if (!a.skip_memory) {
     std::printf("\npeak memory, dim 512, 8 layers, ffn 1376, seq 512, batch 16, fp32 activations:\n");
     for (int c = 0; c < kMemCategoryCount; ++c)
@@ -193,19 +190,21 @@ const CliCommand kBenchTrain("bench", 20, [](CLI::App& bench) {
               "tokens/s quiet and beside a busy-loop process: threads following the load vs one per core");
   c->add_option("--device", args->device, "cpu, or cuda (the 1B-class model unless the shape flags say; docs/cuda.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  cli_add_compute(c, args->compute);
 #if AGOQ_HAVE_GPU_MODEL
   bench_train_cuda_flags(*c, args->gpu);
 #endif
   c->callback([args, c] {
     if (args->device == "cpu") {
       for (const char* gpu_only : {"--policies", "--dim", "--layers", "--heads", "--kv-heads", "--ffn", "--vocab",
-                                   "--batch", "--seq", "--gpu-gemm", "--peak-tflops"})
+                                   "--batch", "--seq", "--peak-tflops"})
         AGOQ_CHECK(!c->get_option_no_throw(gpu_only) || c->count(gpu_only) == 0, gpu_only,
                    " applies to --device cuda (the CPU benchmark runs its reference model)");
       return bench_train_run(*args);
     }
 #if AGOQ_HAVE_GPU_MODEL
     if (c->count("--steps")) args->gpu.steps = args->steps;
+    args->gpu.gemm = enum_name(kGemmPrecisionNames, model_compute_choose(args->compute, true).gemm);
     args->gpu.json = args->json;
     bench_train_cuda(args->gpu);
 #else

@@ -2,13 +2,19 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <cblas.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "arch/config.h"
 #include "core/memory.h"
+#include "core/rng.h"
+#include "model/backend.h"
+#include "model/gemm_bf16.h"
 
 namespace agoq {
 
@@ -24,6 +30,30 @@ inline double bench_median(std::vector<double> v) {
 inline double bench_flops_per_token(const LlamaConfig& c, int T) {
   const double gemm_params = double(c.param_count()) - (c.tie_embeddings ? 0.0 : double(c.vocab_size) * c.dim);
   return 6.0 * gemm_params + 6.0 * c.n_layers * double(T) * c.dim;
+}
+
+// This machine's practical GEMM peaks in GFLOP/s, best of `reps` timed runs (after one warm-up) of 1536^3: OpenBLAS's
+// sgemm (fp32), and oneDNN's matmul on bf16 inputs with fp32 accumulation (`--compute bf16`). MFU is taken against the
+// peak of the precision in use.
+inline double bench_gemm_peak_gflops(GemmPrecision precision, int reps) {
+  const int n = 1536;
+  const size_t elems = size_t(n) * n;
+  Buffer<float> x(elems, MemCategory::workspace), y(elems, MemCategory::workspace), z(elems, MemCategory::workspace);
+  Buffer<uint16_t> x16(elems, MemCategory::workspace), y16(elems, MemCategory::workspace);
+  Rng rng(1);
+  for (size_t i = 0; i < elems; ++i) x[i] = rng.uniform() - 0.5f, y[i] = rng.uniform() - 0.5f;
+  f32_to_bf16_rows(x16.data(), x.data(), elems), f32_to_bf16_rows(y16.data(), y.data(), elems);
+  GemmBf16 bf16;
+  double best = 1e30;
+  for (int r = 0; r <= reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (precision == GemmPrecision::bf16)
+      bf16.multiply(n, n, n, {x16.data(), false, n}, {y16.data(), false, n}, z.data(), n, false);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, x.data(), n, y.data(), n, 0.0f, z.data(), n);
+    if (r > 0) best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * n * n * n / best / 1e9;
 }
 
 // The flags and model of the grid benchmarks (bench pipe, bench tp): 8 heads (kv 4), a SwiGLU width of about 8/3 dim.

@@ -74,9 +74,6 @@ void bench_train_cuda_flags(CLI::App& c, BenchTrainCudaOptions& o) {
   c.add_option("--vocab", o.vocab, "--device cuda: vocabulary")->capture_default_str()->check(cli_at_least(1));
   c.add_option("--batch", o.B, "--device cuda: sequences per step")->capture_default_str()->check(cli_at_least(1));
   c.add_option("--seq", o.T, "--device cuda: sequence length")->capture_default_str()->check(cli_at_least(1));
-  c.add_option("--gpu-gemm", o.gemm, "--device cuda: bf16 or fp32 GEMM inputs")
-      ->check(CLI::IsMember({"bf16", "fp32"}))
-      ->capture_default_str();
   c.add_option("--peak-tflops", o.peak_tflops, "--device cuda: the GPU's bf16 dense peak, for MFU")
       ->capture_default_str();
 }

@@ -55,7 +55,7 @@ EvalResult eval_windows(LlamaModel& model, const std::vector<int32_t>& ids, int 
 void cmd_eval_run(const EvalArgs& a) {
   for (const auto& [flag, in] :
        {std::pair{"--ckpt", a.ckpt}, std::pair{"--text", a.text}, std::pair{"--tokenizer", a.tokenizer}})
-    output_check_not_input("--logits-out", a.logits_out, flag, in);
+    output_file_check_not_input("--logits-out", a.logits_out, flag, in);
   InferenceModel m = inference_model_load(a.ckpt, a.tokenizer, a.seq, a.compute);
   const Corpus text = corpus_read(a.text);
   std::vector<int32_t> ids = m.tok.encode_for_model(text.text);

@@ -47,8 +47,12 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
     AGOQ_CHECK(S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode), path_, ": is ",
                S_ISDIR(st.st_mode) ? "a folder" : "not a regular file",
                "; agoq writes a file there only if it is a regular file, a character device or a FIFO");
-    // A FIFO without a reader would block open() forever: refuse it instead (O_NONBLOCK gives ENXIO).
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    // A FIFO without a reader would block open() forever: its reader gets two seconds to come (O_NONBLOCK gives
+    // ENXIO until then), then it is refused.
+    for (int tries = 0; (fd_ = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC)) < 0; ++tries) {
+      if (errno != ENXIO || tries == 40) break;
+      ::usleep(50000);
+    }
     if (fd_ < 0) fail(path_, ": cannot open for writing: ", errno == ENXIO ? "a FIFO with no reader" : errno_text());
     ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
     stream_ = true;

@@ -4,7 +4,8 @@
 // Errors throw agoq::Error as one line naming the file and the system's reason ("x.tmp: write failed: No space
 // left on device"); an AtomicFile destroyed before commit() removes its temp, so the old file stays as it was.
 // Only a regular file (or nothing) is replaced: a link is followed to its target, a character device or a FIFO is
-// written through (`--logits-out /dev/null`), anything else is refused; never is such a path replaced by a file.
+// written through (`--logits-out /dev/null`; a FIFO's reader has two seconds to open it), anything else is
+// refused; never is such a path replaced by a file.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -20,10 +20,13 @@ bool path_within(const std::string& path, const std::string& dir) {
   return end == d_clean.end();
 }
 
-void output_check_not_input(const char* out_flag, const std::string& out, const char* in_flag,
-                            const std::string& in) {
-  AGOQ_CHECK(!path_within(out, in), out_flag, " ", out, " is ", path_within(in, out) ? "" : "inside ", in_flag,
-             " ", in, ", which this command reads: it never writes over its input; choose another ", out_flag);
+void output_file_check_not_input(const char* out_flag, const std::string& out, const char* in_flag,
+                                 const std::string& in) {
+  if (!path_within(out, in)) return;
+  std::error_code ec;
+  const bool same = fs::equivalent(out, in, ec) || path_within(in, out);
+  AGOQ_CHECK(!same && !fs::exists(out, ec), out_flag, " ", out, same ? " is " : " is a file inside ", in_flag, " ", in,
+             ", which this command reads: it never writes over its input; choose another ", out_flag);
 }
 
 }  // namespace agoq

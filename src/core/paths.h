@@ -8,9 +8,9 @@ namespace agoq {
 // Whether `path` is `dir` or lies inside it; false when either is empty.
 bool path_within(const std::string& path, const std::string& dir);
 
-// Refuses, in one line naming both flags, an output path that is an input or lies inside an input folder:
-// `out_flag out` would replace or write into `in_flag in`.
-void output_check_not_input(const char* out_flag, const std::string& out, const char* in_flag,
-                            const std::string& in);
+// Refuses, in one line naming both flags, an output file that is the input `in` or an existing file inside the input
+// folder `in` (one the command may be reading); a new file beside a model is fine.
+void output_file_check_not_input(const char* out_flag, const std::string& out, const char* in_flag,
+                                 const std::string& in);
 
 }  // namespace agoq

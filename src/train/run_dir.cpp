@@ -84,8 +84,9 @@ bool ckpt_folder_name_ours(const std::string& name) {
 }
 
 void run_dir_check_sources(const std::string& out_dir, const std::string& resume, const std::string& init_from) {
-  output_check_not_input("--out", out_dir, "--resume", resume);
-  output_check_not_input("--out", out_dir, "--init-from", init_from);
+  for (const auto& [flag, in] : {std::pair{"--resume", resume}, std::pair{"--init-from", init_from}})
+    AGOQ_CHECK(!path_within(out_dir, in), "--out ", out_dir, path_within(in, out_dir) ? " is " : " is inside ", flag,
+               " ", in, ", which this run reads: a run never writes into its source; choose another --out");
   if (!path_within(init_from, out_dir)) return;
   std::error_code ec;
   const fs::path rel = fs::relative(fs::weakly_canonical(init_from, ec), fs::weakly_canonical(out_dir, ec), ec);

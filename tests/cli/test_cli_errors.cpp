@@ -65,7 +65,7 @@ TEST_F(CliErrors, GpuFlagsTheGpuPathDoesNotBuild) {
   expect_clean_error(train({{"--device", "cuda"}, {"--pp", "2"}}), "--device cuda: pipeline parallelism (--pp)");
   expect_clean_error(train({{"--device", "cuda"}, {"--tp", "2"}}), "--device cuda: tensor parallelism");
   expect_clean_error(train({{"--device", "cuda"}, {"--optim-state", "q8"}}), "8-bit AdamW moments");
-  expect_clean_error(train({{"--device", "cuda"}, {"--gpu-gemm", "tf32"}}), "--gpu-gemm");
+  expect_clean_error(train({{"--device", "cuda"}, {"--compute", "tf32"}}), "--compute must be auto, bf16 or fp32");
 #if AGOQ_HAVE_CUDA
   const std::string why = cuda_unavailable_reason();
   if (why.empty()) GTEST_SKIP() << "a GPU is usable here: --device cuda trains (tests/gpu)";

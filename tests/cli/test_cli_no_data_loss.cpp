@@ -115,6 +115,8 @@ TEST_F(CliNoDataLoss, EvalLogitsOutNeverReplacesWhatIsNotAFile) {
   expect_clean_error(eval + " --logits-out " + d("a.txt"), "which this command reads");
   expect_clean_error(eval + " --logits-out " + ckpt_ + "/model.safetensors", "which this command reads");
   EXPECT_EQ(file_text(d("a.txt")), text);
+  const RunResult beside = run_agoq(eval + " --logits-out " + ckpt_ + "/logits.f32");  // a new file beside the model
+  EXPECT_EQ(beside.exit_code, 0) << beside.err;
   expect_checkpoint_intact();
 }
 

@@ -7,6 +7,7 @@
 #include "arch/hf.h"
 #include "data/token_file.h"
 #include "formats/safetensors.h"
+#include "model/gemm_bf16.h"
 #include "tests/cli/cli_test_util.h"
 #include "tests/common/python_ref.h"
 
@@ -52,7 +53,7 @@ class ImportHf : public ::testing::Test {
   void expect_eval_equal(const RefModel& m) {
     const std::string logits = m.dir + "/agoq_logits.f32";
     int st = 0;
-    const std::string out = agoq_stdout("eval --ckpt " + m.dir + " --text " + m.text_path() + " --seq " +
+    const std::string out = agoq_stdout("eval --compute fp32 --ckpt " + m.dir + " --text " + m.text_path() + " --seq " +
                                             std::to_string(kSeq) + " --json --logits-out " + logits,
                                         &st);
     ASSERT_EQ(st, 0) << out;
@@ -71,12 +72,19 @@ class ImportHf : public ::testing::Test {
       scale = std::max(scale, std::abs(ref_logits[i]));
     }
     EXPECT_LE(worst, 1e-5 * scale) << "largest logit difference " << worst << " of " << scale;
+    // With bf16 GEMMs (where this CPU has them): transformers' fp32 loss within bf16's rounding, 1% relative.
+    if (!gemm_bf16_supported()) return;
+    const std::string bf16 = agoq_stdout("eval --compute bf16 --ckpt " + m.dir + " --text " + m.text_path() +
+                                             " --seq " + std::to_string(kSeq) + " --json", &st);
+    ASSERT_EQ(st, 0) << bf16;
+    const double loss16 = last_json_line(bf16)["loss"];
+    EXPECT_LE(std::abs(loss16 - want), 1e-2 * std::abs(want)) << "agoq bf16 " << loss16 << " transformers " << want;
   }
 
   void expect_greedy_equal(const RefModel& m) {
     int st = 0;
     const std::string out =
-        agoq_stdout("sample --ckpt " + m.dir + " --prompt '" + kPrompt + "' --tokens 32 --temperature 0 --json", &st);
+        agoq_stdout("sample --compute fp32 --ckpt " + m.dir + " --prompt '" + kPrompt + "' --tokens 32 --temperature 0 --json", &st);
     ASSERT_EQ(st, 0) << out;
     const json j = last_json_line(out);
     EXPECT_EQ(j["prompt_ids"], m.ref["prompt_ids"]);
@@ -169,7 +177,7 @@ std::string fine_tune(const RefModel& m, const std::string& name, const std::str
       (fs::temp_directory_path() / ("agoq_import_run_" + name + std::to_string(::getpid()))).string();
   fs::remove_all(run);
   int st = 0;
-  const std::string log = agoq_stdout("train --data " + prepared_with_model_tokenizer(m) + " --init-from " + m.dir +
+  const std::string log = agoq_stdout("train --compute fp32 --data " + prepared_with_model_tokenizer(m) + " --init-from " + m.dir +
                                           " --out " + run + " --batch 2 --seq 32 --eval-batches 2 --quiet " + flags,
                                       &st);
   EXPECT_EQ(st, 0) << log;
@@ -178,7 +186,7 @@ std::string fine_tune(const RefModel& m, const std::string& name, const std::str
 
 double eval_loss(const std::string& model, const std::string& text) {
   int st = 0;
-  const std::string out = agoq_stdout("eval --ckpt " + model + " --text " + text + " --seq 64 --json", &st);
+  const std::string out = agoq_stdout("eval --compute fp32 --ckpt " + model + " --text " + text + " --seq 64 --json", &st);
   EXPECT_EQ(st, 0) << out;
   return last_json_line(out)["loss"];
 }
@@ -240,7 +248,7 @@ TEST_F(ImportHf, FineTuneStoppedAndResumedIsBitIdentical) {
   const std::string split = fine_tune(m, "split", flags + " --stop-after 3");
   int st = 0;
   const std::string log =
-      agoq_stdout("train --data " + prepared_with_model_tokenizer(m) + " --out " + split + " --resume " + split +
+      agoq_stdout("train --compute fp32 --data " + prepared_with_model_tokenizer(m) + " --out " + split + " --resume " + split +
                       "/ckpt --batch 2 --seq 32 --eval-batches 2 --quiet " + flags,
                   &st);
   ASSERT_EQ(st, 0) << log;
@@ -287,7 +295,7 @@ TEST_F(ImportHf, FineTuneOnSeveralRanksStartsFromTheModelAsOneProcessDoes) {
     fs::remove_all(run);
     int st = 0;
     const std::string log = agoq_stdout(
-        mpirun + g.ranks + " " AGOQ_BIN_PATH " train --data " + prepared_with_model_tokenizer(m) + " --init-from " +
+        mpirun + g.ranks + " " AGOQ_BIN_PATH " train --compute fp32 --data " + prepared_with_model_tokenizer(m) + " --init-from " +
             m.dir + " --out " + run + " --batch 2 --seq 32 --eval-batches 2 --quiet " + common + " " + g.flags,
         &st, "");
     ASSERT_EQ(st, 0) << log;
@@ -308,7 +316,7 @@ TEST_F(ImportHf, FineTuneOnSeveralRanksStartsFromTheModelAsOneProcessDoes) {
 TEST_F(ImportHf, FineTuneRefusesWhatDoesNotFit) {
   const RefModel& m = model("--rope llama3");
   const std::string data = prepared_with_model_tokenizer(m), run = (root() / "refused").string();
-  const std::string base = "train --data " + data + " --out " + run + " --init-from " + m.dir + " --steps 2 ";
+  const std::string base = "train --compute fp32 --data " + data + " --out " + run + " --init-from " + m.dir + " --steps 2 ";
   expect_clean_error(base + "--resume " + run + "/ckpt", "--init-from starts a fine-tune and --resume continues one");
   expect_clean_error(base + "--dim 128", "--dim 128 (model: 64)");
   expect_clean_error(base + "--seq 256", "--seq 256 is longer than the 128 positions");
@@ -378,7 +386,7 @@ TEST_F(ImportHf, PromptCompletionDataIsTheTokenizersAndTrains) {
 
   // A fine-tune on it: the validation loss (on completion tokens only) falls from step 1's to step 30's.
   const std::string run = (dir / "run").string();
-  log = agoq_stdout("train --data " + data + " --init-from " + m.dir + " --out " + run +
+  log = agoq_stdout("train --compute fp32 --data " + data + " --init-from " + m.dir + " --out " + run +
                         " --batch 2 --seq 64 --steps 30 --warmup 2 --lr 3e-3 --eval-every 1 --eval-batches 4 --quiet",
                     &st);
   ASSERT_EQ(st, 0) << log;
@@ -493,7 +501,7 @@ TEST(ImportGguf, LossEqualsTheHfModelItWasMadeFrom) {
   auto loss = [&](const std::string& model) {
     int st = 0;
     const std::string out =
-        agoq_stdout("eval --ckpt " + model + " --text " + text + " --seq 64 --max-tokens 3000 --json", &st);
+        agoq_stdout("eval --compute fp32 --ckpt " + model + " --text " + text + " --seq 64 --max-tokens 3000 --json", &st);
     EXPECT_EQ(st, 0) << model << "\n" << out;
     return st == 0 ? last_json_line(out)["loss"].get<double>() : -1.0;
   };
