@@ -146,7 +146,8 @@ const CliCommand kBenchAct("bench", 25, [](CLI::App& bench) {
   c->add_option("--policies", a->policies, "policies to compare (names or specs)")->delimiter(' ');
   c->add_flag("--json", a->json, "print a JSON array, one record per policy");
   auto device = std::make_shared<std::string>("cpu");
-  auto gpu = std::make_shared<std::pair<ComputeMode, double>>(ComputeMode::automatic, 989.0);  // --compute, --peak-tflops
+  auto gpu =
+      std::make_shared<std::pair<ComputeMode, double>>(ComputeMode::automatic, 989.0);  // --compute, --peak-tflops
   c->add_option("--device", *device, "cpu, or cuda (the 1B-class model unless the shape flags say; docs/cuda.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cli_add_compute(c, gpu->first)->description("--device cuda: the GEMM inputs, bf16 (auto) or fp32");
@@ -165,7 +166,8 @@ const CliCommand kBenchAct("bench", 25, [](CLI::App& bench) {
     given("--ffn", g.ffn, a->model.ffn_dim), given("--vocab", g.vocab, a->model.vocab_size);
     given("--seq", g.T, a->seq), given("--batch", g.B, a->batch), given("--steps", g.steps, a->steps);
     given("--warmup", g.warmup, a->warmup), given("--policies", g.policies, a->policies);
-    g.gemm = enum_name(kGemmPrecisionNames, model_compute_choose(gpu->first, true).gemm), g.peak_tflops = gpu->second, g.json = a->json;
+    g.gemm = enum_name(kGemmPrecisionNames, model_compute_choose(gpu->first, true).gemm), g.peak_tflops = gpu->second,
+    g.json = a->json;
     bench_train_cuda(g);
 #else
     (void)c, (void)gpu;

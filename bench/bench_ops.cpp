@@ -177,12 +177,13 @@ const CliCommand kBenchOps("bench", 30, [](CLI::App& bench) {
   c->callback([args, c] {
     if (args->device == "cuda") return bench_ops_cuda(*args, *c);
     if (model_compute_choose(args->compute, false).gemm == GemmPrecision::fp32)
-      return bench_ops_run(*args, model_backend_cpu(),
-                           {bench_gemm_peak_gflops(GemmPrecision::fp32, args->reps),
-                            "sgemm 1536^3, this machine's fp32 peak"});
+      return bench_ops_run(
+          *args, model_backend_cpu(),
+          {bench_gemm_peak_gflops(GemmPrecision::fp32, args->reps), "sgemm 1536^3, this machine's fp32 peak"});
     const std::unique_ptr<ModelBackend> bf16 = model_backend_cpu_bf16();
-    bench_ops_run(*args, *bf16,
-                  {bench_gemm_peak_gflops(GemmPrecision::bf16, args->reps), "oneDNN bf16 matmul 1536^3, this CPU's peak"});
+    bench_ops_run(
+        *args, *bf16,
+        {bench_gemm_peak_gflops(GemmPrecision::bf16, args->reps), "oneDNN bf16 matmul 1536^3, this CPU's peak"});
   });
 });
 

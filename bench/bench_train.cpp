@@ -162,10 +162,10 @@ void bench_train_run(const Args& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("agoq bench train: dim %d, %d layers, %d heads (kv %d), ffn %d, vocab %d, seq %d, batch %d, fp32 "
-              "activations, compute %s\n",
-              ref.dim, ref.n_layers, ref.n_heads, ref.n_kv_heads, ref.ffn_dim, ref.vocab_size, T, B,
-              compute.why.c_str());
+  std::printf(
+      "agoq bench train: dim %d, %d layers, %d heads (kv %d), ffn %d, vocab %d, seq %d, batch %d, fp32 "
+      "activations, compute %s\n",
+      ref.dim, ref.n_layers, ref.n_heads, ref.n_kv_heads, ref.ffn_dim, ref.vocab_size, T, B, compute.why.c_str());
   std::printf("  %-26s %12.1f\n", "sgemm peak (GFLOP/s)", sgemm);
   if (bf16_peak > 0) std::printf("  %-26s %12.1f\n", "bf16 matmul peak (GFLOP/s)", bf16_peak);
   std::printf("  %-26s %12.1f\n", "step time (ms)", s.seconds_per_step * 1e3);

@@ -50,7 +50,8 @@ inline double bench_gemm_peak_gflops(GemmPrecision precision, int reps) {
     if (precision == GemmPrecision::bf16)
       bf16.multiply(n, n, n, {x16.data(), false, n}, {y16.data(), false, n}, z.data(), n, false);
     else
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, x.data(), n, y.data(), n, 0.0f, z.data(), n);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, x.data(), n, y.data(), n, 0.0f, z.data(),
+                  n);
     if (r > 0) best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return 2.0 * n * n * n / best / 1e9;

@@ -1,7 +1,7 @@
 #include "arch/hf.h"
 
-#include <charconv>
 #include <cfloat>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -52,8 +52,8 @@ json rope_scaling_to_hf_json(const RopeScaling& r) {
 float float_of(const json& v, const std::string& key) {
   const double d = v.get<double>();
   const float f = float(d);
-  AGOQ_CHECK(std::isfinite(f) && (d == 0 || std::fabs(f) >= FLT_MIN), "LlamaConfig key ", key, " = ",
-             json_excerpt(v), " is beyond the range of a float32 (", FLT_MIN, " to ", FLT_MAX, " in magnitude)");
+  AGOQ_CHECK(std::isfinite(f) && (d == 0 || std::fabs(f) >= FLT_MIN), "LlamaConfig key ", key, " = ", json_excerpt(v),
+             " is beyond the range of a float32 (", FLT_MIN, " to ", FLT_MAX, " in magnitude)");
   return f;
 }
 

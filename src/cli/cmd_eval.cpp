@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/path_flag.h"
 #include "cli/model_load.h"
+#include "cli/path_flag.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/paths.h"
@@ -74,10 +74,14 @@ void cmd_eval_run(const EvalArgs& a) {
   AGOQ_CHECK(std::isfinite(ppl), "the perplexity exp(loss) overflows float64 (loss ", r.loss,
              " nats per token): the model's weights or activations overflow");
   if (a.json) {
-    const nlohmann::json j = {{"model", a.ckpt},    {"source", model_source_kind_name(m.source->kind())},
-                              {"text", a.text},     {"seq", m.window},
-                              {"tokens", r.tokens}, {"loss", r.loss},
-                              {"perplexity", ppl},  {"tokens_per_s", tps},
+    const nlohmann::json j = {{"model", a.ckpt},
+                              {"source", model_source_kind_name(m.source->kind())},
+                              {"text", a.text},
+                              {"seq", m.window},
+                              {"tokens", r.tokens},
+                              {"loss", r.loss},
+                              {"perplexity", ppl},
+                              {"tokens_per_s", tps},
                               {"compute", enum_name(kGemmPrecisionNames, m.compute.gemm)}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
@@ -92,7 +96,8 @@ void cmd_eval_run(const EvalArgs& a) {
 const CliCommand kEval("", 35, [](CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   CLI::App* c = app.add_subcommand("eval", "a model's loss and perplexity on a text");
-  c->add_option("--ckpt", a->ckpt, "the model: an agoq checkpoint, a Hugging Face folder or a GGUF file")->required()
+  c->add_option("--ckpt", a->ckpt, "the model: an agoq checkpoint, a Hugging Face folder or a GGUF file")
+      ->required()
       ->check(cli_path());
   c->add_option("--text", a->text, "the text: a .txt file or a folder of them")->required()->check(cli_path());
   c->add_option("--tokenizer", a->tokenizer, "tokenizer.model, tokenizer.json or a folder (default: the model's own)")

@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/path_flag.h"
 #include "cli/model_load.h"
+#include "cli/path_flag.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "plan/memory_model.h"
@@ -108,7 +108,8 @@ void cmd_inspect_run(const InspectArgs& a) {
 const CliCommand kInspect("", 36, [](CLI::App& app) {
   auto a = std::make_shared<InspectArgs>();
   CLI::App* c = app.add_subcommand("inspect", "what a model is, and the memory training it needs");
-  c->add_option("src", a->src, "an agoq checkpoint, a Hugging Face folder or a GGUF file")->required()
+  c->add_option("src", a->src, "an agoq checkpoint, a Hugging Face folder or a GGUF file")
+      ->required()
       ->check(cli_path());
   c->add_option("--seq", a->seq, "training sequence length (default: the context, at most 2048)")
       ->check(cli_at_least(1));

@@ -222,10 +222,12 @@ const CliCommand kPlan("", 40, [](CLI::App& app) {
   c->add_option("--system", a->system, "--time: agoq | baseline")->capture_default_str();
   c->add_option("--calibration", a->calibration,
                 "step-time inputs from FILE (written by --calibrate); default: "
-                "H100-class GPU defaults (docs/plan.md)")->check(cli_path());
+                "H100-class GPU defaults (docs/plan.md)")
+      ->check(cli_path());
   c->add_option("--calibrate", a->calibrate_out,
                 "measure this machine (under mpirun: at that rank count) and "
-                "write the calibration to FILE")->check(cli_path());
+                "write the calibration to FILE")
+      ->check(cli_path());
   c->add_option("--reps", a->reps, "--calibrate: repetitions per measurement")
       ->check(cli_in_range(1, 1000000))
       ->capture_default_str();

@@ -284,13 +284,15 @@ const CliCommand kPrepare("", 10, [](CLI::App& app) {
   CLI::App* cmd =
       app.add_subcommand("prepare", "tokenize a corpus: train a BPE tokenizer, write train/val token files");
   cmd->add_option("--input", a->input, "a .txt file, a folder of .txt files, or an R data folder (data/janeaustenr)")
-      ->required()->check(cli_path());
+      ->required()
+      ->check(cli_path());
   cmd->add_option("--out", a->out, "output folder")->capture_default_str()->check(cli_path());
   CLI::Option* vocab =
       cmd->add_option("--vocab-size", a->vocab_size, "tokenizer vocabulary size")->capture_default_str();
   cmd->add_option("--tokenizer", a->tokenizer,
                   "use this tokenizer instead of training one: tokenizer.model, tokenizer.json, a model folder or a "
-                  "GGUF file")->check(cli_path());
+                  "GGUF file")
+      ->check(cli_path());
   cmd->add_option("--val-fraction", a->val_fraction, "the last fraction of the token stream held out for validation")
       ->capture_default_str();
   cmd->add_option("--max-chars", a->max_chars, "train the tokenizer on at most the first N chars (0 = all)");

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/path_flag.h"
 #include "cli/model_load.h"
+#include "cli/path_flag.h"
 #include "core/error.h"
 #include "core/rng.h"
 
@@ -97,7 +97,8 @@ const CliCommand kSample("", 30, [](CLI::App& app) {
   CLI::App* c = app.add_subcommand("sample", "generate text from a model");
   c->add_option("--ckpt", a->ckpt,
                 "the model: an agoq checkpoint (runs/demo/ckpt), a Hugging Face folder or a GGUF file")
-      ->required()->check(cli_path());
+      ->required()
+      ->check(cli_path());
   c->add_option("--tokenizer", a->tokenizer, "tokenizer.model, tokenizer.json or a folder (default: the model's own)")
       ->check(cli_path());
   c->add_option("--prompt", a->prompt, "text to continue")->capture_default_str();

@@ -7,8 +7,8 @@
 #include "arch/config_fields.h"
 #include "arch/hf.h"
 #include "cli/commands.h"
-#include "cli/path_flag.h"
 #include "cli/layout_auto.h"
+#include "cli/path_flag.h"
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "plan/memory_model.h"
@@ -79,7 +79,8 @@ void cmd_train_body(TrainArgs& a) {
 void train_flags_data_model(CLI::App* c, TrainArgs& a) {
   TrainOptions& o = a.opt;
   c->add_option("--data", o.data_dir, "prepared data directory (from `agoq prepare`)")->required()->check(cli_path());
-  c->add_option("--out", o.out_dir, "output directory: metrics.jsonl and ckpt/")->capture_default_str()
+  c->add_option("--out", o.out_dir, "output directory: metrics.jsonl and ckpt/")
+      ->capture_default_str()
       ->check(cli_path());
   c->add_option("--config", a.config_json, "model shape from a Hugging Face config.json (overrides the flags below)")
       ->check(cli_path());
@@ -115,7 +116,8 @@ void train_flags_run(CLI::App* c, TrainOptions& o) {
   c->add_option("--resume", o.resume, "continue from a checkpoint directory (e.g. runs/demo/ckpt)")->check(cli_path());
   c->add_option("--init-from", o.init_from,
                 "fine-tune a pretrained model: a Hugging Face folder, a GGUF file or an agoq checkpoint (its shape "
-                "and weights; a fresh optimizer; --data prepared with its tokenizer)")->check(cli_path());
+                "and weights; a fresh optimizer; --data prepared with its tokenizer)")
+      ->check(cli_path());
   c->add_flag("--overwrite", o.overwrite,
               "start afresh in an --out that holds an earlier run (its checkpoint link and metrics are replaced)");
   c->add_flag("--quiet", o.quiet, "no console progress");
@@ -191,7 +193,8 @@ void train_flags_parallel(CLI::App* c, TrainArgs& a) {
           ->capture_default_str();
   c->add_option("--calibration", a.calibration,
                 "--layout auto: step-time inputs from FILE (`agoq plan --calibrate FILE`); default: measured at start")
-      ->needs(layout)->check(cli_path());
+      ->needs(layout)
+      ->check(cli_path());
   c->add_option_function<std::string>(
       "--mem-budget", [&o](const std::string& v) { o.mem_budget = plan_parse_bytes(v, "--mem-budget"); },
       "memory per rank (e.g. 2GiB): after --replan-after steps, activation bits are re-planned per stage from "

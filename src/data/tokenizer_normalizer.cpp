@@ -95,9 +95,8 @@ std::string unicode_form(std::string_view text, utf8proc_option_t options, const
     const size_t nl = at + kPiece < text.size() ? text.find('\n', at + kPiece) : std::string_view::npos;
     const size_t end = nl == std::string_view::npos ? text.size() : nl + 1;
     utf8proc_uint8_t* dst = nullptr;
-    const utf8proc_ssize_t n =
-        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + at), utf8proc_ssize_t(end - at), &dst,
-                     options);
+    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + at),
+                                            utf8proc_ssize_t(end - at), &dst, options);
     AGOQ_CHECK(n >= 0, "tokenizer ", what, ": normalizer: utf8proc: ", utf8proc_errmsg(n));
     out.append(reinterpret_cast<const char*>(dst), size_t(n));
     std::free(dst);

@@ -116,8 +116,8 @@ SplitRegex::SplitRegex(const std::string& pattern, const std::string& what)
   const std::string translated = onig_to_pcre2(pattern);
   code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
                               PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &err, &at, nullptr);
-  AGOQ_CHECK(code_->code, what, ": regex '", pattern_excerpt(pattern), "' does not compile (PCRE2: ",
-             pcre2_message(err), " at offset ", at, ")");
+  AGOQ_CHECK(code_->code, what, ": regex '", pattern_excerpt(pattern),
+             "' does not compile (PCRE2: ", pcre2_message(err), " at offset ", at, ")");
   uint32_t backrefs = 0;
   pcre2_pattern_info(code_->code, PCRE2_INFO_BACKREFMAX, &backrefs);
   AGOQ_CHECK(backrefs == 0, what, ": regex '", pattern_excerpt(pattern),

@@ -82,7 +82,8 @@ class GgufFile {
   std::optional<int64_t> get_int(std::string_view key) const;   // any integer type
   std::optional<double> get_float(std::string_view key) const;  // f32 or f64
   std::optional<bool> get_bool(std::string_view key) const;
-  std::optional<std::string> get_string(std::string_view key) const;  // at most 64 KiB (the ones agoq reads name things)
+  std::optional<std::string> get_string(
+      std::string_view key) const;  // at most 64 KiB (the ones agoq reads name things)
   std::optional<std::vector<std::string>> get_strings(std::string_view key) const;  // an array of strings
   std::optional<std::vector<float>> get_floats(std::string_view key) const;  // an f32 array
   std::optional<std::vector<int32_t>> get_ints(std::string_view key) const;  // an array of 8/16/32-bit ints

@@ -95,9 +95,9 @@ LlamaConfig config_read(const GgufFile& f) {
   c.rope_scaling = rope_scaling_read(f);
   const GgufTensorInfo* embd = f.tensor("token_embd.weight");
   const GgufValue* tokens = f.find("tokenizer.ggml.tokens");
-  const int64_t vocab_guess = embd && embd->ne.size() == 2                   ? embd->ne[1]
+  const int64_t vocab_guess = embd && embd->ne.size() == 2                     ? embd->ne[1]
                               : tokens && tokens->type == GgufValueType::array ? int64_t(tokens->count)
-                                                                             : -1;
+                                                                               : -1;
   c.vocab_size =
       config_int(f, "llama.vocab_size", vocab_guess >= 0 ? std::optional<int64_t>(vocab_guess) : std::nullopt);
   c.tie_embeddings = f.tensor("output.weight") == nullptr;

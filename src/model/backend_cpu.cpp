@@ -68,8 +68,8 @@ class CpuBf16Backend final : public CpuBackend {
       gemm_.multiply(N, in_dim, out_dim, {dout16, false, out_dim}, {weight(w, size_t(out_dim) * in_dim), false, in_dim},
                      din, in_dim, accumulate_din);
     if (dw)
-      gemm_.multiply(out_dim, in_dim, N, {dout16, true, out_dim}, {activation(in, size_t(N) * in_dim, 0), false, in_dim},
-                     dw, in_dim, true);
+      gemm_.multiply(out_dim, in_dim, N, {dout16, true, out_dim},
+                     {activation(in, size_t(N) * in_dim, 0), false, in_dim}, dw, in_dim, true);
   }
 
  private:

@@ -232,7 +232,8 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
       llama_workspace_bytes(cfg, opt.batch, opt.seq, policy, st, opt.grad_q8 && opt.lm_head_pieces) +
       attention_scratch_bytes(cfg.head_dim(), threads);
   if (opt.gemm_bf16) {
-    const LlamaGemmBf16Bytes bf16 = llama_gemm_bf16_bytes(cfg, opt.batch, opt.seq, st, opt.grad_q8 && opt.lm_head_pieces);
+    const LlamaGemmBf16Bytes bf16 =
+        llama_gemm_bf16_bytes(cfg, opt.batch, opt.seq, st, opt.grad_q8 && opt.lm_head_pieces);
     m[MemCategory::weights] += bf16.weights, m[MemCategory::workspace] += bf16.workspace;
   }
   return m;

@@ -392,9 +392,12 @@ TrainResult TrainSession::run() {
     result.losses.push_back(float(r.loss));
     result.grad_norms.push_back(float(r.grad_norm));
 
-    nlohmann::json rec = {
-        {"step", step},         {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm}, {"tokens_per_s", tokens / dt},
-        {"compute", enum_name(kGemmPrecisionNames, compute_.gemm)}};
+    nlohmann::json rec = {{"step", step},
+                          {"loss", r.loss},
+                          {"lr", lr},
+                          {"grad_norm", r.grad_norm},
+                          {"tokens_per_s", tokens / dt},
+                          {"compute", enum_name(kGemmPrecisionNames, compute_.gemm)}};
     if (grid_.D > 1) rec["comm_wait_s"] = r.wait_s;
     if (tensor_group_) rec["tp_comm_s"] = tp_seconds;
     if (timed_) {

@@ -103,7 +103,8 @@ std::string train_run_description(const TrainOptions& o, const LlamaConfig& cfg,
      << enum_name(kGradRoundingNames, o.grad_rounding) << " lm_head_grad "
      << enum_name(kLmHeadGradNames, o.lm_head_grad) << " optim_state " << optim_state_name(o.adam.state) << " zero "
      << o.zero << " pp " << o.pp << ' ' << o.stage_layers << " tp " << o.tp << " sp " << o.sp << " mem_budget "
-     << o.mem_budget << ' ' << o.replan_after << " resume " << resume_commit << " init_from " << o.init_from << " compute " << enum_name(kComputeNames, o.compute);
+     << o.mem_budget << ' ' << o.replan_after << " resume " << resume_commit << " init_from " << o.init_from
+     << " compute " << enum_name(kComputeNames, o.compute);
   return os.str();
 }
 

@@ -24,8 +24,8 @@ class CliCompute : public CliErrors {
   // The compute eval reports for the run's checkpoint.
   std::string eval_compute(const std::string& flag) {
     int status = 0;
-    const std::string out = agoq_stdout("eval --ckpt " + d("run/ckpt") + " --text " + d("a.txt") +
-                                            " --seq 8 --max-tokens 64 --json " + flag, &status);
+    const std::string out = agoq_stdout(
+        "eval --ckpt " + d("run/ckpt") + " --text " + d("a.txt") + " --seq 8 --max-tokens 64 --json " + flag, &status);
     EXPECT_EQ(status, 0) << out;
     return nlohmann::json::parse(out).value("compute", "");
   }

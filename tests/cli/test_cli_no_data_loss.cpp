@@ -37,10 +37,13 @@ class CliNoDataLoss : public CliErrors {
 // `--init-from runs/A/ckpt-step5 --steps 5` the new checkpoint replaced it under its own name.
 TEST_F(CliNoDataLoss, InitFromACheckpointOfOutIsNeverReplaced) {
   for (const std::string& src : {d("A/ckpt"), ckpt_})
-    for (const std::string& steps : {"1", "2"}) {
-      expect_clean_error(
-          train({{"--data", d("prep")}, {"--init-from", src}, {"--out", d("A")}, {"--steps", steps}, {"--overwrite", " "}}),
-          "is a checkpoint of --out");
+    for (const char* steps : {"1", "2"}) {
+      expect_clean_error(train({{"--data", d("prep")},
+                                {"--init-from", src},
+                                {"--out", d("A")},
+                                {"--steps", steps},
+                                {"--overwrite", " "}}),
+                         "is a checkpoint of --out");
       expect_checkpoint_intact();
     }
   // The same checkpoint into another --out is a fine-tune as usual.
@@ -69,7 +72,8 @@ TEST_F(CliNoDataLoss, PrepareOverwritesOnlyAPreparedCorpus) {
   const std::string prep = "prepare --input " + d("a.txt") + " --overwrite";
   expect_clean_error(prep + " --tokenizer " + ckpt_ + " --out " + ckpt_, "which this command reads");
   expect_clean_error(prep + " --tokenizer " + ckpt_ + "/tokenizer.model --out " + ckpt_, "which this command reads");
-  expect_clean_error(prep + " --tokenizer " + d("tokenizer.model") + " --out " + ckpt_, "no corpus `agoq prepare` wrote");
+  expect_clean_error(prep + " --tokenizer " + d("tokenizer.model") + " --out " + ckpt_,
+                     "no corpus `agoq prepare` wrote");
   expect_clean_error(prep + " --out " + ckpt_, "no corpus `agoq prepare` wrote");
   expect_clean_error("prepare --input " + d("prep/train.bin") + " --out " + d("prep") + " --overwrite",
                      "which this command reads");

@@ -60,8 +60,8 @@ std::string text_file() {
 // Reproducer: the untied model with its header's tensor count lowered by one, so that output.weight is never read.
 TEST(CliGgufReliability, TensorCountOneShortRefusedNotReadAsTied) {
   const std::string p = untied_copy("count-short.gguf", [](std::string& b) { --b[8]; });  // uint64 at byte 8
-  for (const std::string& args : {"inspect " + p, "eval --ckpt " + p + " --text " + text_file(),
-                                  "sample --ckpt " + p + " --tokens 3"}) {
+  for (const std::string& args :
+       {"inspect " + p, "eval --ckpt " + p + " --text " + text_file(), "sample --ckpt " + p + " --tokens 3"}) {
     expect_clean_error(args, p);
     expect_clean_error(args, "tensor count (20) is not the number of tensor infos the file holds");
   }

@@ -61,8 +61,9 @@ TEST_F(PrepareReliability, BackReferenceSplitRegexIsRefusedNotAHang) {
 
 // A line with invalid UTF-8 was "not a JSON object"; it is named as what it is, with the file and line.
 TEST_F(PrepareReliability, InvalidUtf8InJsonlIsNamedWithFileAndLine) {
-  const std::string in = write("bad.jsonl", "{\"prompt\": \"a\", \"completion\": \" b\"}\n"
-                                            "{\"prompt\": \"caf\xC3\", \"completion\": \" b\"}\n");
+  const std::string in = write("bad.jsonl",
+                               "{\"prompt\": \"a\", \"completion\": \" b\"}\n"
+                               "{\"prompt\": \"caf\xC3\", \"completion\": \" b\"}\n");
   expect_clean_error("prepare --format prompt-completion --input " + in + " --tokenizer " + byte_level() +
                          " --seq 16 --out " + d("out"),
                      in + ":2: not valid UTF-8 (byte 16 of the line)");

@@ -75,7 +75,8 @@ class ImportHf : public ::testing::Test {
     // With bf16 GEMMs (where this CPU has them): transformers' fp32 loss within bf16's rounding, 1% relative.
     if (!gemm_bf16_supported()) return;
     const std::string bf16 = agoq_stdout("eval --compute bf16 --ckpt " + m.dir + " --text " + m.text_path() +
-                                             " --seq " + std::to_string(kSeq) + " --json", &st);
+                                             " --seq " + std::to_string(kSeq) + " --json",
+                                         &st);
     ASSERT_EQ(st, 0) << bf16;
     const double loss16 = last_json_line(bf16)["loss"];
     EXPECT_LE(std::abs(loss16 - want), 1e-2 * std::abs(want)) << "agoq bf16 " << loss16 << " transformers " << want;
@@ -83,8 +84,9 @@ class ImportHf : public ::testing::Test {
 
   void expect_greedy_equal(const RefModel& m) {
     int st = 0;
-    const std::string out =
-        agoq_stdout("sample --compute fp32 --ckpt " + m.dir + " --prompt '" + kPrompt + "' --tokens 32 --temperature 0 --json", &st);
+    const std::string out = agoq_stdout(
+        "sample --compute fp32 --ckpt " + m.dir + " --prompt '" + kPrompt + "' --tokens 32 --temperature 0 --json",
+        &st);
     ASSERT_EQ(st, 0) << out;
     const json j = last_json_line(out);
     EXPECT_EQ(j["prompt_ids"], m.ref["prompt_ids"]);
@@ -177,16 +179,18 @@ std::string fine_tune(const RefModel& m, const std::string& name, const std::str
       (fs::temp_directory_path() / ("agoq_import_run_" + name + std::to_string(::getpid()))).string();
   fs::remove_all(run);
   int st = 0;
-  const std::string log = agoq_stdout("train --compute fp32 --data " + prepared_with_model_tokenizer(m) + " --init-from " + m.dir +
-                                          " --out " + run + " --batch 2 --seq 32 --eval-batches 2 --quiet " + flags,
-                                      &st);
+  const std::string log =
+      agoq_stdout("train --compute fp32 --data " + prepared_with_model_tokenizer(m) + " --init-from " + m.dir +
+                      " --out " + run + " --batch 2 --seq 32 --eval-batches 2 --quiet " + flags,
+                  &st);
   EXPECT_EQ(st, 0) << log;
   return run;
 }
 
 double eval_loss(const std::string& model, const std::string& text) {
   int st = 0;
-  const std::string out = agoq_stdout("eval --compute fp32 --ckpt " + model + " --text " + text + " --seq 64 --json", &st);
+  const std::string out =
+      agoq_stdout("eval --compute fp32 --ckpt " + model + " --text " + text + " --seq 64 --json", &st);
   EXPECT_EQ(st, 0) << out;
   return last_json_line(out)["loss"];
 }
@@ -248,8 +252,8 @@ TEST_F(ImportHf, FineTuneStoppedAndResumedIsBitIdentical) {
   const std::string split = fine_tune(m, "split", flags + " --stop-after 3");
   int st = 0;
   const std::string log =
-      agoq_stdout("train --compute fp32 --data " + prepared_with_model_tokenizer(m) + " --out " + split + " --resume " + split +
-                      "/ckpt --batch 2 --seq 32 --eval-batches 2 --quiet " + flags,
+      agoq_stdout("train --compute fp32 --data " + prepared_with_model_tokenizer(m) + " --out " + split + " --resume " +
+                      split + "/ckpt --batch 2 --seq 32 --eval-batches 2 --quiet " + flags,
                   &st);
   ASSERT_EQ(st, 0) << log;
   expect_same_weights(straight + "/ckpt/model.safetensors", split + "/ckpt/model.safetensors");
@@ -294,10 +298,11 @@ TEST_F(ImportHf, FineTuneOnSeveralRanksStartsFromTheModelAsOneProcessDoes) {
     const std::string run = (root() / "grid").string();
     fs::remove_all(run);
     int st = 0;
-    const std::string log = agoq_stdout(
-        mpirun + g.ranks + " " AGOQ_BIN_PATH " train --compute fp32 --data " + prepared_with_model_tokenizer(m) + " --init-from " +
-            m.dir + " --out " + run + " --batch 2 --seq 32 --eval-batches 2 --quiet " + common + " " + g.flags,
-        &st, "");
+    const std::string log =
+        agoq_stdout(mpirun + g.ranks + " " AGOQ_BIN_PATH " train --compute fp32 --data " +
+                        prepared_with_model_tokenizer(m) + " --init-from " + m.dir + " --out " + run +
+                        " --batch 2 --seq 32 --eval-batches 2 --quiet " + common + " " + g.flags,
+                    &st, "");
     ASSERT_EQ(st, 0) << log;
     const std::vector<double> want = step_losses(single), got = step_losses(run);
     ASSERT_EQ(got.size(), 4u);
@@ -316,7 +321,8 @@ TEST_F(ImportHf, FineTuneOnSeveralRanksStartsFromTheModelAsOneProcessDoes) {
 TEST_F(ImportHf, FineTuneRefusesWhatDoesNotFit) {
   const RefModel& m = model("--rope llama3");
   const std::string data = prepared_with_model_tokenizer(m), run = (root() / "refused").string();
-  const std::string base = "train --compute fp32 --data " + data + " --out " + run + " --init-from " + m.dir + " --steps 2 ";
+  const std::string base =
+      "train --compute fp32 --data " + data + " --out " + run + " --init-from " + m.dir + " --steps 2 ";
   expect_clean_error(base + "--resume " + run + "/ckpt", "--init-from starts a fine-tune and --resume continues one");
   expect_clean_error(base + "--dim 128", "--dim 128 (model: 64)");
   expect_clean_error(base + "--seq 256", "--seq 256 is longer than the 128 positions");
@@ -500,8 +506,8 @@ TEST(ImportGguf, LossEqualsTheHfModelItWasMadeFrom) {
   const std::string text = "/usr/share/common-licenses/GPL-3";
   auto loss = [&](const std::string& model) {
     int st = 0;
-    const std::string out =
-        agoq_stdout("eval --compute fp32 --ckpt " + model + " --text " + text + " --seq 64 --max-tokens 3000 --json", &st);
+    const std::string out = agoq_stdout(
+        "eval --compute fp32 --ckpt " + model + " --text " + text + " --seq 64 --max-tokens 3000 --json", &st);
     EXPECT_EQ(st, 0) << model << "\n" << out;
     return st == 0 ? last_json_line(out)["loss"].get<double>() : -1.0;
   };

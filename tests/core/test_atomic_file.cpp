@@ -9,12 +9,12 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
-#include <cstring>
 
 #include "core/error.h"
 #include "tests/common/expect_error.h"

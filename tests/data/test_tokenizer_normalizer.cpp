@@ -19,8 +19,8 @@ namespace {
 
 // An added token; special ones are not normalized.
 json added(int id, const std::string& content, bool special) {
-  return {{"id", id},           {"content", content}, {"single_word", false}, {"lstrip", false},
-          {"rstrip", false},    {"special", special}, {"normalized", !special}};
+  return {{"id", id},        {"content", content}, {"single_word", false},  {"lstrip", false},
+          {"rstrip", false}, {"special", special}, {"normalized", !special}};
 }
 
 // Every byte, merges of a few accented and CJK pairs, <s> (not normalized) and [END], café (normalized) added.
@@ -33,17 +33,18 @@ json tokenizer_with(const json& normalizer, bool add_prefix_space = false) {
     vocab[a + b] = int(vocab.size());
     merges.push_back(a + " " + b);
   };
-  merge(chars[0xC3], chars[0xA9]);                                  // é's two bytes
+  merge(chars[0xC3], chars[0xA9]);                                   // é's two bytes
   merge("\xC4\xA0", "t"), merge("h", "e"), merge("e", chars[0xCC]);  // Ġt, he, e + the first byte of U+0301
   const int s = int(vocab.size());
-  return {{"version", "1.0"},
-          {"added_tokens", {added(s, "<s>", true), added(s + 1, "[END]", false), added(s + 2, "caf\xC3\xA9", false)}},
-          {"normalizer", normalizer},
-          {"pre_tokenizer",
-           {{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space}, {"trim_offsets", true}, {"use_regex", true}}},
-          {"post_processor", nullptr},
-          {"decoder", nullptr},
-          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  return {
+      {"version", "1.0"},
+      {"added_tokens", {added(s, "<s>", true), added(s + 1, "[END]", false), added(s + 2, "caf\xC3\xA9", false)}},
+      {"normalizer", normalizer},
+      {"pre_tokenizer",
+       {{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"post_processor", nullptr},
+      {"decoder", nullptr},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
 }
 
 fs::path write_tokenizer(const json& j, const std::string& name) {
@@ -75,7 +76,9 @@ TEST(TokenizerNormalizer, EachEqualsHfTokenizers) {
       {replace("Regex", R"(\s+)", " "), false},
       {replace("String", "e.", "[END]"), false},  // a String is literal; the replacement can be an added token
       {replace("Regex", "(?i:the)|\\p{Han}+", "\xE2\x80\xA6"), false},  // Oniguruma's syntax, as splits read it
-      {seq({seq({{{"type", "NFKC"}}, {{"type", "Lowercase"}}}), seq({}), replace("String", "\xC3\xA9", "e"),
+      {seq({seq({{{"type", "NFKC"}}, {{"type", "Lowercase"}}}),
+            seq({}),
+            replace("String", "\xC3\xA9", "e"),
             {{"type", "Strip"}, {"strip_left", true}, {"strip_right", false}}}),
        true},
   };

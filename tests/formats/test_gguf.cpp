@@ -4,10 +4,10 @@
 // a larger model imported within a few MiB of memory besides the model.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <cstdio>
 #include <functional>
 #include <iostream>
 #include <sstream>
@@ -242,7 +242,8 @@ TEST(GgufFileTest, RefusesBadHeaders) {
 // data from the wrong start (an untied model became "tied", and eval printed loss 2.5e31). The infos must end in
 // zero padding, and the tensors must account for the whole data section.
 TEST(GgufFileTest, RefusesATensorCountThatLeavesTensorsOut) {
-  EXPECT_REFUSED(with([](Spec& s) { s.n_tensors = 1; }), "the header's tensor count (1) is not the number of tensor infos the file holds");
+  EXPECT_REFUSED(with([](Spec& s) { s.n_tensors = 1; }),
+                 "the header's tensor count (1) is not the number of tensor infos the file holds");
   for (const char* type : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"}) {
     std::string bytes = file_read(quants_dir() / (std::string(type) + ".gguf"));
     EXPECT_EQ(open_error(bytes), "") << type;

@@ -57,7 +57,8 @@ std::string param_name(const testing::TestParamInfo<OpTable::ParamType>& p) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, OpTable,
-                         testing::Combine(testing::Values(Backend::cpu, Backend::cpu_bf16, Backend::timed, Backend::device_like),
+                         testing::Combine(testing::Values(Backend::cpu, Backend::cpu_bf16, Backend::timed,
+                                                          Backend::device_like),
                                           testing::Range(0, int(op_cases().size()))),
                          param_name);
 

@@ -20,9 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#define AGOQ_REQUIRE_BF16()                                                                      \
-  do {                                                                                           \
-    std::string isa;                                                                             \
+#define AGOQ_REQUIRE_BF16()                                                                                \
+  do {                                                                                                     \
+    std::string isa;                                                                                       \
     if (!gemm_bf16_supported(&isa)) GTEST_SKIP() << "no native bf16 products on this CPU (" << isa << ")"; \
   } while (0)
 
