@@ -5,11 +5,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/json_read.h"
 
 namespace agoq {
 
@@ -23,9 +23,12 @@ constexpr const char* kMarker = "meta.json";
 bool prepared_meta_ours(const fs::path& meta) {
   std::error_code ec;
   if (!fs::is_regular_file(meta, ec) || fs::file_size(meta, ec) > (size_t(1) << 20)) return false;
-  std::ifstream in(meta);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  return j.is_object() && j.contains("files") && j["files"].is_object() && j["files"].contains("train");
+  try {
+    const nlohmann::json j = json_parse(input_file_read(meta.string(), "meta.json"), meta.string());
+    return j.is_object() && j.contains("files") && j["files"].is_object() && j["files"].contains("train");
+  } catch (const Error&) {
+    return false;  // unreadable or not JSON: not a set agoq wrote
+  }
 }
 
 }  // namespace

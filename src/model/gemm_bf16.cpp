@@ -1,11 +1,12 @@
 #include "model/gemm_bf16.h"
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
 #include "core/error.h"
 #include "model/backend.h"
-#include "quant/half.h"
+#include "quant/keep.h"
 #if AGOQ_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
@@ -13,8 +14,13 @@
 namespace agoq {
 
 void f32_to_bf16_rows(uint16_t* y, const float* x, size_t n) {
-#pragma omp parallel for schedule(static) if (n > (size_t(1) << 16))
-  for (size_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
+  constexpr size_t kChunk = size_t(1) << 16;  // values per task: large calls split over the threads
+  const long chunks = long((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (long c = 0; c < chunks; ++c) {
+    const size_t i = size_t(c) * kChunk;
+    keep_encode_bf16(x + i, std::min(kChunk, n - i), y + i, /*simd=*/true);
+  }
 }
 
 ComputeChoice model_compute_choose(ComputeMode mode, bool gpu) {

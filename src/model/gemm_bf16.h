@@ -14,7 +14,7 @@ namespace agoq {
 // ISA's name either way.
 bool gemm_bf16_supported(std::string* why = nullptr);
 
-// y[i] = x[i] rounded to bf16 (nearest, ties to even: quant/half.h's f32_to_bf16), OpenMP-parallel for large n.
+// y[i] = x[i] rounded to bf16 (nearest, ties to even): quant/keep.h's encoder, OpenMP-parallel for large n.
 void f32_to_bf16_rows(uint16_t* y, const float* x, size_t n);
 
 // One row-major operand of a product: `rows` x `cols` as the product reads it, stored with leading dimension `ld`,
