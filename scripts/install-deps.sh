@@ -6,7 +6,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin
       libsentencepiece-dev libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev libxxhash-dev libpcre2-dev
-      libutf8proc-dev python3 python3-matplotlib iproute2)
+      libutf8proc-dev libprotobuf-dev protobuf-compiler libisal-dev python3 python3-matplotlib iproute2)
 [ "${1:-}" = "--test" ] && pkgs+=(python3-torch python3-numpy python3-venv)
 [ "${1:-}" = "--sanitize" ] && pkgs+=(clang libclang-rt-14-dev libomp-14-dev)
 missing=()
