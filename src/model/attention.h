@@ -32,6 +32,12 @@ void attention_forward(float* o, float* lse, const float* q, const float* k, con
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv, int hd,
                         const int32_t* doc_start = nullptr);
+// The instruction set of the tile products: AVX-512 where the CPU has it, else AVX2. Both give the same bits (the
+// same fused multiply-add per element, in the same order); attention_isa_cap lowers it, for the test that says so.
+enum class AttentionIsa { avx2, avx512 };
+AttentionIsa attention_isa();
+void attention_isa_cap(AttentionIsa cap);
+
 // Throws unless doc_start (B, T) describes contiguous documents as above (the ops trust it).
 void attention_check_doc_start(const int32_t* doc_start, int B, int T);
 

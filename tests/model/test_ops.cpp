@@ -321,6 +321,27 @@ TEST(OpsAttention, ScratchIsTileSized) {
   EXPECT_EQ(peak[0], peak[1]);  // independent of T
 }
 
+TEST(OpsAttention, Avx512AndAvx2GiveTheSameBits) {
+  if (attention_isa() != AttentionIsa::avx512) GTEST_SKIP() << "this CPU has no AVX-512: only the AVX2 kernels run";
+  for_each_attention_case(
+      [](AttnData& a, const char* mask) {
+    const auto dout = randn(a.o.size(), 62);
+    std::vector<float> dq[2], dk[2], dv[2], o[2];
+    for (AttentionIsa isa : {AttentionIsa::avx512, AttentionIsa::avx2}) {
+      const int i = int(isa);
+      attention_isa_cap(isa);
+      a.forward();
+      o[i] = a.o;
+      a.backward(dout, dq[i], dk[i], dv[i]);
+    }
+    attention_isa_cap(AttentionIsa::avx512);
+    EXPECT_TRUE(bit_equal(o[0], o[1]) && bit_equal(dq[0], dq[1]) && bit_equal(dk[0], dk[1]) &&
+                bit_equal(dv[0], dv[1]))
+        << a.s << ' ' << mask;
+      },
+      63);
+}
+
 TEST(OpsAttention, BackwardIsDeterministicAcrossRunsAndThreadCounts) {
   AttnData a({2, 150, 4, 2, 32}, 60);
   const auto dout = randn(a.o.size(), 61);
