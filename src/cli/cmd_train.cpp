@@ -109,6 +109,9 @@ void train_flags_schedule(CLI::App* c, TrainOptions& o) {
   c->add_option("--ckpt-every", o.ckpt_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
   c->add_option("--stop-after", o.stop_after, "stop after N steps of this run (checkpointed; continue with --resume)");
   c->add_option("--log-every", o.log_every, "console line every N steps when not on a terminal")->capture_default_str();
+  c->add_option("--tensorboard", o.tensorboard,
+                "folder for TensorBoard: every number of metrics.jsonl as a scalar, in a new events file there")
+      ->check(cli_path());
 }
 
 // Where the run starts from and computes, and what it reports.
@@ -130,6 +133,10 @@ void train_flags_run(CLI::App* c, TrainOptions& o) {
   add_enum_option(c, "--device", o.device, kDeviceNames,
                   "cpu, or cuda: one GPU in one process, with fp32 AdamW moments (docs/cuda.md)");
   cli_add_compute(c, o.compute);
+  add_enum_option(c, "--bf16-weights", o.bf16_weights, kBf16WeightsNames,
+                  "with bf16 GEMMs on the CPU: cached (a bf16 copy of each weight, made once per optimizer step: 2 "
+                  "bytes a parameter) or per-gemm (each GEMM rounds the weight it reads: no copies, one more pass "
+                  "over the weights per GEMM)");
 }
 
 // What is stored in how many bits: activations, gradients, AdamW's moments (and --baseline, none).

@@ -236,10 +236,34 @@ void tile_gemm(int M, int N, int K, Causal causal, float alpha, const float* A, 
 
 // ---- small vector loops over one row of a tile -----------------------------------------------------------------
 
+#if AGOQ_AVX2
+// The AVX-512 bodies of the two loops below (the same operations, 16 lanes); they return where they stopped.
+AGOQ_AVX512 int tile_exp_sub_accumulate16(float* s, const float* bias, float* sum, int n) {
+  int r = 0;
+  for (; r + 16 <= n; r += 16) {
+    const __m512 e = simd::exp16(_mm512_sub_ps(_mm512_loadu_ps(s + r), _mm512_loadu_ps(bias + r)));
+    _mm512_storeu_ps(s + r, e);
+    _mm512_storeu_ps(sum + r, _mm512_add_ps(_mm512_loadu_ps(sum + r), e));
+  }
+  return r;
+}
+AGOQ_AVX512 int tile_softmax_grad_row16(float* s, float* dp, float lse, float D, int n) {
+  const __m512 vl = _mm512_set1_ps(lse), vd = _mm512_set1_ps(D);
+  int c = 0;
+  for (; c + 16 <= n; c += 16) {
+    const __m512 p = simd::exp16(_mm512_sub_ps(_mm512_loadu_ps(s + c), vl));
+    _mm512_storeu_ps(s + c, p);
+    _mm512_storeu_ps(dp + c, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dp + c), vd)));
+  }
+  return c;
+}
+#endif
+
 // Keys-major (forward): s[r] = exp(s[r] − bias[r]); sum[r] += s[r].
 void tile_exp_sub_accumulate(float* s, const float* bias, float* sum, int n) {
   int r = 0;
 #if AGOQ_AVX2
+  if (attention_isa() == AttentionIsa::avx512) r = tile_exp_sub_accumulate16(s, bias, sum, n);
   for (; r + 8 <= n; r += 8) {
     const __m256 e = simd::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + r), _mm256_loadu_ps(bias + r)));
     _mm256_storeu_ps(s + r, e);
@@ -265,6 +289,7 @@ void tile_max_accumulate(float* m, const float* s, int n) {
 void tile_softmax_grad_row(float* s, float* dp, float lse, float D, int n) {
   int c = 0;
 #if AGOQ_AVX2
+  if (attention_isa() == AttentionIsa::avx512) c = tile_softmax_grad_row16(s, dp, lse, D, n);
   const __m256 vl = _mm256_set1_ps(lse), vd = _mm256_set1_ps(D);
   for (; c + 8 <= n; c += 8) {
     const __m256 p = simd::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + c), vl));

@@ -47,6 +47,12 @@ inline constexpr EnumName<GemmPrecision> kGemmPrecisionNames[] = {{GemmPrecision
 enum class ComputeMode : uint8_t { automatic, bf16, fp32 };
 inline constexpr EnumName<ComputeMode> kComputeNames[] = {
     {ComputeMode::automatic, "auto"}, {ComputeMode::bf16, "bf16"}, {ComputeMode::fp32, "fp32"}};
+// Where bf16 GEMMs find a weight's bf16 values (`--bf16-weights`): a copy of each weight kept from one optimizer
+// step to the next (2 bytes a parameter, category weights), or the weight rounded into scratch by each GEMM that
+// reads it (no copies; one more pass over the weight per GEMM: what a model that only just fits memory takes).
+enum class Bf16Weights : uint8_t { cached, per_gemm };
+inline constexpr EnumName<Bf16Weights> kBf16WeightsNames[] = {{Bf16Weights::cached, "cached"},
+                                                               {Bf16Weights::per_gemm, "per-gemm"}};
 struct ComputeChoice {
   GemmPrecision gemm;
   std::string why;  // for the run's first lines: "bf16: this CPU has AMX-BF16"
@@ -96,8 +102,8 @@ class ModelBackend {
 // The CPU's ops (model/ops.h: OpenBLAS and OpenMP) on host memory counted by the global tracker. One for the
 // process; it holds no state.
 ModelBackend& model_backend_cpu();
-// The same with bf16 GEMMs (model/gemm_bf16.h), where gemm_bf16_supported(); it keeps the weights' bf16 copies, so
-// each model has its own.
-std::unique_ptr<ModelBackend> model_backend_cpu_bf16();
+// The same with bf16 GEMMs (model/gemm_bf16.h), where gemm_bf16_supported(); it keeps the weights' bf16 copies
+// (Bf16Weights::cached), so each model has its own.
+std::unique_ptr<ModelBackend> model_backend_cpu_bf16(Bf16Weights weights = Bf16Weights::cached);
 
 }  // namespace agoq

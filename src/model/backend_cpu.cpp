@@ -44,10 +44,12 @@ class CpuBackend : public ModelBackend {
 // accumulates in fp32; outputs, gradients, master weights and the optimizer stay fp32. A weight's copy (category
 // weights) is made by the first GEMM that reads it after weights_changed(), which the model calls when it writes
 // its weights and the training step after each update; copies are keyed by address, so a new allocation (which may
-// reuse a freed one's) drops them all. An activation is rounded into one of two scratch buffers (workspace), grown
-// to the largest GEMM's.
+// reuse a freed one's) drops them all. With Bf16Weights::per_gemm there are no copies: each GEMM rounds its weight
+// into a third scratch buffer. An activation is rounded into one of two scratch buffers (workspace), grown to the
+// largest GEMM's.
 class CpuBf16Backend final : public CpuBackend {
  public:
+  explicit CpuBf16Backend(Bf16Weights weights) : cached_(weights == Bf16Weights::cached) {}
   std::shared_ptr<void> allocate(size_t bytes, MemCategory cat, std::string_view tag) override {
     weights_.clear();
     return CpuBackend::allocate(bytes, cat, tag);
@@ -79,6 +81,7 @@ class CpuBf16Backend final : public CpuBackend {
   };
   // The copy of w[0, n): a weight's own, or a part of a larger one's (an lm_head piece, --lm-head-grad pieces).
   const uint16_t* weight(const float* w, size_t n) {
+    if (!cached_) return rounded(w, n, 2);
     auto it = weights_.upper_bound(w);
     if (it != weights_.begin()) {
       WeightCopy& c = std::prev(it)->second;
@@ -93,7 +96,8 @@ class CpuBf16Backend final : public CpuBackend {
     if (c.version != version_) f32_to_bf16_rows(c.bits.data(), w, c.bits.size()), c.version = version_;
     return c.bits.data();
   }
-  const uint16_t* activation(const float* x, size_t n, int slot) {
+  const uint16_t* activation(const float* x, size_t n, int slot) { return rounded(x, n, slot); }
+  const uint16_t* rounded(const float* x, size_t n, int slot) {
     Buffer<uint16_t>& s = scratch_[slot];
     if (s.size() < n) s = Buffer<uint16_t>(), s = Buffer<uint16_t>(n, MemCategory::workspace, "gemm.bf16");
     f32_to_bf16_rows(s.data(), x, n);
@@ -103,12 +107,15 @@ class CpuBf16Backend final : public CpuBackend {
   GemmBf16 gemm_;
   std::map<const float*, WeightCopy> weights_;  // by address, so a part finds the copy that holds it
   long version_ = 0;
-  Buffer<uint16_t> scratch_[2];  // a GEMM's activation and its output gradient
+  const bool cached_;
+  Buffer<uint16_t> scratch_[3];  // a GEMM's activation, its output gradient and (per_gemm) its weight
 };
 
 }  // namespace
 
-std::unique_ptr<ModelBackend> model_backend_cpu_bf16() { return std::make_unique<CpuBf16Backend>(); }
+std::unique_ptr<ModelBackend> model_backend_cpu_bf16(Bf16Weights weights) {
+  return std::make_unique<CpuBf16Backend>(weights);
+}
 
 const char* model_op_name(ModelOp op) {
 #define AGOQ_OP_NAME(name, cls, params, args, cost) #name,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -58,19 +59,22 @@ size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq,
 // Every GEMM of a training step (forward and backward, layer tiles of R rows, head chunks), keep in step with the
 // calls below: the largest input (scratch 0) and output gradient (scratch 1) rounded to bf16, and each weight read.
 LlamaGemmBf16Bytes llama_gemm_bf16_bytes(const LlamaConfig& cfg, int max_batch, int max_seq, const ModelStage& stage,
-                                         bool lm_head_pieces) {
+                                         bool lm_head_pieces, Bf16Weights copies) {
   const ShardDims d = model_shard_dims(cfg, stage);
   const size_t N = size_t(max_batch) * max_seq, C = d.C, Q = d.Q, KV = d.KV, F = d.F, V = d.V;
   const size_t R = size_t(llama_tile_rows(max_seq, int(N))), layers = size_t(stage.end_layer - stage.first_layer);
   size_t weights = layers * (2 * Q * C + 2 * KV * C + 3 * F * C);  // wq, wo; wk, wv; w_gate, w_up, w_down
+  size_t largest = layers > 0 ? std::max({Q, KV, F}) * C : 0;      // the largest one GEMM reads
   size_t in = R * std::max({C, F, Q}), dout = R * std::max({C, F, Q, KV});
   if (stage.head) {
     const size_t chunk = std::min<size_t>(N, kLlamaHeadChunkRows);
     const bool pieces = lm_head_pieces && cfg.tie_embeddings;
     weights += V * C;
+    largest = std::max(largest, (pieces ? std::min<size_t>(V, kLlamaHeadPieceRows) : V) * C);
     in = std::max(in, chunk * C);
     dout = std::max(dout, chunk * (pieces ? std::min<size_t>(V, kLlamaHeadPieceRows) : V));
   }
+  if (copies == Bf16Weights::per_gemm) return {0, (in + dout + largest) * sizeof(uint16_t)};
   return {weights * sizeof(uint16_t), (in + dout) * sizeof(uint16_t)};
 }
 
@@ -627,6 +631,39 @@ void LlamaModel::forward_last_logits(const int32_t* tokens, int T, float* logits
   float* out = be_.host_memory() ? logits : head_logits_.data();
   be_.matmul_forward(out, head_norm_.data(), params_.lm_head, 1, C, V);
   be_.download(logits, out, size_t(V) * sizeof(float));
+}
+
+// Only the rows with a target go through the head (a multiple-choice window's continuations are a few of its
+// rows, and the vocabulary GEMM costs as much as several layers): gathered chunk by chunk into head_dnorm_.
+void LlamaModel::forward_target_logprobs(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                         const MicroBatchRun& run, float* logprob, uint8_t* greedy) {
+  AGOQ_CHECK(stage().whole(cfg_) && stage().tp == 1 && !stage().sp && be_.host_memory(),
+             "scoring needs the whole model on the host");
+  const int C = cfg_.dim, V = cfg_.vocab_size, N = B * T;
+  std::vector<int> rows;
+  for (int i = 0; i < N; ++i) {
+    AGOQ_CHECK(targets[i] < V, "target id ", targets[i], " out of range for vocab size ", V);
+    if (targets[i] >= 0) rows.push_back(i);
+  }
+  stage_forward(inputs, B, T, run);
+  float *x = head_dnorm_.data(), *logits = head_logits_.data();
+  for (size_t r0 = 0; r0 < rows.size(); r0 += kLlamaHeadChunkRows) {
+    const int n = int(std::min<size_t>(kLlamaHeadChunkRows, rows.size() - r0));
+    for (int j = 0; j < n; ++j)
+      std::memcpy(x + size_t(j) * C, resid_.data() + size_t(rows[r0 + j]) * C, size_t(C) * sizeof(float));
+    be_.rmsnorm_forward(head_norm_.data(), head_rstd_.data(), x, params_.final_norm, n, C, cfg_.norm_eps);
+    be_.matmul_forward(logits, head_norm_.data(), params_.lm_head, n, C, V);
+#pragma omp parallel for schedule(static)
+    for (int j = 0; j < n; ++j) {
+      const float* l = logits + size_t(j) * V;
+      const int row = rows[r0 + j];
+      const int best = int(std::max_element(l, l + V) - l);  // the first maximum, as torch.argmax
+      double sum = 0;
+      for (int v = 0; v < V; ++v) sum += std::exp(double(l[v]) - double(l[best]));
+      logprob[row] = float(double(l[targets[row]]) - double(l[best]) - std::log(sum));
+      greedy[row] = uint8_t(best == targets[row]);
+    }
+  }
 }
 
 const int32_t* LlamaModel::ids_on_backend(const int32_t* host, const BackendBuffer<int32_t>& dev, int n) {

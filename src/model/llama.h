@@ -52,13 +52,14 @@ int llama_tile_rows(int T, int N);
 size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
                              const ModelStage& stage, bool lm_head_pieces = false);
 // What bf16 GEMMs (model_backend_cpu_bf16) add to a training's memory: the bf16 copies of the weights its GEMMs
-// read (weights) and the two scratch buffers its activations and output gradients are rounded into, at the
-// largest product's size (workspace).
+// read (weights; with Bf16Weights::per_gemm none, and a third scratch for the largest weight a GEMM reads) and the
+// two scratch buffers its activations and output gradients are rounded into, at the largest product's size
+// (workspace).
 struct LlamaGemmBf16Bytes {
   size_t weights = 0, workspace = 0;
 };
 LlamaGemmBf16Bytes llama_gemm_bf16_bytes(const LlamaConfig& cfg, int max_batch, int max_seq, const ModelStage& stage,
-                                         bool lm_head_pieces = false);
+                                         bool lm_head_pieces = false, Bf16Weights copies = Bf16Weights::cached);
 
 class LlamaModel {
  public:
@@ -108,6 +109,11 @@ class LlamaModel {
   float forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run = {});
   // Logits (V, host) of the last position of one sequence of T tokens (T <= max_seq), for sampling.
   void forward_last_logits(const int32_t* tokens, int T, float* logits);
+  // Forward only, for scoring (evaltask/): for each row i of the (B, T) batch with targets[i] >= 0, logprob[i] =
+  // log p(targets[i] | the tokens before it in its document) and greedy[i] = 1 when targets[i] is the argmax of the
+  // logits (the first on ties), else 0; other rows are left as they are. The whole model on the host backend.
+  void forward_target_logprobs(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run,
+                               float* logprob, uint8_t* greedy);
 
   // ---- a pipeline stage's pieces (parallel/pipeline.h); forward_backward is stage_forward, stage_head and
   // stage_backward in a row on the whole model, with the same run ----

@@ -233,7 +233,7 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
       attention_scratch_bytes(cfg.head_dim(), threads);
   if (opt.gemm_bf16) {
     const LlamaGemmBf16Bytes bf16 =
-        llama_gemm_bf16_bytes(cfg, opt.batch, opt.seq, st, opt.grad_q8 && opt.lm_head_pieces);
+        llama_gemm_bf16_bytes(cfg, opt.batch, opt.seq, st, opt.grad_q8 && opt.lm_head_pieces, opt.bf16_weights);
     m[MemCategory::weights] += bf16.weights, m[MemCategory::workspace] += bf16.workspace;
   }
   return m;

@@ -19,6 +19,7 @@
 #include "arch/stage.h"
 #include "comm/allreduce_q8.h"
 #include "core/memory.h"
+#include "model/backend.h"
 #include "optim/adam_q8.h"
 
 namespace agoq {
@@ -117,6 +118,7 @@ struct PlanCpuOptions {
   ModelStage stage;  // its layers are ignored when pp == 1 (the whole model); its tensor-parallel shard counts
   int in_flight = 1;
   bool gemm_bf16 = false;  // `--compute bf16`: the weights' bf16 copies and the GEMMs' rounding scratch
+  Bf16Weights bf16_weights = Bf16Weights::cached;  // `--bf16-weights`
 };
 PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& policy, const PlanCpuOptions& opt);
 

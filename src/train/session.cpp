@@ -57,6 +57,7 @@ TrainSession::TrainSession(const TrainOptions& opt)
   log_ =
       std::make_unique<MetricsLog>(lead_ ? (fs::path(opt_.out_dir) / "metrics.jsonl").string() : std::string(),
                                    opt_.resume.empty() ? -1 : step_, opt_.steps, opt_.log_every, opt_.quiet || !lead_);
+  if (tboard_) log_->tensorboard_attach(std::move(tboard_));
   log_->note("compute: " + compute_.why);
   if (!block_notes_.empty()) log_->note(block_notes_);
   // Dynamic bit allocation (train/replan.h): the stores calibrate sensitivities until the re-planning step.
@@ -65,7 +66,8 @@ TrainSession::TrainSession(const TrainOptions& opt)
 }
 
 // One run per --out (its lock, held until the session ends), and nothing there that agoq would misuse
-// (train/run_dir.h). A run continues its checkpoint's identity only when it resumes inside --out.
+// (train/run_dir.h), then the --tensorboard folder's new events file. A run continues its checkpoint's identity only
+// when it resumes inside --out.
 void TrainSession::out_dir_claim() {
   run_dir_check_sources(opt_.out_dir, opt_.resume, opt_.init_from);
   out_lock_ = DirLock::acquire(opt_.out_dir, "--out");
@@ -80,6 +82,8 @@ void TrainSession::out_dir_claim() {
         fs::equivalent(fs::weakly_canonical(opt_.resume, ec).parent_path(), fs::weakly_canonical(opt_.out_dir, ec), ec);
     if (inside && !m.run.empty()) who_.run = m.run;
   }
+  // A bad --tensorboard folder is refused here, before the data is read; the file is new (nothing replaced).
+  if (!opt_.tensorboard.empty()) tboard_ = std::make_unique<TensorBoardWriter>(opt_.tensorboard);
 }
 
 void TrainSession::data_load() {
@@ -197,7 +201,7 @@ PlanCpuOptions TrainSession::plan_options() const {
   o.grad_block = dp_options_.store.block, o.lm_head_pieces = dp_options_.store.lm_head_pieces;
   o.optim_q8 = dp_options_.adam.state == OptimState::q8, o.optim_block = dp_options_.adam.q8.block;
   o.pp = grid_.P, o.stage = stages_[grid_.stage], o.in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
-  o.gemm_bf16 = compute_.gemm == GemmPrecision::bf16;
+  o.gemm_bf16 = compute_.gemm == GemmPrecision::bf16, o.bf16_weights = opt_.bf16_weights;
   return o;
 }
 
@@ -243,7 +247,7 @@ void TrainSession::model_build() {
   const int in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
   grads_ = std::make_unique<GradStore>(cfg_, stages_[grid_.stage], dp_options_.store);  // the model writes into it
   if (grid_.tp) tensor_group_ = std::make_unique<CommTensorGroup>(*grid_.tp);
-  if (compute_.gemm == GemmPrecision::bf16) cpu_bf16_ = model_backend_cpu_bf16();
+  if (compute_.gemm == GemmPrecision::bf16) cpu_bf16_ = model_backend_cpu_bf16(opt_.bf16_weights);
   ModelBackend& cpu = cpu_bf16_ ? *cpu_bf16_ : model_backend_cpu();
   if (opt_.profile) timed_ = std::make_unique<TimedBackend>(cpu);
   model_make(stages_[grid_.stage], in_flight, grads_->model_storage(), tensor_group_.get(), timed_ ? *timed_ : cpu);

@@ -62,6 +62,8 @@ struct TrainOptions {
   // q8 grad store, tied embeddings: the lm_head's weight gradient whole (an fp32 scratch of the embedding's size)
   // or in vocabulary pieces (no such scratch; one more lm_head GEMM per micro-batch).
   LmHeadGrad lm_head_grad = LmHeadGrad::whole;
+  // A folder for TensorBoard event files: every metrics record's numbers as scalars of its step (tboard/).
+  std::string tensorboard;
   bool profile = false;  // time the ops by class (model/backend_timed.h): metrics.jsonl's op_seconds, the report
   int zero = 0;          // 1: ZeRO-1, AdamW state sharded over the ranks
   // Pipeline parallelism (1F1B): ranks form a pp x (ranks / pp) grid; `accum` is the micro-batches per step.
@@ -82,6 +84,7 @@ struct TrainOptions {
   // The GEMMs' precision (model/backend.h): the library's default is the exact fp32 reference; `agoq train`'s is
   // auto (bf16 where the device multiplies bf16 natively). Independent of the stores: --baseline keeps it.
   ComputeMode compute = ComputeMode::fp32;
+  Bf16Weights bf16_weights = Bf16Weights::cached;  // with bf16 GEMMs on the CPU: copies kept, or rounded per GEMM
   Communicator* comm = nullptr;  // null: comm_world()
   // Test hook (hidden flags --debug-exit-at-step/--debug-exit-rank): that rank _exit(3)s when the step begins.
   long debug_exit_step = 0;

@@ -71,14 +71,31 @@ TEST(TrainerBf16, ResumeIsBitIdentical) {
   fs::remove_all(data);
 }
 
-// The weights' bf16 copies (weights) and the rounding scratch (workspace) are in the memory model, to the byte.
+// Rounding each weight when a GEMM reads it gives the bits its cached copy holds: the same run, step for step.
+TEST(TrainerBf16, PerGemmWeightsEqualCachedCopies) {
+  AGOQ_REQUIRE_BF16();
+  const fs::path data = synthetic_corpus_make("trainer_bf16_per_gemm", 50, 8000);
+  const TrainResult cached = train_run(bf16_options(data, "cached", ComputeMode::bf16));
+  TrainOptions o = bf16_options(data, "per_gemm", ComputeMode::bf16);
+  o.bf16_weights = Bf16Weights::per_gemm;
+  const TrainResult per_gemm = train_run(o);
+  EXPECT_EQ(per_gemm.losses, cached.losses);
+  EXPECT_EQ(per_gemm.grad_norms, cached.grad_norms);
+  fs::remove_all(data);
+}
+
+// The weights' bf16 copies (weights) and the rounding scratch (workspace) are in the memory model, to the byte;
+// with per-GEMM rounding there are no copies and a third scratch.
 TEST(TrainerBf16, MemoryModelCountsTheCopiesAndTheScratch) {
   AGOQ_REQUIRE_BF16();
   const fs::path data = synthetic_corpus_make("trainer_bf16_memory", 50, 8000);
-  for (bool pieces : {false, true}) {
-    TrainOptions o = bf16_options(data, pieces ? "pieces" : "whole", ComputeMode::bf16);
+  for (int run = 0; run < 4; ++run) {
+    const bool pieces = run % 2, per_gemm = run >= 2;
+    TrainOptions o = bf16_options(data, std::string(pieces ? "pieces" : "whole") + (per_gemm ? "_per_gemm" : ""),
+                                  ComputeMode::bf16);
     o.steps = 3, o.adam.state = OptimState::q8, o.model.tie_embeddings = true;
     if (pieces) o.lm_head_grad = LmHeadGrad::pieces;
+    if (per_gemm) o.bf16_weights = Bf16Weights::per_gemm;
     train_run(o);
     std::ifstream f(fs::path(o.out_dir) / "metrics.jsonl");
     std::string line, last;
@@ -88,7 +105,8 @@ TEST(TrainerBf16, MemoryModelCountsTheCopiesAndTheScratch) {
     EXPECT_EQ(rec.at("compute"), "bf16");
     const nlohmann::json& mem = rec.at("memory");
     for (const auto& [cat, bytes] : mem["peak"].items())
-      EXPECT_EQ(mem["model"].at(cat), bytes) << (pieces ? "pieces: " : "whole: ") << cat;
+      EXPECT_EQ(mem["model"].at(cat), bytes) << (pieces ? "pieces" : "whole") << (per_gemm ? ", per gemm: " : ": ")
+                                               << cat;
   }
   fs::remove_all(data);
 }
