@@ -68,6 +68,7 @@ void MetricsLog::step(long step, const nlohmann::json& rec) {
     const bool ok = std::fprintf(file_, "%s\n", rec.dump().c_str()) >= 0 && std::fflush(file_) == 0;
     AGOQ_CHECK(ok, "cannot write metrics file ", path_, ": ", std::strerror(errno));
   }
+  if (tboard_) tboard_->step(step, rec);
   if (quiet_) return;
   pace_.step_done(std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
   const double eta = pace_.eta_seconds(total_ - step);

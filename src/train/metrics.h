@@ -3,10 +3,12 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/memory.h"
+#include "tboard/tensorboard.h"
 
 namespace agoq {
 
@@ -32,6 +34,8 @@ class MetricsLog {
   // One record per step (written to the JSONL file; a failed write throws); the console shows the bar or every
   // log_every-th line.
   void step(long step, const nlohmann::json& record);
+  // From now on each step's record also goes to TensorBoard, as scalars (`--tensorboard`).
+  void tensorboard_attach(std::unique_ptr<TensorBoardWriter> writer) { tboard_ = std::move(writer); }
   // A line that must not be overwritten by the bar (eval results, checkpoints).
   void note(const std::string& line);
   void finish();
@@ -44,6 +48,7 @@ class MetricsLog {
   bool quiet_, tty_, bar_open_ = false;
   std::chrono::steady_clock::time_point start_;
   StepPace pace_;
+  std::unique_ptr<TensorBoardWriter> tboard_;
 };
 
 // Rewrites the JSONL log at `path` (atomically) without the records of steps after `step`, and a torn last line.

@@ -40,7 +40,7 @@ class TrainSession {
   TrainResult run();
 
  private:
-  void out_dir_claim();  // lead only
+  void out_dir_claim();  // lead only; opens tboard_
   void data_load();
   void config_resolve();
   void init_source_open();              // --init-from
@@ -99,6 +99,7 @@ class TrainSession {
   std::unique_ptr<TrainStep> engine_;   // the optimizer step: DataParallel, or CudaTrainStep on the GPU
   std::unique_ptr<Pipeline> pipeline_;  // P > 1
   std::unique_ptr<MetricsLog> log_;
+  std::unique_ptr<TensorBoardWriter> tboard_;  // lead, --tensorboard: opened with --out, then given to log_
   CpuThreads cpu_threads_;                 // the cores other processes leave free, re-measured between steps
   long step_ = 0;                          // the last completed step
   long step_resumed_ = -1;                 // the checkpoint's step when resumed
