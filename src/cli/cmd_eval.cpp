@@ -1,13 +1,14 @@
 // `agoq eval`: a model's next-token loss and perplexity on a text (any source: an agoq checkpoint, a Hugging Face
-// folder, a GGUF file). The text is tokenized as the model's tokenizer gives it to the model (its BOS included) and
-// scored in windows of --seq tokens that do not overlap: every token after the first is predicted exactly once,
-// from the tokens before it in its window.
+// folder, a GGUF file), or its scores on downstream tasks (--task: cli/eval_tasks.h). The text is tokenized as the
+// model's tokenizer gives it to the model (its BOS included) and scored in windows of --seq tokens that do not overlap:
+// every token after the first is predicted exactly once, from the tokens before it in its window.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/eval_tasks.h"
 #include "cli/model_load.h"
 #include "cli/path_flag.h"
 #include "core/atomic_file.h"
@@ -24,6 +25,7 @@ struct EvalArgs {
   int64_t max_tokens = 0;
   int seq = 0;
   bool json = false;
+  EvalTasksArgs tasks;
 };
 
 struct EvalResult {
@@ -52,7 +54,21 @@ EvalResult eval_windows(LlamaModel& model, const std::vector<int32_t>& ids, int 
   return r;
 }
 
+void cmd_eval_tasks(const EvalArgs& a) {
+  AGOQ_CHECK(a.text.empty() && a.logits_out.empty() && a.max_tokens == 0,
+             "--task scores tasks; --text, --max-tokens and --logits-out score a text: give one or the other");
+  for (const std::string& spec : a.tasks.tasks)
+    output_file_check_not_input("--samples-out", a.tasks.samples_out, "--task", spec.substr(spec.find(':') + 1));
+  for (const auto& [flag, in] : {std::pair{"--ckpt", a.ckpt}, std::pair{"--tokenizer", a.tokenizer}})
+    output_file_check_not_input("--samples-out", a.tasks.samples_out, flag, in);
+  InferenceModel m = inference_model_load(a.ckpt, a.tokenizer, a.seq, a.compute);
+  eval_tasks_run(EvalTasksArgs{a.tasks.tasks, a.tasks.limit, a.tasks.samples_out, a.json}, m, a.ckpt);
+}
+
 void cmd_eval_run(const EvalArgs& a) {
+  if (!a.tasks.tasks.empty()) return cmd_eval_tasks(a);
+  AGOQ_CHECK(!a.text.empty(), "agoq eval needs --text FILE (a text's loss) or --task NAME:FILE (a task's scores)");
+  AGOQ_CHECK(a.tasks.limit == 0 && a.tasks.samples_out.empty(), "--limit and --samples-out go with --task");
   for (const auto& [flag, in] :
        {std::pair{"--ckpt", a.ckpt}, std::pair{"--text", a.text}, std::pair{"--tokenizer", a.tokenizer}})
     output_file_check_not_input("--logits-out", a.logits_out, flag, in);
@@ -95,16 +111,25 @@ void cmd_eval_run(const EvalArgs& a) {
 
 const CliCommand kEval("", 35, [](CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
-  CLI::App* c = app.add_subcommand("eval", "a model's loss and perplexity on a text");
+  CLI::App* c = app.add_subcommand("eval", "a model's loss and perplexity on a text, or its scores on tasks");
   c->add_option("--ckpt", a->ckpt, "the model: an agoq checkpoint, a Hugging Face folder or a GGUF file")
       ->required()
       ->check(cli_path());
-  c->add_option("--text", a->text, "the text: a .txt file or a folder of them")->required()->check(cli_path());
+  c->add_option("--text", a->text, "the text: a .txt file or a folder of them")->check(cli_path());
+  c->add_option("--task", a->tasks.tasks,
+                "a task scored as lm-evaluation-harness does, NAME:FILE (repeatable): hellaswag, piqa, arc_easy, "
+                "arc_challenge, mmlu, lambada, winogrande, mc (context/choices/label lines), ppl (a text)");
+  c->add_option("--limit", a->tasks.limit, "score only the first N items of each task (0: all)")
+      ->check(cli_at_least(0));
+  c->add_option("--samples-out", a->tasks.samples_out,
+                "write every item's requests, log-likelihoods and greedy flags here (JSON lines)")
+      ->check(cli_path());
   c->add_option("--tokenizer", a->tokenizer, "tokenizer.model, tokenizer.json or a folder (default: the model's own)")
       ->check(cli_path());
   c->add_option("--max-tokens", a->max_tokens, "score only the first N tokens of the text (0: all)")
       ->check(cli_at_least(0));
-  c->add_option("--seq", a->seq, "window length (default: the model's context, at most 2048)")->check(cli_at_least(2));
+  c->add_option("--seq", a->seq, "window length, lm-eval's max_length (default: the model's context, at most 2048)")
+      ->check(cli_at_least(2));
   c->add_option("--logits-out", a->logits_out, "also write the last position's logits here (float32)")
       ->check(cli_path());
   c->add_flag("--json", a->json, "print JSON (tokens, loss, perplexity, tokens_per_s, compute)");
