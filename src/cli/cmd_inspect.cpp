@@ -19,6 +19,8 @@ struct InspectArgs {
   std::string src;
   int seq = 0, batch = 1;
   bool json = false;
+  ComputeMode compute = ComputeMode::automatic;  // as train: the recipes' GEMMs, resolved for this CPU
+  Bf16Weights bf16_weights = Bf16Weights::cached;
 };
 
 struct Recipe {
@@ -28,9 +30,9 @@ struct Recipe {
 constexpr Recipe kRecipes[] = {
     {"agoq", true, false, false}, {"agoq+q8", true, true, true}, {"baseline", false, false, false}};
 
-PlanMemory recipe_memory(const LlamaConfig& cfg, const Recipe& r, int batch, int seq) {
+PlanMemory recipe_memory(const LlamaConfig& cfg, const Recipe& r, const InspectArgs& a, int seq, bool bf16) {
   PlanCpuOptions p;
-  p.batch = batch, p.seq = seq;
+  p.batch = a.batch, p.seq = seq, p.gemm_bf16 = bf16, p.bf16_weights = a.bf16_weights;
   p.grad_q8 = r.agoq, p.optim_q8 = r.optim_q8, p.lm_head_pieces = r.lm_head_pieces && cfg.tie_embeddings;
   return plan_memory_cpu_trainer(cfg, ActPolicy::parse(r.agoq ? "agoq" : "fp32", cfg.n_layers), p);
 }
@@ -47,11 +49,14 @@ void cmd_inspect_run(const InspectArgs& a) {
   const std::unique_ptr<ModelReader> src = model_reader_open(a.src);
   const LlamaConfig& c = src->config();
   const int seq = a.seq > 0 ? a.seq : inference_window_default(c);
+  const ComputeChoice compute = model_compute_choose(a.compute, false);
+  const bool bf16 = compute.gemm == GemmPrecision::bf16;
   AGOQ_CHECK(seq <= c.max_seq_len, "--seq ", seq, " is beyond the model's context of ", c.max_seq_len);
   nlohmann::json j = {{"model", a.src},
                       {"source", model_source_kind_name(src->kind())},
                       {"config", config_to_hf_json(c)},
-                      {"parameters", c.param_count()}};
+                      {"parameters", c.param_count()},
+                      {"compute", enum_name(kGemmPrecisionNames, compute.gemm)}};
   for (const auto& [type, n] : src->storage_types()) j["storage"][type] = n;
   std::string tok_line;
   try {
@@ -66,7 +71,7 @@ void cmd_inspect_run(const InspectArgs& a) {
     tok_line = std::string("none usable: ") + e.what();
   }
   for (const Recipe& r : kRecipes) {
-    const PlanMemory m = recipe_memory(c, r, a.batch, seq);
+    const PlanMemory m = recipe_memory(c, r, a, seq, bf16);
     for (int k = 0; k < kMemCategoryCount; ++k)
       j["train_memory"][r.name][mem_category_name(MemCategory(k))] = m.bytes[k];
     j["train_memory"][r.name]["total"] = m.total();
@@ -87,14 +92,16 @@ void cmd_inspect_run(const InspectArgs& a) {
     storage += (storage.empty() ? "" : ", ") + type + " x" + std::to_string(n);
   std::printf("weights: %s\n", storage.c_str());
   std::printf("tokenizer: %s\n", tok_line.c_str());
-  std::printf("training memory of one CPU process, micro-batch %d x %d tokens (memory model):\n", a.batch, seq);
+  std::printf("training memory of one CPU process, micro-batch %d x %d tokens, %s GEMMs%s (memory model):\n",
+              a.batch, seq, enum_name(kGemmPrecisionNames, compute.gemm),
+              bf16 ? (std::string(", --bf16-weights ") + enum_name(kBf16WeightsNames, a.bf16_weights)).c_str() : "");
   std::printf("  %-14s", "category");
   for (const Recipe& r : kRecipes) std::printf(" %14s", r.name);
   std::printf("\n");
   for (int k = 0; k <= kMemCategoryCount; ++k) {
     std::printf("  %-14s", k < kMemCategoryCount ? mem_category_name(MemCategory(k)) : "total");
     for (const Recipe& r : kRecipes) {
-      const PlanMemory m = recipe_memory(c, r, a.batch, seq);
+      const PlanMemory m = recipe_memory(c, r, a, seq, bf16);
       std::printf(" %14s", format_bytes(k < kMemCategoryCount ? m.bytes[k] : m.total()).c_str());
     }
     std::printf("\n");
@@ -115,6 +122,8 @@ const CliCommand kInspect("", 36, [](CLI::App& app) {
       ->check(cli_at_least(1));
   c->add_option("--batch", a->batch, "micro-batch size")->check(cli_at_least(1))->capture_default_str();
   c->add_flag("--json", a->json, "print JSON");
+  cli_add_compute(c, a->compute);
+  cli_add_bf16_weights(c, a->bf16_weights);
   c->callback([a] { cmd_inspect_run(*a); });
 });
 

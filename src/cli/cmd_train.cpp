@@ -133,10 +133,7 @@ void train_flags_run(CLI::App* c, TrainOptions& o) {
   add_enum_option(c, "--device", o.device, kDeviceNames,
                   "cpu, or cuda: one GPU in one process, with fp32 AdamW moments (docs/cuda.md)");
   cli_add_compute(c, o.compute);
-  add_enum_option(c, "--bf16-weights", o.bf16_weights, kBf16WeightsNames,
-                  "with bf16 GEMMs on the CPU: cached (a bf16 copy of each weight, made once per optimizer step: 2 "
-                  "bytes a parameter) or per-gemm (each GEMM rounds the weight it reads: no copies, one more pass "
-                  "over the weights per GEMM)");
+  cli_add_bf16_weights(c, o.bf16_weights);
 }
 
 // What is stored in how many bits: activations, gradients, AdamW's moments (and --baseline, none).

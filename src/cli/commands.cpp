@@ -91,4 +91,14 @@ CLI::Option* cli_add_compute(CLI::App* cmd, ComputeMode& into) {
       ->default_str(enum_name(kComputeNames, into));
 }
 
+CLI::Option* cli_add_bf16_weights(CLI::App* cmd, Bf16Weights& into) {
+  auto parse = [&into](const std::string& v) { into = enum_parse(kBf16WeightsNames, v, "--bf16-weights"); };
+  return cmd
+      ->add_option_function<std::string>("--bf16-weights", parse,
+                                         "with bf16 GEMMs on the CPU: cached (a bf16 copy of each weight, made once "
+                                         "per optimizer step: 2 bytes a parameter) or per-gemm (each GEMM rounds the "
+                                         "weight it reads: no copies, one more pass over the weights per GEMM)")
+      ->default_str(enum_name(kBf16WeightsNames, into));
+}
+
 }  // namespace agoq

@@ -30,6 +30,8 @@ CLI::Validator cli_unsigned();
 
 // `--compute auto|bf16|fp32`, one declaration for train, eval, sample and the benchmarks (model/backend.h).
 CLI::Option* cli_add_compute(CLI::App* cmd, ComputeMode& into);
+// `--bf16-weights cached|per-gemm` (model/backend.h), for train and inspect.
+CLI::Option* cli_add_bf16_weights(CLI::App* cmd, Bf16Weights& into);
 
 // Where a command that needs a subcommand is given a word that is none of them ("agoq bench nosuch"): the line that
 // names the word and lists the choices; "" when the arguments have no such word.

@@ -130,6 +130,17 @@ TEST_F(ImportHf, InspectSaysWhatTheModelIs) {
   EXPECT_GT(j["storage"]["BF16"].get<int>(), 0);
   EXPECT_EQ(j["tokenizer"]["kind"], "byte-level bpe");
   EXPECT_LT(j["train_memory"]["agoq+q8"]["total"].get<size_t>(), j["train_memory"]["baseline"]["total"].get<size_t>());
+  // With bf16 GEMMs the weights' copies count (weights), unless each GEMM rounds its own (workspace).
+  if (!gemm_bf16_supported()) return;  // the fp32 figures above are what this CPU trains with
+  auto memory = [&](const std::string& flags, const char* cat) {
+    const json k = last_json_line(agoq_stdout("inspect " + m.dir + " --json " + flags, &st));
+    EXPECT_EQ(st, 0) << flags;
+    return k["train_memory"]["agoq+q8"][cat].get<size_t>();
+  };
+  const size_t fp32 = memory("--compute fp32", "weights"), params = j["parameters"].get<size_t>();
+  EXPECT_GT(memory("--compute bf16", "weights"), fp32 + params);  // 2 bytes for each GEMM weight
+  EXPECT_EQ(memory("--compute bf16 --bf16-weights per-gemm", "weights"), fp32);
+  EXPECT_GT(memory("--compute bf16 --bf16-weights per-gemm", "workspace"), memory("--compute fp32", "workspace"));
 }
 
 TEST_F(ImportHf, PrepareWithAModelsTokenizerGivesItsTokens) {
