@@ -92,8 +92,8 @@ void cmd_inspect_run(const InspectArgs& a) {
     storage += (storage.empty() ? "" : ", ") + type + " x" + std::to_string(n);
   std::printf("weights: %s\n", storage.c_str());
   std::printf("tokenizer: %s\n", tok_line.c_str());
-  std::printf("training memory of one CPU process, micro-batch %d x %d tokens, %s GEMMs%s (memory model):\n",
-              a.batch, seq, enum_name(kGemmPrecisionNames, compute.gemm),
+  std::printf("training memory of one CPU process, micro-batch %d x %d tokens, %s GEMMs%s (memory model):\n", a.batch,
+              seq, enum_name(kGemmPrecisionNames, compute.gemm),
               bf16 ? (std::string(", --bf16-weights ") + enum_name(kBf16WeightsNames, a.bf16_weights)).c_str() : "");
   std::printf("  %-14s", "category");
   for (const Recipe& r : kRecipes) std::printf(" %14s", r.name);
