@@ -20,6 +20,7 @@
 #include "core/rng.h"
 #include "gpu/backend_cuda.h"
 #include "gpu/grad_store_cuda.h"
+#include "model/gemm_bf16.h"
 #include "model/llama.h"
 #include "tests/common/store_backward.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -116,6 +117,22 @@ TEST(ModelCuda, Bf16GemmsStayWithinBf16Rounding) {
     EXPECT_NEAR(g.loss, c.loss, 1e-2 * std::fabs(c.loss)) << policy;
     EXPECT_LE(rel_l2(g.grads, c.grads), 3e-2) << policy;
   }
+}
+
+// The GPU's bf16 GEMMs against the CPU's (oneDNN, model_backend_cpu_bf16): both round the same fp32 inputs to
+// nearest-even bf16 and accumulate in fp32, so what is left is the order of the fp32 sums and an input that rounds
+// the other way after it: the fp32 backends' bound on the loss, ten times it on the gradients.
+TEST(ModelCuda, Bf16GemmsEqualTheCpusBf16Gemms) {
+  AGOQ_REQUIRE_GPU();
+  std::string isa;
+  if (!gemm_bf16_supported(&isa)) GTEST_SKIP() << "this CPU has no native bf16 products (" << isa << ")";
+  CudaBackend gpu(GemmPrecision::bf16);
+  const std::unique_ptr<ModelBackend> cpu = model_backend_cpu_bf16();
+  const LlamaConfig cfg = small_config();
+  const Batch b(cfg.vocab_size);
+  const Result c = run(*cpu, cfg, "fp32", b), g = run(gpu, cfg, "fp32", b);
+  EXPECT_NEAR(g.loss, c.loss, 1e-4 * std::fabs(c.loss));
+  EXPECT_LE(rel_l2(g.grads, c.grads), 1e-3);
 }
 
 TEST(ModelCuda, ForwardLossAndLastLogitsEqualTheCpu) {

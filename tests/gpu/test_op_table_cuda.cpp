@@ -1,5 +1,6 @@
-// The op table's cases (tests/common/op_cases.h) on the CUDA backend, fp32 GEMMs: the same references and bounds as
-// the CPU's backends (tests/model/test_op_table.cpp). Skipped without a usable GPU.
+// The op table's cases (tests/common/op_cases.h) on the CUDA backend, with fp32 and with bf16 GEMMs: the same
+// references and bounds as the CPU's backends (tests/model/test_op_table.cpp; a bf16 product against the float64
+// product of its bf16-rounded inputs, as the CPU's oneDNN one is). Skipped without a usable GPU.
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -16,11 +17,15 @@ class CudaOpTable : public testing::TestWithParam<int> {};
 
 TEST_P(CudaOpTable, MatchesTheReference) {
   AGOQ_REQUIRE_GPU();
-  CudaBackend gpu(GemmPrecision::fp32);
   const OpCase c = op_cases()[size_t(GetParam())];
-  for (ModelOp op : c.ops)
-    if (!gpu.supports(op)) GTEST_SKIP() << "the CUDA backend does not have " << model_op_name(op);
-  for (const OpCheck& k : c.run(gpu)) EXPECT_LE(k.err, k.tol) << c.name << " on the CUDA backend: " << k.what;
+  for (GemmPrecision precision : {GemmPrecision::fp32, GemmPrecision::bf16}) {
+    CudaBackend gpu(precision);
+    for (ModelOp op : c.ops)
+      if (!gpu.supports(op)) GTEST_SKIP() << "the CUDA backend does not have " << model_op_name(op);
+    for (const OpCheck& k : c.run(gpu))
+      EXPECT_LE(k.err, k.tol) << c.name << " on the CUDA backend, " << enum_name(kGemmPrecisionNames, precision)
+                              << " GEMMs: " << k.what;
+  }
 }
 
 std::string param_name(const testing::TestParamInfo<int>& p) {
