@@ -419,6 +419,11 @@ std::array<float*, K> scratch_carve(float* base, const std::array<size_t, K>& pa
   return out;
 }
 
+// Grouped-query heads' dk, dv, each head's own before the group's are summed: (B, H, T, hd) twice; none for MHA.
+size_t head_grad_floats(int B, int T, int H, int Hkv, int hd) {
+  return H > Hkv ? 2 * size_t(B) * T * H * hd : 0;
+}
+
 void check_attention_shape(int B, int T, int H, int Hkv, int hd) {
   AGOQ_CHECK(B > 0 && T > 0 && H > 0 && Hkv > 0 && hd > 0, "attention: non-positive shape B=", B, " T=", T, " H=", H,
              " Hkv=", Hkv, " hd=", hd);
@@ -436,9 +441,9 @@ void attention_check_doc_start(const int32_t* doc_start, int B, int T) {
     }
 }
 
-size_t attention_scratch_bytes(int hd, int n_threads) {
+size_t attention_scratch_bytes(int B, int T, int H, int Hkv, int hd, int n_threads) {
   const size_t fwd = scratch_floats(forward_scratch_parts(hd)), bwd = scratch_floats(backward_scratch_parts(hd));
-  return std::max(fwd, bwd) * size_t(n_threads) * sizeof(float);
+  return (std::max(fwd, bwd) * size_t(n_threads) + head_grad_floats(B, T, H, Hkv, hd)) * sizeof(float);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -513,16 +518,19 @@ void attention_forward(float* o, float* lse, const float* q, const float* k, con
   }
 }
 
-// Backward. One task = (b, kv head g), queries-major tiles. dq rows of the group's heads are zeroed; then for each
-// key tile j, for each head h of the group and each query tile i ≥ j (D_i = rowsum(dO_i ∘ O_i)):
+// Backward. One task = (b, head h), queries-major tiles. The head's dq rows are zeroed; then for each key tile j and
+// each query tile i ≥ j (D_i = rowsum(dO_i ∘ O_i)):
 //   S = Q_i · (scale·K_j)ᵀ;  P = exp(S − lse_i);  dP = dO_i · V_jᵀ;  dS = P ∘ (dP − D_i);
 //   dV_j += Pᵀ · dO_i;  dK_j += dSᵀ · Q_i;  dq_i += scale · dS · K_j;
-// and dk_j = scale · dK_j, dv_j = dV_j are written once, summed over the group's heads.
+// and dk_j = scale · dK_j, dv_j = dV_j are written once: into dk, dv for MHA; for grouped-query heads into the
+// head's rows of a scratch, summed over the group's heads in order afterwards (tasks are heads rather than kv heads,
+// so 9 heads of 3 kv heads keep 2 threads busy; and the sum is the same for any thread count).
 namespace {
 
 // attention_backward's arguments, for its parts.
 struct AttnGrad {
   float *dq, *dk, *dv;
+  float *dk_heads, *dv_heads;  // grouped-query heads: (B, H, T, hd) each; else null
   const float *dout, *q, *k, *v, *o, *lse;
   const int32_t* doc_start;
   int T, H, Hkv, hd;
@@ -570,18 +578,20 @@ void backward_query_tile(const AttnGrad& a, const AttnGradTiles& t, int b, int h
             ldq, true);
 }
 
-// Task (b, kv head g): zero the dq rows of the group's heads, then key tile by key tile.
-void backward_task(const AttnGrad& a, const AttnGradTiles& t, int b, int g) {
-  const int T = a.T, hd = a.hd, group = a.H / a.Hkv;
+// Task (b, head h): zero the head's dq rows, then key tile by key tile.
+void backward_task(const AttnGrad& a, const AttnGradTiles& t, int b, int h) {
+  const int T = a.T, hd = a.hd, g = h / (a.H / a.Hkv);
   const ptrdiff_t ldk = a.ldk;
   const size_t kv_head = (size_t(b) * T * a.Hkv + g) * hd;
   const float *kh = a.k + kv_head, *vh = a.v + kv_head;
-  float *dkh = a.dk + kv_head, *dvh = a.dv + kv_head;
-  for (int h = g * group; h < (g + 1) * group; ++h)
-    for (int i = 0; i < T; ++i) {
-      float* row = a.dq + ((size_t(b) * T + i) * a.H + h) * hd;
-      std::fill(row, row + hd, 0.0f);
-    }
+  // Where dk_j, dv_j go: the kv head's rows (MHA), or this head's rows of the scratch (leading dimension hd).
+  const size_t own = (size_t(b) * a.H + h) * T * hd;
+  float *dkh = a.dk_heads ? a.dk_heads + own : a.dk + kv_head, *dvh = a.dv_heads ? a.dv_heads + own : a.dv + kv_head;
+  const ptrdiff_t ldo = a.dk_heads ? hd : ldk;
+  for (int i = 0; i < T; ++i) {
+    float* row = a.dq + ((size_t(b) * T + i) * a.H + h) * hd;
+    std::fill(row, row + hd, 0.0f);
+  }
   for (int j0 = 0; j0 < T; j0 += kTile) {
     const int bc = std::min(kTile, T - j0);
     tile_transpose(t.Kt, bc, kh + j0 * ldk, ldk, bc, hd, a.scale);
@@ -597,13 +607,29 @@ void backward_task(const AttnGrad& a, const AttnGradTiles& t, int b, int g) {
           i_end = i0;
           break;
         }
-    for (int h = g * group; h < (g + 1) * group; ++h)
-      for (int i0 = j0; i0 < i_end; i0 += kTile) backward_query_tile(a, t, b, h, i0, j0, bc);
+    for (int i0 = j0; i0 < i_end; i0 += kTile) backward_query_tile(a, t, b, h, i0, j0, bc);
     for (int c = 0; c < bc; ++c)
       for (int d = 0; d < hd; ++d) {
-        dkh[(j0 + c) * ldk + d] = t.dK[c * hd + d] * a.scale;
-        dvh[(j0 + c) * ldk + d] = t.dV[c * hd + d];
+        dkh[(j0 + c) * ldo + d] = t.dK[c * hd + d] * a.scale;
+        dvh[(j0 + c) * ldo + d] = t.dV[c * hd + d];
       }
+  }
+}
+
+// Grouped-query heads: dk, dv of kv head g = the sum of its heads' rows, in the order of the heads.
+void backward_sum_heads(const AttnGrad& a, int B) {
+  const int group = a.H / a.Hkv, hd = a.hd, T = a.T;
+#pragma omp parallel for schedule(static)
+  for (long row = 0; row < long(B) * T * a.Hkv; ++row) {
+    const int g = int(row % a.Hkv), i = int(row / a.Hkv % T), b = int(row / a.Hkv / T);
+    float *dk = a.dk + size_t(row) * hd, *dv = a.dv + size_t(row) * hd;
+    for (int h = g * group; h < (g + 1) * group; ++h) {
+      const size_t own = ((size_t(b) * a.H + h) * T + i) * hd;
+      for (int d = 0; d < hd; ++d) {
+        dk[d] = h == g * group ? a.dk_heads[own + d] : dk[d] + a.dk_heads[own + d];
+        dv[d] = h == g * group ? a.dv_heads[own + d] : dv[d] + a.dv_heads[own + d];
+      }
+    }
   }
 }
 
@@ -613,9 +639,13 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv, int hd,
                         const int32_t* doc_start) {
   check_attention_shape(B, T, H, Hkv, hd);
+  Buffer<float> heads(head_grad_floats(B, T, H, Hkv, hd), MemCategory::workspace, "attention.head_grads");
+  const size_t per_head = heads.size() / 2;
   const AttnGrad a{dq,
                    dk,
                    dv,
+                   per_head ? heads.data() : nullptr,
+                   per_head ? heads.data() + per_head : nullptr,
                    dout,
                    q,
                    k,
@@ -634,7 +664,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   const size_t per_thread = scratch_floats(parts);
   const int n_threads = omp_get_max_threads();
   Buffer<float> scratch(per_thread * n_threads, MemCategory::workspace, "attention.scratch");
-  const int n_tasks = B * Hkv;
+  const int n_tasks = B * H;
 
 #pragma omp parallel num_threads(n_threads)
   {
@@ -642,8 +672,9 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         scratch_carve(scratch.data() + per_thread * omp_get_thread_num(), parts);
     const AttnGradTiles t{Kt, Vt, Kj, dK, dV, Qi, dOi, S, dS, D};
 #pragma omp for schedule(dynamic, 1)
-    for (int task = 0; task < n_tasks; ++task) backward_task(a, t, task / Hkv, task % Hkv);
+    for (int task = 0; task < n_tasks; ++task) backward_task(a, t, task / H, task % H);
   }
+  if (per_head) backward_sum_heads(a, B);
 }
 
 }  // namespace agoq

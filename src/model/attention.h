@@ -5,8 +5,9 @@
 //
 // Layouts (fp32, row-major): q (B, T, H, hd); k, v (B, T, Hkv, hd); o (B, T, H, hd); lse (B, H, T), natural log of
 // the sum of exp of the scaled scores. Head h reads kv head h / (H / Hkv); H must be a multiple of Hkv.
-// Scratch: per thread a few tiles (at most 2·64·64 + 7·64·hd floats, independent of T), one
-// Buffer<float>(…, MemCategory::workspace) per call.
+// Scratch: per thread a few tiles (at most 2·64·64 + 7·64·hd floats, independent of T), and in the backward of
+// grouped-query heads each head's dk, dv before the group's sum (2·B·T·H·hd floats); Buffers (MemCategory::workspace)
+// of the call.
 //
 // Document masking (examples packed into one sequence): doc_start (B, T), or null, gives each row the position in
 // its sequence where its document begins; query i then sees keys [doc_start_i, i] only, so no attention crosses an
@@ -20,15 +21,16 @@ namespace agoq {
 
 constexpr int kAttentionTile = 64;
 
-// Bytes of the larger of the two calls' scratch on n_threads threads (what a memory plan reserves for attention).
-size_t attention_scratch_bytes(int hd, int n_threads);
+// Bytes of the larger of the two calls' scratch on n_threads threads (what a memory plan reserves for attention):
+// the threads' tiles, and for grouped-query heads the backward's per-head dk, dv (2·B·T·H·hd floats).
+size_t attention_scratch_bytes(int B, int T, int H, int Hkv, int hd, int n_threads);
 
 // o, lse OVERWRITE. Parallel over (batch, head, query tile).
 void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
                        int Hkv, int hd, const int32_t* doc_start = nullptr);
 // dq (B, T, H, hd), dk, dv (B, T, Hkv, hd) OVERWRITE; for GQA dk, dv sum over the heads that share a kv head.
-// Parallel over (batch, kv head), the heads of a group looped inside, so no two threads write the same row and
-// the result is the same for any thread count.
+// Parallel over (batch, head); grouped-query heads' dk, dv are summed over the group afterwards, in the order of the
+// heads, so the result is the same for any thread count.
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv, int hd,
                         const int32_t* doc_start = nullptr);

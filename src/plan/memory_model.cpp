@@ -227,10 +227,11 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
           .total();
 
   // The model's buffers and the larger attention call's scratch, which lives on top of them.
+  const ShardDims shard = model_shard_dims(cfg, st);
   const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
   m[MemCategory::workspace] =
       llama_workspace_bytes(cfg, opt.batch, opt.seq, policy, st, opt.grad_q8 && opt.lm_head_pieces) +
-      attention_scratch_bytes(cfg.head_dim(), threads);
+      attention_scratch_bytes(opt.batch, opt.seq, shard.H, shard.Hkv, shard.hd, threads);
   if (opt.gemm_bf16) {
     const LlamaGemmBf16Bytes bf16 =
         llama_gemm_bf16_bytes(cfg, opt.batch, opt.seq, st, opt.grad_q8 && opt.lm_head_pieces, opt.bf16_weights);

@@ -301,24 +301,26 @@ TEST(OpsAttention, BackwardMatchesFiniteDifferences) {
       40);
 }
 
-TEST(OpsAttention, ScratchIsTileSized) {
+// The scratch is tracked and is what attention_scratch_bytes says: tiles independent of T, and for grouped-query
+// heads each head's dk, dv (linear in T); never a T × T buffer.
+TEST(OpsAttention, ScratchIsTileSizedAndCounted) {
   auto& tracker = MemoryTracker::global();
-  const int ws = int(MemCategory::workspace);
-  size_t peak[2];
-  const int Ts[2] = {512, 1024};
-  for (int t = 0; t < 2; ++t) {
-    AttnData a({1, Ts[t], 2, 1, 32}, 50);
-    const auto dout = randn(a.o.size(), 51);
-    std::vector<float> dq, dk, dv;
-    const size_t base = tracker.current().bytes[ws];
-    tracker.reset_peaks();
-    a.forward();
-    a.backward(dout, dq, dk, dv);
-    peak[t] = tracker.peak_per_category().bytes[ws] - base;
-    EXPECT_GT(peak[t], 0u);  // the scratch is tracked
-  }
-  EXPECT_LT(peak[0], size_t(512) * 512 * 4);
-  EXPECT_EQ(peak[0], peak[1]);  // independent of T
+  const int ws = int(MemCategory::workspace), threads = omp_get_max_threads();
+  for (const int Hkv : {2, 1})
+    for (const int T : {512, 1024}) {
+      AttnData a({1, T, 2, Hkv, 32}, 50);
+      const auto dout = randn(a.o.size(), 51);
+      std::vector<float> dq, dk, dv;
+      const size_t base = tracker.current().bytes[ws];
+      tracker.reset_peaks();
+      a.forward();
+      a.backward(dout, dq, dk, dv);
+      const size_t peak = tracker.peak_per_category().bytes[ws] - base;
+      EXPECT_EQ(peak, attention_scratch_bytes(1, T, 2, Hkv, 32, threads)) << "T " << T << " Hkv " << Hkv;
+      const size_t head_grads = Hkv == 1 ? 2 * size_t(T) * 2 * 32 * sizeof(float) : 0;
+      EXPECT_GT(peak, head_grads);
+      EXPECT_LT(peak - head_grads, size_t(512) * 512 * 4);  // the tiles: far below one T × T matrix
+    }
 }
 
 TEST(OpsAttention, Avx512AndAvx2GiveTheSameBits) {
