@@ -19,12 +19,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 if [ "${1:-}" = "--test" ]; then
   cd "$(dirname "$0")/.."
-  req=scripts/test-requirements.txt
-  if ! cmp -s "$req" .venv/requirements.txt 2>/dev/null; then
-    echo "install-deps: making .venv ($req)"
+  req=scripts/test-requirements.txt nodeps=scripts/test-requirements-nodeps.txt  # (the second: see its comment)
+  if ! cat "$req" "$nodeps" | cmp -s - .venv/requirements.txt 2>/dev/null; then
+    echo "install-deps: making .venv ($req, $nodeps)"
     rm -rf .venv
     /usr/bin/python3 -m venv --system-site-packages .venv
     .venv/bin/pip install -q --disable-pip-version-check -r "$req"
-    cp "$req" .venv/requirements.txt
+    .venv/bin/pip install -q --disable-pip-version-check --no-deps -r "$nodeps"
+    cat "$req" "$nodeps" > .venv/requirements.txt
   fi
 fi

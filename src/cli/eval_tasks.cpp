@@ -54,7 +54,7 @@ std::string samples_lines(const Task& t, const TaskScores& s) {
       ll.push_back(s.items[i][j].loglik), greedy.push_back(s.items[i][j].greedy);
       tokens.push_back(s.items[i][j].tokens);
     }
-    json j = {{"task", t.name},
+    json j = {{"task", t.name}, {"file", t.file},
               {"doc_id", i},
               {"line", it.line},
               {"arguments", args},
