@@ -61,8 +61,10 @@ void cmd_eval_tasks(const EvalArgs& a) {
     output_file_check_not_input("--samples-out", a.tasks.samples_out, "--task", spec.substr(spec.find(':') + 1));
   for (const auto& [flag, in] : {std::pair{"--ckpt", a.ckpt}, std::pair{"--tokenizer", a.tokenizer}})
     output_file_check_not_input("--samples-out", a.tasks.samples_out, flag, in);
+  const EvalTasksArgs args{a.tasks.tasks, a.tasks.limit, a.tasks.samples_out, a.json};
+  const std::vector<Task> tasks = eval_tasks_read(args);
   InferenceModel m = inference_model_load(a.ckpt, a.tokenizer, a.seq, a.compute);
-  eval_tasks_run(EvalTasksArgs{a.tasks.tasks, a.tasks.limit, a.tasks.samples_out, a.json}, m, a.ckpt);
+  eval_tasks_run(args, tasks, m, a.ckpt);
 }
 
 void cmd_eval_run(const EvalArgs& a) {

@@ -54,13 +54,8 @@ std::string samples_lines(const Task& t, const TaskScores& s) {
       ll.push_back(s.items[i][j].loglik), greedy.push_back(s.items[i][j].greedy);
       tokens.push_back(s.items[i][j].tokens);
     }
-    json j = {{"task", t.name}, {"file", t.file},
-              {"doc_id", i},
-              {"line", it.line},
-              {"arguments", args},
-              {"loglikelihoods", ll},
-              {"is_greedy", greedy},
-              {"continuation_tokens", tokens}};
+    json j = {{"task", t.name},    {"file", t.file},       {"doc_id", i},         {"line", it.line},
+              {"arguments", args}, {"loglikelihoods", ll}, {"is_greedy", greedy}, {"continuation_tokens", tokens}};
     if (t.output == TaskOutput::multiple_choice) {
       j["gold"] = it.gold;
       j["acc"] = task_item_pred(s.items[i]) == size_t(it.gold);
@@ -90,9 +85,14 @@ void task_print(const Task& t, const TaskScores& s, const std::vector<TaskMetric
 
 }  // namespace
 
-void eval_tasks_run(const EvalTasksArgs& a, InferenceModel& m, const std::string& model_name) {
+std::vector<Task> eval_tasks_read(const EvalTasksArgs& a) {
   std::vector<Task> tasks;
   for (const std::string& spec : a.tasks) tasks.push_back(task_read(spec, a.limit));
+  return tasks;
+}
+
+void eval_tasks_run(const EvalTasksArgs& a, const std::vector<Task>& tasks, InferenceModel& m,
+                    const std::string& model_name) {
   json report = {{"model", model_name},
                  {"source", model_source_kind_name(m.source->kind())},
                  {"seq", m.window},

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/model_load.h"
+#include "evaltask/task.h"
 
 namespace agoq {
 
@@ -16,8 +17,10 @@ struct EvalTasksArgs {
   bool json = false;
 };
 
-// Reads every task first (a bad file fails before the model runs), scores them in order and prints the report.
-// `model_name` is --ckpt as given.
-void eval_tasks_run(const EvalTasksArgs& a, InferenceModel& m, const std::string& model_name);
+// Every --task read (before the model loads: a bad file fails at once).
+std::vector<Task> eval_tasks_read(const EvalTasksArgs& a);
+// Scores the tasks in order and prints the report; `model_name` is --ckpt as given.
+void eval_tasks_run(const EvalTasksArgs& a, const std::vector<Task>& tasks, InferenceModel& m,
+                    const std::string& model_name);
 
 }  // namespace agoq

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -147,6 +148,26 @@ TEST_F(EvalTaskRef, GgufConversionScoresAsItsHfModel) {
         EXPECT_LE(std::abs(a - b), 1e-5 * std::max(1.0, std::abs(b))) << key << " item " << i << " choice " << j;
       }
   }
+}
+
+}  // namespace
+}  // namespace agoq
+
+namespace agoq {
+namespace {
+
+// Bad --task input is one error line naming the file and line, before any model loads.
+TEST_F(CliErrors, EvalTaskBadInputIsOneLine) {
+  std::ofstream(d("mc.jsonl")) << R"({"context": "q", "choices": ["a", "b"], "label": 0})"
+                               << "\n"
+                               << R"({"context": "q", "choices": ["a", "b"], "label": 5})"
+                               << "\n";
+  const std::string eval = "eval --ckpt " + d("no_model") + " --task ";
+  expect_clean_error(eval + "mc:" + d("mc.jsonl"), d("mc.jsonl") + ":2: label 5 is out of range for 2 choices");
+  expect_clean_error(eval + "bogus:" + d("mc.jsonl"), "unknown task \"bogus\"");
+  expect_clean_error(eval + "piqa:" + d("missing.jsonl"), d("missing.jsonl"));
+  expect_clean_error(eval + "mc:" + d("mc.jsonl") + " --samples-out " + d("mc.jsonl"), "--samples-out");
+  expect_clean_error(eval + "mc:" + d("mc.jsonl") + " --text " + d("mc.jsonl"), "give one or the other");
 }
 
 }  // namespace
