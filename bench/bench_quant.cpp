@@ -31,7 +31,7 @@ constexpr size_t kSlices = 16;
 struct Options {
   double mib = 64;
   int reps = 9;
-  bool json = false, scalar = false;
+  bool json = false, scalar = false, avx2 = false;
   int threads = 0;     // 0: OpenMP's default
   std::string filter;  // only formats whose name contains this
   std::string device = "cpu";
@@ -60,6 +60,7 @@ struct Record {
 
 void run(const Options& o) {
   quant_set_simd(!o.scalar);
+  quant_set_avx512(!o.avx2);
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const size_t cols = 4096, rows = std::max<size_t>(1, size_t(o.mib * (1 << 20) / 4 / cols)), n = rows * cols;
   Buffer<float> src(n, MemCategory::workspace, "bench.quant"), out(n, MemCategory::workspace, "bench.quant");
@@ -147,12 +148,13 @@ void run(const Options& o) {
                    {"bits_per_value", r.bits_per_value},
                    {"mib_fp32", o.mib},
                    {"threads", threads},
-                   {"simd", quant_simd_enabled()}});
+                   {"simd", quant_simd_enabled()},
+                   {"kernels", quant_kernels_name()}});
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
   std::printf("quantization throughput: %.0f MiB fp32 (%zu x %zu), %d threads, %s kernels, %zu slices x best of %d\n",
-              o.mib, rows, cols, threads, quant_simd_enabled() ? "AVX2" : "scalar", kSlices, o.reps);
+              o.mib, rows, cols, threads, quant_kernels_name(), kSlices, o.reps);
   std::printf(
       "GB/s = (bytes read + written) / time; memcpy = the same %.0f MiB copied, alternating with each kernel\n\n",
       o.mib);
@@ -168,7 +170,8 @@ const CliCommand kQuant("bench", 10, [](CLI::App& bench) {
   cmd->add_option("--mib", o.mib, "fp32 input size in MiB")->check(CLI::Range(1.0, 65536.0));
   cmd->add_option("--reps", o.reps, "repetitions (the best is reported)")->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", o.json, "print JSON records instead of a table");
-  cmd->add_flag("--scalar", o.scalar, "use the portable scalar kernels instead of AVX2");
+  cmd->add_flag("--scalar", o.scalar, "use the portable scalar kernels instead of AVX-512 or AVX2");
+  cmd->add_flag("--avx2", o.avx2, "use the AVX2 kernels even where the CPU has AVX-512");
   cmd->add_option("--threads", o.threads, "OpenMP threads for the kernels and the memcpy (default: all)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--filter", o.filter, "only formats whose name contains this (e.g. stochastic)");

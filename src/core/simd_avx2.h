@@ -7,7 +7,13 @@
 
 #include "core/isa.h"
 #if AGOQ_AVX2
+// GCC 12 warns that the AVX-512 intrinsics' own "undefined" vectors (self-initialised on purpose) are uninitialised
+// wherever the AVX-512 kernels inline them (GCC bug 105593, fixed in 13); the state at the header's lines decides.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 namespace agoq::simd {
 

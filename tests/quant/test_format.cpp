@@ -15,6 +15,7 @@
 #include "quant/half.h"
 #include "quant/simd.h"
 #include "quant/tensor.h"
+#include "tests/common/quant_kernels.h"
 #if AGOQ_AVX2
 #include <immintrin.h>
 #endif
@@ -130,8 +131,8 @@ TEST(QuantConvert, Bf16KnownValues) {
       {0x00018000, 0x0002},  // denormal tie to even
       {0x40490FDB, 0x4049},  // pi
   };
-  for (bool simd : {true, false}) {
-    quant_set_simd(simd);
+  for (QuantKernels simd : quant_kernels_here()) {
+    quant_use_kernels(simd);
     std::vector<float> in;
     for (int rep = 0; rep < 3; ++rep)  // > 16 values so the vector loop runs
       for (const Case& c : cases) in.push_back(std::bit_cast<float>(c.in));
@@ -145,7 +146,7 @@ TEST(QuantConvert, Bf16KnownValues) {
     quant_decode(t, back.data());
     for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(std::bit_cast<uint32_t>(back[i]), uint32_t(h[i]) << 16);
   }
-  quant_set_simd(true);
+  quant_use_default_kernels();
   EXPECT_EQ(bf16_to_f32(0x3F80), 1.f);
 }
 
@@ -161,6 +162,10 @@ TEST(QuantRandom, SimdChunksMatchScalarAndElementFormula) {
     std::copy(w, w + b.size(), b.begin());
     EXPECT_EQ(a, b) << chunk;
 #endif
+    if (quant_kernels_available(QuantKernels::avx512)) {  // the same bytes in the AVX-512 kernels' order
+      quant_random_chunks_avx512(s, chunk, 7, b.data());
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(b[quant_random_slot512(i)], a[quant_random_slot(i)]) << chunk;
+    }
     for (size_t i = 0; i < a.size(); ++i)
       ASSERT_EQ(a[quant_random_slot(i)], quant_random_byte_at(s, chunk * kQuantRandomChunk + i));
   }
@@ -175,6 +180,9 @@ TEST(QuantRandom, SimdChunksMatchScalarAndElementFormula) {
   }
   const size_t slot_unit[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // element unit (4 bytes) u of 32 -> its position
   for (size_t j = 0; j < 256; ++j) EXPECT_EQ(quant_random_slot(j), j / 32 * 32 + slot_unit[j / 4 % 8] * 4 + j % 4) << j;
+  const size_t slot512_unit[8] = {0, 2, 4, 6, 1, 3, 5, 7};  // the AVX-512 order: unit u at 2 (u % 4) + u / 4
+  for (size_t j = 0; j < 256; ++j)
+    EXPECT_EQ(quant_random_slot512(j), j / 32 * 32 + slot512_unit[j / 4 % 8] * 4 + j % 4) << j;
   // Another tensor id or seed gives other bytes.
   int same_id = 0, same_seed = 0;
   for (uint64_t i = 0; i < 256; ++i) {
@@ -189,8 +197,9 @@ TEST(QuantRandom, SimdChunksMatchScalarAndElementFormula) {
 // the kernels do, sliding past its end), backward and far ahead; bytes kept by prepare() stay valid.
 TEST(QuantRandom, WindowMatchesElementFormula) {
   const QuantSeed s{7, 3};
-  for (bool simd : {true, false}) {
-    QuantRandomBytes rb(s, simd);
+  for (QuantKernels k : quant_kernels_here()) {
+    QuantRandomBytes rb(s, k != QuantKernels::scalar, k == QuantKernels::avx512);
+    auto slot = [&](size_t j) { return quant_random_slot(rb.layout(), j); };
     Rng rng(1);
     uint64_t first = 1000003;
     for (int k = 0; k < 400; ++k) {
@@ -200,10 +209,10 @@ TEST(QuantRandom, WindowMatchesElementFormula) {
       std::vector<uint8_t> tmp((std::max<size_t>(n, ahead - first) + 31) / 32 * 32);
       const uint8_t* r = rb.get(first, n, tmp.data());  // a block starting at first, aligned to 32 or not
       for (size_t j = 0; j < n; ++j)
-        ASSERT_EQ(r[quant_random_slot(j)], quant_random_byte_at(s, first + j)) << first << " " << j;
+        ASSERT_EQ(r[slot(j)], quant_random_byte_at(s, first + j)) << first << " " << j << " " << k;
       const uint8_t* all = rb.get(first, size_t(ahead - first), tmp.data());  // the look-ahead is there too
       for (size_t j = 0; j < ahead - first; ++j)
-        ASSERT_EQ(all[quant_random_slot(j)], quant_random_byte_at(s, first + j)) << first << " " << j;
+        ASSERT_EQ(all[slot(j)], quant_random_byte_at(s, first + j)) << first << " " << j << " " << k;
       first = k % 17 == 0 ? first - rng.below(3000) : k % 23 == 0 ? first + rng.below(1 << 20) : first + n;
     }
   }
@@ -270,8 +279,8 @@ TEST(QuantPack, EveryCodeAtEveryPosition) {
     for (int k = 0; k < bits; ++k) v |= uint32_t((bytes[(pos + k) / 8] >> ((pos + k) % 8)) & 1) << k;
     return v;
   };
-  for (bool simd : {true, false}) {
-    quant_set_simd(simd);
+  for (QuantKernels simd : quant_kernels_here()) {
+    quant_use_kernels(simd);
     for (int bits : {2, 3, 4, 8}) {
       const int qmax = (1 << bits) - 1;
       const QuantFormat f = quant_format_int(bits, 32, false);
@@ -298,7 +307,7 @@ TEST(QuantPack, EveryCodeAtEveryPosition) {
       }
     }
   }
-  quant_set_simd(true);
+  quant_use_default_kernels();
 }
 
 }  // namespace agoq

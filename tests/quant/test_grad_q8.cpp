@@ -12,6 +12,7 @@
 #include "quant/grad_q8.h"
 #include "quant/simd.h"
 #include "tests/common/bits_equal.h"
+#include "tests/common/quant_kernels.h"
 
 namespace agoq {
 namespace {
@@ -32,8 +33,8 @@ GradQ8Options opts(int block, QuantRounding r = QuantRounding::nearest, uint64_t
 }  // namespace
 
 TEST(GradQ8, RoundTripWithinHalfStep) {
-  for (bool simd : {true, false}) {
-    quant_set_simd(simd);
+  for (QuantKernels simd : quant_kernels_here()) {
+    quant_use_kernels(simd);
     for (int block : {1, 7, 128, 256, 1000})
       for (auto r : {QuantRounding::nearest, QuantRounding::stochastic})
         for (size_t n : {size_t(0), size_t(1), size_t(255), size_t(256), size_t(3001)}) {
@@ -56,7 +57,7 @@ TEST(GradQ8, RoundTripWithinHalfStep) {
           }
         }
   }
-  quant_set_simd(true);
+  quant_use_default_kernels();
 }
 
 // Local accumulation of K gradients, against the exact fp64 sum. Step k re-quantizes the block sum y_k with scale
@@ -187,8 +188,8 @@ TEST(GradQ8, DequantizeAddSumsShards) {
 
 // The fused reduce step is bit for bit the unfused chain: dequantize, dequantize_add, divide, quantize.
 TEST(GradQ8, SumRequantizeEqualsDequantizeAddDivideQuantize) {
-  for (bool simd : {true, false}) {
-    quant_set_simd(simd);
+  for (QuantKernels simd : quant_kernels_here()) {
+    quant_use_kernels(simd);
     for (int block : {1, 7, 256, 1000})
       for (int nsrc : {1, 2, 3, 5, 17})
         for (size_t n : {size_t(0), size_t(1), size_t(255), size_t(3001), size_t(40003)})
@@ -230,7 +231,7 @@ TEST(GradQ8, SumRequantizeEqualsDequantizeAddDivideQuantize) {
             EXPECT_TRUE(bits_equal(ref.data(), got.data(), n * 4));
           }
   }
-  quant_set_simd(true);
+  quant_use_default_kernels();
 }
 
 // Streaming stores write the same values as the plain kernels, at any alignment of the output.
@@ -281,8 +282,8 @@ TEST(GradQ8, ShardsWithIndexBase) {
 }
 
 TEST(GradQ8, NonFiniteIsCountedAndPoisonsOnlyItsBlock) {
-  for (bool simd : {true, false}) {
-    quant_set_simd(simd);
+  for (QuantKernels simd : quant_kernels_here()) {
+    quant_use_kernels(simd);
     auto x = normal_vec(600, 1.f, 3);
     x[300] = NAN, x[301] = -INFINITY;
     std::vector<int8_t> q(600);
@@ -305,7 +306,7 @@ TEST(GradQ8, NonFiniteIsCountedAndPoisonsOnlyItsBlock) {
     EXPECT_EQ(grad_q8_accumulate(q.data(), s.data(), g.data(), 600, opts(256)), 1u);  // 3e38 + 3e38 = Inf
     EXPECT_TRUE(std::isnan(s[2]) && std::isfinite(s[1]));
   }
-  quant_set_simd(true);
+  quant_use_default_kernels();
 }
 
 TEST(GradQ8, ZerosAndDenormals) {
@@ -316,15 +317,15 @@ TEST(GradQ8, ZerosAndDenormals) {
   grad_q8_dequantize(q.data(), s.data(), 300, y.data(), 256);
   for (float v : y) EXPECT_EQ(v, 0.f);
   for (size_t i = 0; i < 300; ++i) x[i] = float(int(i % 11) - 5) * 0x1p-145f;  // denormals only
-  for (bool simd : {true, false}) {
-    quant_set_simd(simd);
+  for (QuantKernels simd : quant_kernels_here()) {
+    quant_use_kernels(simd);
     EXPECT_EQ(grad_q8_quantize(x.data(), 300, q.data(), s.data(), opts(256)), 0u);
     grad_q8_dequantize(q.data(), s.data(), 300, y.data(), 256);
     // Bound: s/2 plus the rounding of the subnormal scale itself (2^-150 per unit of code, 127 units).
     for (size_t i = 0; i < 300; ++i) ASSERT_LE(std::fabs(double(x[i]) - y[i]), s[i / 256] / 2 + 127 * 0x1p-150) << i;
     EXPECT_EQ(q[10], 127);  // the extreme value maps to the extreme code despite 127 / amax overflowing fp32
   }
-  quant_set_simd(true);
+  quant_use_default_kernels();
   EXPECT_THROW(grad_q8_quantize(x.data(), 300, q.data(), s.data(), opts(0)), Error);
 }
 
@@ -334,9 +335,12 @@ TEST(GradQ8, ReproducibleAcrossThreadsAndSimdMatchesScalar) {
   std::vector<std::vector<int8_t>> q;
   std::vector<std::vector<float>> s, y;
   const int saved = omp_get_max_threads();
-  for (int cfg = 0; cfg < 3; ++cfg) {  // (threads, simd): (1, on), (2, on), (2, off)
-    omp_set_num_threads(cfg == 0 ? 1 : 2);
-    quant_set_simd(cfg != 2);
+  // (threads, kernels): 1 and 2 threads with the default kernels, then every variant with 2.
+  std::vector<std::pair<int, QuantKernels>> cfgs = {{1, quant_kernels_here()[0]}};
+  for (QuantKernels k : quant_kernels_here()) cfgs.push_back({2, k});
+  for (const auto& [threads, kernels] : cfgs) {
+    omp_set_num_threads(threads);
+    quant_use_kernels(kernels);
     std::vector<int8_t> qi(n);
     std::vector<float> si(grad_q8_blocks(n, 256)), yi(n, 1.f);
     grad_q8_quantize(x.data(), n, qi.data(), si.data(), opts(256, QuantRounding::stochastic, 8));
@@ -346,8 +350,8 @@ TEST(GradQ8, ReproducibleAcrossThreadsAndSimdMatchesScalar) {
     q.push_back(qi), s.push_back(si), y.push_back(yi);
   }
   omp_set_num_threads(saved);
-  quant_set_simd(true);
-  for (int cfg = 1; cfg < 3; ++cfg) {
+  quant_use_default_kernels();
+  for (size_t cfg = 1; cfg < cfgs.size(); ++cfg) {
     EXPECT_EQ(q[0], q[cfg]) << cfg;
     EXPECT_TRUE(bits_equal(s[0].data(), s[cfg].data(), s[0].size() * 4)) << cfg;
     EXPECT_TRUE(bits_equal(y[0].data(), y[cfg].data(), y[0].size() * 4)) << cfg;
@@ -363,15 +367,16 @@ TEST(GradQ8, StochasticSimdMatchesScalarAtAnyAlignment) {
     for (uint64_t base : {uint64_t(0), uint64_t(7), uint64_t(4096 + 20)}) {
       GradQ8Options o = opts(block, QuantRounding::stochastic, 21);
       o.index_base = base;
-      std::vector<int8_t> q[2];
-      for (int simd = 0; simd < 2; ++simd) {
-        quant_set_simd(simd == 1);
+      const std::vector<QuantKernels> kernels = quant_kernels_here();
+      std::vector<std::vector<int8_t>> q(kernels.size(), std::vector<int8_t>(n));
+      for (size_t k = 0; k < kernels.size(); ++k) {
+        quant_use_kernels(kernels[k]);
         std::vector<float> sc(grad_q8_blocks(n, block));
-        q[simd].resize(n);
-        grad_q8_quantize(x.data(), n, q[simd].data(), sc.data(), o);
+        grad_q8_quantize(x.data(), n, q[k].data(), sc.data(), o);
       }
-      quant_set_simd(true);
-      EXPECT_EQ(q[0], q[1]) << block << " " << base;
+      quant_use_default_kernels();
+      for (size_t k = 0; k + 1 < kernels.size(); ++k)
+        EXPECT_EQ(q[k], q.back()) << block << " " << base << " " << kernels[k];
     }
 }
 

@@ -15,6 +15,7 @@
 #include "quant/stats.h"
 #include "quant/tensor.h"
 #include "tests/common/bits_equal.h"
+#include "tests/common/quant_kernels.h"
 
 namespace agoq {
 namespace {
@@ -78,8 +79,8 @@ void expect_round_trip_bound(const QuantFormat& f, const std::vector<float>& x, 
 }  // namespace
 
 TEST(QuantGroup, RoundTripErrorWithinHalfStepEveryFormat) {
-  for (bool simd : {true, false}) {
-    quant_set_simd(simd);
+  for (QuantKernels simd : quant_kernels_here()) {
+    quant_use_kernels(simd);
     for (const QuantFormat& f : all_int_formats())
       for (size_t cols : {size_t(1), size_t(7), size_t(f.group - 1), size_t(f.group), size_t(f.group + 5),
                           size_t(3 * f.group + 17)}) {
@@ -87,7 +88,7 @@ TEST(QuantGroup, RoundTripErrorWithinHalfStepEveryFormat) {
         expect_round_trip_bound(f, random_rows(3, cols, cols * 31 + f.bits, !f.symmetric), 3, cols);
       }
   }
-  quant_set_simd(true);
+  quant_use_default_kernels();
 }
 
 // The bound test must be able to fail: a coarser format's error exceeds a finer format's bound.
@@ -204,25 +205,26 @@ TEST(QuantGroup, SimdMatchesScalarBitForBit) {
   std::vector<QuantFormat> formats = all_int_formats();
   formats.push_back(quant_format_bf16());
   formats.push_back(quant_format_fp32());
-  for (const QuantFormat& f : formats) {
-    SCOPED_TRACE(quant_format_name(f));
-    QuantizedTensor a(f, rows, cols, MemCategory::workspace), b(f, rows, cols, MemCategory::workspace);
-    quant_set_simd(true);
-    ASSERT_TRUE(quant_encode(a, x.data(), {5, 6}).ok());
-    std::vector<float> ya(x.size()), yb(x.size());
-    quant_decode(a, ya.data());
-    quant_set_simd(false);
-    ASSERT_TRUE(quant_encode(b, x.data(), {5, 6}).ok());
-    quant_decode(a, yb.data());
-    quant_set_simd(true);
-    EXPECT_TRUE(bits_equal(a.view().codes, b.view().codes, a.bytes()));
-    EXPECT_TRUE(bits_equal(ya.data(), yb.data(), ya.size() * 4));
-  }
+  for (QuantKernels k : quant_simd_kernels_here())
+    for (const QuantFormat& f : formats) {
+      SCOPED_TRACE(testing::Message() << quant_format_name(f) << " " << k);
+      QuantizedTensor a(f, rows, cols, MemCategory::workspace), b(f, rows, cols, MemCategory::workspace);
+      quant_use_kernels(k);
+      ASSERT_TRUE(quant_encode(a, x.data(), {5, 6}).ok());
+      std::vector<float> ya(x.size()), yb(x.size());
+      quant_decode(a, ya.data());
+      quant_use_kernels(QuantKernels::scalar);
+      ASSERT_TRUE(quant_encode(b, x.data(), {5, 6}).ok());
+      quant_decode(a, yb.data());
+      quant_use_default_kernels();
+      EXPECT_TRUE(bits_equal(a.view().codes, b.view().codes, a.bytes()));
+      EXPECT_TRUE(bits_equal(ya.data(), yb.data(), ya.size() * 4));
+    }
 }
 
 TEST(QuantGroup, ZerosConstantsAndDenormals) {
-  for (bool simd : {true, false}) {
-    quant_set_simd(simd);
+  for (QuantKernels simd : quant_kernels_here()) {
+    quant_use_kernels(simd);
     for (const QuantFormat& f : all_int_formats()) {
       SCOPED_TRACE(testing::Message() << quant_format_name(f) << " simd " << simd);
       const size_t cols = 2 * f.group + 3;
@@ -251,12 +253,12 @@ TEST(QuantGroup, ZerosConstantsAndDenormals) {
       expect_round_trip_bound(f, den, 1, cols);
     }
   }
-  quant_set_simd(true);
+  quant_use_default_kernels();
 }
 
 TEST(QuantGroup, NonFiniteAndOverflowAreReportedAndDecodeToNaN) {
-  for (bool simd : {true, false}) {
-    quant_set_simd(simd);
+  for (QuantKernels simd : quant_kernels_here()) {
+    quant_use_kernels(simd);
     for (const QuantFormat f : {quant_format_int(4), quant_format_int(3, 32, false, QuantRounding::stochastic),
                                 quant_format_bf16(), quant_format_fp32()}) {
       SCOPED_TRACE(testing::Message() << quant_format_name(f) << " simd " << simd);
@@ -295,7 +297,7 @@ TEST(QuantGroup, NonFiniteAndOverflowAreReportedAndDecodeToNaN) {
       }
     }
   }
-  quant_set_simd(true);
+  quant_use_default_kernels();
 }
 
 // The asymmetric AVX2 pass 1 takes min and max from integer maxima of the bit patterns when a group has both signs
@@ -313,25 +315,26 @@ TEST(QuantGroup, AsymmetricGroupsOfAnySignMatchScalar) {
   for (size_t c = 192; c < 224; ++c) x[c] = c == 199 ? x[c] : std::fabs(x[c]) + 1.f;  // ... positive and -NaN
   for (size_t c = 224; c < 256; ++c) x[c] = c == 230 ? NAN : -std::fabs(x[c]) - 1.f;  // group 7: negative and NaN
   x[300] = -INFINITY;                                                                 // group 9: mixed with -Inf
-  for (auto r : {QuantRounding::nearest, QuantRounding::stochastic}) {
-    const QuantFormat f = quant_format_int(4, 32, false, r);
-    SCOPED_TRACE(quant_format_name(f));
-    QuantizedTensor a(f, 1, cols, MemCategory::workspace), b(f, 1, cols, MemCategory::workspace);
-    quant_set_simd(true);
-    const QuantStatus sa = quant_encode(a, x.data(), {3, 4});
-    quant_set_simd(false);
-    const QuantStatus sb = quant_encode(b, x.data(), {3, 4});
-    quant_set_simd(true);
-    EXPECT_EQ(sa.nonfinite, 5u);
-    EXPECT_EQ(sb.nonfinite, 5u);
-    EXPECT_TRUE(bits_equal(a.view().codes, b.view().codes, a.bytes()));
-    std::vector<float> y(cols);
-    quant_decode(a, y.data());
-    for (size_t c = 0; c < cols; ++c) {
-      const size_t g = c / 32;
-      ASSERT_EQ(std::isnan(y[c]), g == 4 || g == 5 || g == 6 || g == 7 || g == 9) << c;
+  for (QuantKernels k : quant_simd_kernels_here())
+    for (auto r : {QuantRounding::nearest, QuantRounding::stochastic}) {
+      const QuantFormat f = quant_format_int(4, 32, false, r);
+      SCOPED_TRACE(testing::Message() << quant_format_name(f) << " " << k);
+      QuantizedTensor a(f, 1, cols, MemCategory::workspace), b(f, 1, cols, MemCategory::workspace);
+      quant_use_kernels(k);
+      const QuantStatus sa = quant_encode(a, x.data(), {3, 4});
+      quant_use_kernels(QuantKernels::scalar);
+      const QuantStatus sb = quant_encode(b, x.data(), {3, 4});
+      quant_use_default_kernels();
+      EXPECT_EQ(sa.nonfinite, 5u);
+      EXPECT_EQ(sb.nonfinite, 5u);
+      EXPECT_TRUE(bits_equal(a.view().codes, b.view().codes, a.bytes()));
+      std::vector<float> y(cols);
+      quant_decode(a, y.data());
+      for (size_t c = 0; c < cols; ++c) {
+        const size_t g = c / 32;
+        ASSERT_EQ(std::isnan(y[c]), g == 4 || g == 5 || g == 6 || g == 7 || g == 9) << c;
+      }
     }
-  }
 }
 
 TEST(QuantGroup, LengthZeroAndOne) {

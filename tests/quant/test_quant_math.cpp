@@ -14,6 +14,7 @@
 #include "quant/simd.h"
 #include "quant/tensor.h"
 #include "tests/common/bits_equal.h"
+#include "tests/common/quant_kernels.h"
 #include "tests/common/quant_test_inputs.h"
 
 namespace agoq {
@@ -64,10 +65,13 @@ void shared_decode_row(const QuantFormat& f, const QuantConstView& row, size_t c
   }
 }
 
-class QuantMathShared : public ::testing::TestWithParam<bool> {  // the CPU kernels with AVX2 on / off
+class QuantMathShared : public ::testing::TestWithParam<QuantKernels> {  // each variant of the CPU kernels
  protected:
-  void SetUp() override { quant_set_simd(GetParam()); }
-  void TearDown() override { quant_set_simd(true); }
+  void SetUp() override {
+    if (!quant_kernels_available(GetParam())) GTEST_SKIP() << GetParam() << " kernels: not on this CPU or build";
+    quant_use_kernels(GetParam());
+  }
+  void TearDown() override { quant_use_default_kernels(); }
 };
 
 TEST_P(QuantMathShared, GroupCodesEqualTheKernels) {
@@ -189,8 +193,9 @@ TEST_P(QuantMathShared, SumRequantizeEqualsTheKernel) {
   ASSERT_TRUE(bits_equal(ks.data(), ss.data(), nb * sizeof(float)));
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, QuantMathShared, ::testing::Values(true, false),
-                         [](const auto& info) { return info.param ? "Avx2" : "Scalar"; });
+INSTANTIATE_TEST_SUITE_P(Kernels, QuantMathShared,
+                         ::testing::Values(QuantKernels::avx512, QuantKernels::avx2, QuantKernels::scalar),
+                         [](const auto& info) { return quant_kernels_name(info.param); });
 
 }  // namespace
 }  // namespace agoq
