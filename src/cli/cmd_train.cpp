@@ -106,6 +106,12 @@ void train_flags_schedule(CLI::App* c, TrainOptions& o) {
       ->capture_default_str();
   c->add_option("--eval-every", o.eval_every, "validation every N steps (0: only at the end)")->capture_default_str();
   c->add_option("--eval-batches", o.eval_batches, "validation batches")->capture_default_str();
+  c->add_option("--eval-task", o.eval_tasks,
+                "a downstream task scored during training, NAME:FILE as agoq eval --task (repeatable; docs/eval.md)");
+  c->add_option("--eval-task-every", o.eval_task_every, "score --eval-task every N steps (0: at --eval-every's)")
+      ->check(cli_at_least(0));
+  c->add_option("--eval-task-limit", o.eval_task_limit, "score the first N items of each --eval-task (0: all)")
+      ->check(cli_at_least(0));
   c->add_option("--ckpt-every", o.ckpt_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
   c->add_option("--stop-after", o.stop_after, "stop after N steps of this run (checkpointed; continue with --resume)");
   c->add_option("--log-every", o.log_every, "console line every N steps when not on a terminal")->capture_default_str();

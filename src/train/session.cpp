@@ -50,6 +50,7 @@ TrainSession::TrainSession(const TrainOptions& opt)
   data_load();
   config_resolve();
   model_build();
+  comm_agreed(world_, [&] { eval_tasks_prepare(); });
   resume();
   // Peaks from here on describe training, not set-up transients (full-size moments read on a ZeRO resume).
   MemoryTracker::global().reset_peaks();
@@ -419,6 +420,7 @@ TrainResult TrainSession::run() {
       std::snprintf(line, sizeof line, "step %ld: val loss %.4f", step, val);
       log_->note(line);
     }
+    if (eval_tasks_due(step)) rec["eval_tasks"] = eval_tasks_score(step);
     rec["memory"] = memory_json();
     if (gpu_) rec["device_memory"] = memory_json(MemDevice::cuda);
     // Beside the peaks, what the memory model says they are on this rank (one policy for the whole run: not after

@@ -14,6 +14,8 @@
 #include "core/cpu_share.h"
 #include "core/dir_lock.h"
 #include "data/data_loader.h"
+#include "data/tokenizer.h"
+#include "evaltask/task.h"
 #include "formats/checkpoint.h"
 #include "formats/model_source.h"
 #include "model/backend_timed.h"
@@ -60,6 +62,11 @@ class TrainSession {
   void batches_next();      // this replica's micro-batches of the next step into inputs_, targets_ (and docs_)
   // Validation loss, the same on every rank.
   float evaluate();
+  // --eval-task (train/session_eval_task.cpp): the tasks and the data's tokenizer, read at set-up (a bad file fails
+  // before training); then each task's metrics at a step, {"<task>": {"acc": ..., ...}}, also on the progress line.
+  void eval_tasks_prepare();
+  bool eval_tasks_due(long step) const;
+  nlohmann::json eval_tasks_score(long step);
   // Checkpoint `at_step` as ckpt-step<N>, then point `ckpt` at it (train/session_checkpoint.cpp). Collective.
   void checkpoint(long at_step);
   void replan();
@@ -113,6 +120,10 @@ class TrainSession {
   std::string block_notes_;                    // blocks_isolate_replicated's, for the log
   double seconds_total_ = 0, wait_total_ = 0;  // step time and communication not hidden behind it, over the run
   OpSeconds op_seconds_;                       // --profile: the steps' op time by class, over the run
+
+  // --eval-task: its tasks, and the data's tokenizer to encode them with.
+  std::vector<Task> eval_tasks_;
+  std::unique_ptr<Tokenizer> eval_tok_;
 };
 
 // ---- the session's parts that need no state (train/trainer.cpp, train/session_checkpoint.cpp) ----

@@ -44,6 +44,10 @@ struct TrainOptions {
   uint64_t seed = 1337;
   long eval_every = 100;
   int eval_batches = 8;
+  // Downstream tasks scored during training (evaltask/, docs/eval.md), NAME:FILE, with the data's tokenizer: at
+  // every eval_task_every-th step (0: at eval_every's) and the last, on the first eval_task_limit items (0: all).
+  std::vector<std::string> eval_tasks;
+  long eval_task_every = 0, eval_task_limit = 0;
   long ckpt_every = 0;  // 0: only at the end
   long stop_after = 0;  // stop (with a checkpoint) after this many steps of this run; 0: run to `steps`
   int log_every = 10;

@@ -150,6 +150,44 @@ TEST_F(EvalTaskRef, GgufConversionScoresAsItsHfModel) {
   }
 }
 
+// train --eval-task scores the tasks at its steps on the model it trains: its last step's numbers are what
+// agoq eval --task gives on the checkpoint of that step.
+TEST_F(EvalTaskRef, TrainScoresTasksAsEvalDoesOnItsCheckpoint) {
+  make("bpe", false);
+  int st = 0;
+  const std::string prep = (dir_ / "prep").string(), run = (dir_ / "run").string();
+  const std::string prepared = agoq_stdout(
+      "prepare --input /usr/share/common-licenses/GPL-3 --tokenizer " + (dir_ / "bpe").string() + " --out " + prep,
+      &st);
+  ASSERT_EQ(st, 0) << prepared;
+  const std::string tasks = " --task mc:" + data("mc.jsonl") + " --task lambada:" + data("lambada.jsonl");
+  std::string eval_tasks = tasks;
+  for (size_t at; (at = eval_tasks.find(" --task ")) != std::string::npos;) eval_tasks.replace(at, 8, " --eval-task ");
+  const std::string trained = agoq_stdout("train --quiet --data " + prep + " --init-from " + (dir_ / "bpe").string() +
+                                              " --out " + run + " --steps 4 --batch 2 --seq 64 --eval-batches 1" +
+                                              " --compute fp32 --eval-task-every 2 --eval-task-limit 6" + eval_tasks,
+                                          &st);
+  ASSERT_EQ(st, 0) << trained;
+  std::vector<json> scored;
+  std::istringstream lines(file_text(run + "/metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);)
+    if (const json j = json::parse(line); j.contains("eval_tasks")) scored.push_back(j);
+  ASSERT_EQ(scored.size(), 2u);
+  EXPECT_EQ(scored[0]["step"], 2);
+  EXPECT_EQ(scored[1]["step"], 4);
+  const json report =
+      json::parse(agoq_stdout("eval --compute fp32 --seq 64 --limit 6 --json --ckpt " + run + "/ckpt" + tasks, &st));
+  ASSERT_EQ(st, 0);
+  for (const json& t : report["tasks"]) {
+    const json& during = scored[1]["eval_tasks"][t["task"].get<std::string>()];
+    for (const char* m : {"acc", "acc_norm", "perplexity"})
+      if (t["metrics"].contains(m)) {
+        const double a = during[m], b = t["metrics"][m];
+        EXPECT_LE(std::abs(a - b), 1e-6 * std::max(1.0, std::abs(b))) << t["task"] << " " << m;
+      }
+  }
+}
+
 }  // namespace
 }  // namespace agoq
 
