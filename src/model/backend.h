@@ -18,6 +18,7 @@
 #include "arch/stage.h"
 #include "core/enum_names.h"
 #include "core/memory.h"
+#include "model/gemm_bf16.h"
 #include "model/op_table.h"
 
 namespace agoq {
@@ -104,6 +105,8 @@ class ModelBackend {
 ModelBackend& model_backend_cpu();
 // The same with bf16 GEMMs (model/gemm_bf16.h), where gemm_bf16_supported(); it keeps the weights' bf16 copies
 // (Bf16Weights::cached), so each model has its own.
-std::unique_ptr<ModelBackend> model_backend_cpu_bf16(Bf16Weights weights = Bf16Weights::cached);
+// block_values: per_gemm's largest block of a weight (gemm_bf16_weight_block_rows; the tests make it small).
+std::unique_ptr<ModelBackend> model_backend_cpu_bf16(Bf16Weights weights = Bf16Weights::cached,
+                                                     size_t block_values = kGemmBf16BlockValues);
 
 }  // namespace agoq

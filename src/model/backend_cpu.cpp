@@ -49,7 +49,8 @@ class CpuBackend : public ModelBackend {
 // largest GEMM's.
 class CpuBf16Backend final : public CpuBackend {
  public:
-  explicit CpuBf16Backend(Bf16Weights weights) : cached_(weights == Bf16Weights::cached) {}
+  CpuBf16Backend(Bf16Weights weights, size_t block_values)
+      : cached_(weights == Bf16Weights::cached), block_values_(block_values) {}
   std::shared_ptr<void> allocate(size_t bytes, MemCategory cat, std::string_view tag) override {
     weights_.clear();
     return CpuBackend::allocate(bytes, cat, tag);
@@ -57,18 +58,28 @@ class CpuBf16Backend final : public CpuBackend {
   void weights_changed() override { ++version_; }
   GemmPrecision gemm_precision() const override { return GemmPrecision::bf16; }
 
-  // out (N, out) = in (N, in) · wᵀ
+  // out (N, out) = in (N, in) · wᵀ, by blocks of w's rows (output columns) when per_gemm rounds a large weight.
   void matmul_forward(float* out, const float* in, const float* w, int N, int in_dim, int out_dim) override {
-    gemm_.multiply(N, out_dim, in_dim, {activation(in, size_t(N) * in_dim, 0), false, in_dim},
-                   {weight(w, size_t(out_dim) * in_dim), true, in_dim}, out, out_dim, false);
+    const uint16_t* in16 = activation(in, size_t(N) * in_dim, 0);
+    const int rows = weight_block_rows(out_dim, in_dim);
+    for (int o0 = 0; o0 < out_dim; o0 += rows) {
+      const int n = std::min(rows, out_dim - o0);
+      gemm_.multiply(N, n, in_dim, {in16, false, in_dim}, {weight(w + size_t(o0) * in_dim, size_t(n) * in_dim), true, in_dim},
+                     out + o0, out_dim, false);
+    }
   }
-  // din (N, in) = dout (N, out) · w;  dw (out, in) += doutᵀ · in
+  // din (N, in) = dout (N, out) · w (summed over blocks of w's rows when per_gemm rounds a large weight);
+  // dw (out, in) += doutᵀ · in
   void matmul_backward(float* din, float* dw, const float* dout, const float* in, const float* w, int N, int in_dim,
                        int out_dim, bool accumulate_din) override {
     const uint16_t* dout16 = activation(dout, size_t(N) * out_dim, 1);
-    if (din)
-      gemm_.multiply(N, in_dim, out_dim, {dout16, false, out_dim}, {weight(w, size_t(out_dim) * in_dim), false, in_dim},
-                     din, in_dim, accumulate_din);
+    const int rows = weight_block_rows(out_dim, in_dim);
+    for (int o0 = 0; din && o0 < out_dim; o0 += rows) {
+      const int n = std::min(rows, out_dim - o0);
+      gemm_.multiply(N, in_dim, n, {dout16 + o0, false, out_dim},
+                     {weight(w + size_t(o0) * in_dim, size_t(n) * in_dim), false, in_dim}, din, in_dim,
+                     accumulate_din || o0 > 0);
+    }
     if (dw)
       gemm_.multiply(out_dim, in_dim, N, {dout16, true, out_dim},
                      {activation(in, size_t(N) * in_dim, 0), false, in_dim}, dw, in_dim, true);
@@ -79,6 +90,9 @@ class CpuBf16Backend final : public CpuBackend {
     Buffer<uint16_t> bits;
     long version = -1;
   };
+  int weight_block_rows(int rows, int cols) const {
+    return cached_ ? rows : int(gemm_bf16_weight_block_rows(size_t(rows), size_t(cols), block_values_));
+  }
   // The copy of w[0, n): a weight's own, or a part of a larger one's (an lm_head piece, --lm-head-grad pieces).
   const uint16_t* weight(const float* w, size_t n) {
     if (!cached_) return rounded(w, n, 2);
@@ -108,13 +122,14 @@ class CpuBf16Backend final : public CpuBackend {
   std::map<const float*, WeightCopy> weights_;  // by address, so a part finds the copy that holds it
   long version_ = 0;
   const bool cached_;
+  const size_t block_values_;
   Buffer<uint16_t> scratch_[3];  // a GEMM's activation, its output gradient and (per_gemm) its weight
 };
 
 }  // namespace
 
-std::unique_ptr<ModelBackend> model_backend_cpu_bf16(Bf16Weights weights) {
-  return std::make_unique<CpuBf16Backend>(weights);
+std::unique_ptr<ModelBackend> model_backend_cpu_bf16(Bf16Weights weights, size_t block_values) {
+  return std::make_unique<CpuBf16Backend>(weights, block_values);
 }
 
 const char* model_op_name(ModelOp op) {

@@ -3,6 +3,7 @@
 // on (AMX-BF16, AVX512-BF16); gemm_bf16_supported() says whether that CPU has one, honouring the library's own ISA
 // cap (ONEDNN_MAX_CPU_ISA=AVX2 makes a BF16 machine take the fp32 path, which the tests use).
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -16,6 +17,14 @@ bool gemm_bf16_supported(std::string* why = nullptr);
 
 // y[i] = x[i] rounded to bf16 (nearest, ties to even): quant/keep.h's encoder, OpenMP-parallel for large n.
 void f32_to_bf16_rows(uint16_t* y, const float* x, size_t n);
+
+// Bf16Weights::per_gemm rounds a weight of rows x cols (row-major) a block of this many rows at a time, so its
+// scratch holds at most block_values values (2^24: 32 MiB) whatever the weight (a 128256-row lm_head is 16 blocks of
+// 8192 rows at dim 2048); at least one row, at most the whole weight.
+constexpr size_t kGemmBf16BlockValues = size_t(1) << 24;
+inline size_t gemm_bf16_weight_block_rows(size_t rows, size_t cols, size_t block_values = kGemmBf16BlockValues) {
+  return std::min(rows, std::max<size_t>(1, block_values / std::max<size_t>(cols, 1)));
+}
 
 // One row-major operand of a product: `rows` x `cols` as the product reads it, stored with leading dimension `ld`,
 // transposed when `trans` (then stored as cols x rows).

@@ -8,7 +8,8 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "model/ops.h"  // rope_init_tables
+#include "model/gemm_bf16.h"  // gemm_bf16_weight_block_rows
+#include "model/ops.h"        // rope_init_tables
 
 namespace agoq {
 
@@ -64,13 +65,15 @@ LlamaGemmBf16Bytes llama_gemm_bf16_bytes(const LlamaConfig& cfg, int max_batch, 
   const size_t N = size_t(max_batch) * max_seq, C = d.C, Q = d.Q, KV = d.KV, F = d.F, V = d.V;
   const size_t R = size_t(llama_tile_rows(max_seq, int(N))), layers = size_t(stage.end_layer - stage.first_layer);
   size_t weights = layers * (2 * Q * C + 2 * KV * C + 3 * F * C);  // wq, wo; wk, wv; w_gate, w_up, w_down
-  size_t largest = layers > 0 ? std::max({Q, KV, F}) * C : 0;      // the largest one GEMM reads
+  // The largest block of a weight a GEMM rounds at once (Bf16Weights::per_gemm): wq/wo, wk/wv, the MLP's three.
+  auto block = [](size_t rows, size_t cols) { return gemm_bf16_weight_block_rows(rows, cols) * cols; };
+  size_t largest = layers > 0 ? std::max({block(Q, C), block(C, Q), block(KV, C), block(F, C), block(C, F)}) : 0;
   size_t in = R * std::max({C, F, Q}), dout = R * std::max({C, F, Q, KV});
   if (stage.head) {
     const size_t chunk = std::min<size_t>(N, kLlamaHeadChunkRows);
     const bool pieces = lm_head_pieces && cfg.tie_embeddings;
     weights += V * C;
-    largest = std::max(largest, (pieces ? std::min<size_t>(V, kLlamaHeadPieceRows) : V) * C);
+    largest = std::max(largest, block(V, C));  // the forward reads the whole lm_head, also with pieces
     in = std::max(in, chunk * C);
     dout = std::max(dout, chunk * (pieces ? std::min<size_t>(V, kLlamaHeadPieceRows) : V));
   }

@@ -15,7 +15,7 @@
 namespace agoq {
 namespace {
 
-enum class Backend { cpu, cpu_bf16, timed, device_like };
+enum class Backend { cpu, cpu_bf16, cpu_bf16_per_gemm, timed, device_like };
 
 void run_case(ModelBackend& be, const OpCase& c, const char* backend) {
   for (ModelOp op : c.ops)
@@ -30,10 +30,15 @@ TEST_P(OpTable, MatchesTheReference) {
   const OpCase c = op_cases()[size_t(index)];
   switch (backend) {
     case Backend::cpu: return run_case(model_backend_cpu(), c, "the CPU backend");
-    case Backend::cpu_bf16: {
+    case Backend::cpu_bf16:
+    case Backend::cpu_bf16_per_gemm: {
       std::string isa;
       if (!gemm_bf16_supported(&isa)) GTEST_SKIP() << "this CPU has no native bf16 products (" << isa << ")";
-      return run_case(*model_backend_cpu_bf16(), c, "the CPU's bf16 backend");
+      // Per GEMM, with blocks of at most 200 values: every weight of more than one block goes block by block.
+      const bool per_gemm = backend == Backend::cpu_bf16_per_gemm;
+      return run_case(
+          *model_backend_cpu_bf16(per_gemm ? Bf16Weights::per_gemm : Bf16Weights::cached, 200), c,
+          per_gemm ? "the CPU's bf16 backend, weights rounded per GEMM in blocks" : "the CPU's bf16 backend");
     }
     case Backend::timed: {
       TimedBackend timed(model_backend_cpu());
@@ -49,7 +54,7 @@ TEST_P(OpTable, MatchesTheReference) {
 }
 
 std::string param_name(const testing::TestParamInfo<OpTable::ParamType>& p) {
-  static const char* kBackends[] = {"Cpu", "CpuBf16", "Timed", "DeviceLike"};
+  static const char* kBackends[] = {"Cpu", "CpuBf16", "CpuBf16PerGemm", "Timed", "DeviceLike"};
   std::string name = op_cases()[size_t(std::get<1>(p.param))].name;
   for (char& ch : name)
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -57,8 +62,8 @@ std::string param_name(const testing::TestParamInfo<OpTable::ParamType>& p) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, OpTable,
-                         testing::Combine(testing::Values(Backend::cpu, Backend::cpu_bf16, Backend::timed,
-                                                          Backend::device_like),
+                         testing::Combine(testing::Values(Backend::cpu, Backend::cpu_bf16, Backend::cpu_bf16_per_gemm,
+                                                          Backend::timed, Backend::device_like),
                                           testing::Range(0, int(op_cases().size()))),
                          param_name);
 
