@@ -10,14 +10,13 @@
 #define AGOQ_AVX2 0
 #endif
 
-// AVX-512 (F, BW, VL, DQ; and PREFETCHW, which every AVX-512 CPU has) kernels are compiled inside AGOQ_AVX512_BEGIN ...
+// AVX-512 (F, BW, VL, DQ) kernels are compiled inside AGOQ_AVX512_BEGIN ...
 // AGOQ_AVX512_END (GCC's target pragma, which lambdas inside inherit, unlike a function attribute) and chosen at run
 // time where the CPU has them: the binary as a whole stays AVX2, so it runs on an AVX2-only CPU. Other compilers build
 // the AVX2 kernels only.
 #if AGOQ_AVX2 && defined(__GNUC__) && !defined(__clang__)
 #define AGOQ_AVX512 1
-#define AGOQ_AVX512_BEGIN \
-  _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,prfchw\")")
+#define AGOQ_AVX512_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq\")")
 #define AGOQ_AVX512_END _Pragma("GCC pop_options")
 #else
 #define AGOQ_AVX512 0

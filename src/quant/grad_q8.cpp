@@ -208,7 +208,7 @@ template <bool Add>
 size_t dequantize_avx512(const int8_t* codes, float s, size_t j, size_t end, float* out) {
   const __m512 vs = _mm512_set1_ps(s);
   for (; j + 16 <= end; j += 16) {
-    simd512::prefetch_for_write(out + j);
+    simd::prefetch_for_write(out + j);
     const __m512 c = load_codes16(codes + j);
     _mm512_storeu_ps(out + j, Add ? _mm512_fmadd_ps(c, vs, _mm512_loadu_ps(out + j)) : _mm512_mul_ps(c, vs));
   }
@@ -270,6 +270,7 @@ void dequantize(const int8_t* codes, const float* scales, size_t n, float* out, 
     if (simd) {
       const __m256 vs = _mm256_set1_ps(s);
       for (; j + 8 <= end; j += 8) {
+        if (j % 16 == 0) simd::prefetch_for_write(out + j);
         const __m256 c = load_codes8(codes + j);
         _mm256_storeu_ps(out + j, Add ? _mm256_fmadd_ps(c, vs, _mm256_loadu_ps(out + j)) : _mm256_mul_ps(c, vs));
       }

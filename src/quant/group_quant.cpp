@@ -178,7 +178,10 @@ template <int B>
 void decode_group(const uint8_t* codes, size_t n, float scale, float offset, float* out) {
   const __m256 s = _mm256_set1_ps(scale), o = _mm256_set1_ps(offset);
   size_t j = 0;
-  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(out + j, _mm256_fmadd_ps(simd::unpack8<B>(codes + j / 8 * B), s, o));
+  for (; j + 8 <= n; j += 8) {
+    if (j % 16 == 0) simd::prefetch_for_write(out + j);
+    _mm256_storeu_ps(out + j, _mm256_fmadd_ps(simd::unpack8<B>(codes + j / 8 * B), s, o));
+  }
   if (j < n) decode_group_scalar<B>(codes + j / 8 * B, n - j, scale, offset, out + j);
 }
 
@@ -264,7 +267,7 @@ void decode_group(const uint8_t* codes, size_t n, float scale, float offset, flo
   const __m512 s = _mm512_set1_ps(scale), o = _mm512_set1_ps(offset);
   size_t j = 0;
   for (; j + 16 <= n; j += 16) {
-    simd512::prefetch_for_write(out + j);
+    simd::prefetch_for_write(out + j);
     _mm512_storeu_ps(out + j, _mm512_fmadd_ps(simd512::unpack16<B>(codes + j / 8 * B), s, o));
   }
   if (j < n) avx2::decode_group<B>(codes + j / 8 * B, n - j, scale, offset, out + j);

@@ -77,6 +77,14 @@ inline void store_chunk(const Philox4& even, const Philox4& odd, uint8_t* out) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 96), merge(even.c3, odd.c3));
 }
 
+// Fetches the cache line 8 KiB past p for writing: a kernel that writes fp32 (4 bytes per value) is bound by its
+// stores' reads for ownership, which the hardware prefetchers do not start early. Measured on the Xeon, 1 thread,
+// 64 MiB of AVX-512 stores: 7.1-8.6 GB/s plain, 10.6-11.6 with this (4 KiB ahead: 9.3-10.8). PREFETCHW in asm: the
+// AVX2 target does not include it (-mprfchw), and CPUs without it execute it as a NOP.
+inline void prefetch_for_write(const float* p) {
+  asm volatile("prefetchw %0" : : "m"(*reinterpret_cast<const char*>(p + 2048)));
+}
+
 // 32 codes in order (4 vectors of 8 int32 lanes, each in [-1, 2^B]: the stochastic rounding of a value at the
 // edge of the range can land one step outside) -> 4*B bytes, code j at bits [j*B, (j+1)*B) little-endian. The
 // saturating packs clamp below at 0, min_epu8 above at 2^B - 1, as the scalar kernel's clamp does.

@@ -64,13 +64,6 @@ inline void philox_chunks(const PhiloxKey16& key, uint64_t chunk, size_t n, uint
   }
 }
 
-// ---- Streams
-
-// Fetches the cache line 8 KiB past p for writing (PREFETCHW): a kernel that writes fp32 (4 bytes per value) is bound
-// by its stores' reads for ownership, which the hardware prefetchers do not start early. Measured on the Xeon, 1
-// thread, 64 MiB of stores: 7.1-8.6 GB/s plain, 10.6-11.6 with this (4 KiB ahead: 9.3-10.8).
-inline void prefetch_for_write(const float* p) { _mm_prefetch(reinterpret_cast<const char*>(p + 2048), _MM_HINT_ET0); }
-
 // ---- Codes: 32 or 64 values as 16-bit lanes, then bytes in order
 
 // Units of 4 bytes of packs(packs(a, b), packs(c, d)) (a..d: 16 int32 values each) into value order: lane k of the
