@@ -48,11 +48,11 @@ std::string samples_lines(const Task& t, const TaskScores& s) {
   std::string out;
   for (size_t i = 0; i < t.items.size(); ++i) {
     const TaskItem& it = t.items[i];
-    json args = json::array(), ll = json::array(), greedy = json::array(), tokens = json::array();
+    json args = json::array(), ll = json::array(), greedy = json::array(), tokens = json::array(), cut = json::array();
     for (size_t j = 0; j < it.requests.size(); ++j) {
       args.push_back({it.requests[j].context, it.requests[j].continuation});
       ll.push_back(s.items[i][j].loglik), greedy.push_back(s.items[i][j].greedy);
-      tokens.push_back(s.items[i][j].tokens);
+      tokens.push_back(s.items[i][j].tokens), cut.push_back(s.items[i][j].truncated);
     }
     json j = {{"task", t.name},    {"file", t.file},       {"doc_id", i},         {"line", it.line},
               {"arguments", args}, {"loglikelihoods", ll}, {"is_greedy", greedy}, {"continuation_tokens", tokens}};
@@ -61,7 +61,7 @@ std::string samples_lines(const Task& t, const TaskScores& s) {
       j["acc"] = task_item_pred(s.items[i]) == size_t(it.gold);
       if (t.acc_norm) j["acc_norm"] = task_item_pred_norm(it, s.items[i]) == size_t(it.gold);
     }
-    j["truncated"] = s.items[i][0].truncated;
+    j["truncated"] = cut;  // per request: its context was cut to the window
     out += j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   }
   return out;
