@@ -4,7 +4,9 @@ writes a Llama-3.2-1B-shaped model with random weights as Hugging Face bf16 shar
 ffn 8192, vocab 128256, tied, llama3 rope scaling) with a byte-level BPE tokenizer trained on the corpus (its
 vocabulary is smaller than the model's: the rows past it are padding, as in many released models), prepares the
 corpus with that tokenizer, and fine-tunes it at seq 2048, micro-batch 1, for a few steps twice:
-AGoQ + 8-bit AdamW states + the lm_head gradient in pieces (`--optim-state q8 --lm-head-grad pieces`) and the unquantized `--baseline`. For each it records the peak RSS
+AGoQ + 8-bit AdamW states + the lm_head gradient in pieces + bf16 GEMMs that round each weight as they read it instead
+of keeping bf16 copies (`--optim-state q8 --lm-head-grad pieces --bf16-weights per-gemm`; the GEMMs' precision is
+`--compute auto`: bf16 where the CPU has it) and the unquantized `--baseline`. For each it records the peak RSS
 (getrusage of the child) and the tracker's peak per category (the last record of metrics.jsonl), or the run's
 refusal line when the memory model says it cannot fit. Writes a markdown report.
 
@@ -101,13 +103,16 @@ def fine_tune(args, name, flags, env):
         return r
     rec = last_record(os.path.join(out, "metrics.jsonl"))
     r["memory"] = rec.get("memory", {})
+    r["compute"] = rec.get("compute", "fp32")
     r["losses"] = tail
     return r
 
 
 def memory_model(args):
-    """The memory model's figures for this model (`agoq inspect`), the numbers a refused run is judged by."""
-    res = subprocess.run([args.bin, "inspect", os.path.join(args.work, "model"), "--seq", "2048", "--json"],
+    """The memory model's figures for this model (`agoq inspect`, GEMMs as the runs have them), the numbers a
+    refused run is judged by."""
+    res = subprocess.run([args.bin, "inspect", os.path.join(args.work, "model"), "--seq", "2048", "--json",
+                          "--bf16-weights", "per-gemm"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return json.loads(res.stdout) if res.returncode == 0 else {}
 
@@ -151,7 +156,8 @@ def report(args, results, inspect):
             m = r["memory"]
             cats = [gib(m.get("peak", {}).get(c)) for c in CATEGORIES]
             total = m.get("peak_total")
-            lines.append(f"| {r['name']} | `{r['flags']}` | trained | {gib(r['peak_rss'])} | " + " | ".join(cats) +
+            lines.append(f"| {r['name']} | `{r['flags']}` ({r.get('compute', 'fp32')} GEMMs) | trained | "
+                         f"{gib(r['peak_rss'])} | " + " | ".join(cats) +
                          f" | {gib(total)} |")
         else:
             lines.append(f"| {r['name']} | `{r['flags']}` | refused: {r['refusal'][0].strip()} | – | | | | | | |")
@@ -210,7 +216,8 @@ def main():
         subprocess.run([args.bin, "prepare", "--input", text_file, "--tokenizer", os.path.join(args.work, "model"),
                         "--out", data], check=True)
     inspect = memory_model(args)
-    results = [fine_tune(args, "AGoQ + q8 AdamW", ["--optim-state", "q8", "--lm-head-grad", "pieces"], env),
+    results = [fine_tune(args, "AGoQ + q8 AdamW", ["--optim-state", "q8", "--lm-head-grad", "pieces",
+                                                         "--bf16-weights", "per-gemm"], env),
                fine_tune(args, "baseline", ["--baseline"], env)]
     report(args, results, inspect)
 
