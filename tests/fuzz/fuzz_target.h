@@ -23,6 +23,7 @@ int hf_index(const uint8_t* data, size_t size);        // model.safetensors.inde
 int gguf(const uint8_t* data, size_t size);            // a GGUF file: header, metadata, tensors, model, tokenizer
 int tokenizer_json(const uint8_t* data, size_t size);  // tokenizer.json (+ "\n#config\n" tokenizer_config.json)
 int examples_jsonl(const uint8_t* data, size_t size);  // prompt/completion JSON lines (prepare --format ...)
+int eval_task(const uint8_t* data, size_t size);       // a --task file, read as every task form (evaltask/)
 
 // The bytes as a file in a private temporary folder (for parsers that read paths); the same path every call.
 std::string file_of(std::string_view bytes, const char* name);

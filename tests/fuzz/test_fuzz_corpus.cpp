@@ -31,7 +31,8 @@ constexpr Target kTargets[] = {{"rdata", fuzz::rdata},
                                {"hf_index", fuzz::hf_index},
                                {"gguf", fuzz::gguf},
                                {"tokenizer_json", fuzz::tokenizer_json},
-                               {"examples_jsonl", fuzz::examples_jsonl}};
+                               {"examples_jsonl", fuzz::examples_jsonl},
+                               {"eval_task", fuzz::eval_task}};
 
 std::string file_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
