@@ -99,18 +99,29 @@ enum class Causal {
   k_from_row,  // A(m, k) = 0 for k < m: sum over k ≥ m only (Pᵀ·dO, dSᵀ·Q with keys as rows)
 };
 
-// The rows of one 8·NV wide column panel (columns n0 …): blocks of 4 rows, then the 1-3 left over.
+// A column panel's rows (columns n0 … n0 + width): blocks of 4 rows, then the 1-3 left over, each with the range of
+// k its rows need; the causal cases leave the masked rows and products out.
+struct PanelRows {
+  int begin, end;
+  PanelRows(Causal causal, int M, int n0, int width)
+      : begin(causal == Causal::c_lower ? n0 : 0),  // n0 a multiple of 8: the blocks stay aligned to the diagonal
+        end(causal == Causal::c_upper ? std::min(M, n0 + width) : M) {}
+};
+struct PanelBlock {
+  int mr, k0, k1;
+  PanelBlock(Causal causal, int m, int end, int K)
+      : mr(std::min(4, end - m)),
+        k0(causal == Causal::k_from_row ? std::min(K, m) : 0),
+        k1(causal == Causal::k_to_row ? std::min(K, m + mr) : K) {}
+};
+
+// The rows of one 8·NV wide column panel (columns n0 …).
 template <int NV>
 void tile_gemm_panel(int n0, int M, int K, Causal causal, float alpha, const float* A, ptrdiff_t rsa, ptrdiff_t csa,
                      const float* B, ptrdiff_t ldb, float* C, ptrdiff_t ldc, bool accumulate) {
-  int m_begin = 0, m_end = M;
-  if (causal == Causal::c_upper) m_end = std::min(M, n0 + 8 * NV);
-  if (causal == Causal::c_lower) m_begin = n0;  // a multiple of 8, so the blocks stay aligned to the diagonal
-  for (int m = m_begin; m < m_end; m += 4) {
-    const int mr = std::min(4, m_end - m);
-    int k0 = 0, k1 = K;
-    if (causal == Causal::k_to_row) k1 = std::min(K, m + mr);
-    if (causal == Causal::k_from_row) k0 = std::min(K, m);
+  const PanelRows rows(causal, M, n0, 8 * NV);
+  for (int m = rows.begin; m < rows.end; m += 4) {
+    const auto [mr, k0, k1] = PanelBlock(causal, m, rows.end, K);
     const float* a = A + m * rsa + k0 * csa;
     const float* b = B + n0 + k0 * ldb;
     float* c = C + m * ldc + n0;
@@ -181,14 +192,9 @@ template <int NV>
 AGOQ_AVX512 void tile_gemm_panel16(int n0, int M, int K, Causal causal, float alpha, const float* A, ptrdiff_t rsa,
                                    ptrdiff_t csa, const float* B, ptrdiff_t ldb, float* C, ptrdiff_t ldc,
                                    bool accumulate) {
-  int m_begin = 0, m_end = M;
-  if (causal == Causal::c_upper) m_end = std::min(M, n0 + 16 * NV);
-  if (causal == Causal::c_lower) m_begin = n0;
-  for (int m = m_begin; m < m_end; m += 4) {
-    const int mr = std::min(4, m_end - m);
-    int k0 = 0, k1 = K;
-    if (causal == Causal::k_to_row) k1 = std::min(K, m + mr);
-    if (causal == Causal::k_from_row) k0 = std::min(K, m);
+  const PanelRows rows(causal, M, n0, 16 * NV);
+  for (int m = rows.begin; m < rows.end; m += 4) {
+    const auto [mr, k0, k1] = PanelBlock(causal, m, rows.end, K);
     const float* a = A + m * rsa + k0 * csa;
     const float* b = B + n0 + k0 * ldb;
     float* c = C + m * ldc + n0;
