@@ -40,6 +40,17 @@ def log(*a):
     print("evidence:", *a, flush=True)
 
 
+def agoq_env(threads=None):
+    """The environment of agoq's runs: OMP/OpenBLAS threads, and OPENBLAS_CORETYPE=SKYLAKEX on a CPU with AVX-512
+    unless the caller set one: Debian's OpenBLAS 0.3.21 takes a CPU it does not know (a recent Xeon) for a Prescott
+    and runs its slowest sgemm, 47-69 GFLOP/s where its AVX-512 kernel gives 291-324 (compute-bf16.md)."""
+    threads = str(threads or os.cpu_count())
+    env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads)
+    if " avx512f" in open("/proc/cpuinfo").read():
+        env.setdefault("OPENBLAS_CORETYPE", "SKYLAKEX")
+    return env
+
+
 def make_model(model_dir, corpus_text, shape=None, shard_size="1GB"):
     """The model folder (`shape`: LlamaConfig fields, Llama-3.2-1B's by default): config.json, bf16 weights
     (sharded with an index when larger than shard_size), tokenizer.json and tokenizer_config.json."""
@@ -204,7 +215,7 @@ def main():
         saved = json.load(open(os.path.join(args.out, "finetune.json")))
         return report(args, saved["results"], saved["inspect"])
     os.makedirs(args.work, exist_ok=True)
-    env = dict(os.environ, OMP_NUM_THREADS=str(os.cpu_count()), OPENBLAS_NUM_THREADS=str(os.cpu_count()))
+    env = agoq_env()
     data = os.path.join(args.work, "data")
     text_file = os.path.join(args.work, "corpus.txt")
     if not os.path.exists(text_file):

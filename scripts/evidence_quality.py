@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from evidence_finetune import SMOLLM_135M, corpus_text, log, make_model  # noqa: E402
+from evidence_finetune import SMOLLM_135M, agoq_env, corpus_text, log, make_model  # noqa: E402
 
 # AGoQ computes as `agoq train` does by default (--compute auto: bf16 GEMMs where the CPU has them); the baseline is
 # the exact reference, fp32 throughout.
@@ -32,7 +32,7 @@ RUNS = {"AGoQ + q8 AdamW": ["--optim-state", "q8", "--lm-head-grad", "pieces"],
 
 def agoq(args, *cmd):
     log("+", args.bin, *cmd)
-    subprocess.run([args.bin, *cmd], check=True)
+    subprocess.run([args.bin, *cmd], check=True, env=agoq_env())
 
 
 def examples_write(text, path):
@@ -93,7 +93,9 @@ def report(args, runs, n_examples, pretrain_val):
              f"{pretrain_val:.4f}), then fine-tuned for {args.steps} "
              f"steps on {n_examples} prompt/completion pairs made from the rest (three sentences, then the next one; "
              f"the last 10% held out), sequence {args.seq}, micro-batch {args.batch}, the same seed and data order for "
-             "both runs. The loss counts completion tokens only.", "",
+             "both runs. The loss counts completion tokens only." +
+             (f" OpenBLAS ran with OPENBLAS_CORETYPE={agoq_env()['OPENBLAS_CORETYPE']} (Debian's 0.3.21 takes this "
+              "CPU for a Prescott otherwise)." if "OPENBLAS_CORETYPE" in agoq_env() else ""), "",
              "| run | flags | validation loss at the end |", "|---|---|---|"]
     for name, flags in RUNS.items():
         compute = next((r["compute"] for r in reversed(runs[name]) if "compute" in r), "fp32")

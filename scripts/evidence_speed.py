@@ -27,7 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from evidence_finetune import SHAPE as LLAMA_1B, SMOLLM_135M, corpus_text, log, make_model  # noqa: E402
+from evidence_finetune import SHAPE as LLAMA_1B, SMOLLM_135M, agoq_env, corpus_text, log, make_model  # noqa: E402
 
 CLASSES = ("gemm", "attention", "head", "act_store", "other", "rest")
 LABELS = {"gemm": "GEMMs", "attention": "attention", "head": "LM head + loss", "act_store": "activation store",
@@ -54,8 +54,7 @@ def agoq_run(args, seq, name, flags, model, data, threads, tag, steps):
            "--batch", "1", "--steps", str(steps + 2), "--warmup", "1", "--lr", "1e-5", "--min-lr", "1e-6",
            "--eval-every", "0", "--eval-batches", "1", "--log-every", "1", "--quiet", "--profile", *flags]
     log("+", *cmd)
-    subprocess.run(cmd, check=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads),
-                                                OPENBLAS_NUM_THREADS=str(threads)))
+    subprocess.run(cmd, check=True, env=agoq_env(threads))
     with open(os.path.join(out, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f if line.strip()][2:]
 
@@ -148,7 +147,7 @@ def torch_worker(args):
 def bench_peaks(args):
     """(sgemm GFLOP/s, bf16 matmul GFLOP/s or 0), measured by agoq bench train."""
     out = subprocess.run([args.bin, "bench", "train", "--json", "--skip-memory", "--steps", "1"], check=True,
-                         stdout=subprocess.PIPE, text=True).stdout
+                         stdout=subprocess.PIPE, text=True, env=agoq_env(os.cpu_count())).stdout
     j = json.loads(out)
     return j["sgemm_gflops"], j.get("bf16_matmul_gflops", 0.0)
 
@@ -210,7 +209,9 @@ def report(args, saved):
              f"the spread is the machine's run-to-run noise). PyTorch is {torch.get('torch')} from PyPI with "
              f"transformers {torch.get('transformers')}: `LlamaForCausalLM` with SDPA attention, fp32 or under bf16 "
              f"autocast, and the faster AdamW of the two measured here ({torch.get('adamw')}). agoq is `agoq train "
-             "--init-from` with `--profile`. MFU: model FLOPs (6 x parameters + 6 x layers x seq x dim per token) "
+             "--init-from` with `--profile`" + (f" (OpenBLAS with OPENBLAS_CORETYPE={saved['openblas_coretype']}: "
+                                                  "Debian's 0.3.21 does not know this CPU and would run its slowest "
+                                                  "sgemm)" if saved.get("openblas_coretype") else "") + ". MFU: model FLOPs (6 x parameters + 6 x layers x seq x dim per token) "
              f"per second against the matmul peak of the precision in use measured in the same run: sgemm "
              f"{saved['sgemm_gflops']:.0f} GFLOP/s" + (f", bf16 {saved['bf16_gflops']:.0f} GFLOP/s." if bf16 else
                                                         "; this CPU has no BF16, so every run here is fp32."), "",
@@ -275,6 +276,7 @@ def main():
     ap.add_argument("--corpus", default="data/austen", help="a prepared set whose text is the corpus")
     ap.add_argument("--seqs", default="512,2048", help="sequence lengths, comma-separated")
     ap.add_argument("--skip-1b", action="store_true", help="leave out the Llama-3.2-1B-shaped run")
+    ap.add_argument("--reps-1b", type=int, default=1, help="runs of the Llama-3.2-1B-shaped configuration")
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from --out/speed.json")
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
@@ -294,7 +296,7 @@ def main():
     text = corpus_text(args.corpus)
     sgemm, bf16_peak = bench_peaks(args)
     bf16 = bf16_peak > 0
-    saved = {"cpu": cpu_name(), "threads": threads, "sgemm_gflops": sgemm, "bf16_gflops": bf16_peak, "bf16": bf16,
+    saved = {"cpu": cpu_name(), "threads": threads, "openblas_coretype": agoq_env(threads).get("OPENBLAS_CORETYPE"), "sgemm_gflops": sgemm, "bf16_gflops": bf16_peak, "bf16": bf16,
              "args": {"steps": args.steps, "reps": args.reps}, "results": {}}
     model, data = prepared(args, "smollm", SMOLLM_135M, text)
     for seq in map(int, args.seqs.split(",")):
@@ -306,7 +308,7 @@ def main():
         flags = ["--optim-state", "q8", "--lm-head-grad", "pieces", "--compute", "bf16" if bf16 else "fp32"]
         runs = [statistics.median(r["tokens_per_s"] for r in
                                   agoq_run(args, 2048, "AGoQ 1B", flags, model, data, threads, rep, 2))
-                for rep in range(2)]
+                for rep in range(args.reps_1b)]
         saved["llama_1b"] = {"flags": flags, "tokens_per_s": statistics.median(runs), "runs_tokens_per_s": runs}
     with open(os.path.join(args.out, "speed.json"), "w") as f:
         json.dump(saved, f, indent=1)
