@@ -51,10 +51,10 @@ def examples_write(text, path):
 
 
 def records(run):
-    """A run's per-step step, loss and val_loss (metrics.jsonl without the memory and timing fields)."""
+    """A run's per-step step, loss, val_loss and GEMM precision (metrics.jsonl without memory and timing)."""
     with open(os.path.join(run, "metrics.jsonl")) as f:
         recs = [json.loads(line) for line in f if line.strip()]
-    return [{k: r[k] for k in ("step", "loss", "val_loss") if k in r} for r in recs]
+    return [{k: r[k] for k in ("step", "loss", "val_loss", "compute") if k in r} for r in recs]
 
 
 def train(args, out, data, init, steps, lr, batch, flags, extra=()):
