@@ -60,19 +60,19 @@ class CpuBf16Backend final : public CpuBackend {
 
   // out (N, out) = in (N, in) · wᵀ, by blocks of w's rows (output columns) when per_gemm rounds a large weight.
   void matmul_forward(float* out, const float* in, const float* w, int N, int in_dim, int out_dim) override {
-    const uint16_t* in16 = activation(in, size_t(N) * in_dim, 0);
+    const uint16_t* in16 = rounded(in, size_t(N) * in_dim, 0);
     const int rows = weight_block_rows(out_dim, in_dim);
     for (int o0 = 0; o0 < out_dim; o0 += rows) {
       const int n = std::min(rows, out_dim - o0);
-      gemm_.multiply(N, n, in_dim, {in16, false, in_dim}, {weight(w + size_t(o0) * in_dim, size_t(n) * in_dim), true, in_dim},
-                     out + o0, out_dim, false);
+      gemm_.multiply(N, n, in_dim, {in16, false, in_dim},
+                     {weight(w + size_t(o0) * in_dim, size_t(n) * in_dim), true, in_dim}, out + o0, out_dim, false);
     }
   }
   // din (N, in) = dout (N, out) · w (summed over blocks of w's rows when per_gemm rounds a large weight);
   // dw (out, in) += doutᵀ · in
   void matmul_backward(float* din, float* dw, const float* dout, const float* in, const float* w, int N, int in_dim,
                        int out_dim, bool accumulate_din) override {
-    const uint16_t* dout16 = activation(dout, size_t(N) * out_dim, 1);
+    const uint16_t* dout16 = rounded(dout, size_t(N) * out_dim, 1);
     const int rows = weight_block_rows(out_dim, in_dim);
     for (int o0 = 0; din && o0 < out_dim; o0 += rows) {
       const int n = std::min(rows, out_dim - o0);
@@ -81,8 +81,8 @@ class CpuBf16Backend final : public CpuBackend {
                      accumulate_din || o0 > 0);
     }
     if (dw)
-      gemm_.multiply(out_dim, in_dim, N, {dout16, true, out_dim},
-                     {activation(in, size_t(N) * in_dim, 0), false, in_dim}, dw, in_dim, true);
+      gemm_.multiply(out_dim, in_dim, N, {dout16, true, out_dim}, {rounded(in, size_t(N) * in_dim, 0), false, in_dim},
+                     dw, in_dim, true);
   }
 
  private:
@@ -110,7 +110,7 @@ class CpuBf16Backend final : public CpuBackend {
     if (c.version != version_) f32_to_bf16_rows(c.bits.data(), w, c.bits.size()), c.version = version_;
     return c.bits.data();
   }
-  const uint16_t* activation(const float* x, size_t n, int slot) { return rounded(x, n, slot); }
+  // x[0, n) rounded into scratch slot: 0 a GEMM's activation, 1 its output gradient, 2 (per_gemm) its weight.
   const uint16_t* rounded(const float* x, size_t n, int slot) {
     Buffer<uint16_t>& s = scratch_[slot];
     if (s.size() < n) s = Buffer<uint16_t>(), s = Buffer<uint16_t>(n, MemCategory::workspace, "gemm.bf16");
