@@ -629,13 +629,11 @@ void backward_sum_heads(const AttnGrad& a, int B) {
   for (long row = 0; row < long(B) * T * a.Hkv; ++row) {
     const int g = int(row % a.Hkv), i = int(row / a.Hkv % T), b = int(row / a.Hkv / T);
     float *dk = a.dk + size_t(row) * hd, *dv = a.dv + size_t(row) * hd;
-    for (int h = g * group; h < (g + 1) * group; ++h) {
-      const size_t own = ((size_t(b) * a.H + h) * T + i) * hd;
-      for (int d = 0; d < hd; ++d) {
-        dk[d] = h == g * group ? a.dk_heads[own + d] : dk[d] + a.dk_heads[own + d];
-        dv[d] = h == g * group ? a.dv_heads[own + d] : dv[d] + a.dv_heads[own + d];
-      }
-    }
+    auto own = [&](int h) { return ((size_t(b) * a.H + h) * T + i) * hd; };
+    std::copy_n(a.dk_heads + own(g * group), hd, dk);
+    std::copy_n(a.dv_heads + own(g * group), hd, dv);
+    for (int h = g * group + 1; h < (g + 1) * group; ++h)
+      for (int d = 0; d < hd; ++d) dk[d] += a.dk_heads[own(h) + d], dv[d] += a.dv_heads[own(h) + d];
   }
 }
 
