@@ -125,18 +125,22 @@ def make(out, kind):
                 f.writelines(f"{r['label']}\n" for r in rows)
 
 
-def task_yamls(out, yaml_dir):
-    """lm-eval's own task definitions over the local files (agoq's task name -> lm-eval task name)."""
+TASKS = ["hellaswag", "piqa", "arc_easy", "mmlu", "lambada", "winogrande", "mc", "ppl"]
+
+
+def task_yamls(files, yaml_dir):
+    """lm-eval's own task definitions over local files ({agoq task name: JSON-lines file}; agoq's name -> lm-eval's
+    task name, returned), written into yaml_dir. Also used by scripts/evidence_downstream.py."""
     import lm_eval
     tasks = os.path.join(os.path.dirname(lm_eval.__file__), "tasks")
     own = {"hellaswag": "hellaswag/hellaswag.yaml", "piqa": "piqa/piqa.yaml", "arc_easy": "arc/arc_easy.yaml",
            "mmlu": "mmlu/default/_default_template_yaml", "lambada": "lambada/lambada_openai.yaml",
            "winogrande": "winogrande/default.yaml"}
     names = {}
-    for name in list(own) + ["mc", "ppl"]:
+    for name, file in files.items():
         y = {"task": "agoq_" + name, "dataset_path": "json", "dataset_name": None, "training_split": None,
              "validation_split": None, "test_split": "test", "fewshot_split": None,
-             "dataset_kwargs": {"data_files": {"test": os.path.join(out, "data", name + ".jsonl")}}}
+             "dataset_kwargs": {"data_files": {"test": os.path.abspath(file)}}}
         if name in own:
             y["include"] = os.path.join(tasks, own[name])
         if name == "mmlu":  # the subject line lm-eval's per-subject YAMLs write, from the item's subject
@@ -154,27 +158,31 @@ def task_yamls(out, yaml_dir):
     return names
 
 
+def task_report(res, task):
+    """One task of simple_evaluate's result (with log_samples): {metrics, samples: [{doc_id, lls, greedy, acc...}]}
+    in document order."""
+    metrics = {k.split(",")[0]: v for k, v in res["results"][task].items() if k.endswith(",none")}
+    samples = []
+    for s in sorted(res["samples"][task], key=lambda s: s["doc_id"]):
+        resps = [r[0] for r in s["resps"]]
+        samples.append({"doc_id": s["doc_id"], "lls": [float(r[0]) if isinstance(r, (list, tuple)) else float(r)
+                                                       for r in resps],
+                        "greedy": [bool(r[1]) for r in resps if isinstance(r, (list, tuple))],
+                        **{m: s[m] for m in ("acc", "acc_norm") if m in s}})
+    return {"metrics": metrics, "samples": samples}
+
+
 def run_lm_eval(out, model, result):
     import lm_eval
     from lm_eval.tasks import TaskManager
     yaml_dir = os.path.join(out, "yaml")
     os.makedirs(yaml_dir, exist_ok=True)
-    names = task_yamls(out, yaml_dir)
+    names = task_yamls({n: os.path.join(out, "data", n + ".jsonl") for n in TASKS}, yaml_dir)
     slow = ",use_fast_tokenizer=False" if os.path.exists(os.path.join(model, "tokenizer.model")) else ""
     res = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={model},dtype=float32{slow}",
                                   tasks=sorted(names), task_manager=TaskManager(include_path=yaml_dir),
                                   log_samples=True, batch_size=8, device="cpu", bootstrap_iters=100)
-    report = {}
-    for task, name in names.items():
-        metrics = {k.split(",")[0]: v for k, v in res["results"][task].items() if k.endswith(",none")}
-        samples = []
-        for s in sorted(res["samples"][task], key=lambda s: s["doc_id"]):
-            resps = [r[0] for r in s["resps"]]
-            samples.append({"doc_id": s["doc_id"], "lls": [float(r[0]) if isinstance(r, (list, tuple)) else float(r)
-                                                           for r in resps],
-                            "greedy": [bool(r[1]) for r in resps if isinstance(r, (list, tuple))],
-                            **{m: s[m] for m in ("acc", "acc_norm") if m in s}})
-        report[name] = {"metrics": metrics, "samples": samples}
+    report = {name: task_report(res, task) for task, name in names.items()}
     with open(result, "w") as f:
         json.dump(report, f)
 
