@@ -20,13 +20,13 @@
 
 #include "core/error.h"
 #include "core/memory.h"
+#include "model/attention_tiles.h"
 #include "model/ops.h"
 #include "model/ops_simd.h"
 
 namespace agoq {
+using namespace attention_detail;
 namespace {
-
-constexpr int kTile = kAttentionTile;
 
 std::atomic<AttentionIsa> g_isa_cap{AttentionIsa::avx512};
 
@@ -138,11 +138,12 @@ void tile_gemm_panel(int n0, int M, int K, Causal causal, float alpha, const flo
 #if AGOQ_AVX2
 // The AVX-512 twin of the panels above: 16 lanes instead of 8, the same fused multiply-add per element in the
 // same order of k, so it gives the same bits; taken at run time where the CPU has AVX-512 (attention_isa).
-#define AGOQ_AVX512 __attribute__((target("avx512f")))
+#define AGOQ_TARGET_AVX512 __attribute__((target("avx512f")))
 
 template <int MR, int NV>
-AGOQ_AVX512 inline void tile_gemm_block16(int K, float alpha, const float* A, ptrdiff_t rsa, ptrdiff_t csa,
-                                          const float* B, ptrdiff_t ldb, float* C, ptrdiff_t ldc, bool accumulate) {
+AGOQ_TARGET_AVX512 inline void tile_gemm_block16(int K, float alpha, const float* A, ptrdiff_t rsa, ptrdiff_t csa,
+                                                 const float* B, ptrdiff_t ldb, float* C, ptrdiff_t ldc,
+                                                 bool accumulate) {
   static_assert(MR >= 1 && MR <= 4 && NV >= 1 && NV <= 2);
   __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
   for (int k = 0; k < K; ++k) {
@@ -169,7 +170,7 @@ AGOQ_AVX512 inline void tile_gemm_block16(int K, float alpha, const float* A, pt
     }
   }
   const __m512 va = _mm512_set1_ps(alpha);
-  auto store = [&](float* c, __m512 acc) AGOQ_AVX512 {
+  auto store = [&](float* c, __m512 acc) AGOQ_TARGET_AVX512 {
     _mm512_storeu_ps(c, accumulate ? _mm512_fmadd_ps(va, acc, _mm512_loadu_ps(c)) : _mm512_mul_ps(va, acc));
   };
   store(C, c00);
@@ -189,9 +190,9 @@ AGOQ_AVX512 inline void tile_gemm_block16(int K, float alpha, const float* A, pt
 }
 
 template <int NV>
-AGOQ_AVX512 void tile_gemm_panel16(int n0, int M, int K, Causal causal, float alpha, const float* A, ptrdiff_t rsa,
-                                   ptrdiff_t csa, const float* B, ptrdiff_t ldb, float* C, ptrdiff_t ldc,
-                                   bool accumulate) {
+AGOQ_TARGET_AVX512 void tile_gemm_panel16(int n0, int M, int K, Causal causal, float alpha, const float* A,
+                                          ptrdiff_t rsa, ptrdiff_t csa, const float* B, ptrdiff_t ldb, float* C,
+                                          ptrdiff_t ldc, bool accumulate) {
   const PanelRows rows(causal, M, n0, 16 * NV);
   for (int m = rows.begin; m < rows.end; m += 4) {
     const auto [mr, k0, k1] = PanelBlock(causal, m, rows.end, K);
@@ -208,9 +209,9 @@ AGOQ_AVX512 void tile_gemm_panel16(int n0, int M, int K, Causal causal, float al
 }
 
 // The columns [0, n) it covered: panels of 32 and 16.
-AGOQ_AVX512 int tile_gemm_avx512(int M, int N, int K, Causal causal, float alpha, const float* A, ptrdiff_t rsa,
-                                 ptrdiff_t csa, const float* B, ptrdiff_t ldb, float* C, ptrdiff_t ldc,
-                                 bool accumulate) {
+AGOQ_TARGET_AVX512 int tile_gemm_avx512(int M, int N, int K, Causal causal, float alpha, const float* A, ptrdiff_t rsa,
+                                        ptrdiff_t csa, const float* B, ptrdiff_t ldb, float* C, ptrdiff_t ldc,
+                                        bool accumulate) {
   int n = 0;
   for (; n + 32 <= N; n += 32) tile_gemm_panel16<2>(n, M, K, causal, alpha, A, rsa, csa, B, ldb, C, ldc, accumulate);
   for (; n + 16 <= N; n += 16) tile_gemm_panel16<1>(n, M, K, causal, alpha, A, rsa, csa, B, ldb, C, ldc, accumulate);
@@ -240,11 +241,15 @@ void tile_gemm(int M, int N, int K, Causal causal, float alpha, const float* A, 
     }
 }
 
+}  // namespace
+
 // ---- small vector loops over one row of a tile -----------------------------------------------------------------
+namespace attention_detail {
+namespace {
 
 #if AGOQ_AVX2
 // The AVX-512 bodies of the two loops below (the same operations, 16 lanes); they return where they stopped.
-AGOQ_AVX512 int tile_exp_sub_accumulate16(float* s, const float* bias, float* sum, int n) {
+AGOQ_TARGET_AVX512 int tile_exp_sub_accumulate16(float* s, const float* bias, float* sum, int n) {
   int r = 0;
   for (; r + 16 <= n; r += 16) {
     const __m512 e = simd::exp16(_mm512_sub_ps(_mm512_loadu_ps(s + r), _mm512_loadu_ps(bias + r)));
@@ -253,7 +258,7 @@ AGOQ_AVX512 int tile_exp_sub_accumulate16(float* s, const float* bias, float* su
   }
   return r;
 }
-AGOQ_AVX512 int tile_softmax_grad_row16(float* s, float* dp, float lse, float D, int n) {
+AGOQ_TARGET_AVX512 int tile_softmax_grad_row16(float* s, float* dp, float lse, float D, int n) {
   const __m512 vl = _mm512_set1_ps(lse), vd = _mm512_set1_ps(D);
   int c = 0;
   for (; c + 16 <= n; c += 16) {
@@ -264,8 +269,8 @@ AGOQ_AVX512 int tile_softmax_grad_row16(float* s, float* dp, float lse, float D,
   return c;
 }
 #endif
+}  // namespace
 
-// Keys-major (forward): s[r] = exp(s[r] − bias[r]); sum[r] += s[r].
 void tile_exp_sub_accumulate(float* s, const float* bias, float* sum, int n) {
   int r = 0;
 #if AGOQ_AVX2
@@ -282,7 +287,6 @@ void tile_exp_sub_accumulate(float* s, const float* bias, float* sum, int n) {
   }
 }
 
-// Keys-major (forward): m[r] = max(m[r], s[r]).
 void tile_max_accumulate(float* m, const float* s, int n) {
   int r = 0;
 #if AGOQ_AVX2
@@ -291,7 +295,6 @@ void tile_max_accumulate(float* m, const float* s, int n) {
   for (; r < n; ++r) m[r] = std::max(m[r], s[r]);
 }
 
-// Queries-major (backward): p[c] = exp(s[c] − lse) and ds[c] = p[c]·(dp[c] − D), in place (s → p, dp → ds).
 void tile_softmax_grad_row(float* s, float* dp, float lse, float D, int n) {
   int c = 0;
 #if AGOQ_AVX2
@@ -321,30 +324,29 @@ float tile_dot(const float* a, const float* b, int n) {
   return s;
 }
 
-// The causal mask of a square diagonal tile, whose element (m, n) pairs key m with query n (keys-major) or query
-// m with key n (queries-major): fill where the key comes after the query.
-void tile_mask_keys_major(float* t, int n, float fill) {
-  for (int c = 1; c < n; ++c) std::fill(t + c * n, t + c * n + c, fill);
+void tile_mask_keys_major(float* t, int ld, int n, float fill) {
+  for (int c = 1; c < n; ++c) std::fill(t + c * ld, t + c * ld + c, fill);
 }
-void tile_mask_queries_major(float* t, int n, float fill) {
-  for (int r = 0; r + 1 < n; ++r) std::fill(t + r * n + r + 1, t + r * n + n, fill);
+void tile_mask_queries_major(float* t, int ld, int n, float fill) {
+  for (int r = 0; r + 1 < n; ++r) std::fill(t + r * ld + r + 1, t + r * ld + n, fill);
 }
 
-// The document mask of a tile of keys j0 … j0 + n_keys against queries whose documents start at doc_start[0 …
-// n_queries): fill where the key lies before the query's document. Keys-major t (n_keys × n_queries), or
-// queries-major (n_queries × n_keys).
-void tile_mask_documents_keys_major(float* t, int n_keys, int n_queries, int j0, const int32_t* doc_start, float fill) {
+void tile_mask_documents_keys_major(float* t, int ld, int n_keys, int n_queries, int j0, const int32_t* doc_start,
+                                    float fill) {
   for (int c = 0; c < n_keys; ++c)
     for (int r = 0; r < n_queries; ++r)
-      if (j0 + c < doc_start[r]) t[c * n_queries + r] = fill;
+      if (j0 + c < doc_start[r]) t[c * ld + r] = fill;
 }
-void tile_mask_documents_queries_major(float* t, int n_queries, int n_keys, int j0, const int32_t* doc_start,
+void tile_mask_documents_queries_major(float* t, int ld, int n_queries, int n_keys, int j0, const int32_t* doc_start,
                                        float fill) {
   for (int r = 0; r < n_queries; ++r) {
-    float* row = t + r * n_keys;
+    float* row = t + r * ld;
     std::fill(row, row + std::clamp(doc_start[r] - j0, 0, n_keys), fill);
   }
 }
+
+}  // namespace attention_detail
+namespace {
 
 // dst (rows × cols, contiguous) = src (rows × cols, leading dimension lds): packs strided head rows into a tile.
 void tile_copy(float* dst, const float* src, ptrdiff_t lds, int rows, int cols) {
@@ -410,33 +412,17 @@ std::array<size_t, 10> backward_scratch_parts(int hd) {
   return {h * t, h * t, t * h, t * h, t * h, t * h, t * h, t * t, t * t, t};
 }
 
-template <size_t K>
-size_t scratch_floats(const std::array<size_t, K>& parts) {
-  size_t n = 0;
-  for (size_t p : parts) n += p;
-  return (n + 15) / 16 * 16;
-}
+}  // namespace
 
-// The parts' start pointers in one thread's scratch.
-template <size_t K>
-std::array<float*, K> scratch_carve(float* base, const std::array<size_t, K>& parts) {
-  std::array<float*, K> out;
-  for (size_t i = 0; i < K; ++i) out[i] = base, base += parts[i];
-  return out;
-}
-
-// Grouped-query heads' dk, dv, each head's own before the group's are summed: (B, H, T, hd) twice; none for MHA.
-size_t head_grad_floats(int B, int T, int H, int Hkv, int hd) {
+size_t attention_detail::head_grad_floats(int B, int T, int H, int Hkv, int hd) {
   return H > Hkv ? 2 * size_t(B) * T * H * hd : 0;
 }
 
-void check_attention_shape(int B, int T, int H, int Hkv, int hd) {
+void attention_detail::check_attention_shape(int B, int T, int H, int Hkv, int hd) {
   AGOQ_CHECK(B > 0 && T > 0 && H > 0 && Hkv > 0 && hd > 0, "attention: non-positive shape B=", B, " T=", T, " H=", H,
              " Hkv=", Hkv, " hd=", hd);
   AGOQ_CHECK(H % Hkv == 0, "attention: n_heads ", H, " is not a multiple of n_kv_heads ", Hkv);
 }
-
-}  // namespace
 
 void attention_check_doc_start(const int32_t* doc_start, int B, int T) {
   for (int b = 0; b < B; ++b)
@@ -447,7 +433,8 @@ void attention_check_doc_start(const int32_t* doc_start, int B, int T) {
     }
 }
 
-size_t attention_scratch_bytes(int B, int T, int H, int Hkv, int hd, int n_threads) {
+size_t attention_scratch_bytes(int B, int T, int H, int Hkv, int hd, int n_threads, GemmPrecision precision) {
+  if (precision == GemmPrecision::bf16) return attention_bf16_scratch_bytes(B, T, H, Hkv, hd, n_threads);
   const size_t fwd = scratch_floats(forward_scratch_parts(hd)), bwd = scratch_floats(backward_scratch_parts(hd));
   return (std::max(fwd, bwd) * size_t(n_threads) + head_grad_floats(B, T, H, Hkv, hd)) * sizeof(float);
 }
@@ -458,8 +445,9 @@ size_t attention_scratch_bytes(int B, int T, int H, int Hkv, int hd, int n_threa
 //   St (bc × br) = K_j · (scale·Q_i)ᵀ;  m_new = max(m, colmax St);  P = exp(St − m_new);
 //   l = l·e^(m − m_new) + colsum P;  O_i = O_i·e^(m − m_new) + Pᵀ · V_j;  at the end o = O_i / l, lse = m + log l.
 void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
-                       int Hkv, int hd, const int32_t* doc_start) {
+                       int Hkv, int hd, const int32_t* doc_start, GemmPrecision precision) {
   check_attention_shape(B, T, H, Hkv, hd);
+  if (precision == GemmPrecision::bf16) return attention_bf16_forward(o, lse, q, k, v, B, T, H, Hkv, hd, doc_start);
   const int group = H / Hkv, n_tiles = (T + kTile - 1) / kTile;
   const float scale = 1.0f / std::sqrt(float(hd)), inf = std::numeric_limits<float>::infinity();
   // The running max before any key: finite, so a query whose keys of a tile are all masked (a document starting
@@ -501,8 +489,8 @@ void attention_forward(float* o, float* lse, const float* q, const float* k, con
         tile_copy(Kj, kh + j0 * ldk, ldk, bc, hd);
         tile_copy(Vj, vh + j0 * ldk, ldk, bc, hd);
         tile_gemm(bc, br, hd, diag ? Causal::c_upper : Causal::none, 1.0f, Kj, hd, 1, Qt, br, St, br, false);
-        if (diag) tile_mask_keys_major(St, br, -inf);
-        if (j0 < last_start) tile_mask_documents_keys_major(St, bc, br, j0, ds, -inf);
+        if (diag) tile_mask_keys_major(St, br, br, -inf);
+        if (j0 < last_start) tile_mask_documents_keys_major(St, br, bc, br, j0, ds, -inf);
         std::copy(m, m + br, m_new);
         for (int c = 0; c < bc; ++c) tile_max_accumulate(m_new, St + c * br, br);
         for (int r = 0; r < br; ++r) corr[r] = op_exp(m[r] - m_new[r]), l[r] *= corr[r];
@@ -531,18 +519,44 @@ void attention_forward(float* o, float* lse, const float* q, const float* k, con
 // and dk_j = scale · dK_j, dv_j = dV_j are written once: into dk, dv for MHA; for grouped-query heads into the
 // head's rows of a scratch, summed over the group's heads in order afterwards (tasks are heads rather than kv heads,
 // so 9 heads of 3 kv heads keep 2 threads busy; and the sum is the same for any thread count).
-namespace {
+HeadGradRows attention_detail::head_grad_rows(const AttnGrad& a, int b, int h) {
+  if (!a.dk_heads) {
+    const size_t kv_head = (size_t(b) * a.T * a.Hkv + h / (a.H / a.Hkv)) * a.hd;
+    return {a.dk + kv_head, a.dv + kv_head, a.ldk};
+  }
+  const size_t own = (size_t(b) * a.H + h) * a.T * a.hd;
+  return {a.dk_heads + own, a.dv_heads + own, a.hd};
+}
 
-// attention_backward's arguments, for its parts.
-struct AttnGrad {
-  float *dq, *dk, *dv;
-  float *dk_heads, *dv_heads;  // grouped-query heads: (B, H, T, hd) each; else null
-  const float *dout, *q, *k, *v, *o, *lse;
-  const int32_t* doc_start;
-  int T, H, Hkv, hd;
-  float scale;
-  ptrdiff_t ldq, ldk;
-};
+void attention_detail::head_dq_zero(const AttnGrad& a, int b, int h) {
+  for (int i = 0; i < a.T; ++i) {
+    float* row = a.dq + ((size_t(b) * a.T + i) * a.H + h) * a.hd;
+    std::fill(row, row + a.hd, 0.0f);
+  }
+}
+
+int attention_detail::key_tile_query_end(const AttnGrad& a, int b, int j0, int bc) {
+  if (a.doc_start)
+    for (int i0 = j0; i0 < a.T; i0 += kTile)
+      if (a.doc_start[size_t(b) * a.T + i0] >= j0 + bc) return i0;
+  return a.T;
+}
+
+void attention_detail::backward_sum_heads(const AttnGrad& a, int B) {
+  const int group = a.H / a.Hkv, hd = a.hd, T = a.T;
+#pragma omp parallel for schedule(static)
+  for (long row = 0; row < long(B) * T * a.Hkv; ++row) {
+    const int g = int(row % a.Hkv), i = int(row / a.Hkv % T), b = int(row / a.Hkv / T);
+    float *dk = a.dk + size_t(row) * hd, *dv = a.dv + size_t(row) * hd;
+    auto own = [&](int h) { return ((size_t(b) * a.H + h) * T + i) * hd; };
+    std::copy_n(a.dk_heads + own(g * group), hd, dk);
+    std::copy_n(a.dv_heads + own(g * group), hd, dv);
+    for (int h = g * group + 1; h < (g + 1) * group; ++h)
+      for (int d = 0; d < hd; ++d) dk[d] += a.dk_heads[own(h) + d], dv[d] += a.dv_heads[own(h) + d];
+  }
+}
+
+namespace {
 
 // One thread's tiles (backward_scratch_parts).
 struct AttnGradTiles {
@@ -573,10 +587,10 @@ void backward_query_tile(const AttnGrad& a, const AttnGradTiles& t, int b, int h
   tile_gemm(br, bc, hd, c_mask, 1.0f, t.Qi, hd, 1, t.Kt, bc, t.S, bc, false);
   tile_gemm(br, bc, hd, c_mask, 1.0f, t.dOi, hd, 1, t.Vt, bc, t.dS, bc, false);
   for (int r = 0; r < br; ++r) tile_softmax_grad_row(t.S + r * bc, t.dS + r * bc, lse_h[i0 + r], t.D[r], bc);
-  if (diag) tile_mask_queries_major(t.S, br, 0.0f), tile_mask_queries_major(t.dS, br, 0.0f);
+  if (diag) tile_mask_queries_major(t.S, bc, br, 0.0f), tile_mask_queries_major(t.dS, bc, br, 0.0f);
   if (ds && j0 < ds[br - 1])
-    tile_mask_documents_queries_major(t.S, br, bc, j0, ds, 0.0f),
-        tile_mask_documents_queries_major(t.dS, br, bc, j0, ds, 0.0f);
+    tile_mask_documents_queries_major(t.S, bc, br, bc, j0, ds, 0.0f),
+        tile_mask_documents_queries_major(t.dS, bc, br, bc, j0, ds, 0.0f);
   const Causal k_from = diag ? Causal::k_from_row : Causal::none;
   tile_gemm(bc, hd, br, k_from, 1.0f, t.S, 1, bc, t.dOi, hd, t.dV, hd, true);
   tile_gemm(bc, hd, br, k_from, 1.0f, t.dS, 1, bc, t.Qi, hd, t.dK, hd, true);
@@ -590,14 +604,8 @@ void backward_task(const AttnGrad& a, const AttnGradTiles& t, int b, int h) {
   const ptrdiff_t ldk = a.ldk;
   const size_t kv_head = (size_t(b) * T * a.Hkv + g) * hd;
   const float *kh = a.k + kv_head, *vh = a.v + kv_head;
-  // Where dk_j, dv_j go: the kv head's rows (MHA), or this head's rows of the scratch (leading dimension hd).
-  const size_t own = (size_t(b) * a.H + h) * T * hd;
-  float *dkh = a.dk_heads ? a.dk_heads + own : a.dk + kv_head, *dvh = a.dv_heads ? a.dv_heads + own : a.dv + kv_head;
-  const ptrdiff_t ldo = a.dk_heads ? hd : ldk;
-  for (int i = 0; i < T; ++i) {
-    float* row = a.dq + ((size_t(b) * T + i) * a.H + h) * hd;
-    std::fill(row, row + hd, 0.0f);
-  }
+  const HeadGradRows out = head_grad_rows(a, b, h);
+  head_dq_zero(a, b, h);
   for (int j0 = 0; j0 < T; j0 += kTile) {
     const int bc = std::min(kTile, T - j0);
     tile_transpose(t.Kt, bc, kh + j0 * ldk, ldk, bc, hd, a.scale);
@@ -606,34 +614,13 @@ void backward_task(const AttnGrad& a, const AttnGradTiles& t, int b, int h) {
     std::fill(t.dK, t.dK + size_t(bc) * hd, 0.0f);
     std::fill(t.dV, t.dV + size_t(bc) * hd, 0.0f);
     // Query tiles from the diagonal on, up to the first whose documents all start after this key tile.
-    int i_end = T;
-    if (a.doc_start)
-      for (int i0 = j0; i0 < T; i0 += kTile)
-        if (a.doc_start[size_t(b) * T + i0] >= j0 + bc) {
-          i_end = i0;
-          break;
-        }
+    const int i_end = key_tile_query_end(a, b, j0, bc);
     for (int i0 = j0; i0 < i_end; i0 += kTile) backward_query_tile(a, t, b, h, i0, j0, bc);
     for (int c = 0; c < bc; ++c)
       for (int d = 0; d < hd; ++d) {
-        dkh[(j0 + c) * ldo + d] = t.dK[c * hd + d] * a.scale;
-        dvh[(j0 + c) * ldo + d] = t.dV[c * hd + d];
+        out.dk[(j0 + c) * out.ld + d] = t.dK[c * hd + d] * a.scale;
+        out.dv[(j0 + c) * out.ld + d] = t.dV[c * hd + d];
       }
-  }
-}
-
-// Grouped-query heads: dk, dv of kv head g = the sum of its heads' rows, in the order of the heads.
-void backward_sum_heads(const AttnGrad& a, int B) {
-  const int group = a.H / a.Hkv, hd = a.hd, T = a.T;
-#pragma omp parallel for schedule(static)
-  for (long row = 0; row < long(B) * T * a.Hkv; ++row) {
-    const int g = int(row % a.Hkv), i = int(row / a.Hkv % T), b = int(row / a.Hkv / T);
-    float *dk = a.dk + size_t(row) * hd, *dv = a.dv + size_t(row) * hd;
-    auto own = [&](int h) { return ((size_t(b) * a.H + h) * T + i) * hd; };
-    std::copy_n(a.dk_heads + own(g * group), hd, dk);
-    std::copy_n(a.dv_heads + own(g * group), hd, dv);
-    for (int h = g * group + 1; h < (g + 1) * group; ++h)
-      for (int d = 0; d < hd; ++d) dk[d] += a.dk_heads[own(h) + d], dv[d] += a.dv_heads[own(h) + d];
   }
 }
 
@@ -641,7 +628,7 @@ void backward_sum_heads(const AttnGrad& a, int B) {
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv, int hd,
-                        const int32_t* doc_start) {
+                        const int32_t* doc_start, GemmPrecision precision) {
   check_attention_shape(B, T, H, Hkv, hd);
   Buffer<float> heads(head_grad_floats(B, T, H, Hkv, hd), MemCategory::workspace, "attention.head_grads");
   const size_t per_head = heads.size() / 2;
@@ -664,6 +651,11 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                    1.0f / std::sqrt(float(hd)),
                    ptrdiff_t(H) * hd,
                    ptrdiff_t(Hkv) * hd};
+  if (precision == GemmPrecision::bf16) {
+    attention_bf16_backward(a, B);
+    if (per_head) backward_sum_heads(a, B);
+    return;
+  }
   const auto parts = backward_scratch_parts(hd);
   const size_t per_thread = scratch_floats(parts);
   const int n_threads = omp_get_max_threads();

@@ -39,11 +39,6 @@ class BackendBuffer {
   size_t n_ = 0;
 };
 
-// The GEMMs' inputs (`--compute`): fp32, or bf16 copies with fp32 accumulation (Megatron's mixed precision), on
-// the CPU (model_backend_cpu_bf16) and the GPU (gpu/backend_cuda.h).
-enum class GemmPrecision : uint8_t { fp32, bf16 };
-inline constexpr EnumName<GemmPrecision> kGemmPrecisionNames[] = {{GemmPrecision::bf16, "bf16"},
-                                                                  {GemmPrecision::fp32, "fp32"}};
 // What `--compute` asks for: auto is bf16 where the device multiplies bf16 natively (model_compute_choose).
 enum class ComputeMode : uint8_t { automatic, bf16, fp32 };
 inline constexpr EnumName<ComputeMode> kComputeNames[] = {
@@ -53,7 +48,7 @@ inline constexpr EnumName<ComputeMode> kComputeNames[] = {
 // reads it (no copies; one more pass over the weight per GEMM: what a model that only just fits memory takes).
 enum class Bf16Weights : uint8_t { cached, per_gemm };
 inline constexpr EnumName<Bf16Weights> kBf16WeightsNames[] = {{Bf16Weights::cached, "cached"},
-                                                               {Bf16Weights::per_gemm, "per-gemm"}};
+                                                              {Bf16Weights::per_gemm, "per-gemm"}};
 struct ComputeChoice {
   GemmPrecision gemm;
   std::string why;  // for the run's first lines: "bf16: this CPU has AMX-BF16"

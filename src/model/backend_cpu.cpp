@@ -84,6 +84,16 @@ class CpuBf16Backend final : public CpuBackend {
       gemm_.multiply(out_dim, in_dim, N, {dout16, true, out_dim}, {rounded(in, size_t(N) * in_dim, 0), false, in_dim},
                      dw, in_dim, true);
   }
+  // Attention's tile products on bf16 inputs too (model/attention.h).
+  void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
+                         int Hkv, int hd, const int32_t* doc_start) override {
+    agoq::attention_forward(o, lse, q, k, v, B, T, H, Hkv, hd, doc_start, GemmPrecision::bf16);
+  }
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                          const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv, int hd,
+                          const int32_t* doc_start) override {
+    agoq::attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, hd, doc_start, GemmPrecision::bf16);
+  }
 
  private:
   struct WeightCopy {

@@ -9,7 +9,15 @@
 #include <memory>
 #include <string>
 
+#include "core/enum_names.h"
+
 namespace agoq {
+
+// The matrix products' inputs (`--compute`): fp32, or bf16 copies with fp32 accumulation (Megatron's mixed
+// precision), on the CPU (model_backend_cpu_bf16; attention's tile products too) and the GPU (gpu/backend_cuda.h).
+enum class GemmPrecision : uint8_t { fp32, bf16 };
+inline constexpr EnumName<GemmPrecision> kGemmPrecisionNames[] = {{GemmPrecision::bf16, "bf16"},
+                                                                  {GemmPrecision::fp32, "fp32"}};
 
 // Whether this CPU multiplies bf16 natively (oneDNN's effective ISA is avx512_core_bf16 or above); `why` gets the
 // ISA's name either way.

@@ -231,7 +231,8 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
   const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
   m[MemCategory::workspace] =
       llama_workspace_bytes(cfg, opt.batch, opt.seq, policy, st, opt.grad_q8 && opt.lm_head_pieces) +
-      attention_scratch_bytes(opt.batch, opt.seq, shard.H, shard.Hkv, shard.hd, threads);
+      attention_scratch_bytes(opt.batch, opt.seq, shard.H, shard.Hkv, shard.hd, threads,
+                              opt.gemm_bf16 ? GemmPrecision::bf16 : GemmPrecision::fp32);
   if (opt.gemm_bf16) {
     const LlamaGemmBf16Bytes bf16 =
         llama_gemm_bf16_bytes(cfg, opt.batch, opt.seq, st, opt.grad_q8 && opt.lm_head_pieces, opt.bf16_weights);

@@ -19,6 +19,8 @@
 #include "core/rng.h"
 #include "model/ops.h"
 #include "model/ops_simd.h"
+#include "model/tile_bf16.h"
+#include "quant/half.h"
 #include "tests/common/bits_equal.h"
 #include "tests/common/op_check.h"
 #include "tests/common/op_reference.h"
@@ -203,6 +205,7 @@ struct AttnData {
   AttnShape s;
   std::vector<float> q, k, v, o, lse;
   std::vector<int32_t> doc_start;  // empty: no document masking
+  GemmPrecision precision = GemmPrecision::fp32;
   const int32_t* docs() const { return doc_start.empty() ? nullptr : doc_start.data(); }
   explicit AttnData(AttnShape s_, uint64_t seed, float scale = 1.0f) : s(s_) {
     const size_t nq = size_t(s.B) * s.T * s.H * s.hd, nk = size_t(s.B) * s.T * s.Hkv * s.hd;
@@ -210,14 +213,15 @@ struct AttnData {
     o.assign(nq, NAN), lse.assign(size_t(s.B) * s.H * s.T, NAN);
   }
   void forward() {
-    attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), s.B, s.T, s.H, s.Hkv, s.hd, docs());
+    attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), s.B, s.T, s.H, s.Hkv, s.hd, docs(),
+                      precision);
   }
   // Gradients for dout, each filled with NaN first (they must be overwritten).
   void backward(const std::vector<float>& dout, std::vector<float>& dq, std::vector<float>& dk,
                 std::vector<float>& dv) const {
     dq.assign(q.size(), NAN), dk.assign(k.size(), NAN), dv.assign(v.size(), NAN);
     attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), o.data(), lse.data(),
-                       s.B, s.T, s.H, s.Hkv, s.hd, docs());
+                       s.B, s.T, s.H, s.Hkv, s.hd, docs(), precision);
   }
 };
 
@@ -337,8 +341,7 @@ TEST(OpsAttention, Avx512AndAvx2GiveTheSameBits) {
       a.backward(dout, dq[i], dk[i], dv[i]);
     }
     attention_isa_cap(AttentionIsa::avx512);
-    EXPECT_TRUE(bit_equal(o[0], o[1]) && bit_equal(dq[0], dq[1]) && bit_equal(dk[0], dk[1]) &&
-                bit_equal(dv[0], dv[1]))
+    EXPECT_TRUE(bit_equal(o[0], o[1]) && bit_equal(dq[0], dq[1]) && bit_equal(dk[0], dk[1]) && bit_equal(dv[0], dv[1]))
         << a.s << ' ' << mask;
       },
       63);
@@ -364,6 +367,179 @@ TEST(OpsAttention, BackwardIsDeterministicAcrossRunsAndThreadCounts) {
 TEST(OpsAttention, RejectsBadHeadGrouping) {
   float dummy[64] = {};
   EXPECT_THROW(attention_forward(dummy, dummy, dummy, dummy, dummy, 1, 1, 3, 2, 8), Error);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// bf16 attention (precision bf16): against the float64 attention of the same bf16-rounded q, k, v (and dout). What
+// the reference does not round is P (and dS in the backward), rounded to bf16 where a product reads it: one rounding
+// of at most 2^-9 relative per element. Bounds: forward o 2^-7 (the 2^-9 with margin 4 for the normwise measure);
+// lse, which no rounded P reaches, kSumTol; gradients 2^-6 (dout, P and dS rounded, each 2^-9, margin 4 again).
+constexpr double kBf16AttnTol = 0x1p-7, kBf16AttnGradTol = 0x1p-6;
+
+std::vector<float> bf16_rounded(const std::vector<float>& x) {
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  return r;
+}
+
+// The tile kernels this CPU has, best first (the scalar twin always).
+std::vector<TileBf16Isa> tile_bf16_isas() {
+  std::vector<TileBf16Isa> isas;
+  for (TileBf16Isa isa : {TileBf16Isa::amx, TileBf16Isa::avx512_bf16, TileBf16Isa::scalar})
+    if (isa <= tile_bf16_isa()) isas.push_back(isa);
+  return isas;
+}
+
+TEST(OpsTileBf16, ProductsMatchFloat64OfTheBf16Inputs) {
+  const int M = 64, N = 96, K = 128, lda = K + 32;  // a wider A, as attention's head-wide packs are
+  const auto a32 = randn(size_t(M) * lda, 90), b32 = randn(size_t(K) * N, 91), c0 = randn(size_t(M) * N, 92);
+  std::vector<uint16_t> A(size_t(M) * lda);
+  std::vector<uint32_t> Bp(size_t(K / 2) * N);
+  tile_bf16_pack_rows(A.data(), M, lda, a32.data(), lda, M, lda);
+  tile_bf16_pack_row_pairs(Bp.data(), K, N, b32.data(), N, K, N);
+  const auto ar = bf16_rounded(a32), br = bf16_rounded(b32);
+  for (bool accumulate : {false, true}) {
+    Vec want(size_t(M) * N), scale(size_t(M) * N);
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < N; ++n) {
+        double s = accumulate ? c0[size_t(m) * N + n] : 0, mag = std::abs(s);
+        for (int k = 0; k < K; ++k) {
+          const double p = double(ar[size_t(m) * lda + k]) * br[size_t(k) * N + n];
+          s += p, mag += std::abs(p);
+        }
+        want[size_t(m) * N + n] = s, scale[size_t(m) * N + n] = mag;
+      }
+    for (TileBf16Isa isa : tile_bf16_isas()) {
+      tile_bf16_isa_cap(isa);
+      std::vector<float> C = c0;
+      {
+        const TileBf16Thread tiles;
+        tile_bf16_gemm(M, N, K, A.data(), lda, Bp.data(), N, C.data(), N, accumulate);
+      }
+      double worst = 0;  // each element within K + 1 fp32 roundings of the sum of its terms' magnitudes
+      for (size_t i = 0; i < C.size(); ++i) worst = std::max(worst, std::abs(C[i] - want[i]) / scale[i]);
+      EXPECT_LT(worst, (K + 1) * 0x1p-24) << tile_bf16_isa_name(isa) << " accumulate " << accumulate;
+    }
+    tile_bf16_isa_cap(TileBf16Isa::amx);
+  }
+}
+
+TEST(OpsTileBf16, PackingIsRoundingPlacedAndPadded) {
+  const int rows = 37, cols = 21, R = 64, C = 32;       // a short tile padded to 64 x 32
+  const auto x = randn(size_t(rows) * (cols + 3), 93);  // leading dimension cols + 3
+  const ptrdiff_t lds = cols + 3;
+  auto bf = [&](int r, int c) { return f32_to_bf16(x[r * lds + c]); };
+  for (TileBf16Isa isa : tile_bf16_isas()) {
+    tile_bf16_isa_cap(isa);
+    std::vector<uint16_t> rows16(size_t(R) * C, 7), trans16(size_t(C) * R, 7);
+    std::vector<uint32_t> row_pairs(size_t(R / 2) * C, 7), col_pairs(size_t(C / 2) * R, 7);
+    tile_bf16_pack_rows(rows16.data(), R, C, x.data(), lds, rows, cols);
+    tile_bf16_pack_transposed(trans16.data(), C, R, x.data(), lds, rows, cols);
+    tile_bf16_pack_row_pairs(row_pairs.data(), R, C, x.data(), lds, rows, cols);
+    tile_bf16_pack_col_pairs(col_pairs.data(), C, R, x.data(), lds, rows, cols);
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) {
+        const uint16_t want = r < rows && c < cols ? bf(r, c) : 0;
+        ASSERT_EQ(rows16[size_t(r) * C + c], want) << tile_bf16_isa_name(isa) << " rows " << r << ',' << c;
+        ASSERT_EQ(trans16[size_t(c) * R + r], want) << tile_bf16_isa_name(isa) << " transposed " << r << ',' << c;
+        const uint32_t pair = row_pairs[size_t(r / 2) * C + c];
+        ASSERT_EQ(uint16_t(r % 2 ? pair >> 16 : pair & 0xFFFF), want) << "row pairs " << r << ',' << c;
+        const uint32_t cpair = col_pairs[size_t(c / 2) * R + r];
+        ASSERT_EQ(uint16_t(c % 2 ? cpair >> 16 : cpair & 0xFFFF), want) << "col pairs " << r << ',' << c;
+      }
+  }
+  tile_bf16_isa_cap(TileBf16Isa::amx);
+}
+
+TEST(OpsAttentionBf16, ForwardMatchesFloat64OfTheBf16Inputs) {
+  for_each_attention_case(
+      [](AttnData& a, const char* mask) {
+    const AttnShape s = a.s;
+    a.precision = GemmPrecision::bf16;
+    a.forward();
+    Vec q = to_double(bf16_rounded(a.q)), k = to_double(bf16_rounded(a.k)), v = to_double(bf16_rounded(a.v));
+    Vec o(a.o.size()), lse(a.lse.size());
+    ref::attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), s.B, s.T, s.H, s.Hkv, s.hd, a.docs());
+    EXPECT_LT(rel_err(a.o, o), kBf16AttnTol) << s << ' ' << mask;
+    EXPECT_LT(rel_err(a.lse, lse), kSumTol) << s << ' ' << mask;
+      },
+      130);
+}
+
+TEST(OpsAttentionBf16, BackwardMatchesFiniteDifferencesOfTheBf16Inputs) {
+  for_each_attention_case(
+      [](AttnData& a, const char* mask) {
+    const AttnShape s = a.s;
+    a.precision = GemmPrecision::bf16;
+    a.forward();
+    const auto R = randn(a.o.size(), 143);
+    std::vector<float> dq, dk, dv;
+    a.backward(R, dq, dk, dv);
+    Vec q = to_double(bf16_rounded(a.q)), k = to_double(bf16_rounded(a.k)), v = to_double(bf16_rounded(a.v));
+    Vec Rd = to_double(bf16_rounded(R)), o(a.o.size());
+    auto loss = [&] {
+      ref::attention_forward(o.data(), nullptr, q.data(), k.data(), v.data(), s.B, s.T, s.H, s.Hkv, s.hd, a.docs());
+      return ref::dot(o, Rd);
+    };
+    const size_t count = s.T <= 8 ? 1000 : 25;
+    EXPECT_LT(fd_err(dq.data(), q, loss, count, 1), kBf16AttnGradTol) << "dq " << s << ' ' << mask;
+    EXPECT_LT(fd_err(dk.data(), k, loss, count, 2), kBf16AttnGradTol) << "dk " << s << ' ' << mask;
+    EXPECT_LT(fd_err(dv.data(), v, loss, count, 3), kBf16AttnGradTol) << "dv " << s << ' ' << mask;
+      },
+      140);
+}
+
+// AMX, AVX512-BF16 and the scalar twin multiply the same bf16 values; only the order of their fp32 additions differs
+// (a product of K ≤ 64 terms: 64 · 2^-24). But a P or dS that differs in its last fp32 bit can round to the next
+// bf16 value (2^-8 relative) before the next product: rare, so normwise far below that; bounds 1e-4 forward, 1e-3
+// for the gradients, where both happen (a wrong kernel is off by O(1)).
+TEST(OpsAttentionBf16, KernelsAgree) {
+  const auto isas = tile_bf16_isas();
+  if (isas.size() < 2) GTEST_SKIP() << "this CPU has no AVX512-BF16 or AMX-BF16: only the scalar kernel runs";
+  for_each_attention_case(
+      [&](AttnData& a, const char* mask) {
+    a.precision = GemmPrecision::bf16;
+    const auto dout = randn(a.o.size(), 150);
+    std::vector<float> o[3], dq[3], dk[3], dv[3];
+    for (size_t i = 0; i < isas.size(); ++i) {
+      tile_bf16_isa_cap(isas[i]);
+      a.forward();
+      o[i] = a.o;
+      a.backward(dout, dq[i], dk[i], dv[i]);
+    }
+    tile_bf16_isa_cap(TileBf16Isa::amx);
+    for (size_t i = 1; i < isas.size(); ++i) {
+      const std::string what = std::string(tile_bf16_isa_name(isas[0])) + " vs " + tile_bf16_isa_name(isas[i]);
+      EXPECT_LT(rel_err(o[i], to_double(o[0])), 1e-4) << what << ' ' << a.s << ' ' << mask;
+      EXPECT_LT(rel_err(dq[i], to_double(dq[0])), 1e-3) << what << " dq " << a.s << ' ' << mask;
+      EXPECT_LT(rel_err(dk[i], to_double(dk[0])), 1e-3) << what << " dk " << a.s << ' ' << mask;
+      EXPECT_LT(rel_err(dv[i], to_double(dv[0])), 1e-3) << what << " dv " << a.s << ' ' << mask;
+    }
+      },
+      151);
+}
+
+TEST(OpsAttentionBf16, ScratchIsCountedAndDeterministic) {
+  auto& tracker = MemoryTracker::global();
+  const int ws = int(MemCategory::workspace), threads = omp_get_max_threads();
+  for (const int Hkv : {2, 1}) {
+    AttnData a({2, 300, 2, Hkv, 48}, 160);
+    a.precision = GemmPrecision::bf16;
+    const auto dout = randn(a.o.size(), 161);
+    std::vector<float> dq, dk, dv, dq1, dk1, dv1;
+    const size_t base = tracker.current().bytes[ws];
+    tracker.reset_peaks();
+    a.forward();
+    a.backward(dout, dq, dk, dv);
+    const size_t peak = tracker.peak_per_category().bytes[ws] - base;
+    EXPECT_EQ(peak, attention_scratch_bytes(2, 300, 2, Hkv, 48, threads, GemmPrecision::bf16)) << "Hkv " << Hkv;
+    const auto o = a.o;
+    with_threads(1, [&] {
+      a.forward();
+      a.backward(dout, dq1, dk1, dv1);
+    });
+    EXPECT_TRUE(bit_equal(o, a.o) && bit_equal(dq, dq1) && bit_equal(dk, dk1) && bit_equal(dv, dv1)) << Hkv;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------

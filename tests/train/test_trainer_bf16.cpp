@@ -46,10 +46,14 @@ TEST(TrainerBf16, FollowsTheFp32CurveAndLearns) {
   const TrainResult f = train_run(bf16_options(data, "fp32", ComputeMode::fp32));
   const TrainResult b = train_run(bf16_options(data, "bf16", ComputeMode::bf16));
   ASSERT_EQ(b.losses.size(), f.losses.size());
-  EXPECT_NEAR(b.losses[0], f.losses[0], 0.002 * f.losses[0]) << "the first step: one forward, no update yet";
+  // The first step is one forward and backward on the same weights: its loss and gradient norm are the fp32 step's
+  // within the rounding of the products' inputs.
+  EXPECT_NEAR(b.losses[0], f.losses[0], 0.002 * f.losses[0]) << "the first step's loss";
+  EXPECT_NEAR(b.grad_norms[0], f.grad_norms[0], 0.01 * f.grad_norms[0]) << "the first step's gradient norm";
+  // Later steps compute on weights that have drifted apart (lr 1e-2): the curve within 2%, the gradient norms 10%.
   for (size_t i = 0; i < f.losses.size(); ++i) {
     EXPECT_NEAR(b.losses[i], f.losses[i], 0.02 * f.losses[i]) << "step " << i + 1;
-    EXPECT_NEAR(b.grad_norms[i], f.grad_norms[i], 0.05 * f.grad_norms[i]) << "step " << i + 1;
+    EXPECT_NEAR(b.grad_norms[i], f.grad_norms[i], 0.1 * f.grad_norms[i]) << "step " << i + 1;
   }
   EXPECT_NE(b.losses, f.losses) << "the bf16 run computed in fp32";
   EXPECT_LT(b.losses.back(), 0.8 * b.losses.front());
@@ -91,8 +95,8 @@ TEST(TrainerBf16, MemoryModelCountsTheCopiesAndTheScratch) {
   const fs::path data = synthetic_corpus_make("trainer_bf16_memory", 50, 8000);
   for (int run = 0; run < 4; ++run) {
     const bool pieces = run % 2, per_gemm = run >= 2;
-    TrainOptions o = bf16_options(data, std::string(pieces ? "pieces" : "whole") + (per_gemm ? "_per_gemm" : ""),
-                                  ComputeMode::bf16);
+    TrainOptions o =
+        bf16_options(data, std::string(pieces ? "pieces" : "whole") + (per_gemm ? "_per_gemm" : ""), ComputeMode::bf16);
     o.steps = 3, o.adam.state = OptimState::q8, o.model.tie_embeddings = true;
     if (pieces) o.lm_head_grad = LmHeadGrad::pieces;
     if (per_gemm) o.bf16_weights = Bf16Weights::per_gemm;
@@ -105,8 +109,8 @@ TEST(TrainerBf16, MemoryModelCountsTheCopiesAndTheScratch) {
     EXPECT_EQ(rec.at("compute"), "bf16");
     const nlohmann::json& mem = rec.at("memory");
     for (const auto& [cat, bytes] : mem["peak"].items())
-      EXPECT_EQ(mem["model"].at(cat), bytes) << (pieces ? "pieces" : "whole") << (per_gemm ? ", per gemm: " : ": ")
-                                               << cat;
+      EXPECT_EQ(mem["model"].at(cat), bytes)
+          << (pieces ? "pieces" : "whole") << (per_gemm ? ", per gemm: " : ": ") << cat;
   }
   fs::remove_all(data);
 }

@@ -1,0 +1,85 @@
+// Attention's internals shared by its two paths (model/attention.h): attention.cpp's fp32 tile products and
+// attention_bf16.cpp's bf16 ones use the same softmax and mask loops over a tile's rows, the same scratch carving
+// and the same grouped-query sum. Private to those two files.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "model/attention.h"
+
+namespace agoq::attention_detail {
+
+constexpr int kTile = kAttentionTile;
+
+// ---- loops over one row of a tile (AVX-512 or AVX2 where the CPU has it, the same bits either way) ---------------
+// Keys-major (forward): s[r] = exp(s[r] − bias[r]); sum[r] += s[r].
+void tile_exp_sub_accumulate(float* s, const float* bias, float* sum, int n);
+// Keys-major (forward): m[r] = max(m[r], s[r]).
+void tile_max_accumulate(float* m, const float* s, int n);
+// Queries-major (backward): p[c] = exp(s[c] − lse) and ds[c] = p[c]·(dp[c] − D), in place (s → p, dp → ds).
+void tile_softmax_grad_row(float* s, float* dp, float lse, float D, int n);
+float tile_dot(const float* a, const float* b, int n);
+
+// The causal mask of a square diagonal tile of n × n (leading dimension ld), whose element (m, n) pairs key m with
+// query n (keys-major) or query m with key n (queries-major): fill where the key comes after the query.
+void tile_mask_keys_major(float* t, int ld, int n, float fill);
+void tile_mask_queries_major(float* t, int ld, int n, float fill);
+// The document mask of a tile of keys j0 … j0 + n_keys against queries whose documents start at doc_start[0 …
+// n_queries): fill where the key lies before the query's document. Keys-major t (n_keys × n_queries), or
+// queries-major (n_queries × n_keys), leading dimension ld.
+void tile_mask_documents_keys_major(float* t, int ld, int n_keys, int n_queries, int j0, const int32_t* doc_start,
+                                    float fill);
+void tile_mask_documents_queries_major(float* t, int ld, int n_queries, int n_keys, int j0, const int32_t* doc_start,
+                                       float fill);
+
+// ---- per-thread scratch: consecutive parts of the given sizes (floats), the whole rounded to cache lines ----------
+template <size_t K>
+size_t scratch_floats(const std::array<size_t, K>& parts) {
+  size_t n = 0;
+  for (size_t p : parts) n += p;
+  return (n + 15) / 16 * 16;
+}
+// The parts' start pointers in one thread's scratch.
+template <size_t K>
+std::array<float*, K> scratch_carve(float* base, const std::array<size_t, K>& parts) {
+  std::array<float*, K> out;
+  for (size_t i = 0; i < K; ++i) out[i] = base, base += parts[i];
+  return out;
+}
+
+void check_attention_shape(int B, int T, int H, int Hkv, int hd);
+
+// ---- the backward's shared parts -----------------------------------------------------------------------------------
+// attention_backward's arguments.
+struct AttnGrad {
+  float *dq, *dk, *dv;
+  float *dk_heads, *dv_heads;  // grouped-query heads: (B, H, T, hd) each; else null
+  const float *dout, *q, *k, *v, *o, *lse;
+  const int32_t* doc_start;
+  int T, H, Hkv, hd;
+  float scale;
+  ptrdiff_t ldq, ldk;
+};
+// Grouped-query heads' dk, dv, each head's own before the group's are summed: (B, H, T, hd) twice; none for MHA.
+size_t head_grad_floats(int B, int T, int H, int Hkv, int hd);
+// Where task (b, h) writes dk_j, dv_j: the kv head's rows (MHA), or the head's rows of the scratch (ld hd).
+struct HeadGradRows {
+  float *dk, *dv;
+  ptrdiff_t ld;
+};
+HeadGradRows head_grad_rows(const AttnGrad& a, int b, int h);
+// Zeroes head h's dq rows (batch b).
+void head_dq_zero(const AttnGrad& a, int b, int h);
+// The end of the query tiles that key tile j0 (bc keys) meets: the first whose documents all start after it, or T.
+int key_tile_query_end(const AttnGrad& a, int b, int j0, int bc);
+// Grouped-query heads: dk, dv of kv head g = the sum of its heads' rows, in the order of the heads.
+void backward_sum_heads(const AttnGrad& a, int B);
+
+// ---- the bf16 path (attention_bf16.cpp) ----------------------------------------------------------------------------
+size_t attention_bf16_scratch_bytes(int B, int T, int H, int Hkv, int hd, int n_threads);
+void attention_bf16_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
+                            int Hkv, int hd, const int32_t* doc_start);
+void attention_bf16_backward(const AttnGrad& a, int B);
+
+}  // namespace agoq::attention_detail

@@ -1,0 +1,335 @@
+// The bf16 tile products (model/tile_bf16.h): AMX-BF16, AVX512-BF16 and the scalar twin, and the packing into
+// their operands. The binary stays AVX2: the AVX-512 and AMX functions carry target attributes and run only where
+// tile_bf16_isa says the CPU has them.
+#include "model/tile_bf16.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/simd_avx2.h"
+#include "quant/half.h"
+
+#if AGOQ_AVX2 && defined(__linux__) && defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define AGOQ_TILE_BF16_SIMD 1
+#else
+#define AGOQ_TILE_BF16_SIMD 0
+#endif
+
+namespace agoq {
+namespace {
+
+std::atomic<TileBf16Isa> g_cap{TileBf16Isa::amx};
+thread_local bool t_amx_configured = false;
+
+#if AGOQ_TILE_BF16_SIMD
+bool cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit) {
+  unsigned r[4] = {0, 0, 0, 0};
+  if (!__get_cpuid_count(leaf, sub, &r[0], &r[1], &r[2], &r[3])) return false;
+  return (r[reg] >> bit) & 1u;
+}
+constexpr int kEax = 0, kEdx = 3;
+
+// Linux hands a process the AMX tile state only when it asks (arch_prctl, kernel 5.16+).
+bool amx_usable() {
+  constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  const bool cpu = cpuid_bit(7, 0, kEdx, 22) && cpuid_bit(7, 0, kEdx, 24);  // AMX-BF16, AMX-TILE
+  return cpu && syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+bool avx512_bf16_usable() { return __builtin_cpu_supports("avx512f") && cpuid_bit(7, 1, kEax, 5); }
+
+TileBf16Isa isa_available() {
+  static const TileBf16Isa isa = amx_usable()           ? TileBf16Isa::amx
+                                 : avx512_bf16_usable() ? TileBf16Isa::avx512_bf16
+                                                        : TileBf16Isa::scalar;
+  return isa;
+}
+
+// ---- AMX: 2 x 2 blocks of 16 x 16 fp32 tiles (tiles 0-3), two A tiles (4, 5) and two B tiles (6, 7) -------------
+struct alignas(64) AmxConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+#define AGOQ_AMX __attribute__((target("amx-tile,amx-bf16")))
+
+constexpr AmxConfig amx_config() {
+  AmxConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  return cfg;
+}
+// In static memory: GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes, so the stores of a configuration
+// on the stack past those would be dropped as dead.
+constexpr AmxConfig kAmxConfig = amx_config();
+
+AGOQ_AMX void amx_configure() { _tile_loadconfig(&kAmxConfig); }
+AGOQ_AMX void amx_release() { _tile_release(); }
+
+AGOQ_AMX void gemm_amx(int M, int N, int K, const uint16_t* A, int lda, const uint32_t* Bp, int ldb, float* C, int ldc,
+                       bool accumulate) {
+  const size_t sa = size_t(lda) * 2, sb = size_t(ldb) * 4, sc = size_t(ldc) * 4;
+  for (int m = 0; m < M; m += 32)
+    for (int n = 0; n < N; n += 32) {
+      float* c = C + size_t(m) * ldc + n;
+      if (accumulate) {
+        _tile_loadd(0, c, sc);
+        _tile_loadd(1, c + 16, sc);
+        _tile_loadd(2, c + 16 * size_t(ldc), sc);
+        _tile_loadd(3, c + 16 * size_t(ldc) + 16, sc);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      for (int k = 0; k < K; k += 32) {
+        _tile_loadd(4, A + size_t(m) * lda + k, sa);
+        _tile_loadd(5, A + size_t(m + 16) * lda + k, sa);
+        _tile_loadd(6, Bp + size_t(k / 2) * ldb + n, sb);
+        _tile_loadd(7, Bp + size_t(k / 2) * ldb + n + 16, sb);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, c, sc);
+      _tile_stored(1, c + 16, sc);
+      _tile_stored(2, c + 16 * size_t(ldc), sc);
+      _tile_stored(3, c + 16 * size_t(ldc) + 16, sc);
+    }
+}
+
+// ---- AVX512-BF16: 4 rows x 32 columns of C in registers; a lane adds one pair of k a step (vdpbf16ps) ----------
+#define AGOQ_AVX512_BF16 __attribute__((target("avx512f,avx512bf16")))
+
+inline uint32_t pair_at(const uint16_t* p) {
+  uint32_t w;
+  std::memcpy(&w, p, sizeof w);
+  return w;
+}
+
+AGOQ_AVX512_BF16 void gemm_avx512_bf16(int M, int N, int K, const uint16_t* A, int lda, const uint32_t* Bp, int ldb,
+                                       float* C, int ldc, bool accumulate) {
+  for (int m = 0; m < M; m += 4)
+    for (int n = 0; n < N; n += 32) {
+      float* c = C + size_t(m) * ldc + n;
+      auto load = [&](int r, int h) AGOQ_AVX512_BF16 {
+        return accumulate ? _mm512_loadu_ps(c + size_t(r) * ldc + 16 * h) : _mm512_setzero_ps();
+      };
+      __m512 c00 = load(0, 0), c01 = load(0, 1), c10 = load(1, 0), c11 = load(1, 1), c20 = load(2, 0), c21 = load(2, 1),
+             c30 = load(3, 0), c31 = load(3, 1);
+      const uint16_t* a = A + size_t(m) * lda;
+      for (int k = 0; k < K; k += 2) {
+        const uint32_t* b = Bp + size_t(k / 2) * ldb + n;
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 16);
+        __m512bh x = (__m512bh)_mm512_set1_epi32(int(pair_at(a + k)));
+        c00 = _mm512_dpbf16_ps(c00, x, b0), c01 = _mm512_dpbf16_ps(c01, x, b1);
+        x = (__m512bh)_mm512_set1_epi32(int(pair_at(a + lda + k)));
+        c10 = _mm512_dpbf16_ps(c10, x, b0), c11 = _mm512_dpbf16_ps(c11, x, b1);
+        x = (__m512bh)_mm512_set1_epi32(int(pair_at(a + 2 * size_t(lda) + k)));
+        c20 = _mm512_dpbf16_ps(c20, x, b0), c21 = _mm512_dpbf16_ps(c21, x, b1);
+        x = (__m512bh)_mm512_set1_epi32(int(pair_at(a + 3 * size_t(lda) + k)));
+        c30 = _mm512_dpbf16_ps(c30, x, b0), c31 = _mm512_dpbf16_ps(c31, x, b1);
+      }
+      const __m512 out[8] = {c00, c01, c10, c11, c20, c21, c30, c31};
+      for (int i = 0; i < 8; ++i) _mm512_storeu_ps(c + size_t(i / 2) * ldc + 16 * (i % 2), out[i]);
+    }
+}
+
+// bf16 RNE of 16 floats as 32-bit lanes (f32_to_bf16 lane-wise, NaN kept quiet).
+AGOQ_AVX512_BF16 inline __m512i rne16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  const __m512i qnan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, qnan);
+}
+
+// The vector bodies of the packing below; each returns the columns it did (a multiple of 16).
+AGOQ_AVX512_BF16 int pack_row16(uint16_t* d, const float* s, int cols) {
+  int c = 0;
+  for (; c + 16 <= cols; c += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + c), _mm512_cvtepi32_epi16(rne16(_mm512_loadu_ps(s + c))));
+  return c;
+}
+AGOQ_AVX512_BF16 int pack_row_pair16(uint32_t* d, const float* lo, const float* hi, int cols) {
+  int c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    const __m512i l = rne16(_mm512_loadu_ps(lo + c)), h = rne16(hi ? _mm512_loadu_ps(hi + c) : _mm512_setzero_ps());
+    _mm512_storeu_si512(d + c, _mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
+  }
+  return c;
+}
+// Source rows [0, rows rounded down to 16) of tile_bf16_pack_col_pairs: 16 rows' pairs (2k', 2k'+1) a store, each
+// gathered from its row. Returns the rows it did.
+AGOQ_AVX512_BF16 int pack_col_pairs16(uint32_t* dst, int dst_cols, const float* src, ptrdiff_t lds, int rows,
+                                      int cols) {
+  const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                        _mm512_set1_epi32(int(lds)));
+  int n = 0;
+  for (; n + 16 <= rows; n += 16) {
+    const float* s = src + n * lds;
+    for (int k = 0; k + 1 < cols; k += 2) {
+      const __m512i lo = rne16(_mm512_i32gather_ps(at, s + k, 4)), hi = rne16(_mm512_i32gather_ps(at, s + k + 1, 4));
+      _mm512_storeu_si512(dst + size_t(k / 2) * dst_cols + n, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+    if (cols % 2) {
+      const __m512i lo = rne16(_mm512_i32gather_ps(at, s + cols - 1, 4));
+      _mm512_storeu_si512(dst + size_t(cols / 2) * dst_cols + n, lo);
+    }
+  }
+  return n;
+}
+#endif
+
+bool simd_packing() {
+#if AGOQ_TILE_BF16_SIMD
+  return tile_bf16_isa() != TileBf16Isa::scalar;
+#else
+  return false;
+#endif
+}
+
+// The scalar twin, in vdpbf16ps's order: per pair of k, the odd product is added first, then the even one (each
+// product of two bf16 values is exact in fp32, so a fused multiply-add is the instruction's one rounding).
+void gemm_scalar(int M, int N, int K, const uint16_t* A, int lda, const uint32_t* Bp, int ldb, float* C, int ldc,
+                 bool accumulate) {
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      float& c = C[size_t(m) * ldc + n];
+      float s = accumulate ? c : 0.0f;
+      for (int k = 0; k < K; k += 2) {
+        const uint32_t b = Bp[size_t(k / 2) * ldb + n];
+        const uint16_t* a = A + size_t(m) * lda + k;
+        s = std::fma(bf16_to_f32(a[1]), bf16_to_f32(uint16_t(b >> 16)), s);
+        s = std::fma(bf16_to_f32(a[0]), bf16_to_f32(uint16_t(b & 0xFFFFu)), s);
+      }
+      c = s;
+    }
+}
+
+uint32_t pair_of(float lo, float hi) { return uint32_t(f32_to_bf16(lo)) | uint32_t(f32_to_bf16(hi)) << 16; }
+
+}  // namespace
+
+TileBf16Isa tile_bf16_isa() {
+#if AGOQ_TILE_BF16_SIMD
+  return std::min(isa_available(), g_cap.load());
+#else
+  return TileBf16Isa::scalar;
+#endif
+}
+
+void tile_bf16_isa_cap(TileBf16Isa cap) { g_cap.store(cap); }
+
+const char* tile_bf16_isa_name(TileBf16Isa isa) {
+  switch (isa) {
+    case TileBf16Isa::amx: return "AMX-BF16";
+    case TileBf16Isa::avx512_bf16: return "AVX512-BF16";
+    default: return "scalar";
+  }
+}
+
+TileBf16Thread::TileBf16Thread() : amx_(tile_bf16_isa() == TileBf16Isa::amx) {
+#if AGOQ_TILE_BF16_SIMD
+  if (amx_) {
+    amx_configure();
+    t_amx_configured = true;
+  }
+#endif
+}
+
+TileBf16Thread::~TileBf16Thread() {
+#if AGOQ_TILE_BF16_SIMD
+  if (amx_) {
+    amx_release();
+    t_amx_configured = false;
+  }
+#endif
+}
+
+void tile_bf16_gemm(int M, int N, int K, const uint16_t* A, int lda, const uint32_t* Bp, int ldb, float* C, int ldc,
+                    bool accumulate) {
+  AGOQ_CHECK(M % 32 == 0 && N % 32 == 0 && K % 32 == 0 && lda % 2 == 0, "tile_bf16_gemm: shape ", M, "x", N, "x", K,
+             " lda ", lda, " is not made of 32-wide tiles");
+#if AGOQ_TILE_BF16_SIMD
+  switch (tile_bf16_isa()) {
+    case TileBf16Isa::amx:
+      AGOQ_CHECK(t_amx_configured, "tile_bf16_gemm: AMX without a TileBf16Thread on this thread");
+      return gemm_amx(M, N, K, A, lda, Bp, ldb, C, ldc, accumulate);
+    case TileBf16Isa::avx512_bf16: return gemm_avx512_bf16(M, N, K, A, lda, Bp, ldb, C, ldc, accumulate);
+    default: break;
+  }
+#endif
+  gemm_scalar(M, N, K, A, lda, Bp, ldb, C, ldc, accumulate);
+}
+
+void tile_bf16_pack_rows(uint16_t* dst, int dst_rows, int dst_cols, const float* src, ptrdiff_t lds, int rows,
+                         int cols) {
+  const bool simd = simd_packing();
+  for (int r = 0; r < dst_rows; ++r) {
+    uint16_t* d = dst + size_t(r) * dst_cols;
+    int c = 0;
+    if (r < rows) {
+      const float* s = src + r * lds;
+#if AGOQ_TILE_BF16_SIMD
+      if (simd) c = pack_row16(d, s, cols);
+#endif
+      for (; c < cols; ++c) d[c] = f32_to_bf16(s[c]);
+    }
+    std::fill(d + c, d + dst_cols, uint16_t(0));
+  }
+  (void)simd;
+}
+
+void tile_bf16_pack_transposed(uint16_t* dst, int dst_rows, int dst_cols, const float* src, ptrdiff_t lds, int rows,
+                               int cols) {
+  constexpr int kBlock = 16;  // rows of src at a time: each dst row is written 16 values at a stretch
+  for (int c = 0; c < dst_rows; ++c) std::fill(dst + size_t(c) * dst_cols + rows, dst + size_t(c + 1) * dst_cols, 0);
+  for (int c = cols; c < dst_rows; ++c) std::fill(dst + size_t(c) * dst_cols, dst + size_t(c) * dst_cols + rows, 0);
+  for (int r0 = 0; r0 < rows; r0 += kBlock) {
+    const int nr = std::min(kBlock, rows - r0);
+    for (int c = 0; c < cols; ++c)
+      for (int r = r0; r < r0 + nr; ++r) dst[size_t(c) * dst_cols + r] = f32_to_bf16(src[r * lds + c]);
+  }
+}
+
+void tile_bf16_pack_row_pairs(uint32_t* dst, int dst_rows, int dst_cols, const float* src, ptrdiff_t lds, int rows,
+                              int cols) {
+  const bool simd = simd_packing();
+  for (int k = 0; k < dst_rows / 2; ++k) {
+    uint32_t* d = dst + size_t(k) * dst_cols;
+    int c = 0;
+    if (2 * k < rows) {
+      const float *lo = src + 2 * k * lds, *hi = 2 * k + 1 < rows ? lo + lds : nullptr;
+#if AGOQ_TILE_BF16_SIMD
+      if (simd) c = pack_row_pair16(d, lo, hi, cols);
+#endif
+      for (; c < cols; ++c) d[c] = pair_of(lo[c], hi ? hi[c] : 0.0f);
+    }
+    std::fill(d + c, d + dst_cols, 0u);
+  }
+  (void)simd;
+}
+
+void tile_bf16_pack_col_pairs(uint32_t* dst, int dst_rows, int dst_cols, const float* src, ptrdiff_t lds, int rows,
+                              int cols) {
+  std::fill(dst, dst + size_t(dst_rows / 2) * dst_cols, 0u);
+  int n = 0;
+#if AGOQ_TILE_BF16_SIMD
+  if (simd_packing() && lds < (ptrdiff_t(1) << 27)) n = pack_col_pairs16(dst, dst_cols, src, lds, rows, cols);
+#endif
+  for (; n < rows; ++n) {
+    const float* s = src + n * lds;
+    for (int k = 0; k + 1 < cols; k += 2) dst[size_t(k / 2) * dst_cols + n] = pair_of(s[k], s[k + 1]);
+    if (cols % 2) dst[size_t(cols / 2) * dst_cols + n] = pair_of(s[cols - 1], 0.0f);
+  }
+}
+
+}  // namespace agoq
