@@ -269,8 +269,8 @@ AGOQ_TARGET_AVX512 int tile_softmax_grad_row16(float* s, float* dp, float lse, f
   return c;
 }
 #endif
-}  // namespace
 
+// Keys-major (forward): s[r] = exp(s[r] − bias[r]); sum[r] += s[r].
 void tile_exp_sub_accumulate(float* s, const float* bias, float* sum, int n) {
   int r = 0;
 #if AGOQ_AVX2
@@ -287,14 +287,7 @@ void tile_exp_sub_accumulate(float* s, const float* bias, float* sum, int n) {
   }
 }
 
-void tile_max_accumulate(float* m, const float* s, int n) {
-  int r = 0;
-#if AGOQ_AVX2
-  for (; r + 8 <= n; r += 8) _mm256_storeu_ps(m + r, _mm256_max_ps(_mm256_loadu_ps(m + r), _mm256_loadu_ps(s + r)));
-#endif
-  for (; r < n; ++r) m[r] = std::max(m[r], s[r]);
-}
-
+// Queries-major (backward): p[c] = exp(s[c] − lse) and ds[c] = p[c]·(dp[c] − D), in place (s → p, dp → ds).
 void tile_softmax_grad_row(float* s, float* dp, float lse, float D, int n) {
   int c = 0;
 #if AGOQ_AVX2
@@ -310,6 +303,15 @@ void tile_softmax_grad_row(float* s, float* dp, float lse, float D, int n) {
     s[c] = op_exp(s[c] - lse);
     dp[c] = s[c] * (dp[c] - D);
   }
+}
+}  // namespace
+
+void tile_max_accumulate(float* m, const float* s, int n) {
+  int r = 0;
+#if AGOQ_AVX2
+  for (; r + 8 <= n; r += 8) _mm256_storeu_ps(m + r, _mm256_max_ps(_mm256_loadu_ps(m + r), _mm256_loadu_ps(s + r)));
+#endif
+  for (; r < n; ++r) m[r] = std::max(m[r], s[r]);
 }
 
 float tile_dot(const float* a, const float* b, int n) {
@@ -345,29 +347,6 @@ void tile_mask_documents_queries_major(float* t, int ld, int n_queries, int n_ke
   }
 }
 
-}  // namespace attention_detail
-namespace {
-
-// dst (rows × cols, contiguous) = src (rows × cols, leading dimension lds): packs strided head rows into a tile.
-void tile_copy(float* dst, const float* src, ptrdiff_t lds, int rows, int cols) {
-  for (int r = 0; r < rows; ++r) {
-    const float* s = src + r * lds;
-    float* d = dst + size_t(r) * cols;
-    int c = 0;
-#if AGOQ_AVX2
-    for (; c + 8 <= cols; c += 8) _mm256_storeu_ps(d + c, _mm256_loadu_ps(s + c));
-#endif
-    for (; c < cols; ++c) d[c] = s[c];
-  }
-}
-
-// Asks for rows × cols floats of strided rows to be brought into cache (the next tile's first touch).
-void tile_prefetch(const float* src, ptrdiff_t lds, int rows, int cols) {
-  for (int r = 0; r < rows; ++r)
-    for (int d = 0; d < cols; d += 16) __builtin_prefetch(src + r * lds + d);
-}
-
-// dst (cols × rows, leading dimension ldd) = scale · src (rows × cols, leading dimension lds)ᵀ.
 void tile_transpose(float* dst, ptrdiff_t ldd, const float* src, ptrdiff_t lds, int rows, int cols, float scale) {
   int r = 0;
 #if AGOQ_AVX2
@@ -400,6 +379,28 @@ void tile_transpose(float* dst, ptrdiff_t ldd, const float* src, ptrdiff_t lds, 
     for (int d = 0; d < cols; ++d) dst[d * ldd + r] = src[r * lds + d] * scale;
 }
 
+}  // namespace attention_detail
+namespace {
+
+// dst (rows × cols, contiguous) = src (rows × cols, leading dimension lds): packs strided head rows into a tile.
+void tile_copy(float* dst, const float* src, ptrdiff_t lds, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    const float* s = src + r * lds;
+    float* d = dst + size_t(r) * cols;
+    int c = 0;
+#if AGOQ_AVX2
+    for (; c + 8 <= cols; c += 8) _mm256_storeu_ps(d + c, _mm256_loadu_ps(s + c));
+#endif
+    for (; c < cols; ++c) d[c] = s[c];
+  }
+}
+
+// Asks for rows × cols floats of strided rows to be brought into cache (the next tile's first touch).
+void tile_prefetch(const float* src, ptrdiff_t lds, int rows, int cols) {
+  for (int r = 0; r < rows; ++r)
+    for (int d = 0; d < cols; d += 16) __builtin_prefetch(src + r * lds + d);
+}
+
 // Per-thread scratch: consecutive parts of the given sizes (floats), the whole rounded to cache lines.
 // Forward: Qt (hd × br), Kj, Vj (bc × hd), St (bc × br), O (br × hd), m, m_new, l, corr (br).
 std::array<size_t, 9> forward_scratch_parts(int hd) {
@@ -410,6 +411,21 @@ std::array<size_t, 9> forward_scratch_parts(int hd) {
 std::array<size_t, 10> backward_scratch_parts(int hd) {
   const size_t t = kTile, h = size_t(hd);
   return {h * t, h * t, t * h, t * h, t * h, t * h, t * h, t * t, t * t, t};
+}
+
+template <size_t K>
+size_t scratch_floats(const std::array<size_t, K>& parts) {
+  size_t n = 0;
+  for (size_t p : parts) n += p;
+  return (n + 15) / 16 * 16;
+}
+
+// The parts' start pointers in one thread's scratch.
+template <size_t K>
+std::array<float*, K> scratch_carve(float* base, const std::array<size_t, K>& parts) {
+  std::array<float*, K> out;
+  for (size_t i = 0; i < K; ++i) out[i] = base, base += parts[i];
+  return out;
 }
 
 }  // namespace
@@ -528,13 +544,6 @@ HeadGradRows attention_detail::head_grad_rows(const AttnGrad& a, int b, int h) {
   return {a.dk_heads + own, a.dv_heads + own, a.hd};
 }
 
-void attention_detail::head_dq_zero(const AttnGrad& a, int b, int h) {
-  for (int i = 0; i < a.T; ++i) {
-    float* row = a.dq + ((size_t(b) * a.T + i) * a.H + h) * a.hd;
-    std::fill(row, row + a.hd, 0.0f);
-  }
-}
-
 int attention_detail::key_tile_query_end(const AttnGrad& a, int b, int j0, int bc) {
   if (a.doc_start)
     for (int i0 = j0; i0 < a.T; i0 += kTile)
@@ -605,7 +614,10 @@ void backward_task(const AttnGrad& a, const AttnGradTiles& t, int b, int h) {
   const size_t kv_head = (size_t(b) * T * a.Hkv + g) * hd;
   const float *kh = a.k + kv_head, *vh = a.v + kv_head;
   const HeadGradRows out = head_grad_rows(a, b, h);
-  head_dq_zero(a, b, h);
+  for (int i = 0; i < T; ++i) {
+    float* row = a.dq + ((size_t(b) * T + i) * a.H + h) * hd;
+    std::fill(row, row + hd, 0.0f);
+  }
   for (int j0 = 0; j0 < T; j0 += kTile) {
     const int bc = std::min(kTile, T - j0);
     tile_transpose(t.Kt, bc, kh + j0 * ldk, ldk, bc, hd, a.scale);

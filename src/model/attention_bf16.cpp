@@ -33,12 +33,12 @@ Bf16Parts forward_parts(int hp) {
   const size_t t = kTile, h = size_t(hp);
   return {t * t + h * t + 4 * t, 0, h / 2 * t + t / 2 * t};
 }
-// Backward per thread: S, dS (t x t), dKᵀ, dVᵀ (hp x t), dq tile (t x hp), the head's D (Tp) floats; the head's Q̃, Q̃ᵀ,
-// dÕ, dÕᵀ (Tp x hp each) and dS̃ (t x t) halves; K̃ᵀ, Ṽᵀ pairs (hp/2 x t), K̃ pairs (t/2 x hp), P̃, dS̃ pairs (t/2 x t)
-// words.
+// Backward per thread: S, dS (t x t), dKᵀ, dVᵀ (hp x t), the head's dq / scale (Tp x hp) and D (Tp) floats; the head's
+// Q̃, Q̃ᵀ, dÕ, dÕᵀ (Tp x hp each) and dS̃ (t x t) halves; K̃ᵀ, Ṽᵀ pairs (hp/2 x t), K̃ pairs (t/2 x hp), P̃, dS̃ pairs (t/2 x
+// t) words.
 Bf16Parts backward_parts(int Tp, int hp) {
   const size_t t = kTile, h = size_t(hp);
-  return {2 * t * t + 3 * h * t + size_t(Tp), 4 * size_t(Tp) * h + t * t,
+  return {2 * t * t + 2 * h * t + size_t(Tp) * (h + 1), 4 * size_t(Tp) * h + t * t,
           2 * (h / 2) * t + t / 2 * h + 2 * (t / 2) * t};
 }
 // The forward's bf16 copies of k (rows) and vᵀ, per (b, kv head): 2 x Tp x hp halves each.
@@ -141,21 +141,18 @@ void attention_bf16_forward(float* o, float* lse, const float* q, const float* k
         std::copy(m, m + br, m_new);
         for (int r = 0; r < bc; ++r) tile_max_accumulate(m_new, St + r * kTile, br);
         for (int r = 0; r < br; ++r) corr[r] = op_exp(m[r] - m_new[r]), l[r] *= corr[r];
-        for (int r = 0; r < bc; ++r) tile_exp_sub_accumulate(St + r * kTile, m_new, l, br);
+        tile_bf16_pack_exp_pairs(Pp, kTile, kTile, St, kTile, bc, br, m_new, l);
         if (j0 > first_key)
           for (int d = 0; d < hd; ++d)
             for (int r = 0; r < br; ++r) Ot[d * kTile + r] *= corr[r];
-        tile_bf16_pack_row_pairs(Pp, kTile, kTile, St, kTile, bc, br);
         tile_bf16_gemm(hp, kTile, kTile, Vt16 + bg * kv_head + j0, Tp, Pp, kTile, Ot, kTile, true);
         std::copy(m_new, m_new + br, m);
       }
-      float* oh = o + (size_t(b) * T * H + h) * hd;
       float* lse_h = lse + (size_t(b) * H + h) * T;
-      for (int r = 0; r < br; ++r) {
-        const float inv_l = 1.0f / l[r];
-        for (int d = 0; d < hd; ++d) oh[(i0 + r) * ldq + d] = Ot[d * kTile + r] * inv_l;
-        lse_h[i0 + r] = m[r] + std::log(l[r]);
-      }
+      for (int r = 0; r < br; ++r) corr[r] = 1.0f / l[r], lse_h[i0 + r] = m[r] + std::log(l[r]);
+      for (int d = 0; d < hd; ++d)
+        for (int r = 0; r < br; ++r) Ot[d * kTile + r] *= corr[r];
+      tile_transpose(o + (size_t(b) * T * H + h) * hd + i0 * ldq, ldq, Ot, kTile, hd, br, 1.0f);
     }
   }
 }
@@ -167,13 +164,14 @@ namespace {
 // One thread's arrays (backward_parts) and the shapes they are padded to.
 struct Bf16GradTiles {
   int Tp, hp;
-  float *S, *dS, *dKt, *dVt, *dqt, *D;
+  float *S, *dS, *dKt, *dVt, *dq, *D;
   uint16_t *Q16, *Qt16, *dO16, *dOt16, *dS16;
   uint32_t *Kp, *Vp, *Kr, *Pp, *dSp;
 
   Bf16GradTiles(Carve c, int Tp_, int hp_) : Tp(Tp_), hp(hp_) {
     const size_t t = kTile, h = size_t(hp);
-    S = c.floats(t * t), dS = c.floats(t * t), dKt = c.floats(h * t), dVt = c.floats(h * t), dqt = c.floats(t * h);
+    S = c.floats(t * t), dS = c.floats(t * t), dKt = c.floats(h * t), dVt = c.floats(h * t),
+    dq = c.floats(size_t(Tp) * h);
     D = c.floats(size_t(Tp));
     Q16 = c.halves(size_t(Tp) * h), Qt16 = c.halves(size_t(Tp) * h), dO16 = c.halves(size_t(Tp) * h);
     dOt16 = c.halves(size_t(Tp) * h), dS16 = c.halves(t * t);
@@ -183,30 +181,23 @@ struct Bf16GradTiles {
 };
 
 // Query tile i0 of head h against key tile j0 (bc keys, packed in t.Kp, t.Vp, t.Kr): adds into t.dKt, t.dVt and
-// the tile's dq rows.
+// the tile's rows of t.dq.
 void bf16_query_tile(const AttnGrad& a, const Bf16GradTiles& t, int b, int h, int i0, int j0, int bc) {
-  const int T = a.T, hd = a.hd, hp = t.hp, br = std::min(kTile, T - i0);
-  const size_t head = (size_t(b) * T * a.H + h) * hd;
+  const int T = a.T, hp = t.hp, br = std::min(kTile, T - i0);
   const float* lse_h = a.lse + (size_t(b) * a.H + h) * T;
   const bool diag = i0 == j0;
+  const float inf = std::numeric_limits<float>::infinity();
   const int32_t* ds = a.doc_start ? a.doc_start + size_t(b) * T + i0 : nullptr;
   tile_bf16_gemm(kTile, kTile, hp, t.Q16 + size_t(i0) * hp, hp, t.Kp, kTile, t.S, kTile, false);
   tile_bf16_gemm(kTile, kTile, hp, t.dO16 + size_t(i0) * hp, hp, t.Vp, kTile, t.dS, kTile, false);
+  // Masked scores are −inf before the softmax, so their p and ds come out 0.
   scale_rows(t.S, kTile, br, bc, a.scale);
-  for (int r = 0; r < br; ++r) tile_softmax_grad_row(t.S + r * kTile, t.dS + r * kTile, lse_h[i0 + r], t.D[i0 + r], bc);
-  if (diag) tile_mask_queries_major(t.S, kTile, br, 0.0f), tile_mask_queries_major(t.dS, kTile, br, 0.0f);
-  if (ds && j0 < ds[br - 1])
-    tile_mask_documents_queries_major(t.S, kTile, br, bc, j0, ds, 0.0f),
-        tile_mask_documents_queries_major(t.dS, kTile, br, bc, j0, ds, 0.0f);
-  tile_bf16_pack_row_pairs(t.Pp, kTile, kTile, t.S, kTile, br, bc);
-  tile_bf16_pack_row_pairs(t.dSp, kTile, kTile, t.dS, kTile, br, bc);
-  tile_bf16_pack_rows(t.dS16, kTile, kTile, t.dS, kTile, br, bc);
+  if (diag) tile_mask_queries_major(t.S, kTile, br, -inf);
+  if (ds && j0 < ds[br - 1]) tile_mask_documents_queries_major(t.S, kTile, br, bc, j0, ds, -inf);
+  tile_bf16_pack_softmax_grad(t.Pp, t.dSp, t.dS16, kTile, kTile, t.S, t.dS, kTile, br, bc, lse_h + i0, t.D + i0);
   tile_bf16_gemm(hp, kTile, kTile, t.dOt16 + i0, t.Tp, t.Pp, kTile, t.dVt, kTile, true);
   tile_bf16_gemm(hp, kTile, kTile, t.Qt16 + i0, t.Tp, t.dSp, kTile, t.dKt, kTile, true);
-  tile_bf16_gemm(kTile, hp, kTile, t.dS16, kTile, t.Kr, hp, t.dqt, hp, false);
-  float* dq = a.dq + head + i0 * a.ldq;
-  for (int r = 0; r < br; ++r)
-    for (int d = 0; d < hd; ++d) dq[r * a.ldq + d] += a.scale * t.dqt[r * hp + d];
+  tile_bf16_gemm(kTile, hp, kTile, t.dS16, kTile, t.Kr, hp, t.dq + size_t(i0) * hp, hp, true);
 }
 
 void bf16_backward_task(const AttnGrad& a, const Bf16GradTiles& t, int b, int h) {
@@ -214,7 +205,7 @@ void bf16_backward_task(const AttnGrad& a, const Bf16GradTiles& t, int b, int h)
   const size_t head = (size_t(b) * T * a.H + h) * hd, kv_head = (size_t(b) * T * a.Hkv + h / (a.H / a.Hkv)) * hd;
   const float *kh = a.k + kv_head, *vh = a.v + kv_head;
   const HeadGradRows out = head_grad_rows(a, b, h);
-  head_dq_zero(a, b, h);
+  std::fill(t.dq, t.dq + size_t(Tp) * hp, 0.0f);
   tile_bf16_pack_rows(t.Q16, Tp, hp, a.q + head, a.ldq, T, hd);
   tile_bf16_pack_transposed(t.Qt16, hp, Tp, a.q + head, a.ldq, T, hd);
   tile_bf16_pack_rows(t.dO16, Tp, hp, a.dout + head, a.ldq, T, hd);
@@ -229,12 +220,11 @@ void bf16_backward_task(const AttnGrad& a, const Bf16GradTiles& t, int b, int h)
     std::fill(t.dVt, t.dVt + size_t(hp) * kTile, 0.0f);
     const int i_end = key_tile_query_end(a, b, j0, bc);
     for (int i0 = j0; i0 < i_end; i0 += kTile) bf16_query_tile(a, t, b, h, i0, j0, bc);
-    for (int c = 0; c < bc; ++c)
-      for (int d = 0; d < hd; ++d) {
-        out.dk[(j0 + c) * out.ld + d] = t.dKt[d * kTile + c] * a.scale;
-        out.dv[(j0 + c) * out.ld + d] = t.dVt[d * kTile + c];
-      }
+    tile_transpose(out.dk + j0 * out.ld, out.ld, t.dKt, kTile, hd, bc, a.scale);
+    tile_transpose(out.dv + j0 * out.ld, out.ld, t.dVt, kTile, hd, bc, 1.0f);
   }
+  for (int i = 0; i < T; ++i)
+    for (int d = 0; d < hd; ++d) a.dq[head + i * a.ldq + d] = a.scale * t.dq[size_t(i) * hp + d];
 }
 
 }  // namespace

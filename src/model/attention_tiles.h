@@ -1,8 +1,7 @@
 // Attention's internals shared by its two paths (model/attention.h): attention.cpp's fp32 tile products and
-// attention_bf16.cpp's bf16 ones use the same softmax and mask loops over a tile's rows, the same scratch carving
-// and the same grouped-query sum. Private to those two files.
+// attention_bf16.cpp's bf16 ones use the same row loops, masks and transposes and the same grouped-query sum.
+// Private to those two files.
 #pragma once
-#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -13,13 +12,11 @@ namespace agoq::attention_detail {
 constexpr int kTile = kAttentionTile;
 
 // ---- loops over one row of a tile (AVX-512 or AVX2 where the CPU has it, the same bits either way) ---------------
-// Keys-major (forward): s[r] = exp(s[r] − bias[r]); sum[r] += s[r].
-void tile_exp_sub_accumulate(float* s, const float* bias, float* sum, int n);
 // Keys-major (forward): m[r] = max(m[r], s[r]).
 void tile_max_accumulate(float* m, const float* s, int n);
-// Queries-major (backward): p[c] = exp(s[c] − lse) and ds[c] = p[c]·(dp[c] − D), in place (s → p, dp → ds).
-void tile_softmax_grad_row(float* s, float* dp, float lse, float D, int n);
 float tile_dot(const float* a, const float* b, int n);
+// dst (cols × rows, leading dimension ldd) = scale · src (rows × cols, leading dimension lds)ᵀ.
+void tile_transpose(float* dst, ptrdiff_t ldd, const float* src, ptrdiff_t lds, int rows, int cols, float scale);
 
 // The causal mask of a square diagonal tile of n × n (leading dimension ld), whose element (m, n) pairs key m with
 // query n (keys-major) or query m with key n (queries-major): fill where the key comes after the query.
@@ -32,21 +29,6 @@ void tile_mask_documents_keys_major(float* t, int ld, int n_keys, int n_queries,
                                     float fill);
 void tile_mask_documents_queries_major(float* t, int ld, int n_queries, int n_keys, int j0, const int32_t* doc_start,
                                        float fill);
-
-// ---- per-thread scratch: consecutive parts of the given sizes (floats), the whole rounded to cache lines ----------
-template <size_t K>
-size_t scratch_floats(const std::array<size_t, K>& parts) {
-  size_t n = 0;
-  for (size_t p : parts) n += p;
-  return (n + 15) / 16 * 16;
-}
-// The parts' start pointers in one thread's scratch.
-template <size_t K>
-std::array<float*, K> scratch_carve(float* base, const std::array<size_t, K>& parts) {
-  std::array<float*, K> out;
-  for (size_t i = 0; i < K; ++i) out[i] = base, base += parts[i];
-  return out;
-}
 
 void check_attention_shape(int B, int T, int H, int Hkv, int hd);
 
@@ -69,8 +51,6 @@ struct HeadGradRows {
   ptrdiff_t ld;
 };
 HeadGradRows head_grad_rows(const AttnGrad& a, int b, int h);
-// Zeroes head h's dq rows (batch b).
-void head_dq_zero(const AttnGrad& a, int b, int h);
 // The end of the query tiles that key tile j0 (bc keys) meets: the first whose documents all start after it, or T.
 int key_tile_query_end(const AttnGrad& a, int b, int j0, int bc);
 // Grouped-query heads: dk, dv of kv head g = the sum of its heads' rows, in the order of the heads.

@@ -9,7 +9,8 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/simd_avx2.h"
+#include "model/ops_simd.h"
+#include "opmath/op_math.h"
 #include "quant/half.h"
 
 #if AGOQ_AVX2 && defined(__linux__) && defined(__x86_64__)
@@ -186,6 +187,56 @@ AGOQ_AVX512_BF16 int pack_col_pairs16(uint32_t* dst, int dst_cols, const float* 
   }
   return n;
 }
+
+// Columns [0, cols rounded down to 16) of tile_bf16_pack_exp_pairs' row pair (s0, s1; s1 null past the last row).
+AGOQ_AVX512_BF16 int pack_exp_pair16(uint32_t* d, const float* s0, const float* s1, const float* bias, float* sum,
+                                     int cols) {
+  int c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    const __m512 b = _mm512_loadu_ps(bias + c);
+    const __m512 e0 = simd::exp16(_mm512_sub_ps(_mm512_loadu_ps(s0 + c), b));
+    __m512 acc = _mm512_add_ps(_mm512_loadu_ps(sum + c), e0);
+    __m512i w = rne16(e0);
+    if (s1) {
+      const __m512 e1 = simd::exp16(_mm512_sub_ps(_mm512_loadu_ps(s1 + c), b));
+      acc = _mm512_add_ps(acc, e1);
+      w = _mm512_or_si512(w, _mm512_slli_epi32(rne16(e1), 16));
+    }
+    _mm512_storeu_ps(sum + c, acc);
+    _mm512_storeu_si512(d + c, w);
+  }
+  return c;
+}
+
+// Columns [0, cols rounded down to 16) of tile_bf16_pack_softmax_grad's rows r (s0, dp0) and r + 1 (s1, dp1; null
+// past the last row).
+struct GradRowPair {
+  const float *s0, *dp0, *s1, *dp1;
+  float lse0, D0, lse1, D1;
+};
+AGOQ_AVX512_BF16 int pack_softmax_grad16(uint32_t* p_pair, uint32_t* ds_pair, uint16_t* ds0, uint16_t* ds1,
+                                         const GradRowPair& g, int cols) {
+  const __m512 l0 = _mm512_set1_ps(g.lse0), d0 = _mm512_set1_ps(g.D0), l1 = _mm512_set1_ps(g.lse1),
+               d1 = _mm512_set1_ps(g.D1);
+  int c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    const __m512 p0 = simd::exp16(_mm512_sub_ps(_mm512_loadu_ps(g.s0 + c), l0));
+    const __m512 q0 = _mm512_mul_ps(p0, _mm512_sub_ps(_mm512_loadu_ps(g.dp0 + c), d0));
+    __m512i pw = rne16(p0), qw = rne16(q0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(ds0 + c), _mm512_cvtepi32_epi16(qw));
+    if (g.s1) {
+      const __m512 p1 = simd::exp16(_mm512_sub_ps(_mm512_loadu_ps(g.s1 + c), l1));
+      const __m512 q1 = _mm512_mul_ps(p1, _mm512_sub_ps(_mm512_loadu_ps(g.dp1 + c), d1));
+      const __m512i q1w = rne16(q1);
+      pw = _mm512_or_si512(pw, _mm512_slli_epi32(rne16(p1), 16));
+      qw = _mm512_or_si512(qw, _mm512_slli_epi32(q1w, 16));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ds1 + c), _mm512_cvtepi32_epi16(q1w));
+    }
+    _mm512_storeu_si512(p_pair + c, pw);
+    _mm512_storeu_si512(ds_pair + c, qw);
+  }
+  return c;
+}
 #endif
 
 bool simd_packing() {
@@ -330,6 +381,70 @@ void tile_bf16_pack_col_pairs(uint32_t* dst, int dst_rows, int dst_cols, const f
     for (int k = 0; k + 1 < cols; k += 2) dst[size_t(k / 2) * dst_cols + n] = pair_of(s[k], s[k + 1]);
     if (cols % 2) dst[size_t(cols / 2) * dst_cols + n] = pair_of(s[cols - 1], 0.0f);
   }
+}
+
+void tile_bf16_pack_exp_pairs(uint32_t* dst, int dst_rows, int dst_cols, const float* s, ptrdiff_t lds, int rows,
+                              int cols, const float* bias, float* sum) {
+  const bool simd = simd_packing();
+  for (int k = 0; k < dst_rows / 2; ++k) {
+    uint32_t* d = dst + size_t(k) * dst_cols;
+    int c = 0;
+    if (2 * k < rows) {
+      const float *s0 = s + 2 * k * lds, *s1 = 2 * k + 1 < rows ? s0 + lds : nullptr;
+#if AGOQ_TILE_BF16_SIMD
+      if (simd) c = pack_exp_pair16(d, s0, s1, bias, sum, cols);
+#endif
+      for (int j = c; j < cols; ++j) {
+        const float e0 = op_exp(s0[j] - bias[j]);
+        sum[j] += e0;
+        float e1 = 0.0f;
+        if (s1) e1 = op_exp(s1[j] - bias[j]), sum[j] += e1;
+        d[j] = uint32_t(f32_to_bf16(e0)) | (s1 ? uint32_t(f32_to_bf16(e1)) << 16 : 0u);
+      }
+      c = cols;
+    }
+    std::fill(d + c, d + dst_cols, 0u);
+  }
+  (void)simd;
+}
+
+void tile_bf16_pack_softmax_grad(uint32_t* p_pairs, uint32_t* ds_pairs, uint16_t* ds_rows, int dst_rows, int dst_cols,
+                                 const float* s, const float* dp, ptrdiff_t lds, int rows, int cols, const float* lse,
+                                 const float* D) {
+  const bool simd = simd_packing();
+  std::fill(ds_rows + size_t(rows) * dst_cols, ds_rows + size_t(dst_rows) * dst_cols, uint16_t(0));
+  for (int k = 0; k < dst_rows / 2; ++k) {
+    uint32_t *pp = p_pairs + size_t(k) * dst_cols, *qp = ds_pairs + size_t(k) * dst_cols;
+    int c = 0;
+    if (2 * k < rows) {
+      const int r = 2 * k;
+      const bool two = r + 1 < rows;
+      const GradRowPair g{
+          s + r * lds, dp + r * lds, two ? s + (r + 1) * lds : nullptr, two ? dp + (r + 1) * lds : nullptr,
+          lse[r],      D[r],         two ? lse[r + 1] : 0.0f,           two ? D[r + 1] : 0.0f};
+      uint16_t *q0 = ds_rows + size_t(r) * dst_cols, *q1 = q0 + dst_cols;
+#if AGOQ_TILE_BF16_SIMD
+      if (simd) c = pack_softmax_grad16(pp, qp, q0, q1, g, cols);
+#endif
+      for (int j = c; j < cols; ++j) {
+        const float p0 = op_exp(g.s0[j] - g.lse0), ds0 = p0 * (g.dp0[j] - g.D0);
+        uint32_t pw = f32_to_bf16(p0), qw = f32_to_bf16(ds0);
+        q0[j] = uint16_t(qw);
+        if (two) {
+          const float p1 = op_exp(g.s1[j] - g.lse1), ds1 = p1 * (g.dp1[j] - g.D1);
+          pw |= uint32_t(f32_to_bf16(p1)) << 16, qw |= uint32_t(f32_to_bf16(ds1)) << 16;
+          q1[j] = f32_to_bf16(ds1);
+        }
+        pp[j] = pw, qp[j] = qw;
+      }
+      c = cols;
+      std::fill(q0 + cols, q0 + dst_cols, uint16_t(0));
+      if (two) std::fill(q1 + cols, q1 + dst_cols, uint16_t(0));
+    }
+    std::fill(pp + c, pp + dst_cols, 0u);
+    std::fill(qp + c, qp + dst_cols, 0u);
+  }
+  (void)simd;
 }
 
 }  // namespace agoq

@@ -55,4 +55,16 @@ void tile_bf16_pack_row_pairs(uint32_t* dst, int dst_rows, int dst_cols, const f
 void tile_bf16_pack_col_pairs(uint32_t* dst, int dst_rows, int dst_cols, const float* src, ptrdiff_t lds, int rows,
                               int cols);
 
+// ---- attention's softmax written straight into its operands (one pass instead of the loop and a packing) --------
+// Keys-major scores s (rows x cols, lds): dst (dst_rows/2 x dst_cols words) = pairs of rows of
+// e(r, c) = exp(s(r, c) − bias[c]) (opmath's op_exp), and sum[c] += e(r, c) row after row: P̃ for Oᵀ += Ṽᵀ · P̃.
+void tile_bf16_pack_exp_pairs(uint32_t* dst, int dst_rows, int dst_cols, const float* s, ptrdiff_t lds, int rows,
+                              int cols, const float* bias, float* sum);
+// Queries-major scores s and dP (rows x cols, lds each): p(r, c) = exp(s(r, c) − lse[r]), ds = p · (dP(r, c) − D[r]),
+// written as pairs of rows of p (p_pairs) and of ds (ds_pairs), both dst_rows/2 x dst_cols words, and as rows of ds
+// (ds_rows, dst_rows x dst_cols): P̃ and dS̃ for dVᵀ, dKᵀ and dq.
+void tile_bf16_pack_softmax_grad(uint32_t* p_pairs, uint32_t* ds_pairs, uint16_t* ds_rows, int dst_rows, int dst_cols,
+                                 const float* s, const float* dp, ptrdiff_t lds, int rows, int cols, const float* lse,
+                                 const float* D);
+
 }  // namespace agoq

@@ -20,6 +20,7 @@
 #include "model/ops.h"
 #include "model/ops_simd.h"
 #include "model/tile_bf16.h"
+#include "opmath/op_math.h"
 #include "quant/half.h"
 #include "tests/common/bits_equal.h"
 #include "tests/common/op_check.h"
@@ -447,6 +448,43 @@ TEST(OpsTileBf16, PackingIsRoundingPlacedAndPadded) {
         const uint32_t cpair = col_pairs[size_t(c / 2) * R + r];
         ASSERT_EQ(uint16_t(c % 2 ? cpair >> 16 : cpair & 0xFFFF), want) << "col pairs " << r << ',' << c;
       }
+  }
+  tile_bf16_isa_cap(TileBf16Isa::amx);
+}
+
+// The fused softmax packs give, bit for bit on every kernel, op_exp's values rounded to bf16 and placed as pairs of
+// rows (and rows), the running sums added row after row, masked (−inf) scores as zeros, zeros past the source.
+TEST(OpsTileBf16, SoftmaxPacksAreOpExpRoundedAndPlaced) {
+  const int rows = 37, cols = 45, R = 64, C = 64;
+  const ptrdiff_t lds = 50;
+  auto s = randn(size_t(rows) * lds, 94, 2.0f);
+  const auto dp = randn(size_t(rows) * lds, 95), bias = randn(C, 96), lse = randn(R, 97), D = randn(R, 98);
+  for (int r = 0; r < rows; r += 5) s[r * lds + r % cols] = -INFINITY;  // masked
+  for (TileBf16Isa isa : tile_bf16_isas()) {
+    tile_bf16_isa_cap(isa);
+    std::vector<uint32_t> e(size_t(R / 2) * C, 7), p(size_t(R / 2) * C, 7), q(size_t(R / 2) * C, 7);
+    std::vector<uint16_t> qr(size_t(R) * C, 7);
+    std::vector<float> sum(C, 0.5f), want_sum(C, 0.5f);
+    tile_bf16_pack_exp_pairs(e.data(), R, C, s.data(), lds, rows, cols, bias.data(), sum.data());
+    tile_bf16_pack_softmax_grad(p.data(), q.data(), qr.data(), R, C, s.data(), dp.data(), lds, rows, cols, lse.data(),
+                                D.data());
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) {
+        const bool in = r < rows && c < cols;
+        const float x = in ? s[r * lds + c] : 0.0f, ex = in ? op_exp(x - bias[c]) : 0.0f;
+        const float pv = in ? op_exp(x - lse[r]) : 0.0f, qv = in ? pv * (dp[r * lds + c] - D[r]) : 0.0f;
+        if (in) want_sum[c] += ex;
+        auto half = [&](const std::vector<uint32_t>& v) {
+          const uint32_t w = v[size_t(r / 2) * C + c];
+          return uint16_t(r % 2 ? w >> 16 : w & 0xFFFF);
+        };
+        const std::string at = std::string(tile_bf16_isa_name(isa)) + " " + std::to_string(r) + "," + std::to_string(c);
+        ASSERT_EQ(half(e), f32_to_bf16(ex)) << "exp pairs " << at;
+        ASSERT_EQ(half(p), f32_to_bf16(pv)) << "p pairs " << at;
+        ASSERT_EQ(half(q), f32_to_bf16(qv)) << "ds pairs " << at;
+        ASSERT_EQ(qr[size_t(r) * C + c], f32_to_bf16(qv)) << "ds rows " << at;
+      }
+    EXPECT_TRUE(bit_equal(sum, want_sum)) << tile_bf16_isa_name(isa);
   }
   tile_bf16_isa_cap(TileBf16Isa::amx);
 }
