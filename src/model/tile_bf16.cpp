@@ -267,6 +267,18 @@ void gemm_scalar(int M, int N, int K, const uint16_t* A, int lda, const uint32_t
 
 uint32_t pair_of(float lo, float hi) { return uint32_t(f32_to_bf16(lo)) | uint32_t(f32_to_bf16(hi)) << 16; }
 
+// The word rows k of a B operand made of pairs of a source's rows (2k, 2k + 1; the second past the source's `rows`
+// is none): fill(d, r, two) writes row k's words from source row r (and r + 1 when two) and returns the columns it
+// wrote; the rest of each word row, and the rows past the source, are zeroed.
+template <class Fill>
+void for_each_row_pair(uint32_t* dst, int dst_rows, int dst_cols, int rows, Fill&& fill) {
+  for (int k = 0; k < dst_rows / 2; ++k) {
+    uint32_t* d = dst + size_t(k) * dst_cols;
+    const int c = 2 * k < rows ? fill(d, 2 * k, 2 * k + 1 < rows) : 0;
+    std::fill(d + c, d + dst_cols, 0u);
+  }
+}
+
 }  // namespace
 
 TileBf16Isa tile_bf16_isa() {
@@ -354,19 +366,15 @@ void tile_bf16_pack_transposed(uint16_t* dst, int dst_rows, int dst_cols, const 
 void tile_bf16_pack_row_pairs(uint32_t* dst, int dst_rows, int dst_cols, const float* src, ptrdiff_t lds, int rows,
                               int cols) {
   const bool simd = simd_packing();
-  for (int k = 0; k < dst_rows / 2; ++k) {
-    uint32_t* d = dst + size_t(k) * dst_cols;
+  for_each_row_pair(dst, dst_rows, dst_cols, rows, [&](uint32_t* d, int r, bool two) {
+    const float *lo = src + r * lds, *hi = two ? lo + lds : nullptr;
     int c = 0;
-    if (2 * k < rows) {
-      const float *lo = src + 2 * k * lds, *hi = 2 * k + 1 < rows ? lo + lds : nullptr;
 #if AGOQ_TILE_BF16_SIMD
-      if (simd) c = pack_row_pair16(d, lo, hi, cols);
+    if (simd) c = pack_row_pair16(d, lo, hi, cols);
 #endif
-      for (; c < cols; ++c) d[c] = pair_of(lo[c], hi ? hi[c] : 0.0f);
-    }
-    std::fill(d + c, d + dst_cols, 0u);
-  }
-  (void)simd;
+    for (; c < cols; ++c) d[c] = pair_of(lo[c], hi ? hi[c] : 0.0f);
+    return cols;
+  });
 }
 
 void tile_bf16_pack_col_pairs(uint32_t* dst, int dst_rows, int dst_cols, const float* src, ptrdiff_t lds, int rows,
@@ -386,26 +394,21 @@ void tile_bf16_pack_col_pairs(uint32_t* dst, int dst_rows, int dst_cols, const f
 void tile_bf16_pack_exp_pairs(uint32_t* dst, int dst_rows, int dst_cols, const float* s, ptrdiff_t lds, int rows,
                               int cols, const float* bias, float* sum) {
   const bool simd = simd_packing();
-  for (int k = 0; k < dst_rows / 2; ++k) {
-    uint32_t* d = dst + size_t(k) * dst_cols;
+  for_each_row_pair(dst, dst_rows, dst_cols, rows, [&](uint32_t* d, int r, bool two) {
+    const float *s0 = s + r * lds, *s1 = two ? s0 + lds : nullptr;
     int c = 0;
-    if (2 * k < rows) {
-      const float *s0 = s + 2 * k * lds, *s1 = 2 * k + 1 < rows ? s0 + lds : nullptr;
 #if AGOQ_TILE_BF16_SIMD
-      if (simd) c = pack_exp_pair16(d, s0, s1, bias, sum, cols);
+    if (simd) c = pack_exp_pair16(d, s0, s1, bias, sum, cols);
 #endif
-      for (int j = c; j < cols; ++j) {
-        const float e0 = op_exp(s0[j] - bias[j]);
-        sum[j] += e0;
-        float e1 = 0.0f;
-        if (s1) e1 = op_exp(s1[j] - bias[j]), sum[j] += e1;
-        d[j] = uint32_t(f32_to_bf16(e0)) | (s1 ? uint32_t(f32_to_bf16(e1)) << 16 : 0u);
-      }
-      c = cols;
+    for (; c < cols; ++c) {
+      const float e0 = op_exp(s0[c] - bias[c]);
+      sum[c] += e0;
+      float e1 = 0.0f;
+      if (s1) e1 = op_exp(s1[c] - bias[c]), sum[c] += e1;
+      d[c] = uint32_t(f32_to_bf16(e0)) | (s1 ? uint32_t(f32_to_bf16(e1)) << 16 : 0u);
     }
-    std::fill(d + c, d + dst_cols, 0u);
-  }
-  (void)simd;
+    return cols;
+  });
 }
 
 void tile_bf16_pack_softmax_grad(uint32_t* p_pairs, uint32_t* ds_pairs, uint16_t* ds_rows, int dst_rows, int dst_cols,

@@ -489,14 +489,19 @@ TEST(OpsTileBf16, SoftmaxPacksAreOpExpRoundedAndPlaced) {
   tile_bf16_isa_cap(TileBf16Isa::amx);
 }
 
+// Runs a's forward in bf16; q, k, v get its inputs rounded to bf16, in float64 (the reference's inputs).
+void bf16_forward(AttnData& a, Vec& q, Vec& k, Vec& v) {
+  a.precision = GemmPrecision::bf16;
+  a.forward();
+  q = to_double(bf16_rounded(a.q)), k = to_double(bf16_rounded(a.k)), v = to_double(bf16_rounded(a.v));
+}
+
 TEST(OpsAttentionBf16, ForwardMatchesFloat64OfTheBf16Inputs) {
   for_each_attention_case(
       [](AttnData& a, const char* mask) {
     const AttnShape s = a.s;
-    a.precision = GemmPrecision::bf16;
-    a.forward();
-    Vec q = to_double(bf16_rounded(a.q)), k = to_double(bf16_rounded(a.k)), v = to_double(bf16_rounded(a.v));
-    Vec o(a.o.size()), lse(a.lse.size());
+    Vec q, k, v, o(a.o.size()), lse(a.lse.size());
+    bf16_forward(a, q, k, v);
     ref::attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), s.B, s.T, s.H, s.Hkv, s.hd, a.docs());
     EXPECT_LT(rel_err(a.o, o), kBf16AttnTol) << s << ' ' << mask;
     EXPECT_LT(rel_err(a.lse, lse), kSumTol) << s << ' ' << mask;
@@ -508,12 +513,11 @@ TEST(OpsAttentionBf16, BackwardMatchesFiniteDifferencesOfTheBf16Inputs) {
   for_each_attention_case(
       [](AttnData& a, const char* mask) {
     const AttnShape s = a.s;
-    a.precision = GemmPrecision::bf16;
-    a.forward();
+    Vec q, k, v;
+    bf16_forward(a, q, k, v);
     const auto R = randn(a.o.size(), 143);
     std::vector<float> dq, dk, dv;
     a.backward(R, dq, dk, dv);
-    Vec q = to_double(bf16_rounded(a.q)), k = to_double(bf16_rounded(a.k)), v = to_double(bf16_rounded(a.v));
     Vec Rd = to_double(bf16_rounded(R)), o(a.o.size());
     auto loss = [&] {
       ref::attention_forward(o.data(), nullptr, q.data(), k.data(), v.data(), s.B, s.T, s.H, s.Hkv, s.hd, a.docs());
