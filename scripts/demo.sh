@@ -10,7 +10,9 @@ bash scripts/build.sh agoq
 bash scripts/fetch-corpus.sh
 [ -f data/austen/train.bin ] || build/agoq prepare --input data/janeaustenr --out data/austen
 mkdir -p runs
-build/agoq train --data data/austen --out runs/demo --steps "${AGOQ_DEMO_STEPS:-400}" "$@" 2>&1 | tee runs/demo.log
+# The memory table is shown once, at the end: held back from the training's output, printed after the sample.
+build/agoq train --data data/austen --out runs/demo --steps "${AGOQ_DEMO_STEPS:-400}" "$@" 2>&1 | tee runs/demo.log |
+  sed '/^peak memory by category/,$d'
 build/agoq sample --ckpt runs/demo/ckpt --prompt "It is a truth universally acknowledged" --tokens 80
 echo
 sed -n '/^peak memory by category/,$p' runs/demo.log
