@@ -41,7 +41,7 @@ Bf16Parts backward_parts(int Tp, int hp) {
   return {2 * t * t + 2 * h * t + size_t(Tp) * (h + 1), 4 * size_t(Tp) * h + t * t,
           2 * (h / 2) * t + t / 2 * h + 2 * (t / 2) * t};
 }
-// The forward's bf16 copies of k (rows) and vᵀ, per (b, kv head): 2 x Tp x hp halves each.
+// The forward's bf16 copies of each (b, kv head)'s k (Tp x hp) and vᵀ (hp x Tp): 2 x Tp x hp halves a kv head.
 size_t forward_kv_halves(int B, int Tp, int Hkv, int hp) { return 2 * size_t(B) * Hkv * Tp * hp; }
 
 // A thread's part of the three arrays, handed out in order.
