@@ -360,8 +360,9 @@ def report(args, res):
             lines.append(f"| {LABEL[n]} | {t['items']:,} | {label} | {fmt_metric(r, 'acc')} | {norm} | {ppl} | "
                          f"{agree} | {diff} | {sp['items_per_s']:.2f} | {sp['tokens_per_s']:.0f} | "
                          f"{sp['tokens_per_cpu_s']:.0f} |")
-    loads = [x for n in names for r in [res["tasks"][n]["lm_eval"]] + list(res["tasks"][n]["agoq"].values())
-             for x in r["load"]]
+    loads = "; ".join(f"{LABEL[n]} " + ", ".join(f"{label} {get(res['tasks'][n])['load'][0]:.1f}-"
+                                                  f"{get(res['tasks'][n])['load'][1]:.1f}" for label, get in runs)
+                      for n in names)
     summary = []
     for c in COMPUTES:
         worst = min((min(x for x in (t["cmp"][c]["agree"], t["cmp"][c]["agree_norm"]) if x is not None), LABEL[n])
@@ -393,9 +394,12 @@ def report(args, res):
               "`agoq eval`'s per task (tokenizing and scoring, not loading the model), its CPU time the whole "
               "process's (loading the model too); lm-eval's wall and CPU time are those spent in "
               "`HFLM.loglikelihood` (its tokenizing and scoring; simple_evaluate's reading of the file and building "
-              "of requests left out). The machine was shared (1-minute load average between "
-              f"{min(loads):.1f} and {max(loads):.1f} on {cpu['cores']} cores at the runs' starts and ends, every "
-              "run at nice 10), so wall-clock speeds carry that noise; CPU seconds carry less of it.",
+              "of requests left out). The machine was shared: every run here at nice 10 beside another engineer's "
+              "builds, tests and benchmarks at nice 0, which also paused these runs (SIGSTOP) for minutes at a "
+              "time; the wall-clock speeds count those pauses, and a CPU second under contention does less work "
+              "(threads waiting at barriers for a descheduled sibling spin), so the runs made on the quieter "
+              "machine are the representative ones. The 1-minute load average at each run's start and end (2 "
+              f"cores): {loads}.",
               "", f"Same prediction: the share of items whose highest log-likelihood (acc) and highest "
               "log-likelihood per character (acc_norm) pick the same choice in both tools; LAMBADA: the same greedy "
               "flag. Max rel. ll diff: the largest |ll(agoq) - ll(lm-eval)| / |ll(lm-eval)| over every request. "
@@ -409,6 +413,7 @@ def report(args, res):
               "as many tokens as agoq's (" + ", ".join(f"{LABEL[n]}: {res['tasks'][n]['token_count_mismatches']} "
                                                        "differ" for n in names) + ")."]
     lines += ["", "![accuracy, speed and per-request agreement](downstream.png)", ""]
+    lines += res.get("notes", [])  # what was found by looking at the runs' items, kept in the JSON
     lines += report_finetune(args, res["finetune"]) if "finetune" in res else [
         "## Fine-tuning with AGoQ", "", "Not run yet (`--part finetune`)."]
     with open(os.path.join(args.out, "downstream.md") + ".tmp", "w") as f:
@@ -569,6 +574,7 @@ def main():
     ap.add_argument("--limit", type=int, default=0, help="the first N items of each task (0: all)")
     ap.add_argument("--task-limit", action="append", default=[], metavar="TASK=N",
                     help="this task's limit instead of --limit (hellaswag, piqa, lambada)")
+    ap.add_argument("--tasks", default=",".join(TASKS), help="the tasks compared, comma-separated")
     ap.add_argument("--why", default="", help="why a subset: said in the report")
     ap.add_argument("--seq", type=int, default=2048, help="the window (agoq --seq, lm-eval max_length)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
@@ -593,6 +599,9 @@ def main():
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from --out/downstream.json")
     args = ap.parse_args()
     args.task_limit = {k: int(v) for k, v in (s.split("=", 1) for s in args.task_limit)}
+    args.tasks = [t for t in args.tasks.split(",") if t]
+    if not set(args.tasks) <= set(TASKS):
+        sys.exit(f"evidence: --tasks takes {', '.join(TASKS)}")
     if args.report_only:
         with open(os.path.join(args.out, "downstream.json")) as f:
             res = json.load(f)
@@ -638,9 +647,9 @@ def comparison(args, model):
     for n, f in args.files.items():
         with open(f) as fh:
             totals[n] = sum(1 for line in fh if line.strip())
-    agoq = {n: {c: agoq_run(args, model["path"], n, c, work) for c in COMPUTES} for n in TASKS}
+    agoq = {n: {c: agoq_run(args, model["path"], n, c, work) for c in COMPUTES} for n in args.tasks}
     if args.skip_lm_eval:
-        for n in TASKS:
+        for n in args.tasks:
             for c, t in agoq[n].items():
                 log(f"{n} agoq {c}: {t['items']} items, {t['metrics']}, {t['items'] / t['seconds']:.2f} items/s, "
                     f"{t['tokens'] / t['seconds']:.0f} tokens/s")
@@ -652,7 +661,7 @@ def comparison(args, model):
     res = {"model": model, "cpu": dict(zip(("name", "flags", "cores"), cpu_name())), "why": args.why, "tasks": {},
            "commit": commit,
            "args": {k: getattr(args, k) for k in ("limit", "task_limit", "seq", "threads", "lm_eval_batch")}}
-    for n in TASKS:
+    for n in args.tasks:
         ref = lm.run(args, n, lm_files[n], work)
         a = agoq[n]
         t = {"items": a["fp32"]["items"], "total": totals[n], "tokens": a["fp32"]["tokens"],
