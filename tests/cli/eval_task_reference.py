@@ -130,7 +130,7 @@ TASKS = ["hellaswag", "piqa", "arc_easy", "mmlu", "lambada", "winogrande", "mc",
 
 def task_yamls(files, yaml_dir):
     """lm-eval's own task definitions over local files ({agoq task name: JSON-lines file}; agoq's name -> lm-eval's
-    task name, returned), written into yaml_dir. Also used by scripts/evidence_downstream.py."""
+    task name, returned), written into yaml_dir. Also used by scripts/evidence/downstream.py."""
     import lm_eval
     tasks = os.path.join(os.path.dirname(lm_eval.__file__), "tasks")
     own = {"hellaswag": "hellaswag/hellaswag.yaml", "piqa": "piqa/piqa.yaml", "arc_easy": "arc/arc_easy.yaml",

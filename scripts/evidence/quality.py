@@ -8,7 +8,7 @@ from the same seed: AGoQ + 8-bit AdamW states (`--optim-state q8 --lm-head-grad 
 has BF16) and `--baseline --compute fp32` (fp32 everything). The validation loss counts completion tokens only. Writes docs/evidence/quality.md, quality.json and
 quality_loss.png.
 
-    .venv/bin/python scripts/evidence_quality.py [--steps 500] [--out docs/evidence] [--work /tmp/agoq_quality]
+    .venv/bin/python scripts/evidence/quality.py [--steps 500] [--out docs/evidence] [--work /tmp/agoq_quality]
 
 Needs a built agoq (scripts/build.sh), the prepared corpus (data/austen, as scripts/test.sh makes it) and the test
 venv (scripts/install-deps.sh --test: transformers, tokenizers, matplotlib from Debian). On 2 cores about 10 minutes
@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from evidence_finetune import SMOLLM_135M, agoq_env, corpus_text, log, make_model  # noqa: E402
+from finetune import SMOLLM_135M, agoq_env, corpus_text, log, make_model  # noqa: E402
 
 # AGoQ computes as `agoq train` does by default (--compute auto: bf16 GEMMs where the CPU has them); the baseline is
 # the exact reference, fp32 throughout.
@@ -86,7 +86,7 @@ def report(args, runs, n_examples, pretrain_val):
     curves = [[r["val_loss"] for r in recs if "val_loss" in r] for recs in runs.values()]
     worst = max(abs(a - b) / b for a, b in zip(*curves))
     lines = ["# Fine-tuning quality: AGoQ against the unquantized run", "",
-             "Made by `scripts/evidence_quality.py` on this machine (2 cores, no GPU). A SmolLM-135M-shaped model "
+             "Made by `scripts/evidence/quality.py` on this machine (2 cores, no GPU). A SmolLM-135M-shaped model "
              "(dim 576, 30 layers, 9/3 heads, ffn 1536, vocabulary 49152 tied; random weights written by transformers, "
              "a byte-level BPE tokenizer of 8192 tokens trained on the corpus) is pre-trained by agoq for "
              f"{args.pretrain_steps} steps on the first 80% of the Austen corpus (validation loss then "

@@ -12,7 +12,7 @@ left out and the report says it compares fp32 with fp32. MFU counts 6 x paramete
 per token against the matmul peak of the precision in use, measured in the same run (`agoq bench train`).
 Writes docs/evidence/speed.md, speed.json and speed_split.png.
 
-    /usr/bin/python3 scripts/evidence_speed.py [--steps 4] [--reps 3] [--out docs/evidence] [--work /tmp/agoq_speed]
+    /usr/bin/python3 scripts/evidence/speed.py [--steps 4] [--reps 3] [--out docs/evidence] [--work /tmp/agoq_speed]
 
 Run it on a quiet machine. Needs a built agoq, the prepared corpus (data/austen), the test venv's transformers
 (scripts/install-deps.sh --test; run with .venv/bin/python) for writing the models, and network access to PyPI
@@ -28,7 +28,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from evidence_finetune import SHAPE as LLAMA_1B, SMOLLM_135M, agoq_env, corpus_text, log, make_model  # noqa: E402
+from finetune import SHAPE as LLAMA_1B, SMOLLM_135M, agoq_env, corpus_text, log, make_model  # noqa: E402
 
 CLASSES = ("gemm", "attention", "head", "act_store", "other", "rest")
 LABELS = {"gemm": "GEMMs", "attention": "attention", "head": "LM head + loss", "act_store": "activation store",
@@ -204,7 +204,7 @@ def report(args, saved):
     torch = next(iter(results.values()))["torch"]
     names = [*torch_runs(bf16), *agoq_runs(bf16)]
     lines = ["# Training speed on the CPU: agoq against PyTorch 2", "",
-             f"Made by `scripts/evidence_speed.py` on this machine ({cpu}; 2 cores, no GPU), nothing else running. "
+             f"Made by `scripts/evidence/speed.py` on this machine ({cpu}; 2 cores, no GPU), nothing else running. "
              "One SmolLM-135M-shaped model (dim 576, 30 layers, 9/3 heads, ffn 1536, vocabulary 49152 tied; random "
              "weights written by transformers) loaded by both; micro-batch 1, AdamW, "
              f"{saved['threads']} threads each; tokens/s is the median step after two warm-up steps ({args.steps} "

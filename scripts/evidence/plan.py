@@ -14,8 +14,8 @@ Reports each prediction's error against the measured median (goal: within 25%), 
 predicted vs measured step times (goal >= 0.8), and whether the configuration the model ranks first is within 10%
 of the fastest measured. Writes docs/evidence/plan-validation.md, plan-validation.json and plan-validation.png.
 
-    scripts/validate-plan.sh            (= /usr/bin/python3 scripts/evidence_plan.py, as root for the hosts)
-    scripts/evidence_plan.py [--steps 12] [--reps 2] [--no-hosts] [--report-only] [--out docs/evidence]
+    scripts/validate-plan.sh            (= /usr/bin/python3 scripts/evidence/plan.py, as root for the hosts)
+    scripts/evidence/plan.py [--steps 12] [--reps 2] [--no-hosts] [--report-only] [--out docs/evidence]
                              [--work /tmp/agoq_plan]
 
 Run it on a quiet machine (about 15 minutes on 2 cores). Needs a built agoq and the prepared corpus (data/austen).
@@ -241,7 +241,7 @@ def report(args, data):
     results, s = data["results"], data["summary"]
     every = spearman([c["predicted"]["step_s"] for c in results], [c["measured"]["step_s"] for c in results])
     lines = ["# `agoq plan`'s step-time model against real runs", "",
-             "Written by `scripts/validate-plan.sh` (scripts/evidence_plan.py); rerun it on a quiet machine. "
+             "Written by `scripts/validate-plan.sh` (scripts/evidence/plan.py); rerun it on a quiet machine. "
              f"Model: dim 256, 8 layers, 8/4 heads, ffn 704, vocab 4096 (untied); seq {SEQ}, micro-batches of "
              f"{MICRO}, {GLOBAL} sequences per optimizer step ({GLOBAL * SEQ} tokens); measured: the median of "
              f"steps 3..{data['steps']} of {data['reps']} interleaved `agoq train` runs (one thread per rank; each "

@@ -12,7 +12,7 @@ the model three times on the first HellaSwag items (`--baseline`, AGoQ's default
 scores held-out HellaSwag, PIQA and LAMBADA before and after, the held-out curve during training by --eval-task.
 Writes docs/evidence/downstream.md, downstream.json, downstream.png and downstream_finetune.png.
 
-    .venv/bin/python scripts/evidence_downstream.py [--limit N] [--task-limit hellaswag=N ...] [--out docs/evidence]
+    .venv/bin/python scripts/evidence/downstream.py [--limit N] [--task-limit hellaswag=N ...] [--out docs/evidence]
 
 --limit 0 (the default) scores the whole sets (10,042 + 1,838 + 5,153 items, about 2.3 M request tokens); on 2
 quiet cores agoq takes about 45 minutes in fp32 and 20 in bf16 for them, lm-eval several times agoq's fp32. Each
@@ -33,10 +33,10 @@ import time
 import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests", "cli")]
-from evidence_finetune import agoq_env, log  # noqa: E402
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "tests", "cli")]
+from finetune import agoq_env, log  # noqa: E402
 
-BENCH = os.path.join(HERE, "..", "..", "shared", "benchmarks")
+BENCH = os.path.join(HERE, "..", "..", "..", "shared", "benchmarks")
 # agoq's task name for each set, and the name the report gives it.
 TASKS = {"hellaswag": "mc", "piqa": "piqa", "lambada": "lambada"}
 COMPUTES = {"fp32": "fp32", "bf16": "auto"}  # report's name -> --compute
@@ -315,7 +315,7 @@ def report(args, res):
     full = all(res["tasks"][n]["items"] == res["tasks"][n]["total"] for n in names)
     lines = [
         "# Downstream tasks: `agoq eval --task` against lm-evaluation-harness on SmolLM2-135M-Instruct", "",
-        f"Made by `scripts/evidence_downstream.py` on this machine ({cpu['name']}, {' '.join(cpu['flags'])}; "
+        f"Made by `scripts/evidence/downstream.py` on this machine ({cpu['name']}, {' '.join(cpu['flags'])}; "
         f"{cpu['cores']} cores shared with other work, no GPU), {args.threads} threads for each tool; agoq built at "
         f"commit {res.get('commit', '?')} (OpenBLAS with OPENBLAS_CORETYPE=SKYLAKEX where the CPU has AVX-512). "
         f"Items scored: {subset}" +

@@ -10,7 +10,7 @@ of keeping bf16 copies (`--optim-state q8 --lm-head-grad pieces --bf16-weights p
 (getrusage of the child) and the tracker's peak per category (the last record of metrics.jsonl), or the run's
 refusal line when the memory model says it cannot fit. Writes a markdown report.
 
-    .venv/bin/python scripts/evidence_finetune.py [--steps 3] [--out docs/evidence] [--work /tmp/agoq_ft]
+    .venv/bin/python scripts/evidence/finetune.py [--steps 3] [--out docs/evidence] [--work /tmp/agoq_ft]
 
 Needs a built agoq (scripts/build.sh), the prepared corpus (data/austen, as scripts/test.sh makes it) and the test venv
 (scripts/install-deps.sh --test: transformers, tokenizers). About 25 GB of free disk under --work and 10 minutes
@@ -29,7 +29,7 @@ SHAPE = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hi
              rope_theta=500000.0, tie_word_embeddings=True, head_dim=64,
              rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                            "original_max_position_embeddings": 8192})
-# SmolLM-135M's shape (the speed and quality evidence: scripts/evidence_speed.py, scripts/evidence_quality.py).
+# SmolLM-135M's shape (the speed and quality evidence: scripts/evidence/speed.py, scripts/evidence/quality.py).
 SMOLLM_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                    num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048, rms_norm_eps=1e-5,
                    rope_theta=10000.0, tie_word_embeddings=True, head_dim=64)
@@ -154,7 +154,7 @@ def plot_memory(path, results, inspect):
 
 def report(args, results, inspect):
     lines = ["# Fine-tuning a 1B model on one machine (`agoq train --init-from`)", "",
-             "Made by `scripts/evidence_finetune.py` on this machine (2 cores, 24 GiB, no GPU). The model is "
+             "Made by `scripts/evidence/finetune.py` on this machine (2 cores, 24 GiB, no GPU). The model is "
              "Llama-3.2-1B's shape with random weights (HF bf16 shards, tied embeddings, llama3 rope scaling); the data "
              "is the Austen corpus tokenized by a byte-level BPE tokenizer trained on it (8192 tokens; the model's "
              "128256 rows past them are padding). Sequence 2048, micro-batch 1, "
