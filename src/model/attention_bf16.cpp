@@ -79,6 +79,11 @@ void scale_rows(float* t, int ld, int rows, int cols, float scale) {
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c) t[r * ld + c] *= scale;
 }
+// t(r, c) *= scale[c] for r < rows, c < cols (Oᵀ's columns are queries).
+void scale_columns(float* t, int ld, int rows, int cols, const float* scale) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) t[r * ld + c] *= scale[c];
+}
 
 }  // namespace
 
@@ -142,16 +147,13 @@ void attention_bf16_forward(float* o, float* lse, const float* q, const float* k
         for (int r = 0; r < bc; ++r) tile_max_accumulate(m_new, St + r * kTile, br);
         for (int r = 0; r < br; ++r) corr[r] = op_exp(m[r] - m_new[r]), l[r] *= corr[r];
         tile_bf16_pack_exp_pairs(Pp, kTile, kTile, St, kTile, bc, br, m_new, l);
-        if (j0 > first_key)
-          for (int d = 0; d < hd; ++d)
-            for (int r = 0; r < br; ++r) Ot[d * kTile + r] *= corr[r];
+        if (j0 > first_key) scale_columns(Ot, kTile, hd, br, corr);
         tile_bf16_gemm(hp, kTile, kTile, Vt16 + bg * kv_head + j0, Tp, Pp, kTile, Ot, kTile, true);
         std::copy(m_new, m_new + br, m);
       }
       float* lse_h = lse + (size_t(b) * H + h) * T;
       for (int r = 0; r < br; ++r) corr[r] = 1.0f / l[r], lse_h[i0 + r] = m[r] + std::log(l[r]);
-      for (int d = 0; d < hd; ++d)
-        for (int r = 0; r < br; ++r) Ot[d * kTile + r] *= corr[r];
+      scale_columns(Ot, kTile, hd, br, corr);
       tile_transpose(o + (size_t(b) * T * H + h) * hd + i0 * ldq, ldq, Ot, kTile, hd, br, 1.0f);
     }
   }
