@@ -192,6 +192,7 @@ OpenCheckpoint checkpoint_open(const std::string& dir) {
   const json config = json_read_file(path_join(dir, kConfigFile), what);
   AGOQ_CHECK(config == trainer["config"], what, ": config.json does not belong to the save committed in trainer.json",
              " (interrupted save, or edited by hand)");
+  meta.hf_config = config;
   try {
     meta.config = config_from_hf_json(config);
   } catch (const Error& e) {
@@ -365,7 +366,7 @@ namespace {
 class CheckpointModelReader final : public ModelReader {
  public:
   explicit CheckpointModelReader(const std::string& dir) : ck_(checkpoint_open(dir)) {
-    path_ = dir, config_ = ck_.meta.config;
+    path_ = dir, config_ = ck_.meta.config, hf_config_ = ck_.meta.hf_config;
     NamedTensors want;
     for (const HfTensor& t : hf_tensors(config_)) want.push_back({t.name, t.shape, nullptr});
     file_tensors_check(ck_.model, want, "checkpoint " + dir, false);

@@ -27,6 +27,7 @@ struct CheckpointMeta {
   int64_t step = 0;
   std::string commit;
   nlohmann::json trainer;                    // as given to checkpoint_save
+  nlohmann::json hf_config;                  // config.json as read (config is what agoq makes of it)
   std::vector<std::string> optimizer_names;  // tensors in optimizer.safetensors, sorted
 };
 

@@ -54,7 +54,8 @@ class HfModelReader final : public ModelReader {
     const fs::path d(dir);
     const std::string cfg_path = (d / "config.json").string();
     try {
-      config_ = config_from_hf_json(json_object_read_file(cfg_path, "model config"));
+      hf_config_ = json_object_read_file(cfg_path, "model config");
+      config_ = config_from_hf_json(hf_config_);
     } catch (const Error& e) {
       fail(cfg_path, ": ", e.what());
     }

@@ -33,10 +33,13 @@ class ModelReader {
   virtual void read_f32(const HfTensor& t, float* dst) const = 0;
   // The model's tokenizer; throws, naming the source, when it has none.
   virtual Tokenizer tokenizer() const = 0;
+  // Its config.json as read (a fine-tune's checkpoints carry the fields agoq does not use); null for a GGUF file.
+  const nlohmann::json& hf_config() const { return hf_config_; }
 
  protected:
   std::string path_;
   LlamaConfig config_;
+  nlohmann::json hf_config_;
 };
 
 // Finds what `path` is and opens it (headers only); an unknown kind, or a model agoq does not compute exactly, is

@@ -33,6 +33,22 @@ double StepPace::eta_seconds(long steps_left) const {
   return (ends_.back() - ends_.front()) / double(ends_.size() - 1) * double(steps_left);
 }
 
+nlohmann::json metrics_step_record(const StepMetrics& m) {
+  nlohmann::json rec = {{"step", m.step},
+                        {"loss", m.loss},
+                        {"lr", m.lr},
+                        {"grad_norm", m.grad_norm},
+                        {"tokens_per_s", m.tokens / m.seconds},
+                        {"compute", m.compute}};
+  if (m.comm_wait_s) rec["comm_wait_s"] = *m.comm_wait_s;
+  if (m.tp_comm_s) rec["tp_comm_s"] = *m.tp_comm_s;
+  if (m.ops) {
+    for (int c = 0; c < kOpClassCount; ++c) rec["op_seconds"][op_class_name(OpClass(c))] = m.ops->s[c];
+    rec["op_seconds"]["rest"] = m.seconds - m.ops->total();
+  }
+  return rec;
+}
+
 void metrics_log_truncate(const std::string& path, long step) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return;  // no log yet

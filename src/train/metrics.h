@@ -5,9 +5,11 @@
 #include <deque>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "core/memory.h"
+#include "model/backend_timed.h"
 #include "tboard/tensorboard.h"
 
 namespace agoq {
@@ -50,6 +52,19 @@ class MetricsLog {
   StepPace pace_;
   std::unique_ptr<TensorBoardWriter> tboard_;
 };
+
+// What one training step measured; metrics_step_record writes it as metrics.jsonl's record of the step (to which
+// the session adds the validation loss, task scores and memory of steps that have them).
+struct StepMetrics {
+  long step = 0;
+  double loss = 0, lr = 0, grad_norm = 0;
+  double seconds = 0, tokens = 0;     // the step's wall time, and the tokens it trained on over every replica
+  const char* compute = "";           // the GEMMs' precision (--compute, resolved)
+  std::optional<double> comm_wait_s;  // data parallelism: communication not hidden behind the step
+  std::optional<double> tp_comm_s;    // tensor parallelism: its collectives' time
+  std::optional<OpSeconds> ops;       // --profile: the op time by class (the record adds "rest": the step's remainder)
+};
+nlohmann::json metrics_step_record(const StepMetrics& m);
 
 // Rewrites the JSONL log at `path` (atomically) without the records of steps after `step`, and a torn last line.
 void metrics_log_truncate(const std::string& path, long step);

@@ -51,7 +51,10 @@ TrainSession::TrainSession(const TrainOptions& opt)
   config_resolve();
   model_build();
   comm_agreed(world_, [&] { eval_tasks_prepare(); });
-  resume();
+  if (eval_tasks_.empty()) data_tokenizer_.reset();  // from here only --eval-task encodes with it
+  if (!opt_.resume.empty()) resume();
+  else if (init_source_) weights_init_from();
+  model_->backend().weights_changed();  // the bf16 copies of the weights are made from what was loaded
   // Peaks from here on describe training, not set-up transients (full-size moments read on a ZeRO resume).
   MemoryTracker::global().reset_peaks();
   if (gpu_) MemoryTracker::of(MemDevice::cuda).reset_peaks();
@@ -94,7 +97,8 @@ void TrainSession::data_load() {
   val_set_ = TokenDataset::load((data / "val.bin").string());
   // The tokenizer the checkpoints will carry must be the one that made the tokens (`agoq sample` decodes with it).
   if (fs::exists(data / "tokenizer.model") || fs::exists(data / "tokenizer.json")) {
-    const int pieces = Tokenizer::load(data.string()).vocab_size();
+    data_tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(data.string()));
+    const int pieces = data_tokenizer_->vocab_size();
     AGOQ_CHECK(size_t(pieces) == train_set_.vocab_size(), "--data ", data.string(), ": its tokenizer has ", pieces,
                " tokens but train.bin's header says vocab ", train_set_.vocab_size(),
                ": the token files were not made with this tokenizer (run `agoq prepare` again)");
@@ -114,7 +118,7 @@ void TrainSession::config_resolve() {
                "; a resumed run keeps the checkpoint's model: drop the flag (or start a new run)");
     cfg_ = meta.config;
     resume_commit_ = meta.commit;
-    hf_config_ = json_object_read_file((fs::path(opt_.resume) / "config.json").string(), "checkpoint config");
+    hf_config_ = meta.hf_config;
   }
   if (!opt_.init_from.empty()) comm_agreed(world_, [&] { init_source_open(); });
   comm_agreed(world_, [&] { cfg_.validate(); });
@@ -148,22 +152,21 @@ void TrainSession::init_source_open() {
              "the flag");
   AGOQ_CHECK(T_ <= c.max_seq_len, "--seq ", T_, " is longer than the ", c.max_seq_len, " positions of --init-from ",
              src, " (max_position_embeddings)");
-  const fs::path data(opt_.data_dir);
-  AGOQ_CHECK(fs::exists(data / "tokenizer.model") || fs::exists(data / "tokenizer.json"), "--data ", data.string(),
+  const std::string data = opt_.data_dir;
+  AGOQ_CHECK(data_tokenizer_, "--data ", data,
              " holds no tokenizer, so its tokens cannot be checked against --init-from ", src,
              "'s: prepare it with `agoq prepare --tokenizer ", src, "`");
-  const Tokenizer ours = Tokenizer::load(data.string()), theirs = init_source_->tokenizer();
+  const Tokenizer &ours = *data_tokenizer_, theirs = init_source_->tokenizer();
   auto describe = [](const Tokenizer& t) {
     return std::string(t.kind_name()) + ", " + std::to_string(t.vocab_size()) + " tokens, identity " + t.identity();
   };
-  AGOQ_CHECK(ours.identity() == theirs.identity(), "--data ", data.string(), " was prepared with another tokenizer (",
+  AGOQ_CHECK(ours.identity() == theirs.identity(), "--data ", data, " was prepared with another tokenizer (",
              describe(ours), ") than --init-from ", src, " has (", describe(theirs),
              "): prepare it with `agoq "
              "prepare --tokenizer ",
              src, "`");
   cfg_ = c;
-  if (init_source_->kind() != ModelSourceKind::gguf)
-    hf_config_ = json_object_read_file((fs::path(src) / "config.json").string(), "--init-from config");
+  hf_config_ = init_source_->hf_config();
 }
 
 // Under tensor parallelism the norms' copies must get the same bits on every shard (their gradients, reductions and
@@ -296,39 +299,34 @@ void TrainSession::model_build_gpu() {
 // whole like the weights; 8-bit ones of the same TP degree, this shard's own (bit for bit in the same format);
 // 8-bit ones of another TP degree decoded into whole fp32 tensors first.
 void TrainSession::resume() {
-  if (!opt_.resume.empty()) {
-    const nlohmann::json trainer = checkpoint_inspect(opt_.resume).trainer;
-    const MomentsForm file = moments_form_of(trainer);
-    const int file_tp = moments_tp_of(trainer, cfg_);
-    const bool q8 = file.state == OptimState::q8, part = grid_.P > 1;
-    NamedTensors weights = engine_->weights_views();
-    WholeTensors whole_weights = whole_tensors_of(weights, model_->params(), grid_.T);
-    CheckpointMeta meta;
-    if (q8 && file_tp == grid_.T && !gpu_) {  // the 8-bit moments as they are (the GPU keeps fp32 ones)
-      NamedTensors moments = engine_->moments_load_views(file);
-      if (grid_.T > 1) moments = moments_of_shard(std::move(moments), grid_.tp_rank);
-      meta = checkpoint_load(opt_.resume, cfg_, whole_weights.views, moments, part || grid_.T > 1);
+  const nlohmann::json trainer = checkpoint_inspect(opt_.resume).trainer;
+  const MomentsForm file = moments_form_of(trainer);
+  const int file_tp = moments_tp_of(trainer, cfg_);
+  const bool q8 = file.state == OptimState::q8, part = grid_.P > 1;
+  NamedTensors weights = engine_->weights_views();
+  WholeTensors whole_weights = whole_tensors_of(weights, model_->params(), grid_.T);
+  CheckpointMeta meta;
+  if (q8 && file_tp == grid_.T && !gpu_) {  // the 8-bit moments as they are (the GPU keeps fp32 ones)
+    NamedTensors moments = engine_->moments_load_views(file);
+    if (grid_.T > 1) moments = moments_of_shard(std::move(moments), grid_.tp_rank);
+    meta = checkpoint_load(opt_.resume, cfg_, whole_weights.views, moments, part || grid_.T > 1);
+  } else {
+    NamedTensors moments = engine_->moments_load_views(q8 ? MomentsForm{} : file);
+    WholeTensors whole_moments = whole_tensors_of(moments, model_->params(), grid_.T);
+    if (q8) {
+      Q8FileMoments stored(cfg_, stages_[grid_.stage], file, file_tp);
+      meta = checkpoint_load(opt_.resume, cfg_, whole_weights.views, stored.tensors, part);
+      stored.decode(cfg_, whole_moments.views);
     } else {
-      NamedTensors moments = engine_->moments_load_views(q8 ? MomentsForm{} : file);
-      WholeTensors whole_moments = whole_tensors_of(moments, model_->params(), grid_.T);
-      if (q8) {
-        Q8FileMoments stored(cfg_, stages_[grid_.stage], file, file_tp);
-        meta = checkpoint_load(opt_.resume, cfg_, whole_weights.views, stored.tensors, part);
-        stored.decode(cfg_, whole_moments.views);
-      } else {
-        meta = checkpoint_load(opt_.resume, cfg_, whole_weights.views, whole_moments.views, part);
-      }
-      whole_tensors_slice(whole_moments, moments, grid_.tp_rank);
+      meta = checkpoint_load(opt_.resume, cfg_, whole_weights.views, whole_moments.views, part);
     }
-    whole_tensors_slice(whole_weights, weights, grid_.tp_rank);
-    engine_->moments_scatter();
-    step_ = step_resumed_ = meta.step;
-    loader_->set_state(resume_loader_state(meta, opt_.resume));
-  } else if (init_source_) {
-    weights_init_from();
+    whole_tensors_slice(whole_moments, moments, grid_.tp_rank);
   }
+  whole_tensors_slice(whole_weights, weights, grid_.tp_rank);
+  engine_->moments_scatter();
+  step_ = step_resumed_ = meta.step;
+  loader_->set_state(resume_loader_state(meta, opt_.resume));
   AGOQ_CHECK(step_ < opt_.steps, "checkpoint is already at step ", step_, " of --steps ", opt_.steps);
-  model_->backend().weights_changed();  // the bf16 copies of the weights are made from what was loaded
 }
 
 // --init-from: the pretrained weights in place of the initialisation (whole tensors read, this shard's slices kept;
@@ -370,74 +368,90 @@ void TrainSession::stop_signals_arm() const {
   stop_signals_install(stop_note(opt_.resume.empty() ? -1 : step_).c_str());
 }
 
+// The training loop: a step, its record (with the validation loss and task scores when due), then a stop signal,
+// a checkpoint or a re-plan when due.
 TrainResult TrainSession::run() {
   TrainResult result;
   stop_signals_arm();
   const long first = step_ + 1;
   long last = opt_.stop_after > 0 ? std::min(opt_.steps, step_ + opt_.stop_after) : opt_.steps;
-  const double tokens = double(B_) * T_ * m_ * grid_.D;  // per step, over the replicas
   for (long step = first; step <= last; ++step) {
-    if (step == opt_.debug_exit_step && grid_.replica == opt_.debug_exit_rank) {
-      std::fprintf(stderr, "agoq: debug: rank %d exits with code 3 at step %ld (--debug-exit-at-step)\n", grid_.replica,
-                   step);
-      std::fflush(stderr);
-      _exit(3);
-    }
+    debug_exit_if_asked(step);
     if (const std::string note = cpu_threads_.adapt(); !note.empty()) log_->note(note);
-    const auto t0 = std::chrono::steady_clock::now();
-    const float lr = lr_schedule(step, opt_.lr, opt_.min_lr, opt_.warmup, opt_.steps);
-    if (tensor_group_) tensor_group_->seconds_take();  // from here: this step's
-    if (timed_) timed_->take();
-    const StepResult r = train_step(step, lr);
-    const double tp_seconds = tensor_group_ ? tensor_group_->seconds_take() : 0.0;
-    const OpSeconds ops = timed_ ? timed_->take() : OpSeconds{};
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    seconds_total_ += dt;
-    wait_total_ += r.wait_s;
-    result.losses.push_back(float(r.loss));
-    result.grad_norms.push_back(float(r.grad_norm));
-
-    nlohmann::json rec = {{"step", step},
-                          {"loss", r.loss},
-                          {"lr", lr},
-                          {"grad_norm", r.grad_norm},
-                          {"tokens_per_s", tokens / dt},
-                          {"compute", enum_name(kGemmPrecisionNames, compute_.gemm)}};
-    if (grid_.D > 1) rec["comm_wait_s"] = r.wait_s;
-    if (tensor_group_) rec["tp_comm_s"] = tp_seconds;
-    if (timed_) {
-      for (int c = 0; c < kOpClassCount; ++c) {
-        rec["op_seconds"][op_class_name(OpClass(c))] = ops.s[c];
-        op_seconds_.s[c] += ops.s[c];
-      }
-      rec["op_seconds"]["rest"] = dt - ops.total();
-    }
-    if ((opt_.eval_every > 0 && step % opt_.eval_every == 0) || step == opt_.steps) {
-      const float val = evaluate();
-      rec["val_loss"] = val;
-      result.final_val_loss = val;
-      char line[96];
-      std::snprintf(line, sizeof line, "step %ld: val loss %.4f", step, val);
-      log_->note(line);
-    }
+    const StepMetrics m = train_step_measured(step, lr_schedule(step, opt_.lr, opt_.min_lr, opt_.warmup, opt_.steps));
+    result.losses.push_back(float(m.loss));
+    result.grad_norms.push_back(float(m.grad_norm));
+    nlohmann::json rec = metrics_step_record(m);
+    if (validation_due(step)) rec["val_loss"] = result.final_val_loss = validation_logged(step);
     if (eval_tasks_due(step)) rec["eval_tasks"] = eval_tasks_score(step);
-    rec["memory"] = memory_json();
-    if (gpu_) rec["device_memory"] = memory_json(MemDevice::cuda);
-    // Beside the peaks, what the memory model says they are on this rank (one policy for the whole run: not after
-    // a replan), with the token files the run holds (workspace, tag "data": input, not modelled).
-    if (!gpu_ && opt_.mem_budget == 0) {
-      PlanMemory model =
-          plan_memory_cpu_trainer(cfg_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers), plan_options());
-      model[MemCategory::workspace] += MemoryTracker::global().tag_peak("data");
-      for (int c = 0; c < kMemCategoryCount; ++c)
-        rec["memory"]["model"][mem_category_name(MemCategory(c))] = model[MemCategory(c)];
-    }
+    memory_record(rec);
     log_->step(step, rec);
     step_ = step;
     if (step < last && (result.stop_signal = stop_agreed()) != 0) last = step;  // the final checkpoint, then out
     if (opt_.ckpt_every > 0 && step % opt_.ckpt_every == 0 && step != last) checkpoint(step);
     if (opt_.mem_budget > 0 && step == first + opt_.replan_after - 1) replan();
   }
+  run_finish(result, first, last);
+  return result;
+}
+
+// --debug-exit-at-step: the tests' way to lose a rank mid-run.
+void TrainSession::debug_exit_if_asked(long step) const {
+  if (step != opt_.debug_exit_step || grid_.replica != opt_.debug_exit_rank) return;
+  std::fprintf(stderr, "agoq: debug: rank %d exits with code 3 at step %ld (--debug-exit-at-step)\n", grid_.replica,
+               step);
+  std::fflush(stderr);
+  _exit(3);
+}
+
+// One step with its clocks: the wall time, and with --profile each op class's time (model/backend_timed.h).
+StepMetrics TrainSession::train_step_measured(long step, float lr) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (tensor_group_) tensor_group_->seconds_take();  // from here: this step's
+  if (timed_) timed_->take();
+  const StepResult r = train_step(step, lr);
+  StepMetrics m;
+  m.step = step, m.lr = lr, m.loss = r.loss, m.grad_norm = r.grad_norm;
+  if (tensor_group_) m.tp_comm_s = tensor_group_->seconds_take();
+  if (timed_) m.ops = timed_->take();
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m.tokens = double(B_) * T_ * m_ * grid_.D;
+  m.compute = enum_name(kGemmPrecisionNames, compute_.gemm);
+  if (grid_.D > 1) m.comm_wait_s = r.wait_s;
+  seconds_total_ += m.seconds;
+  wait_total_ += r.wait_s;
+  if (m.ops)
+    for (int c = 0; c < kOpClassCount; ++c) op_seconds_.s[c] += m.ops->s[c];
+  return m;
+}
+
+bool TrainSession::validation_due(long step) const {
+  return (opt_.eval_every > 0 && step % opt_.eval_every == 0) || step == opt_.steps;
+}
+
+float TrainSession::validation_logged(long step) {
+  const float val = evaluate();
+  char line[96];
+  std::snprintf(line, sizeof line, "step %ld: val loss %.4f", step, val);
+  log_->note(line);
+  return val;
+}
+
+// The step's memory: each tracker's bytes by category and, beside the host's peaks, what the memory model says they
+// are on this rank (one policy for the whole run: not after a replan), with the token files the run holds
+// (workspace, tag "data": input, not modelled).
+void TrainSession::memory_record(nlohmann::json& rec) const {
+  rec["memory"] = memory_json();
+  if (gpu_) rec["device_memory"] = memory_json(MemDevice::cuda);
+  if (gpu_ || opt_.mem_budget != 0) return;
+  PlanMemory model = plan_memory_cpu_trainer(cfg_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers), plan_options());
+  model[MemCategory::workspace] += MemoryTracker::global().tag_peak("data");
+  for (int c = 0; c < kMemCategoryCount; ++c)
+    rec["memory"]["model"][mem_category_name(MemCategory(c))] = model[MemCategory(c)];
+}
+
+// After the last step: the peaks, the final checkpoint, the report.
+void TrainSession::run_finish(TrainResult& result, long first, long last) {
   result.last_step = last;
   result.replan_log = replan_log_;
   const MemoryTracker& tracker = MemoryTracker::of(gpu_ ? MemDevice::cuda : MemDevice::host);
@@ -445,14 +459,13 @@ TrainResult TrainSession::run() {
   result.peak_total = tracker.peak_total();
   checkpoint(last);
   log_->finish();
-  result.tokens_per_s = tokens * double(last - first + 1) / seconds_total_;
+  result.tokens_per_s = double(B_) * T_ * m_ * grid_.D * double(last - first + 1) / seconds_total_;
   report(result, first);
   if (result.stop_signal && lead_) {
     const std::string ckpt = (fs::path(opt_.out_dir) / "ckpt").string();
     std::fprintf(stderr, "agoq: stopped by %s after step %ld of %ld; checkpoint %s (continue with --resume %s)\n",
                  stop_signal_name(result.stop_signal), last, opt_.steps, ckpt.c_str(), ckpt.c_str());
   }
-  return result;
 }
 
 void TrainSession::batches_allocate() {

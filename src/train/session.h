@@ -20,10 +20,10 @@
 #include "formats/model_source.h"
 #include "model/backend_timed.h"
 #include "optim/train_step.h"
+#include "parallel/comm_tensor_group.h"
 #include "parallel/data_parallel.h"
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
-#include "parallel/tensor_parallel.h"
 #include "plan/memory_model.h"
 #include "train/checkpoint_reshard.h"
 #include "train/metrics.h"
@@ -58,12 +58,18 @@ class TrainSession {
   void weights_init_from();
   // One optimizer step: this replica's micro-batches through the model (or the pipeline), reduction, AdamW.
   StepResult train_step(long step, float lr);
+  StepMetrics train_step_measured(long step, float lr);  // train_step, timed
+  void debug_exit_if_asked(long step) const;
+  bool validation_due(long step) const;
+  float validation_logged(long step);  // evaluate(), also on the progress line
+  void memory_record(nlohmann::json& rec) const;
+  void run_finish(TrainResult& result, long first, long last);
   void batches_allocate();  // the loaders and the batch buffers
   void batches_next();      // this replica's micro-batches of the next step into inputs_, targets_ (and docs_)
   // Validation loss, the same on every rank.
   float evaluate();
-  // --eval-task (train/session_eval_task.cpp): the tasks and the data's tokenizer, read at set-up (a bad file fails
-  // before training); then each task's metrics at a step, {"<task>": {"acc": ..., ...}}, also on the progress line.
+  // --eval-task (train/session_eval_task.cpp): the tasks, read at set-up (a bad file fails before training); then each
+  // task's metrics at a step, {"<task>": {"acc": ..., ...}}, also on the progress line.
   void eval_tasks_prepare();
   bool eval_tasks_due(long step) const;
   nlohmann::json eval_tasks_score(long step);
@@ -107,10 +113,10 @@ class TrainSession {
   std::unique_ptr<Pipeline> pipeline_;  // P > 1
   std::unique_ptr<MetricsLog> log_;
   std::unique_ptr<TensorBoardWriter> tboard_;  // lead, --tensorboard: opened with --out, then given to log_
-  CpuThreads cpu_threads_;                 // the cores other processes leave free, re-measured between steps
-  long step_ = 0;                          // the last completed step
-  long step_resumed_ = -1;                 // the checkpoint's step when resumed
-  std::vector<int32_t> inputs_, targets_;  // this replica's m micro-batches of the step, back to back
+  CpuThreads cpu_threads_;                     // the cores other processes leave free, re-measured between steps
+  long step_ = 0;                              // the last completed step
+  long step_resumed_ = -1;                     // the checkpoint's step when resumed
+  std::vector<int32_t> inputs_, targets_;      // this replica's m micro-batches of the step, back to back
   std::vector<int32_t> skipped_;  // where the other replicas' micro-batches are drawn to (inputs, targets, docs)
   // Packed prompt/completion data (loss masks): each row's document start, and the step's counted targets over
   // its whole global batch (optim/train_step.h).
@@ -121,9 +127,10 @@ class TrainSession {
   double seconds_total_ = 0, wait_total_ = 0;  // step time and communication not hidden behind it, over the run
   OpSeconds op_seconds_;                       // --profile: the steps' op time by class, over the run
 
-  // --eval-task: its tasks, and the data's tokenizer to encode them with.
-  std::vector<Task> eval_tasks_;
-  std::unique_ptr<Tokenizer> eval_tok_;
+  // The data's tokenizer, read once: it checks the token files' vocabulary and --init-from's tokenizer, then encodes
+  // --eval-task's text (dropped after set-up when there is no task).
+  std::unique_ptr<Tokenizer> data_tokenizer_;
+  std::vector<Task> eval_tasks_;  // --eval-task
 };
 
 // ---- the session's parts that need no state (train/trainer.cpp, train/session_checkpoint.cpp) ----

@@ -1,7 +1,6 @@
 // `train --eval-task`: downstream tasks scored between steps (evaltask/, docs/eval.md), as llm.c scores HellaSwag
 // while it trains. Every rank scores them on its own replica (the replicas are identical), so nothing is sent.
 #include <cstdio>
-#include <filesystem>
 
 #include "core/error.h"
 #include "evaltask/task_metrics.h"
@@ -11,16 +10,12 @@
 
 namespace agoq {
 
-namespace fs = std::filesystem;
-
 void TrainSession::eval_tasks_prepare() {
   if (opt_.eval_tasks.empty()) return;
   AGOQ_CHECK(!gpu_ && grid_.P == 1 && !grid_.tp,
              "--eval-task scores on the whole model on the CPU: not with --device cuda, --pp or --tp");
-  const fs::path data(opt_.data_dir);
-  AGOQ_CHECK(fs::exists(data / "tokenizer.model") || fs::exists(data / "tokenizer.json"), "--eval-task: --data ",
-             data.string(), " holds no tokenizer to encode the tasks' text with (prepare it with a tokenizer)");
-  eval_tok_ = std::make_unique<Tokenizer>(Tokenizer::load(data.string()));
+  AGOQ_CHECK(data_tokenizer_, "--eval-task: --data ", opt_.data_dir,
+             " holds no tokenizer to encode the tasks' text with (prepare it with a tokenizer)");
   for (const std::string& spec : opt_.eval_tasks) eval_tasks_.push_back(task_read(spec, opt_.eval_task_limit));
 }
 
@@ -34,7 +29,7 @@ nlohmann::json TrainSession::eval_tasks_score(long step) {
   nlohmann::json out = nlohmann::json::object();
   std::string line = "step " + std::to_string(step) + ":";
   for (const Task& t : eval_tasks_) {
-    const TaskScores s = task_score(*model_, *eval_tok_, t, T_);
+    const TaskScores s = task_score(*model_, *data_tokenizer_, t, T_);
     const std::string key = out.contains(t.name) ? t.name + ":" + t.file : t.name;  // the same task twice
     for (const TaskMetric& m : task_metrics(t, s)) {
       out[key][m.name] = m.value;
