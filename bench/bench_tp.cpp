@@ -20,7 +20,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/comm_tensor_group.h"
 
 namespace agoq {
 namespace {

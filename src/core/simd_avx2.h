@@ -1,6 +1,6 @@
 // The AVX2 lane helpers every kernel shares (empty unless AGOQ_AVX2): absolute value, the non-finite mask and the
 // horizontal sum and maximum, in a fixed order so a vector body always gives the same bits. The kernels' own
-// helpers build on these: model/ops_simd.h (exp8), quant/simd_avx2.h (Philox, code packing). Private: only .cpp files
+// helpers build on these: model/ops_simd.h (exp8), quant/quant_avx2.h (Philox, code packing). Private: only .cpp files
 // and those headers include it, so <immintrin.h> stays out of the public headers (core/isa.h).
 #pragma once
 #include <cmath>

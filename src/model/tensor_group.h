@@ -1,6 +1,6 @@
 // The collectives that join the tensor-parallel shards of a layer (Megatron's layout, docs/parallel.md). The model
 // calls them at fixed points of its forward and backward; they are implemented above it, over MPI
-// (parallel/tensor_parallel.h), and handed to the model at construction like its gradient storage. Every rank of
+// (parallel/comm_tensor_group.h), and handed to the model at construction like its gradient storage. Every rank of
 // the group makes the same calls in the same order with the same sizes.
 #pragma once
 #include <cstddef>

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "quant/simd.h"
-#include "quant/simd_avx2.h"
+#include "quant/quant_avx2.h"
 
 namespace agoq {
 

@@ -20,7 +20,7 @@
 #include "model/ops.h"
 #include "opmath/op_flops.h"
 #include "optim/adamw.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/comm_tensor_group.h"
 #include "quant/grad_q8.h"
 #include "quant/tensor.h"
 

@@ -8,8 +8,8 @@
 
 #include "core/error.h"
 #include "quant/simd.h"
-#include "quant/simd_avx2.h"
-#include "quant/simd_avx512.h"
+#include "quant/quant_avx2.h"
+#include "quant/quant_avx512.h"
 
 namespace agoq {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "quant/half.h"
 #include "quant/simd.h"
-#include "quant/simd_avx2.h"
+#include "quant/quant_avx2.h"
 
 namespace agoq {
 

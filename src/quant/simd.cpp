@@ -6,8 +6,8 @@
 #include <new>
 
 #include "core/error.h"
-#include "quant/simd_avx2.h"
-#include "quant/simd_avx512.h"
+#include "quant/quant_avx2.h"
+#include "quant/quant_avx512.h"
 
 namespace agoq {
 

@@ -1,6 +1,6 @@
 // Small building blocks shared by the quantization kernels: the Philox random bytes for stochastic rounding (the
 // fp16/bf16 conversions are in quant/half.h, the per-value math in quant/quant_math.h). Their AVX2 versions are in
-// quant/simd_avx2.h, which only .cpp files include; each has a scalar twin here that gives the same bits.
+// quant/quant_avx2.h, which only .cpp files include; each has a scalar twin here that gives the same bits.
 // quant_set_simd(false) makes all kernels take the scalar path (tests compare the two).
 #pragma once
 #include <cstddef>

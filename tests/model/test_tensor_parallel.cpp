@@ -1,5 +1,5 @@
 // Tensor-parallel shards of the model (Megatron's layout) against the whole model, in one process: T threads each
-// run a shard, joined by a TensorGroup over shared memory (the MPI one is parallel/tensor_parallel.h, tested in
+// run a shard, joined by a TensorGroup over shared memory (the MPI one is parallel/comm_tensor_group.h, tested in
 // tests/parallel). Loss and every gradient of every shard against the matching slice of the whole model's.
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 // AVX-512 (F, BW, VL, DQ) helpers for the quantization kernels' AVX-512 variants (empty unless AGOQ_AVX512; core/isa.h
-// says how they are compiled and chosen). Private, like quant/simd_avx2.h, whose AVX2 helpers these extend: each
+// says how they are compiled and chosen). Private, like quant/quant_avx2.h, whose AVX2 helpers these extend: each
 // gives the bits of its scalar twin. Only code inside AGOQ_AVX512_BEGIN ... END may call them.
 #pragma once
-#include "quant/simd_avx2.h"
+#include "quant/quant_avx2.h"
 
 #if AGOQ_AVX512
 AGOQ_AVX512_BEGIN
