@@ -650,22 +650,27 @@ void LlamaModel::forward_target_logprobs(const int32_t* inputs, const int32_t* t
   }
   stage_forward(inputs, B, T, run);
   float *x = head_dnorm_.data(), *logits = head_logits_.data();
+  float* row_max = head_stats_.data();  // then each row's sum and target logit (cross-entropy's phases 1 and 2)
+  int32_t chunk_targets[kLlamaHeadChunkRows];
   for (size_t r0 = 0; r0 < rows.size(); r0 += kLlamaHeadChunkRows) {
     const int n = int(std::min<size_t>(kLlamaHeadChunkRows, rows.size() - r0));
-    for (int j = 0; j < n; ++j)
+    for (int j = 0; j < n; ++j) {
       std::memcpy(x + size_t(j) * C, resid_.data() + size_t(rows[r0 + j]) * C, size_t(C) * sizeof(float));
+      chunk_targets[j] = targets[rows[r0 + j]];
+    }
     be_.rmsnorm_forward(head_norm_.data(), head_rstd_.data(), x, params_.final_norm, n, C, cfg_.norm_eps);
     be_.matmul_forward(logits, head_norm_.data(), params_.lm_head, n, C, V);
 #pragma omp parallel for schedule(static)
-    for (int j = 0; j < n; ++j) {
+    for (int j = 0; j < n; ++j) {  // the first maximum, as torch.argmax (before phase 2 overwrites the logits)
       const float* l = logits + size_t(j) * V;
-      const int row = rows[r0 + j];
-      const int best = int(std::max_element(l, l + V) - l);  // the first maximum, as torch.argmax
-      double sum = 0;
-      for (int v = 0; v < V; ++v) sum += std::exp(double(l[v]) - double(l[best]));
-      logprob[row] = float(double(l[targets[row]]) - double(l[best]) - std::log(sum));
-      greedy[row] = uint8_t(best == targets[row]);
+      greedy[rows[r0 + j]] = uint8_t(std::max_element(l, l + V) - l == chunk_targets[j]);
     }
+    // log p = target logit − max − log Σ exp(logit − max): the training loss's vectorized kernels, its fp32 sums.
+    float* sums = row_max + n;
+    be_.crossentropy_shard_max(logits, n, V, row_max);
+    be_.crossentropy_shard_exp(logits, chunk_targets, n, V, 0, row_max, sums);
+    for (int j = 0; j < n; ++j)
+      logprob[rows[r0 + j]] = float(double(sums[2 * j + 1]) - double(row_max[j]) - std::log(double(sums[2 * j])));
   }
 }
 
