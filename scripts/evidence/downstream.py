@@ -130,9 +130,10 @@ def agoq_eval(args, model, spec, limit, compute, out):
 
 
 class LmEval:
-    """lm-eval's HF backend on the GGUF as transformers loads it, in fp32, one task at a time."""
+    """lm-eval's HF backend on the GGUF as transformers loads it, in fp32 (or bf16: eval_speed.py), one task at a
+    time."""
 
-    def __init__(self, args, model):
+    def __init__(self, args, model, dtype="fp32"):
         import torch
         import transformers
         from lm_eval.models.huggingface import HFLM
@@ -145,8 +146,11 @@ class LmEval:
         self.tied = not any(t.name == "output.weight" for t in GGUFReader(model).tensors)
         t0 = time.perf_counter()
         tok = transformers.AutoTokenizer.from_pretrained(d, gguf_file=f)
-        hf = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=f, torch_dtype=torch.float32,
-                                                               tie_word_embeddings=self.tied)
+        # transformers 5 renamed torch_dtype to dtype.
+        dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+        hf = transformers.AutoModelForCausalLM.from_pretrained(
+            d, gguf_file=f, tie_word_embeddings=self.tied,
+            **{dtype_key: torch.bfloat16 if dtype == "bf16" else torch.float32})
         assert not self.tied or torch.equal(hf.lm_head.weight, hf.model.embed_tokens.weight)
         self.load_s = time.perf_counter() - t0
         self.lm = HFLM(pretrained=hf, tokenizer=tok, batch_size=args.lm_eval_batch, max_length=args.seq,
@@ -379,8 +383,9 @@ def report(args, res):
                        f"tokens per CPU second ({min(ratio_wall):.1f}-{max(ratio_wall):.1f}x per wall second)")
     lines += ["", "Goals (issue 44): equal accuracy and per-item agreement of at least 99.5%, and at least 2x the "
               "tokens/s of lm-eval's HF backend. " + "; ".join(summary) + ". lm-eval here runs on Debian's PyTorch "
-              "1.13 (the test venv's, which lm_eval 0.4.5 works with); the goal names PyTorch 2 (the latest PyPI "
-              "wheel), which this comparison did not measure."]
+              "1.13 (the test venv's, which lm_eval 0.4.5 works with); against lm-eval on PyTorch 2 (the latest PyPI "
+              "wheel), which the goal names, in fp32 and bf16 on a quiet machine: [eval_speed.md](eval_speed.md) "
+              "(`scripts/evidence/eval_speed.py`)."]
     if not full:
         est = {label: sum(res["tasks"][n]["tokens"] / res["tasks"][n]["items"] * res["tasks"][n]["total"] /
                           res["tasks"][n]["speed"][label]["tokens_per_cpu_s"] for n in names) / 3600
