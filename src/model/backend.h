@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "arch/act_store_api.h"
 #include "arch/config.h"
@@ -84,16 +85,53 @@ class ModelBackend {
   // Waits for the work queued so far: a device backend queues its ops on a stream; the CPU runs them as called.
   virtual void synchronize() {}
 
-  // ---- the ops (model/op_table.h: model/ops.h's and model/attention.h's, under the same names) ----
-  // crossentropy_forward_backward is the whole vocabulary's, stats 3N floats of scratch; attention's doc_start (B, T)
-  // is the backend's copy of the document starts (model/attention.h), or null.
-#define AGOQ_OP_PURE(name, cls, params, args, cost) virtual void name params = 0;
-  AGOQ_MODEL_OPS(AGOQ_OP_PURE)
-#undef AGOQ_OP_PURE
+  // ---- the ops: model/ops.h's and model/attention.h's, under the same names (what each computes is there) ----
+  // Written out for the reader; model/op_table.h lists them once more with their costs, and the static_asserts
+  // below this class hold the two lists equal.
+  virtual void matmul_forward(float* out, const float* in, const float* w, int N, int in_dim, int out_dim) = 0;
+  virtual void matmul_backward(float* din, float* dw, const float* dout, const float* in, const float* w, int N,
+                               int in_dim, int out_dim, bool accumulate_din) = 0;
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) = 0;
+  virtual void rmsnorm_apply(float* out, const float* x, const float* rstd, const float* w, int N, int C) = 0;
+  virtual void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                                const float* rstd, int N, int C) = 0;
+  virtual void rope_forward(float* x, const float* cos, const float* sin, int N, int T, int n_heads, int hd) = 0;
+  virtual void rope_backward(float* dx, const float* cos, const float* sin, int N, int T, int n_heads, int hd) = 0;
+  virtual void swiglu_forward(float* out, const float* gate, const float* up, size_t n) = 0;
+  virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                               size_t n) = 0;
+  // The whole vocabulary's; stats: 3N floats of scratch.
+  virtual void crossentropy_forward_backward(float* logits_to_dlogits, float* losses, const int* targets, int N, int V,
+                                             float dloss_scale, float* stats) = 0;
+  // A vocabulary shard's three phases (Megatron's vocab-parallel cross-entropy).
+  virtual void crossentropy_shard_max(const float* logits, int N, int V, float* row_max) = 0;
+  virtual void crossentropy_shard_exp(float* logits, const int* targets, int N, int V, int v_begin,
+                                      const float* row_max, float* sums) = 0;
+  virtual void crossentropy_shard_finish(float* logits_to_dlogits, float* losses, const int* targets, int N, int V,
+                                         int v_begin, const float* row_max, const float* sums, float dloss_scale) = 0;
+  virtual void embedding_forward(float* out, const int* tokens, const float* table, int N, int C, int v_begin,
+                                 int V) = 0;
+  virtual void embedding_backward(float* dtable, const float* dout, const int* tokens, int N, int C, int v_begin,
+                                  int V) = 0;
+  virtual void residual_add(float* out, const float* a, const float* b, size_t n) = 0;
+  // doc_start (B, T): the backend's copy of the document starts (model/attention.h), or null.
+  virtual void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T,
+                                 int H, int Hkv, int hd, const int32_t* doc_start) = 0;
+  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                                  const float* v, const float* o, const float* lse, int B, int T, int H, int Hkv,
+                                  int hd, const int32_t* doc_start) = 0;
   // Whether this backend computes `op`: the model asks before it takes a path that needs one (the vocabulary
   // shard's cross-entropy is the host's only), so no op fails half-way through a step.
   virtual bool supports(ModelOp op) const { return true; }
 };
+
+// Each op of the table is declared above with the table's parameters (and so every backend's generated forwarders
+// override it); an op written above but missing from the table leaves those backends abstract.
+#define AGOQ_OP_SAME_AS_TABLE(name, cls, params, args, cost)                                 \
+  static_assert(std::is_same_v<decltype(&ModelBackend::name), void(ModelBackend::*) params>, \
+                "ModelBackend::" #name " differs from model/op_table.h");
+AGOQ_MODEL_OPS(AGOQ_OP_SAME_AS_TABLE)
+#undef AGOQ_OP_SAME_AS_TABLE
 
 // The CPU's ops (model/ops.h: OpenBLAS and OpenMP) on host memory counted by the global tracker. One for the
 // process; it holds no state.

@@ -1,10 +1,10 @@
-// The model's ops, each listed once: X(name, time class, (parameters), (arguments), (FLOPs, bytes)). From this
-// table come the backend interface (model/backend.h), the forwarders of every backend (the CPU's to model/ops.h, the
-// timed one, the test's device-like one, the CUDA backend's declarations), the op names a backend reports and each
-// call's cost (OpCost below: `agoq bench ops` and `train --profile` rate the calls the model makes by it). What each op
-// computes, its shapes and its overwrite / accumulate rule are model/ops.h's and model/attention.h's, under the same
-// names; the CUDA twins are cuda/ops_cuda.h's. The time class is backend_timed.h's split of a step (a matmul on the
-// lm_head's weight counts as the head's).
+// The model's ops, each listed once: X(name, time class, (parameters), (arguments), (FLOPs, bytes)). The backend
+// interface (model/backend.h) is written out for readers and checked against this table; from the table come the
+// forwarders of every backend (the CPU's to model/ops.h, the timed one, the test's device-like one, the CUDA backend's
+// declarations), the op names a backend reports and each call's cost (OpCost below: `agoq bench ops` and `train
+// --profile` rate the calls the model makes by it). What each op computes, its shapes and its overwrite / accumulate
+// rule are model/ops.h's and model/attention.h's, under the same names; the CUDA twins are cuda/ops_cuda.h's. The time
+// class is backend_timed.h's split of a step (a matmul on the lm_head's weight counts as the head's).
 //
 // Comments stay out of the table's lines (a line comment would swallow the macro's line continuation).
 #pragma once
