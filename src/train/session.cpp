@@ -152,7 +152,7 @@ void TrainSession::init_source_open() {
              "the flag");
   AGOQ_CHECK(T_ <= c.max_seq_len, "--seq ", T_, " is longer than the ", c.max_seq_len, " positions of --init-from ",
              src, " (max_position_embeddings)");
-  const std::string data = opt_.data_dir;
+  const std::string& data = opt_.data_dir;
   AGOQ_CHECK(data_tokenizer_, "--data ", data,
              " holds no tokenizer, so its tokens cannot be checked against --init-from ", src,
              "'s: prepare it with `agoq prepare --tokenizer ", src, "`");
