@@ -564,6 +564,7 @@ def report_finetune(args, ft):
         lines.append(f"| {n} | `{' '.join(r['flags']) or '(none)'}` | "
                      f"{r['val_loss'][-1]:.4f} | {r['wall_s'] / 60:.1f} min |" if r["val_loss"] else
                      f"| {n} | `{' '.join(r['flags']) or '(none)'}` | – | {r['wall_s'] / 60:.1f} min |")
+    lines += ["", ft["note"]] if ft.get("note") else []  # what the runs' conditions were, kept in the JSON
     lines += ["", "![held-out HellaSwag during fine-tuning, and the training loss](downstream_finetune.png)"]
     return lines
 
