@@ -59,7 +59,6 @@ def lm_eval_run(args, py, model, name, file, dtype, rep):
 
 
 def measure(args):
-    args.limit, args.task_limit = args.items, {}
     model = downstream.model_fetch(args)["path"]
     py = torch2_python(args)
     files = {"hellaswag": args.hellaswag, "piqa": args.piqa, "lambada": args.lambada}

@@ -661,13 +661,14 @@ void LlamaModel::forward_target_logprobs(const int32_t* inputs, const int32_t* t
     be_.rmsnorm_forward(head_norm_.data(), head_rstd_.data(), x, params_.final_norm, n, C, cfg_.norm_eps);
     be_.matmul_forward(logits, head_norm_.data(), params_.lm_head, n, C, V);
 #pragma omp parallel for schedule(static)
-    for (int j = 0; j < n; ++j) {  // the first maximum, as torch.argmax (before phase 2 overwrites the logits)
+    for (int j = 0; j < n; ++j) {  // the first maximum, as torch.argmax: cross-entropy's phase 1 with its index
       const float* l = logits + size_t(j) * V;
-      greedy[rows[r0 + j]] = uint8_t(std::max_element(l, l + V) - l == chunk_targets[j]);
+      const float* best = std::max_element(l, l + V);
+      row_max[j] = *best;
+      greedy[rows[r0 + j]] = uint8_t(best - l == chunk_targets[j]);
     }
-    // log p = target logit − max − log Σ exp(logit − max): the training loss's vectorized kernels, its fp32 sums.
+    // log p = target logit − max − log Σ exp(logit − max): the training loss's vectorized phase 2, its fp32 sums.
     float* sums = row_max + n;
-    be_.crossentropy_shard_max(logits, n, V, row_max);
     be_.crossentropy_shard_exp(logits, chunk_targets, n, V, 0, row_max, sums);
     for (int j = 0; j < n; ++j)
       logprob[rows[r0 + j]] = float(double(sums[2 * j + 1]) - double(row_max[j]) - std::log(double(sums[2 * j])));

@@ -415,7 +415,7 @@ StepMetrics TrainSession::train_step_measured(long step, float lr) {
   if (tensor_group_) m.tp_comm_s = tensor_group_->seconds_take();
   if (timed_) m.ops = timed_->take();
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  m.tokens = double(B_) * T_ * m_ * grid_.D;
+  m.tokens = tokens_per_step();
   m.compute = enum_name(kGemmPrecisionNames, compute_.gemm);
   if (grid_.D > 1) m.comm_wait_s = r.wait_s;
   seconds_total_ += m.seconds;
@@ -459,7 +459,7 @@ void TrainSession::run_finish(TrainResult& result, long first, long last) {
   result.peak_total = tracker.peak_total();
   checkpoint(last);
   log_->finish();
-  result.tokens_per_s = double(B_) * T_ * m_ * grid_.D * double(last - first + 1) / seconds_total_;
+  result.tokens_per_s = tokens_per_step() * double(last - first + 1) / seconds_total_;
   report(result, first);
   if (result.stop_signal && lead_) {
     const std::string ckpt = (fs::path(opt_.out_dir) / "ckpt").string();

@@ -58,7 +58,8 @@ class TrainSession {
   void weights_init_from();
   // One optimizer step: this replica's micro-batches through the model (or the pipeline), reduction, AdamW.
   StepResult train_step(long step, float lr);
-  StepMetrics train_step_measured(long step, float lr);  // train_step, timed
+  StepMetrics train_step_measured(long step, float lr);                      // train_step, timed
+  double tokens_per_step() const { return double(B_) * T_ * m_ * grid_.D; }  // over the replicas
   void debug_exit_if_asked(long step) const;
   bool validation_due(long step) const;
   float validation_logged(long step);  // evaluate(), also on the progress line
