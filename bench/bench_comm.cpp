@@ -3,7 +3,7 @@
 // (its passes and exchanges in turn). Run it under mpirun (mpirun -np 2 agoq bench comm, or across hosts:
 // scripts/multihost-bench.sh); only rank 0 prints. Times are medians over --reps runs, each started and ended by a
 // barrier; the three alternate within each repetition.
-// Then the end-to-end part: data-parallel training steps of a small LLaMA (parallel/data_parallel.h) in four
+// Then the end-to-end part: data-parallel training steps of a small LLaMA (parallel/step_cpu.h) in four
 // configurations: fp32 grad store + MPI all-reduce and fp32 store + allreduce_q8 (both reduced in buckets while
 // backward runs), and the q8 grad store + allreduce_q8, its units reduced while backward runs or, for comparison,
 // after backward: step time, the communication that backward did not hide, and peak memory per rank by category,
@@ -27,7 +27,7 @@
 #include "core/memory.h"
 #include "core/rng.h"
 #include "model/llama.h"
-#include "parallel/data_parallel.h"
+#include "parallel/step_cpu.h"
 
 namespace agoq {
 namespace {
@@ -73,13 +73,13 @@ struct E2eResult {
 
 // Builds the model and engine of one configuration, runs `steps` timed steps (after one warm-up step), and on the
 // first round records every rank's peak memory by category.
-void bench_e2e_round(Communicator& comm, const Args& a, const DpOptions& o, E2eResult& res, bool record_memory) {
+void bench_e2e_round(Communicator& comm, const Args& a, const CpuStepOptions& o, E2eResult& res, bool record_memory) {
   const LlamaConfig cfg = e2e_config(a);
   const int B = a.e2e_batch, T = a.e2e_seq, m = a.e2e_accum;
   GradStore grads(cfg, model_stage_whole(cfg), o.store);
   LlamaModel model(cfg, B, T, ActPolicy::parse("fp32", cfg.n_layers), model_stage_whole(cfg), 1, grads.model_storage());
   model.init_weights(7);
-  DataParallel dp(comm, model.params(), grads, o);
+  CpuStep dp(comm, model.params(), grads, o);
   std::vector<int32_t> in(size_t(m) * B * T), tgt(in.size());
   Rng rng(11, uint64_t(comm.rank()));
   auto fill = [&] {
@@ -116,7 +116,7 @@ std::vector<E2eResult> bench_e2e(Communicator& comm, const Args& a) {
                  {"q8 grads + allreduce_q8", GradStoreKind::q8, GradReduce::q8, true},
                  {"q8 grads + allreduce_q8, after", GradStoreKind::q8, GradReduce::q8, false}};
   std::vector<E2eResult> res;
-  std::vector<DpOptions> opts;
+  std::vector<CpuStepOptions> opts;
   for (const auto& c : configs) {
     res.push_back({c.name, {}, {}, {}});
     opts.emplace_back();

@@ -25,7 +25,7 @@
 #include "model/backend_timed.h"
 #include "model/llama.h"
 #if AGOQ_HAVE_GPU_MODEL
-#include "gpu/backend_cuda.h"
+#include "cuda_train/backend_cuda.h"
 #endif
 
 namespace agoq {

@@ -18,9 +18,9 @@
 #include "core/memory.h"
 #include "core/rng.h"
 #include "model/llama.h"
-#include "parallel/data_parallel.h"
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
+#include "parallel/step_cpu.h"
 
 namespace agoq {
 namespace {
@@ -43,13 +43,13 @@ void bench_pipe_round(Communicator& world, const Args& a, Config& c, bool record
   const ParallelGrid grid = parallel_grid_make(world, c.pp);
   const int m = a.micro / grid.D, B = a.batch, T = a.seq;
   const std::vector<ModelStage> stages = model_stages_split(cfg, grid.P);
-  DpOptions o;
+  CpuStepOptions o;
   o.stages = grid.pipe;
   GradStore grads(cfg, stages[grid.stage], o.store);
   LlamaModel model(cfg, B, T, ActPolicy::parse(c.act, cfg.n_layers), stages[grid.stage],
                    pipeline_in_flight(grid.P, grid.stage, m), grads.model_storage());
   model.init_weights(7);
-  DataParallel dp(*grid.dp, model.params(), grads, o);
+  CpuStep dp(*grid.dp, model.params(), grads, o);
   std::unique_ptr<Pipeline> pipe = grid.P > 1 ? std::make_unique<Pipeline>(*grid.pipe, model, B, T) : nullptr;
   std::vector<int32_t> in(size_t(m) * B * T), tgt(in.size());
   Rng rng(11, uint64_t(grid.replica));  // every stage of a replica trains on the same tokens

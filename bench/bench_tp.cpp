@@ -17,10 +17,10 @@
 #include "core/memory.h"
 #include "core/rng.h"
 #include "model/llama.h"
-#include "parallel/data_parallel.h"
+#include "parallel/comm_tensor_group.h"
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
-#include "parallel/comm_tensor_group.h"
+#include "parallel/step_cpu.h"
 
 namespace agoq {
 namespace {
@@ -46,7 +46,7 @@ void bench_tp_round(Communicator& world, const Args& a, Config& c, bool record_m
   const int m = a.micro / grid.D, B = a.batch, T = a.seq;
   const ModelStage stage =
       model_stage_shard(cfg, model_stages_split(cfg, grid.P)[grid.stage], grid.T, grid.tp_rank, c.sp);
-  DpOptions o;
+  CpuStepOptions o;
   o.stages = grid.pipe, o.tensor = grid.tp;
   if (c.agoq) o.store.kind = GradStoreKind::q8, o.reduce = GradReduce::q8;
   GradStore grads(cfg, stage, o.store);
@@ -54,7 +54,7 @@ void bench_tp_round(Communicator& world, const Args& a, Config& c, bool record_m
   LlamaModel model(cfg, B, T, ActPolicy::parse(c.agoq ? "agoq" : "fp32", cfg.n_layers), stage,
                    pipeline_in_flight(grid.P, grid.stage, m), grads.model_storage(), group.get());
   model.init_weights(7);
-  DataParallel dp(*grid.dp, model.params(), grads, o);
+  CpuStep dp(*grid.dp, model.params(), grads, o);
   std::unique_ptr<Pipeline> pipe = grid.P > 1 ? std::make_unique<Pipeline>(*grid.pipe, model, B, T) : nullptr;
   std::vector<int32_t> in(size_t(m) * B * T), tgt(in.size());
   Rng rng(11, uint64_t(grid.replica));  // every shard and stage of a replica trains on the same tokens

@@ -55,8 +55,8 @@ if command -v compute-sanitizer >/dev/null; then
   compute-sanitizer --error-exitcode 9 build-gpu/test_cuda \
     --gtest_filter='CudaQuant.*:CudaGradQ8.Allreduce*:CudaOps.*:CudaAttention.*' \
     > "$out/compute-sanitizer.log" 2>&1 || status=1
-  if [ -x build-gpu/test_gpu ]; then
-    compute-sanitizer --error-exitcode 9 build-gpu/test_gpu --gtest_filter='ModelCuda.Fp32*' \
+  if [ -x build-gpu/test_cuda_train ]; then
+    compute-sanitizer --error-exitcode 9 build-gpu/test_cuda_train --gtest_filter='ModelCuda.Fp32*' \
       > "$out/compute-sanitizer-model.log" 2>&1 || status=1
     tail -3 "$out/compute-sanitizer-model.log" | tee -a "$out/summary.txt"
   fi
@@ -69,7 +69,7 @@ build-gpu/agoq bench quant --device cuda --mib 256 --reps 9 --json > "$out/bench
 build-gpu/agoq bench quant --device cuda --mib 256 --reps 9 > "$out/bench-quant-cuda.txt" 2>&1 || status=1
 log "bench quant --device cuda"
 # The GPU model's benchmarks, where the build has it (an OpenBLAS: from --deps, or the machine's).
-if [ -x build-gpu/test_gpu ]; then
+if [ -x build-gpu/test_cuda_train ]; then
   timeout 300 build-gpu/agoq bench train --device cuda --json > "$out/bench-train-cuda.json" 2> "$out/bench-train-cuda.err" ||
     status=1
   log "bench train --device cuda: $(tr -d '\n ' < "$out/bench-train-cuda.json" | head -c 400)"

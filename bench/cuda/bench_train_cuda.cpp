@@ -11,7 +11,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "gpu/train_step_cuda.h"
+#include "cuda_train/step_cuda.h"
 
 namespace agoq {
 
@@ -36,7 +36,7 @@ PolicyRun policy_run(const BenchTrainCudaOptions& o, const LlamaConfig& cfg, con
   LlamaModel model(cfg, o.B, o.T, ActPolicy::parse(policy, cfg.n_layers), whole, 1,
                    grads ? grads->model_storage() : std::vector<ParamSegment>{}, nullptr, gpu);
   model.init_weights(7);
-  CudaTrainStep step(model, gpu, std::move(grads), AdamWConfig{}, 1.0f, 7);
+  CudaStep step(model, gpu, std::move(grads), AdamWConfig{}, 1.0f, 7);
   std::vector<int32_t> in(size_t(o.B) * o.T), tgt(in.size());
   Rng rng(3);
   for (size_t i = 0; i < in.size(); ++i)

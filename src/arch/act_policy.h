@@ -71,8 +71,8 @@ struct ActPolicy {
   std::string describe() const;
 };
 
-// ---- what a policy stores: the activation store's exact bytes (model/act_store.h on the CPU, cuda/act_store_cuda.h
-// on the device, plan/ for a planned run) ----
+// ---- what a policy stores: the activation store's exact bytes (model/act_store_cpu.h on the CPU,
+// cuda/act_store_cuda.h on the device, plan/ for a planned run) ----
 
 // Values per token of each slot for a model on one of tp tensor-parallel ranks (the cols of its (rows, cols) view):
 // q, k, v, attn_out, the log-sum-exp and the MLP's slots are the rank's heads and units; the residual stream and

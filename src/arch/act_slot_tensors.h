@@ -1,15 +1,15 @@
 // The tensors of an activation store, one per stored (layer, slot), laid out by the policy: what the CPU store
-// (model/act_store.h) and the device store (cuda/act_store_cuda.h) share. Tensor is QuantizedTensor or
+// (model/act_store_cpu.h) and the device store (cuda/act_store_cuda.h) share. Tensor is QuantizedTensor or
 // DeviceQuantTensor: constructed from (format, rows, cols, category, tag), with rows(), cols(), bytes() and
 // view().codes. The stores add their own save and load (the encode and decode of their device) to the interface the
-// model calls (arch/act_store_api.h).
+// model calls (arch/act_store.h).
 #pragma once
 #include <array>
 #include <cstdint>
 #include <vector>
 
 #include "arch/act_policy.h"
-#include "arch/act_store_api.h"
+#include "arch/act_store.h"
 #include "arch/config.h"
 #include "arch/stage.h"
 #include "core/error.h"
@@ -19,7 +19,7 @@
 namespace agoq {
 
 template <class Tensor>
-class ActSlotTensors : public ActStoreApi {
+class ActSlotTensors : public ActStore {
  public:
   // Capacity: up to max_rows tokens (B*T) per forward, for the layers of `stage` and its tensor-parallel shard (the
   // policy covers all layers); with stage.sp the residual slots hold max_rows / tp rows (the rank's sequence shard).

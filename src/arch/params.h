@@ -36,7 +36,7 @@ struct ParamTensor {
 
 // A part [begin, end) of the flat layout that lives elsewhere: element `begin` is at data[0]. A gradient store
 // (parallel/grad_store.h) describes with these where backward should write; data null: nowhere, the tensors of
-// the segment get null pointers (an embedding gradient handed over in sparse form, model/grad_storage.h).
+// the segment get null pointers (an embedding gradient handed over in sparse form, model/grad_store_view.h).
 struct ParamSegment {
   size_t begin = 0, end = 0;
   float* data = nullptr;
@@ -44,7 +44,7 @@ struct ParamSegment {
 
 // The parts of a stage's flat layout whose gradients backward finishes at one moment, in forward order, data null:
 // the embedding, each decoder layer, the final norm with an untied lm_head (they tile [0, model_stage_param_count)).
-// The gradient stores' units (parallel/grad_store.h, gpu/grad_store_cuda.h).
+// The gradient stores' units (parallel/grad_store.h, cuda_train/grad_store_cuda.h).
 std::vector<ParamSegment> model_grad_units(const LlamaConfig& cfg, const ModelStage& stage);
 // A backward part's number (LlamaModel::backward_parts: -1 embedding, l a layer, n_layers the head) -> the unit on
 // a stage.
@@ -52,7 +52,7 @@ inline int model_grad_unit_of_layer(const ModelStage& s, int layer) {
   return layer < 0 ? 0 : (s.embed ? 1 : 0) + (layer - s.first_layer);
 }
 
-// The fp32 scratch of a stage's 8-bit gradient store (parallel/grad_store.h, gpu/grad_store_cuda.h), in floats:
+// The fp32 scratch of a stage's 8-bit gradient store (parallel/grad_store.h, cuda_train/grad_store_cuda.h), in floats:
 // the largest unit but the embedding (`others`); tied, the embedding's own beside it (`embed_tied`). Untied (or
 // tied with the lm_head's gradient in pieces) on the first stage, the embedding goes through the shared scratch in
 // pieces of `embed_rows` vocabulary rows: with embed_sparse (its gradient handed over per token) as many as `others`

@@ -1,4 +1,4 @@
-// The activation store on the device: model/act_store.h's twin. The same policy (arch/act_policy.h), the same slots
+// The activation store on the device: model/act_store_cpu.h's twin. The same policy (arch/act_policy.h), the same slots
 // with the same (rows, cols) views, formats and stochastic-rounding keys, so a stored slot holds the CPU store's
 // bytes for the same tile (the encode kernels are the CPU's math, quant_cuda.h) and the store allocates exactly
 // act_store_bytes. A producer saves a tile of rows right after writing it; a consumer decodes a tile into a small
@@ -12,11 +12,11 @@
 
 namespace agoq {
 
-class DeviceActivationStore : public ActSlotTensors<DeviceQuantTensor> {
+class CudaActStore : public ActSlotTensors<DeviceQuantTensor> {
  public:
   // Tracked by the device's tracker; encodes and decodes run on `stream`.
-  DeviceActivationStore(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy, const ModelStage& stage,
-                        cudaStream_t stream = 0)
+  CudaActStore(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy, const ModelStage& stage,
+               cudaStream_t stream = 0)
       : ActSlotTensors(cfg, max_rows, policy, stage), stream_(stream) {}
 
   // Rows [r0, r0 + rows) from src (rows x cols, device); nothing to do for an fp32 slot src already is. The encode's

@@ -1,8 +1,8 @@
 // Where the model computes: the ops of model/op_table.h (model/ops.h's and model/attention.h's, with the same
 // signatures, shapes and overwrite / accumulate rules), on the memory of one device. LlamaModel (model/llama.h)
 // calls only these, on buffers the backend allocates, so one model file runs on the CPU (model_backend_cpu(),
-// below: the OpenBLAS and OpenMP ops) and on the GPU (gpu/backend_cuda.h: the CUDA twins of cuda/ops_cuda.h). Like
-// the tensor group, a backend is implemented where its device is and handed to the model at construction.
+// below: the OpenBLAS and OpenMP ops) and on the GPU (cuda_train/backend_cuda.h: the CUDA twins of cuda/ops_cuda.h).
+// Like the tensor group, a backend is implemented where its device is and handed to the model at construction.
 //
 // Pointers are the backend's memory (host or device) except where a comment says host. Calls on one backend are
 // ordered; download waits for the work before it.
@@ -14,7 +14,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "arch/act_store_api.h"
+#include "arch/act_store.h"
 #include "arch/config.h"
 #include "arch/stage.h"
 #include "core/enum_names.h"
@@ -72,9 +72,9 @@ class ModelBackend {
   virtual void upload(void* dst, const void* host, size_t bytes) = 0;
   virtual void download(void* host, const void* src, size_t bytes) = 0;
   virtual void zero(float* x, size_t n) = 0;
-  // An activation store on this device (arch/act_store_api.h), allocating act_store_bytes.
-  virtual std::unique_ptr<ActStoreApi> store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
-                                                  const ModelStage& stage) = 0;
+  // An activation store on this device (arch/act_store.h), allocating act_store_bytes.
+  virtual std::unique_ptr<ActStore> store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
+                                               const ModelStage& stage) = 0;
   // Tensor parallelism's collectives (model/tensor_group.h) work on host memory: a backend says if it can join them.
   virtual bool host_memory() const { return device() == MemDevice::host; }
   // The weights were written (an optimizer step, new values uploaded): a backend that keeps copies of them (bf16

@@ -4,7 +4,7 @@
 #include <iterator>
 #include <map>
 
-#include "model/act_store.h"
+#include "model/act_store_cpu.h"
 #include "model/attention.h"
 #include "model/backend.h"
 #include "model/gemm_bf16.h"
@@ -29,9 +29,9 @@ class CpuBackend : public ModelBackend {
     if (bytes && host != src) std::memcpy(host, src, bytes);
   }
   void zero(float* x, size_t n) override { std::memset(x, 0, n * sizeof(float)); }
-  std::unique_ptr<ActStoreApi> store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
-                                          const ModelStage& stage) override {
-    return std::make_unique<ActivationStore>(cfg, max_rows, policy, stage);
+  std::unique_ptr<ActStore> store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
+                                       const ModelStage& stage) override {
+    return std::make_unique<CpuActStore>(cfg, max_rows, policy, stage);
   }
 
 #define AGOQ_OP_CPU(name, cls, params, args, cost) \

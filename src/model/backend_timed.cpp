@@ -2,7 +2,7 @@
 
 #include <numeric>
 
-#include "arch/act_store_api.h"
+#include "arch/act_store.h"
 
 namespace agoq {
 
@@ -28,9 +28,9 @@ OpSeconds TimedBackend::take() {
 std::map<OpShape, OpCalls> TimedBackend::take_calls() { return std::exchange(calls_, {}); }
 
 // The inner backend's store, its saves and loads timed (the quantize and dequantize passes of quantized slots).
-class TimedStore final : public ActStoreApi {
+class TimedStore final : public ActStore {
  public:
-  TimedStore(std::unique_ptr<ActStoreApi> inner, TimedBackend& owner) : inner_(std::move(inner)), owner_(owner) {}
+  TimedStore(std::unique_ptr<ActStore> inner, TimedBackend& owner) : inner_(std::move(inner)), owner_(owner) {}
   const ActPolicy& policy() const override { return inner_->policy(); }
   bool stored(int layer, ActSlot s) const override { return inner_->stored(layer, s); }
   const QuantFormat& format(int layer, ActSlot s) const override { return inner_->format(layer, s); }
@@ -52,12 +52,12 @@ class TimedStore final : public ActStoreApi {
   const std::array<double, kActSlotCount>& sensitivity() const override { return inner_->sensitivity(); }
 
  private:
-  std::unique_ptr<ActStoreApi> inner_;
+  std::unique_ptr<ActStore> inner_;
   TimedBackend& owner_;
 };
 
-std::unique_ptr<ActStoreApi> TimedBackend::store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
-                                                      const ModelStage& stage) {
+std::unique_ptr<ActStore> TimedBackend::store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
+                                                   const ModelStage& stage) {
   return std::make_unique<TimedStore>(inner_.store_make(cfg, max_rows, policy, stage), *this);
 }
 

@@ -57,8 +57,8 @@ class TimedBackend final : public ModelBackend {
   void upload(void* dst, const void* host, size_t bytes) override { inner_.upload(dst, host, bytes); }
   void download(void* host, const void* src, size_t bytes) override { inner_.download(host, src, bytes); }
   void zero(float* x, size_t n) override;
-  std::unique_ptr<ActStoreApi> store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
-                                          const ModelStage& stage) override;
+  std::unique_ptr<ActStore> store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
+                                       const ModelStage& stage) override;
   bool host_memory() const override { return inner_.host_memory(); }
   void weights_changed() override { inner_.weights_changed(); }
   GemmPrecision gemm_precision() const override { return inner_.gemm_precision(); }

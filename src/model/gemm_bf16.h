@@ -14,7 +14,8 @@
 namespace agoq {
 
 // The matrix products' inputs (`--compute`): fp32, or bf16 copies with fp32 accumulation (Megatron's mixed
-// precision), on the CPU (model_backend_cpu_bf16; attention's tile products too) and the GPU (gpu/backend_cuda.h).
+// precision), on the CPU (model_backend_cpu_bf16; attention's tile products too) and the GPU
+// (cuda_train/backend_cuda.h).
 enum class GemmPrecision : uint8_t { fp32, bf16 };
 inline constexpr EnumName<GemmPrecision> kGemmPrecisionNames[] = {{GemmPrecision::bf16, "bf16"},
                                                                   {GemmPrecision::fp32, "fp32"}};

@@ -82,8 +82,8 @@ LlamaGemmBf16Bytes llama_gemm_bf16_bytes(const LlamaConfig& cfg, int max_batch, 
 }
 
 LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
-                       const ModelStage& stage, int in_flight, const GradStorage& grad_storage, TensorGroup* tensor,
-                       ModelBackend& backend)
+                       const ModelStage& stage, int in_flight, const GradStoreView& grad_store_view,
+                       TensorGroup* tensor, ModelBackend& backend)
     : cfg_(cfg),
       d_(model_shard_dims(cfg, stage)),
       tensor_(stage.tp > 1 ? tensor : nullptr),
@@ -91,14 +91,14 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
       max_rows_(max_batch * max_seq),
       max_seq_(max_seq) {
   cfg.validate();
-  const std::vector<ParamSegment>& segments = grad_storage.segments;
+  const std::vector<ParamSegment>& segments = grad_store_view.segments;
   const bool sparse_embedding =
       std::any_of(segments.begin(), segments.end(), [](const ParamSegment& g) { return g.data == nullptr; });
-  grad_rows_ = sparse_embedding ? grad_storage.rows : nullptr;
+  grad_rows_ = sparse_embedding ? grad_store_view.rows : nullptr;
   head_pieces_ = stage.head && cfg.tie_embeddings && sparse_embedding;
   AGOQ_CHECK(be_.host_memory() || (stage.tp == 1 && !sparse_embedding), "a model on ", mem_device_name(be_.device()),
              " runs unsharded (tp 1), with its gradients in device memory (its own or a store's)");
-  AGOQ_CHECK(!sparse_embedding || grad_storage.rows,
+  AGOQ_CHECK(!sparse_embedding || grad_store_view.rows,
              "the gradient storage leaves the embedding out and takes no sparse embedding gradient (internal)");
   for (ModelOp op :
        {ModelOp::crossentropy_shard_max, ModelOp::crossentropy_shard_exp, ModelOp::crossentropy_shard_finish})
@@ -181,7 +181,7 @@ void LlamaModel::stores_allocate(const ActPolicy& policy, int count) {
   ws_if(o_, ActSlot::attn_out, d_.Q);
 }
 
-ActStoreApi& LlamaModel::store(int i) {
+ActStore& LlamaModel::store(int i) {
   AGOQ_CHECK(i >= 0 && i < store_count(), "activation store ", i, " of ", store_count(), " (internal)");
   return *stores_[i];
 }
@@ -218,7 +218,7 @@ float* LlamaModel::attention_buffer(int l, ActSlot s, const BackendBuffer<float>
 }
 
 float* LlamaModel::slot_out_rows(int l, ActSlot s, int r0, const BackendBuffer<float>& tile) {
-  ActStoreApi& S = active_store();
+  ActStore& S = active_store();
   return S.is_fp32(l, s) ? S.fp32_data(l, s) + size_t(r0) * S.cols(s) : tile.data();
 }
 
@@ -235,7 +235,7 @@ const float* LlamaModel::norm_out_rows(int l, ActSlot out, const float* x, const
 // xn -> q, k, v (RoPE applied), saved.
 void LlamaModel::qkv_forward_rows(int l, int T, int r0, int rows, const float* xn) {
   const LayerParams& P = params_.layers[l];
-  ActStoreApi& S = active_store();
+  ActStore& S = active_store();
   const int C = d_.C, Q = d_.Q, KV = d_.KV;
   float* qr = attention_buffer(l, ActSlot::q, q_) + size_t(r0) * Q;
   float* kr = attention_buffer(l, ActSlot::k, k_) + size_t(r0) * KV;
@@ -253,7 +253,7 @@ void LlamaModel::qkv_forward_rows(int l, int T, int r0, int rows, const float* x
 // hn -> gate, up -> s = SwiGLU (saved) -> out = down(s) (a partial sum on a shard). out may alias hn.
 void LlamaModel::mlp_forward_rows(int l, int r0, int rows, const float* hn, float* out) {
   const LayerParams& P = params_.layers[l];
-  ActStoreApi& S = active_store();
+  ActStore& S = active_store();
   const int C = d_.C, F = d_.F;
   float* gate = slot_out_rows(l, ActSlot::gate, r0, t_gate_);
   float* up = slot_out_rows(l, ActSlot::up, r0, t_up_);
@@ -272,7 +272,7 @@ void LlamaModel::mlp_forward_rows(int l, int r0, int rows, const float* hn, floa
 void LlamaModel::mlp_backward_rows(int l, int r0, int rows, const float* dout, const float* hn, float* dhn) {
   const LayerParams& P = params_.layers[l];
   LayerParams& G = grads_.layers[l];
-  ActStoreApi& S = active_store();
+  ActStore& S = active_store();
   const int C = d_.C, F = d_.F;
   const size_t nf = size_t(rows) * F;
   const float* gate = S.load_rows(l, ActSlot::gate, r0, rows, t_gate_.data());
@@ -295,7 +295,7 @@ void LlamaModel::o_backward_rows(int l, int r0, int rows, const float* dh) {
 
 // Attention's backward over the whole batch, from its high-precision saved tensors, into dq_, dk_, dv_.
 void LlamaModel::attention_backward_layer(int l, int B, int T) {
-  ActStoreApi& S = active_store();
+  ActStore& S = active_store();
   auto full = [&](ActSlot s, const BackendBuffer<float>& ws) {
     return S.load_rows(l, s, 0, size_t(B) * T, ws.data());  // fp32: in place; else decoded into the workspace
   };
@@ -330,7 +330,7 @@ void LlamaModel::qkv_backward_rows(int l, int T, int r0, int rows, const float* 
 void LlamaModel::forward_layer(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   const int N = B * T, C = d_.C, Q = d_.Q, R = llama_tile_rows(T, N);
-  ActStoreApi& S = active_store();
+  ActStore& S = active_store();
   float* o = attention_buffer(l, ActSlot::attn_out, o_);
   float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
   float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
@@ -381,7 +381,7 @@ void LlamaModel::backward_layer(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   LayerParams& G = grads_.layers[l];
   const int N = B * T, C = d_.C, R = llama_tile_rows(T, N);
-  ActStoreApi& S = active_store();
+  ActStore& S = active_store();
   const float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
   const float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
 

@@ -12,13 +12,13 @@
 #include "arch/stage.h"
 #include "core/memory.h"
 #include "model/backend.h"
-#include "model/grad_storage.h"
+#include "model/grad_store_view.h"
 #include "model/tensor_group.h"
 
 namespace agoq {
 
 // What one micro-batch's pass through the model needs besides its tokens, handed down by whoever runs it (a plain
-// loop, parallel/pipeline.h) from whoever owns the step (parallel/data_parallel.h builds one per micro-batch). Data
+// loop, parallel/pipeline.h) from whoever owns the step (parallel/step_cpu.h builds one per micro-batch). Data
 // only: the model calls nobody back; a caller that acts on gradients as backward finishes them runs the backward
 // part by part (stage_backward_part below).
 struct MicroBatchRun {
@@ -34,7 +34,7 @@ struct MicroBatchRun {
   // (B, T) on the host: where each row's document begins in its sequence (model/attention.h's document masking
   // of packed examples); null: one document per sequence. Valid during the pass.
   const int32_t* doc_start = nullptr;
-  // The micro-batch's gradients in a gradient store that folds them into 8 bits (model/grad_storage.h's rows):
+  // The micro-batch's gradients in a gradient store that folds them into 8 bits (model/grad_store_view.h's rows):
   // whether it is the step's first (the store overwrites), and their stochastic rounding.
   bool grad_first = true;
   uint64_t grad_seed = 0;
@@ -67,7 +67,7 @@ class LlamaModel {
   LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy)
       : LlamaModel(cfg, max_batch, max_seq, policy, model_stage_whole(cfg), 1) {}
   // A pipeline stage's part of the model, with activation stores for `in_flight` micro-batches. Backward writes
-  // its gradients into `grad_storage` (a gradient store's segments and sparse sink, model/grad_storage.h); empty:
+  // its gradients into `grad_store_view` (a gradient store's segments and sparse sink, model/grad_store_view.h); empty:
   // into one full fp32 buffer the model owns. A tensor-parallel shard (stage.tp > 1) joins the other shards through
   // `tensor`, the group of stage.tp ranks in which it is rank stage.tp_rank (docs/parallel.md: the collectives per
   // layer). `backend`: where the model computes and its buffers live (model/backend.h). Parameters, gradients, stores
@@ -75,7 +75,7 @@ class LlamaModel {
   // backend runs unsharded (tp 1), its gradients in device memory (its own buffer, or a store's without a sparse
   // embedding).
   LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy, const ModelStage& stage,
-             int in_flight, const GradStorage& grad_storage = {}, TensorGroup* tensor = nullptr,
+             int in_flight, const GradStoreView& grad_store_view = {}, TensorGroup* tensor = nullptr,
              ModelBackend& backend = model_backend_cpu());
   // The whole model on `backend`.
   LlamaModel(ModelBackend& backend, const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy)
@@ -88,12 +88,12 @@ class LlamaModel {
   ParamSet& params() { return params_; }
   ParamSet& grads() { return grads_; }
   // The flat layout of the parameters and of the gradients (model_stage_param_count values) on the backend; the
-  // gradients' is null when a gradient store holds them (grad_storage).
+  // gradients' is null when a gradient store holds them (grad_store_view).
   float* params_flat() { return params_.data() ? params_.data() : params_mem_.data(); }
   float* grads_flat() { return grads_.data() ? grads_.data() : grads_mem_.data(); }
   // Activation store i: one per micro-batch in flight, which a micro-batch names (MicroBatchRun::store). On the host
-  // backend a model/act_store.h ActivationStore.
-  ActStoreApi& store(int i = 0);
+  // backend a model/act_store_cpu.h CpuActStore.
+  ActStore& store(int i = 0);
   int store_count() const { return int(stores_.size()); }
   // Replaces the activation policy (re-planned bits): the stores are reallocated, their contents are lost.
   void set_policy(const ActPolicy& policy);
@@ -154,7 +154,7 @@ class LlamaModel {
   // The run's activation store (active_) and its document starts where the backend's attention reads them
   // (doc_start_), checked.
   void run_use(const MicroBatchRun& run, int B, int T);
-  ActStoreApi& active_store() { return *stores_[active_]; }
+  ActStore& active_store() { return *stores_[active_]; }
   void check_batch(int B, int T) const;
   void stores_allocate(const ActPolicy& policy, int count);
   float run_whole(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run, bool backward);
@@ -207,7 +207,7 @@ class LlamaModel {
   int max_rows_, max_seq_;
   BackendBuffer<float> params_mem_, grads_mem_;  // a device backend's flat parameters and gradients
   ParamSet params_, grads_;
-  std::vector<std::unique_ptr<ActStoreApi>> stores_;
+  std::vector<std::unique_ptr<ActStore>> stores_;
   int active_ = 0;                                   // the store of the micro-batch running
   BackendBuffer<int32_t> inputs_dev_, targets_dev_;  // (N) a device backend's copy of the token ids
   BackendBuffer<int32_t> docs_dev_;                  // (N) and of the document starts (made when first needed)

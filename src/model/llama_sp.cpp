@@ -31,7 +31,7 @@ void LlamaModel::sp_scatter(const float* whole, float* part, int n) {
 void LlamaModel::forward_layer_sp(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   const int N = B * T, n = stage().rows_held(N), C = d_.C, Q = d_.Q, R = llama_tile_rows(T, N);
-  ActStoreApi& S = active_store();
+  ActStore& S = active_store();
   float* whole = sp_whole_.data();
   float* mine = whole + size_t(stage().tp_rank) * n * C;  // this rank's rows of the gathered tensor
   float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
@@ -106,7 +106,7 @@ void LlamaModel::backward_layer_sp(int l, int B, int T) {
   const LayerParams& P = params_.layers[l];
   LayerParams& G = grads_.layers[l];
   const int N = B * T, n = stage().rows_held(N), C = d_.C, R = llama_tile_rows(T, N);
-  ActStoreApi& S = active_store();
+  ActStore& S = active_store();
   const float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
   const float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
   float* whole = sp_whole_.data();

@@ -1,5 +1,5 @@
 // How checkpoints name AdamW's moments (docs/checkpoint-format.md), written once for every engine that saves or
-// loads them: DataParallel's DpMoments (any ZeRO sharding), the GPU's step and the resume of another TP degree.
+// loads them: CpuStep's DpMoments (any ZeRO sharding), the GPU's step and the resume of another TP degree.
 //
 //   fp32:   adam.m.<weight>, adam.v.<weight>                 F32, the weight's shape
 //   8-bit:  adam.m.<weight>, adam.v.<weight>                 I8 / U8 codes, the weight's shape

@@ -1,5 +1,5 @@
 // The optimizer step, written once for every device and grid (docs/parallel.md, "Loss, norm, clipping"). The
-// engines around it (DataParallel for the CPU's ranks, CudaTrainStep for one GPU) add only what is theirs: where
+// engines around it (CpuStep for the CPU's ranks, CudaStep for one GPU) add only what is theirs: where
 // the gradient lives and the sums over ranks.
 //
 //   1. each micro-batch's seeds and scale                    step_micro_batch

@@ -1,5 +1,5 @@
-// What a training session asks of the engine around each optimizer step, whichever device runs it: DataParallel
-// (parallel/data_parallel.h: the CPU's ranks) or CudaTrainStep (gpu/train_step_cuda.h: one GPU). Here, below both,
+// What a training session asks of the engine around each optimizer step, whichever device runs it: CpuStep
+// (parallel/step_cpu.h: the CPU's ranks) or CudaStep (cuda_train/step_cuda.h: one GPU). Here, below both,
 // so the GPU's step needs nothing of the ranks' modules (MPI).
 //
 //   runs = step.step_begin(step, m);  loss_sum = <the m micro-batches>;  result = step.step_end(lr, loss_sum)

@@ -65,7 +65,7 @@ GradStore::GradStore(const LlamaConfig& cfg, const ModelStage& stage, const Grad
 
 // Backward only writes through the model's pointers, so a unit's tensors can live in the scratch at their offsets
 // relative to the unit's start.
-GradStorage GradStore::model_storage() {
+GradStoreView GradStore::model_storage() {
   if (!q8()) return {{{0, size(), full_.data()}}};
   std::vector<ParamSegment> segments;
   for (int u = 0; u < int(units_.size()); ++u)

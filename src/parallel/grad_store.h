@@ -5,14 +5,14 @@
 // tile the layout in forward order (GradBuckets' "layers"); the step's unit_ready(layer's unit) announces unit
 // model_grad_unit_of_layer(stage, layer).
 //
-// The store owns the memory backward writes gradients into and is given to the model (LlamaModel's grad_storage):
+// The store owns the memory backward writes gradients into and is given to the model (LlamaModel's grad_store_view):
 // - fp32: one full-size buffer in which the micro-batches accumulate;
 // - q8: each unit's accumulation buffer is INT8 codes + fp32 block scales (quant/grad_q8.h), and backward writes
 //   into a per-unit fp32 scratch that holds one unit at a time (plus the embedding's when embeddings are tied, as
 //   the lm_head adds into it first); each finished unit is folded into its 8-bit buffer (dequantize -> add ->
 //   requantize) and the scratch zeroed. The fp32 gradient of the whole stage is never allocated.
 //   Untied, the embedding's gradient comes in sparse form (a token's output gradient per row, to embedding_fold:
-//   the store is its storage's sink, model/grad_storage.h) and is folded in pieces of whole vocabulary rows that fit
+//   the store is its storage's sink, model/grad_store_view.h) and is folded in pieces of whole vocabulary rows that fit
 //   the scratch sized for the other units: each piece's tokens are scattered into the scratch and accumulated into the
 //   piece's blocks. Later passes (the reduction, the optimizer) read the embedding piece by piece too, so on a
 //   pipeline's first stage no fp32 buffer of the embedding's size exists (a vocabulary shard is 2-3x a decoder layer).
@@ -27,7 +27,7 @@
 
 #include "arch/params.h"
 #include "comm/grad_buckets.h"
-#include "model/grad_storage.h"
+#include "model/grad_store_view.h"
 #include "quant/grad_q8.h"
 
 namespace agoq {
@@ -66,7 +66,7 @@ class GradStore final : public GradRowsSink {
   size_t size() const { return units_.empty() ? 0 : units_.back().end; }  // of the flat layout
   // Where the model's backward writes: the full buffer (fp32), or each unit's scratch (q8; untied, the embedding
   // nowhere: its gradient comes to embedding_fold, this store being the storage's rows sink).
-  GradStorage model_storage();
+  GradStoreView model_storage();
   // The parts of unit u that are folded, reduced and read one at a time, relative to the unit: the whole unit, or
   // (q8, untied) the embedding's pieces of whole vocabulary rows and whole blocks.
   const std::vector<GradRange>& pieces(int u) const { return pieces_[u]; }
@@ -79,11 +79,11 @@ class GradStore final : public GradRowsSink {
   // poisons its block (scale NaN), which the step's norm check catches. fp32: nothing, it accumulated in place.
   // q8 untied embedding: nothing, embedding_fold did it.
   void unit_ready(int u, bool first, uint64_t seed);
-  // q8, untied: one micro-batch's embedding gradient in sparse form (model/grad_storage.h) folded piece by piece,
+  // q8, untied: one micro-batch's embedding gradient in sparse form (model/grad_store_view.h) folded piece by piece,
   // with the bits unit_ready gives the same gradient written densely.
   void embedding_fold(const float* dout, const int32_t* tokens, int rows, bool first, uint64_t seed) override;
   // q8, tied, lm_head_pieces: one micro-batch's lm_head gradient for vocabulary rows [v0, v0 + rows) of the
-  // shard (model/grad_storage.h; dw: the model's buffer, left unspecified), `tokens` its n input ids. Blocks none
+  // shard (model/grad_store_view.h; dw: the model's buffer, left unspecified), `tokens` its n input ids. Blocks none
   // of the tokens' rows touch are folded now, the others kept for embedding_fold.
   void lm_head_fold(float* dw, int v0, int rows, const int32_t* tokens, int n, bool first, uint64_t seed) override;
   // Piece p (of pieces(u)) of unit u's accumulated gradient as fp32, its values at [0, p.size()): in place (fp32),

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/memory.h"
-#include "model/act_store.h"
+#include "model/act_store_cpu.h"
 #include "plan/memory_model.h"
 
 namespace agoq {

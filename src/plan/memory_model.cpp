@@ -8,7 +8,7 @@
 
 #include "comm/allreduce_q8.h"
 #include "core/error.h"
-#include "model/act_store.h"
+#include "model/act_store_cpu.h"
 #include "model/attention.h"
 #include "model/llama.h"
 #include "parallel/grad_reduce.h"

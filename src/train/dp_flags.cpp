@@ -2,8 +2,8 @@
 
 namespace agoq {
 
-DpOptions dp_options_of(const TrainOptions& opt, Communicator* stages, Communicator* tensor) {
-  DpOptions o;
+CpuStepOptions dp_options_of(const TrainOptions& opt, Communicator* stages, Communicator* tensor) {
+  CpuStepOptions o;
   o.store.kind = opt.grad_store, o.store.rounding = opt.grad_rounding;
   o.store.lm_head_pieces = opt.lm_head_grad == LmHeadGrad::pieces;
   o.store.max_tokens = size_t(opt.batch) * size_t(opt.seq);

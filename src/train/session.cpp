@@ -20,7 +20,7 @@
 #include "train/replan.h"
 #include "train/run_dir.h"
 #if AGOQ_HAVE_CUDA
-#include "gpu/train_step_cuda.h"
+#include "cuda_train/step_cuda.h"
 #endif
 
 namespace agoq {
@@ -259,15 +259,15 @@ void TrainSession::model_build() {
     const ShardDims d = model_shard_dims(cfg_, stages_[grid_.stage]);
     timed_->head_weights_are(model_->params().lm_head, size_t(d.V) * d.C);
   }
-  engine_ = std::make_unique<DataParallel>(*grid_.dp, model_->params(), *grads_, dp_options_);
+  engine_ = std::make_unique<CpuStep>(*grid_.dp, model_->params(), *grads_, dp_options_);
   if (grid_.P > 1) pipeline_ = std::make_unique<Pipeline>(*grid_.pipe, *model_, B_, T_);
 }
 
 // The model of this rank's stage on `backend`, its weights initialised (a resume or --init-from overwrites them).
-void TrainSession::model_make(const ModelStage& stage, int in_flight, const GradStorage& grad_storage,
+void TrainSession::model_make(const ModelStage& stage, int in_flight, const GradStoreView& grad_store_view,
                               TensorGroup* tensor_group, ModelBackend& backend) {
   model_ = std::make_unique<LlamaModel>(cfg_, B_, T_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers), stage,
-                                        in_flight, grad_storage, tensor_group, backend);
+                                        in_flight, grad_store_view, tensor_group, backend);
   model_->init_weights(opt_.seed);
 }
 
@@ -287,8 +287,8 @@ void TrainSession::model_build_gpu() {
   std::unique_ptr<CudaGradStore> q8;  // --grad-store q8: the model writes into its scratch
   if (dp_options_.store.kind == GradStoreKind::q8)
     q8 = std::make_unique<CudaGradStore>(backend, cfg_, whole, dp_options_.store.block, dp_options_.store.rounding);
-  model_make(whole, 1, q8 ? GradStorage(q8->model_storage()) : GradStorage(), nullptr, backend);
-  engine_ = std::make_unique<CudaTrainStep>(*model_, backend, std::move(q8), dp_options_.adam, opt_.clip, opt_.seed);
+  model_make(whole, 1, q8 ? GradStoreView(q8->model_storage()) : GradStoreView(), nullptr, backend);
+  engine_ = std::make_unique<CudaStep>(*model_, backend, std::move(q8), dp_options_.adam, opt_.clip, opt_.seed);
 #else
   fail("--device cuda: this agoq was built without the CUDA backend (no nvcc at configure time, or -DAGOQ_CUDA=OFF)");
 #endif

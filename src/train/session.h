@@ -21,9 +21,9 @@
 #include "model/backend_timed.h"
 #include "optim/train_step.h"
 #include "parallel/comm_tensor_group.h"
-#include "parallel/data_parallel.h"
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
+#include "parallel/step_cpu.h"
 #include "plan/memory_model.h"
 #include "train/checkpoint_reshard.h"
 #include "train/metrics.h"
@@ -52,8 +52,8 @@ class TrainSession {
   void memory_check() const;
   void model_build();
   void model_build_gpu();  // --device cuda
-  void model_make(const ModelStage& stage, int in_flight, const GradStorage& grad_storage, TensorGroup* tensor_group,
-                  ModelBackend& backend);
+  void model_make(const ModelStage& stage, int in_flight, const GradStoreView& grad_store_view,
+                  TensorGroup* tensor_group, ModelBackend& backend);
   void resume();
   void weights_init_from();
   // One optimizer step: this replica's micro-batches through the model (or the pipeline), reduction, AdamW.
@@ -92,7 +92,7 @@ class TrainSession {
   DirLock out_lock_;  // lead: --out is this run's until the session ends
   RunIdentity who_;   // lead: what its checkpoints record, and what it may delete
   ParallelGrid grid_;
-  DpOptions dp_options_;
+  CpuStepOptions dp_options_;
   TokenDataset train_set_, val_set_;
   LlamaConfig cfg_;
   std::string resume_commit_ = "-";
@@ -110,7 +110,7 @@ class TrainSession {
   ComputeChoice compute_;                          // --compute, resolved: the GEMMs' precision and why
   std::unique_ptr<ModelBackend> cpu_bf16_;         // the CPU's ops with bf16 GEMMs (compute_ bf16 on the CPU)
   std::unique_ptr<LlamaModel> model_;
-  std::unique_ptr<TrainStep> engine_;   // the optimizer step: DataParallel, or CudaTrainStep on the GPU
+  std::unique_ptr<TrainStep> engine_;   // the optimizer step: CpuStep, or CudaStep on the GPU
   std::unique_ptr<Pipeline> pipeline_;  // P > 1
   std::unique_ptr<MetricsLog> log_;
   std::unique_ptr<TensorBoardWriter> tboard_;  // lead, --tensorboard: opened with --out, then given to log_

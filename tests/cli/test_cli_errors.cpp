@@ -68,7 +68,7 @@ TEST_F(CliErrors, GpuFlagsTheGpuPathDoesNotBuild) {
   expect_clean_error(train({{"--device", "cuda"}, {"--compute", "tf32"}}), "--compute must be auto, bf16 or fp32");
 #if AGOQ_HAVE_CUDA
   const std::string why = cuda_unavailable_reason();
-  if (why.empty()) GTEST_SKIP() << "a GPU is usable here: --device cuda trains (tests/gpu)";
+  if (why.empty()) GTEST_SKIP() << "a GPU is usable here: --device cuda trains (tests/cuda_train)";
   expect_clean_error(train({{"--device", "cuda"}}), "no usable GPU: " + why);
 #else
   expect_clean_error(train({{"--device", "cuda"}}), "built without the CUDA backend");

@@ -25,8 +25,8 @@ class DeviceLikeBackend final : public ModelBackend {
   void download(void* host, const void* src, size_t bytes) override { std::memcpy(host, src, bytes), ++downloads; }
   void zero(float* x, size_t n) override { cpu().zero(x, n); }
   void synchronize() override { ++synchronizes; }
-  std::unique_ptr<ActStoreApi> store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
-                                          const ModelStage& stage) override {
+  std::unique_ptr<ActStore> store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
+                                       const ModelStage& stage) override {
     return cpu().store_make(cfg, max_rows, policy, stage);
   }
 #define AGOQ_OP_TO_CPU(name, cls, params, args, cost) \

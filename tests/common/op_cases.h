@@ -2,8 +2,8 @@
 // (op_reference.h) and finite differences (op_check.h), as ggml's test-backend-ops does: inputs are made on the host,
 // uploaded, the op runs on the backend, outputs come back and are compared. Outputs that accumulate start from
 // random values and those that overwrite from garbage, so each op's overwrite / accumulate rule (model/ops.h) is
-// checked too. tests/model runs the table on the CPU backend, the timed one and the device-like one; tests/gpu on
-// the CUDA backend (skipped without a GPU). Every op of the table has a case: OpTable.EveryOpHasACase says so.
+// checked too. tests/model runs the table on the CPU backend, the timed one and the device-like one; tests/cuda_train
+// on the CUDA backend (skipped without a GPU). Every op of the table has a case: OpTable.EveryOpHasACase says so.
 #pragma once
 #include <algorithm>
 #include <cmath>

@@ -34,7 +34,7 @@ TEST(CudaActStore, AllocatesExactlyTheCpuStoresBytes) {
       const ModelStage stage = model_stage_shard(cfg, model_stage_whole(cfg), tp, tp - 1, sp);
       MemoryTracker& dev = MemoryTracker::of(MemDevice::cuda);
       const size_t before = dev.current().bytes[int(MemCategory::activations)];
-      DeviceActivationStore store(cfg, rows, p, stage);
+      CudaActStore store(cfg, rows, p, stage);
       const size_t attn = act_store_bytes(p, cfg, rows, true, tp, sp);
       const size_t other = act_store_bytes(p, cfg, rows, false, tp, sp);
       EXPECT_EQ(store.stored_bytes(true), attn) << name << " tp " << tp << " sp " << sp;
@@ -49,7 +49,7 @@ TEST(CudaActStore, SavedTilesAreTheCpuBytesAndDecodeAlike) {
   const int rows = 32;
   const size_t r0 = 5, n = 9;  // a tile inside the tensor, not starting at row 0
   const ActPolicy p = ActPolicy::parse("agoq", cfg.n_layers);
-  DeviceActivationStore store(cfg, rows, p, model_stage_whole(cfg));
+  CudaActStore store(cfg, rows, p, model_stage_whole(cfg));
   store.set_seed(77);
   for (int layer = 0; layer < cfg.n_layers; ++layer)
     for (int si = 0; si < kActSlotCount; ++si) {
@@ -85,7 +85,7 @@ TEST(CudaActStore, SavedTilesAreTheCpuBytesAndDecodeAlike) {
 TEST(CudaActStore, Fp32SlotsAreReadInPlace) {
   AGOQ_REQUIRE_GPU();
   const LlamaConfig cfg = small_model();
-  DeviceActivationStore store(cfg, 8, ActPolicy::parse("fp32", cfg.n_layers), model_stage_whole(cfg));
+  CudaActStore store(cfg, 8, ActPolicy::parse("fp32", cfg.n_layers), model_stage_whole(cfg));
   float* q = store.fp32_data(1, ActSlot::q);
   EXPECT_EQ(store.load_rows(1, ActSlot::q, 2, 3, nullptr), q + 2 * size_t(store.cols(ActSlot::q)));
   EXPECT_THROW(store.save_rows(1, ActSlot::q, 6, 3, q), Error);  // rows beyond the capacity

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "model/act_store.h"
+#include "model/act_store_cpu.h"
 #include "model/llama.h"
 #include "model_test_util.h"
 #include "quant/stats.h"
@@ -165,7 +165,7 @@ TEST(ActQuant, TileFusedEncodesEqualWholeTensorEncodes) {
   for (int l = 0; l < f.cfg.n_layers; ++l)
     for (ActSlot s : {ActSlot::attn_norm_in, ActSlot::attn_norm_out, ActSlot::q, ActSlot::k, ActSlot::attn_out,
                       ActSlot::mlp_norm_in, ActSlot::mlp_norm_out, ActSlot::gate, ActSlot::up, ActSlot::swiglu_out}) {
-      const QuantizedTensor& stored = dynamic_cast<ActivationStore&>(q.store()).tensor(l, s);
+      const QuantizedTensor& stored = dynamic_cast<CpuActStore&>(q.store()).tensor(l, s);
       QuantizedTensor whole(stored.format(), stored.rows(), stored.cols(), MemCategory::workspace);
       quant_encode(whole, a.store().fp32_data(l, s), q.store().slot_seed(l, s));
       ASSERT_EQ(whole.bytes(), stored.bytes());

@@ -94,7 +94,7 @@ TEST(ModelBackend, ADeviceRefusesWhatOnlyTheHostDoes) {
   std::vector<float> storage(n);
   EXPECT_TRUE(refused(whole, {{0, 100, nullptr}, {100, n, storage.data() + 100}}));  // a sparse embedding
   // A store's dense storage: the store holds the gradients.
-  LlamaModel ok(cfg, kB, kT, policy, whole, 1, GradStorage({{0, n, storage.data()}}), nullptr, dev);
+  LlamaModel ok(cfg, kB, kT, policy, whole, 1, GradStoreView({{0, n, storage.data()}}), nullptr, dev);
   EXPECT_EQ(ok.grads_flat(), nullptr);
   LlamaModel m(dev, cfg, kB, kT, ActPolicy::parse("agoq", cfg.n_layers));
   m.store().set_calibration(true);  // the CPU store: calibration works wherever its memory is

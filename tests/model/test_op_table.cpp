@@ -1,6 +1,6 @@
 // The op table's cases (tests/common/op_cases.h) on every backend this machine has without a GPU: the CPU's, the
-// timed one around it (`train --profile`) and the device-like one (the model's device paths); tests/gpu runs the same
-// cases on the CUDA backend.
+// timed one around it (`train --profile`) and the device-like one (the model's device paths); tests/cuda_train runs the
+// same cases on the CUDA backend.
 #include <gtest/gtest.h>
 
 #include <cctype>

@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "model/act_store.h"
+#include "model/act_store_cpu.h"
 #include "model/llama.h"
 
 namespace agoq {

@@ -12,7 +12,7 @@
 
 #include "comm/communicator.h"
 #include "core/rng.h"
-#include "parallel/data_parallel.h"
+#include "parallel/step_cpu.h"
 #include "parallel_test_util.h"
 #include "plan/memory_model.h"
 #include "train/trainer.h"
@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 
 // D ranks x 2 micro-batches == 1 rank x 2D micro-batches: the same windows (one global stream), the same
 // activation rounding seeds, sums that differ only by fp32 reassociation.
-TEST(DataParallel, MatchesOneProcessWithMoreMicroBatches) {
+TEST(CpuStep, MatchesOneProcessWithMoreMicroBatches) {
   const int D = world().size();
   const fs::path data = shared_data("equiv");
   const TrainOptions o = tiny(data, "dp", 2);
@@ -40,7 +40,7 @@ TEST(DataParallel, MatchesOneProcessWithMoreMicroBatches) {
 }
 
 // Every rank ends with the same loss curve (the loss is averaged over ranks before anyone sees it).
-TEST(DataParallel, AllRanksReportTheSameLosses) {
+TEST(CpuStep, AllRanksReportTheSameLosses) {
   const fs::path data = shared_data("same");
   TrainOptions o = tiny(data, "dp", 1);
   o.steps = 3;
@@ -51,7 +51,7 @@ TEST(DataParallel, AllRanksReportTheSameLosses) {
   shared_cleanup(data);
 }
 
-TEST(DataParallel, ZeroOneMatchesUnsharded) {
+TEST(CpuStep, ZeroOneMatchesUnsharded) {
   const fs::path data = shared_data("zero");
   TrainOptions o = tiny(data, "plain", 2);
   const TrainResult plain = train_run(o);
@@ -67,7 +67,7 @@ TEST(DataParallel, ZeroOneMatchesUnsharded) {
 // all-reduce perturb each step's gradient by a few percent relative (INT8 blocks of 256: nearest rounding errs by
 // s/2 with s = absmax/127, stochastic by up to s; measured relative L2 error 1-4%, tests/comm), which moves AdamW's
 // update by about as much; over 8 steps the loss curves stay within 1% of each other (measured: ~0.1-0.3%).
-TEST(DataParallel, Q8PathsFollowTheFp32Curve) {
+TEST(CpuStep, Q8PathsFollowTheFp32Curve) {
   const int D = world().size();
   const fs::path data = shared_data("q8");
   TrainOptions o = tiny(data, "fp32", 2);
@@ -99,7 +99,7 @@ struct EngineRun {
   std::vector<double> losses, norms;
   std::vector<float> weights;
 };
-EngineRun run_engine(const DpOptions& o, int steps, int m) {
+EngineRun run_engine(const CpuStepOptions& o, int steps, int m) {
   LlamaConfig cfg;
   cfg.dim = 64, cfg.n_layers = 3, cfg.n_heads = 4, cfg.n_kv_heads = 2, cfg.ffn_dim = 128, cfg.vocab_size = 256;
   cfg.max_seq_len = 16;
@@ -107,7 +107,7 @@ EngineRun run_engine(const DpOptions& o, int steps, int m) {
   GradStore grads(cfg, model_stage_whole(cfg), o.store);
   LlamaModel model(cfg, B, T, ActPolicy::parse("fp32", cfg.n_layers), model_stage_whole(cfg), 1, grads.model_storage());
   model.init_weights(7);
-  DataParallel dp(world(), model.params(), grads, o);
+  CpuStep dp(world(), model.params(), grads, o);
   Rng rng(11, uint64_t(world().rank()));
   std::vector<int32_t> in(size_t(m) * B * T), tgt(in.size());
   EngineRun r;
@@ -124,9 +124,9 @@ EngineRun run_engine(const DpOptions& o, int steps, int m) {
 // The q8 store + allreduce_q8, each unit all-reduced on the communication thread while backward runs, against the
 // same reduction after backward (overlap off: the same collectives in the same order on the caller's thread):
 // the same bits, and every rank holds the same weights (ranks that saw other tokens: the sum did happen).
-TEST(DataParallel, OverlappedQ8StoreReductionIsBitIdentical) {
+TEST(CpuStep, OverlappedQ8StoreReductionIsBitIdentical) {
   if (world().size() == 1) GTEST_SKIP() << "needs 2 or more ranks (parallel_np2 and parallel_np4 run it)";
-  DpOptions o;
+  CpuStepOptions o;
   o.store.kind = GradStoreKind::q8, o.reduce = GradReduce::q8;
   const EngineRun overlapped = run_engine(o, 4, 2);
   o.overlap = false;
@@ -152,14 +152,14 @@ void check_resume(const std::string& store, const std::string& reduce, int zero)
   shared_cleanup(data);
 }
 
-TEST(DataParallel, ResumeIsBitIdenticalZeroQ8) { check_resume("q8", "q8", 1); }
-TEST(DataParallel, ResumeIsBitIdenticalFp32) { check_resume("fp32", "mpi", 0); }
+TEST(CpuStep, ResumeIsBitIdenticalZeroQ8) { check_resume("q8", "q8", 1); }
+TEST(CpuStep, ResumeIsBitIdenticalFp32) { check_resume("fp32", "mpi", 0); }
 
 // 8-bit AdamW moments, full AGoQ (q8 store and all-reduce) with and without ZeRO-1: the loss curve within 2% of the
 // fp32 single process (the moments' rounding adds to the q8 gradients'), exact resume (8-bit codes and scales
 // gathered and scattered), and the memory model's weight, gradient, optimizer and communication (allreduce_q8's
 // workspace) bytes equal the tracker's on rank 0.
-TEST(DataParallel, Q8StatesFollowTheFp32CurveResumeExactlyAndMatchTheModel) {
+TEST(CpuStep, Q8StatesFollowTheFp32CurveResumeExactlyAndMatchTheModel) {
   const int D = world().size();
   const fs::path data = shared_data("q8states");
   TrainOptions o = tiny(data, "fp32", 2);
@@ -189,7 +189,7 @@ TEST(DataParallel, Q8StatesFollowTheFp32CurveResumeExactlyAndMatchTheModel) {
 }
 
 // fp32 moments resumed as 8-bit ones and the reverse, sharded (ZeRO-1) over the job's ranks.
-TEST(DataParallel, ResumeConvertsBetweenFp32AndQ8States) {
+TEST(CpuStep, ResumeConvertsBetweenFp32AndQ8States) {
   const fs::path data = shared_data("convert");
   TrainOptions o = tiny(data, "a", 2);
   o.zero = 1;
@@ -199,7 +199,7 @@ TEST(DataParallel, ResumeConvertsBetweenFp32AndQ8States) {
   shared_cleanup(data);
 }
 
-TEST(DataParallel, BadFlagsAreOneClearError) {
+TEST(CpuStep, BadFlagsAreOneClearError) {
   const fs::path data = shared_data("flags");
   TrainOptions o = tiny(data, "x", 1);
   std::unique_ptr<Communicator> self = world().split(world().rank(), 0);

@@ -171,7 +171,7 @@ TEST(GradStore, TiedHeadInPiecesMatchesTheDenseGradient) {
       store.lm_head_fold(dw, v0, rows, t, n, first, seed);
     }
   } watch(store);
-  GradStorage storage = store.model_storage();
+  GradStoreView storage = store.model_storage();
   ASSERT_EQ(storage.rows, &store);
   storage.rows = &watch;
   LlamaModel pieces(cfg, B, T, pol, st, 1, storage), dense(cfg, B, T, pol, st, 1);

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "model/act_store.h"
+#include "model/act_store_cpu.h"
 #include "plan/bit_alloc.h"
 #include "plan/memory_model.h"
 
@@ -161,7 +161,7 @@ TEST(PlanBits, PolicyBytesAreExact) {
   st.n_layers = 3, st.in_flight = 2;
   st.budget = (plan_min_act_bytes(sh, st) * 3) / 2;
   const PlanStageBits r = plan_allocate_stage(sh, st);
-  ActivationStore store(sh.cfg, int(sh.rows), r.policy, model_stage_whole(sh.cfg));
+  CpuActStore store(sh.cfg, int(sh.rows), r.policy, model_stage_whole(sh.cfg));
   EXPECT_EQ(2 * (store.stored_bytes(true) + store.stored_bytes(false)), r.act_bytes);
   EXPECT_EQ(r.bits[int(ActSlot::q)], 16);  // attention stays bf16 by default
   EXPECT_EQ(r.bits[int(ActSlot::swiglu_out)], 0);

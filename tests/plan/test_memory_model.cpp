@@ -9,7 +9,7 @@
 #include "comm/allreduce_q8.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "model/act_store.h"
+#include "model/act_store_cpu.h"
 #include "model/llama.h"
 #include "optim/adamw.h"
 #include "parallel/grad_reduce.h"
@@ -110,7 +110,7 @@ TEST(PlanGpuModel, ActivationBytesEqualTheStore) {
   for (const char* policy : {"fp32", "baseline-bf16", "agoq", "uniform4", "attn=bf16,mlp=3,norm=8"}) {
     const ActPolicy p = ActPolicy::parse(policy, cfg.n_layers);
     EXPECT_EQ(plan_act_bytes(p, cfg, 1, 100), act_store_bytes(p, cfg, 100, true) + act_store_bytes(p, cfg, 100, false));
-    ActivationStore store(cfg, 100, p, model_stage_whole(cfg));
+    CpuActStore store(cfg, 100, p, model_stage_whole(cfg));
     EXPECT_EQ(plan_act_bytes(p, cfg, 1, 100), store.stored_bytes(true) + store.stored_bytes(false)) << policy;
   }
   EXPECT_EQ(plan_slot_cols(cfg, 1), act_slot_cols(cfg));
@@ -135,11 +135,11 @@ TEST(PlanGpuModel, TensorParallelShapesAreTheTrainersShards) {
     EXPECT_EQ(plan_slot_cols(cfg, T), act_slot_cols(cfg, T));
     for (const char* policy : {"fp32", "baseline-bf16", "agoq"}) {
       const ActPolicy p = ActPolicy::parse(policy, cfg.n_layers);
-      ActivationStore store(cfg, 100, p, model_stage_shard(cfg, model_stage_whole(cfg), T, T - 1));
+      CpuActStore store(cfg, 100, p, model_stage_shard(cfg, model_stage_whole(cfg), T, T - 1));
       EXPECT_EQ(plan_act_bytes(p, cfg, T, 100), store.stored_bytes(true) + store.stored_bytes(false)) << policy;
       if (T == 1) continue;
       // Sequence parallelism: the residual slots on 100 / T rows of the shard's store; every slot 1/T of T = 1's.
-      ActivationStore sp(cfg, 100, p, model_stage_shard(cfg, model_stage_whole(cfg), T, T - 1, true));
+      CpuActStore sp(cfg, 100, p, model_stage_shard(cfg, model_stage_whole(cfg), T, T - 1, true));
       EXPECT_EQ(plan_act_bytes(p, cfg, T, 100, true), sp.stored_bytes(true) + sp.stored_bytes(false)) << policy;
       if (std::string(policy) == "fp32") {
         EXPECT_EQ(T * plan_act_bytes(p, cfg, T, 100, true), plan_act_bytes(p, cfg, 1, 100));

@@ -39,7 +39,7 @@ TrainOptions bf16_options(const fs::path& data, const std::string& out, ComputeM
 }
 
 // bf16 inputs carry 8 significant bits: the step's loss moves by about 2^-9 relative per product, and the run's
-// curve stays within 2% of the fp32 one (the GPU's bar, tests/gputrain) while it learns.
+// curve stays within 2% of the fp32 one (the GPU's bar, tests/train_cuda) while it learns.
 TEST(TrainerBf16, FollowsTheFp32CurveAndLearns) {
   AGOQ_REQUIRE_BF16();
   const fs::path data = synthetic_corpus_make("trainer_bf16_curve", 50, 8000);

@@ -25,9 +25,9 @@ class GradRowsSink {
   virtual void lm_head_fold(float* dw, int v0, int rows, const int32_t* tokens, int n, bool first, uint64_t seed) = 0;
 };
 
-struct GradStorage {
-  GradStorage() = default;
-  GradStorage(std::vector<ParamSegment> s, GradRowsSink* r = nullptr) : segments(std::move(s)), rows(r) {}
+struct GradStoreView {
+  GradStoreView() = default;
+  GradStoreView(std::vector<ParamSegment> s, GradRowsSink* r = nullptr) : segments(std::move(s)), rows(r) {}
   // Empty: the model's own fp32 buffer. A segment whose data is null is the embedding's, whose gradient goes to
   // `rows` (and the tied lm_head's too).
   std::vector<ParamSegment> segments;

@@ -27,7 +27,7 @@
 
 namespace agoq {
 
-struct DpOptions {
+struct CpuStepOptions {
   GradStoreOptions store;  // of the GradStore the caller builds (this engine reads the store itself)
   GradReduce reduce = GradReduce::fp32;
   bool zero = false;  // ZeRO-1
@@ -43,12 +43,12 @@ struct DpOptions {
   uint64_t seed = 1337;  // stochastic rounding streams (activations, q8 gradients)
 };
 
-class DataParallel final : public TrainStep {
+class CpuStep final : public TrainStep {
  public:
   // params: this rank's (stage's) weights; grads: the store its model writes into.
-  DataParallel(Communicator& comm, ParamSet& params, GradStore& grads, const DpOptions& opts);
-  DataParallel(const DataParallel&) = delete;
-  DataParallel& operator=(const DataParallel&) = delete;
+  CpuStep(Communicator& comm, ParamSet& params, GradStore& grads, const CpuStepOptions& opts);
+  CpuStep(const CpuStep&) = delete;
+  CpuStep& operator=(const CpuStep&) = delete;
 
   // Starts a step of m micro-batches on this rank and returns what micro-batch j (global micro-batch rank * m + j)
   // runs with: the rounding seeds a single process running all D * m would give it, and grad_scale 1 / (D * m).

@@ -1,6 +1,6 @@
-// The whole model on the GPU (gpu/backend_cuda.h) against the same model on the CPU: the same weights (init_weights
-// makes them on the host for both), the same tokens, the same stochastic-rounding seed. The bounds, per gradient
-// tensor as max |gpu − cpu| over max |cpu|:
+// The whole model on the GPU (cuda_train/backend_cuda.h) against the same model on the CPU: the same weights
+// (init_weights makes them on the host for both), the same tokens, the same stochastic-rounding seed. The bounds, per
+// gradient tensor as max |gpu − cpu| over max |cpu|:
 //   * fp32 GEMMs, the fp32 store: 1e-4, the op tests' backward bound (each op agrees to ~1e-6; a few layers of
 //     them compound it);
 //   * fp32 GEMMs, the bf16 and agoq stores: the stored tensors are the same bf16 values or codes except where an
@@ -18,8 +18,8 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "gpu/backend_cuda.h"
-#include "gpu/grad_store_cuda.h"
+#include "cuda_train/backend_cuda.h"
+#include "cuda_train/grad_store_cuda.h"
 #include "model/gemm_bf16.h"
 #include "model/llama.h"
 #include "tests/common/store_backward.h"

@@ -14,7 +14,7 @@
 
 namespace agoq {
 
-class ActivationStore : public ActSlotTensors<QuantizedTensor> {
+class CpuActStore : public ActSlotTensors<QuantizedTensor> {
  public:
   using ActSlotTensors::ActSlotTensors;
 

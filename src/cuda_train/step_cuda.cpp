@@ -1,4 +1,4 @@
-#include "gpu/train_step_cuda.h"
+#include "cuda_train/step_cuda.h"
 
 #include <cmath>
 
@@ -10,8 +10,8 @@
 
 namespace agoq {
 
-CudaTrainStep::CudaTrainStep(LlamaModel& model, CudaBackend& gpu, std::unique_ptr<CudaGradStore> q8_grads,
-                             const AdamWConfig& adam, float clip, uint64_t seed)
+CudaStep::CudaStep(LlamaModel& model, CudaBackend& gpu, std::unique_ptr<CudaGradStore> q8_grads,
+                   const AdamWConfig& adam, float clip, uint64_t seed)
     : model_(model),
       gpu_(gpu),
       q8_(std::move(q8_grads)),
@@ -30,7 +30,7 @@ CudaTrainStep::CudaTrainStep(LlamaModel& model, CudaBackend& gpu, std::unique_pt
   runs_ = adam_decay_runs(model.params(), 0, n_);
 }
 
-std::vector<MicroBatchRun> CudaTrainStep::step_begin(long step, int m, double loss_tokens) {
+std::vector<MicroBatchRun> CudaStep::step_begin(long step, int m, double loss_tokens) {
   step_ = step, m_ = m, loss_tokens_ = loss_tokens;
   if (!q8_) gpu_.zero(model_.grads_flat(), n_);  // the 8-bit store's first micro-batch overwrites instead
   std::vector<MicroBatchRun> runs(m);
@@ -41,13 +41,13 @@ std::vector<MicroBatchRun> CudaTrainStep::step_begin(long step, int m, double lo
   return runs;
 }
 
-void CudaTrainStep::part_done(const MicroBatchRun& run, int, int part) {
+void CudaStep::part_done(const MicroBatchRun& run, int, int part) {
   if (q8_) q8_->unit_ready(model_grad_unit_of_layer(model_.stage(), part), run.grad_first, run.grad_seed);
 }
 
 // One replica's step: the norm of the whole gradient (the 8-bit store: unit by unit, each dequantized into its
 // scratch once for the norm and once more for the update), then the step core (optim/step_core.h).
-StepResult CudaTrainStep::step_end(float lr, double loss_sum) {
+StepResult CudaStep::step_end(float lr, double loss_sum) {
   StepResult res;
   res.loss = step_loss(loss_sum, m_, loss_tokens_);
   double sum_squares = 0;
@@ -64,18 +64,18 @@ StepResult CudaTrainStep::step_end(float lr, double loss_sum) {
 
 // ---- the step core's device (optim/step_core.h): without the 8-bit store one unit, the whole gradient ----
 
-int CudaTrainStep::unit_count() const { return q8_ ? q8_->unit_count() : 1; }
+int CudaStep::unit_count() const { return q8_ ? q8_->unit_count() : 1; }
 
-std::vector<StepRange> CudaTrainStep::unit_pieces(int u) {
+std::vector<StepRange> CudaStep::unit_pieces(int u) {
   if (!q8_) return {{0, n_}};
   return {{q8_->unit(u).begin, q8_->unit(u).end}};
 }
 
-float* CudaTrainStep::gradient(int u, StepRange) { return q8_ ? q8_->unit_fp32(u) : model_.grads_flat(); }
+float* CudaStep::gradient(int u, StepRange) { return q8_ ? q8_->unit_fp32(u) : model_.grads_flat(); }
 
-void CudaTrainStep::scale(float* g, size_t n, float factor) { cuda_grad_scale(g, n, factor); }
+void CudaStep::scale(float* g, size_t n, float factor) { cuda_grad_scale(g, n, factor); }
 
-void CudaTrainStep::adamw(int, const float* g, StepRange p, float lr, long step) {
+void CudaStep::adamw(int, const float* g, StepRange p, float lr, long step) {
   const AdamStepCoeffs k = adam_step_coeffs(adam_.beta1, adam_.beta2, adam_.eps, lr, step);
   const float decay = 1.0f - lr * adam_.weight_decay;
   float* w = model_.params_flat();
@@ -85,27 +85,27 @@ void CudaTrainStep::adamw(int, const float* g, StepRange p, float lr, long step)
   });
 }
 
-void CudaTrainStep::unit_done(int u) {
+void CudaStep::unit_done(int u) {
   if (q8_) q8_->unit_release(u);
 }
 
 // ---- checkpoints ----
 
-void CudaTrainStep::host_allocate() {
+void CudaStep::host_allocate() {
   if (host_params_.size() == n_) return;
   host_params_ = ParamSet(model_.config(), model_.stage(), MemCategory::workspace, "ckpt.host");
   host_m_ = Buffer<float>(n_, MemCategory::workspace, "ckpt.host");
   host_v_ = Buffer<float>(n_, MemCategory::workspace, "ckpt.host");
 }
 
-void CudaTrainStep::moments_gather() {
+void CudaStep::moments_gather() {
   host_allocate();
   gpu_.download(host_params_.data(), model_.params_flat(), n_ * sizeof(float));
   gpu_.download(host_m_.data(), moment1_.data(), n_ * sizeof(float));
   gpu_.download(host_v_.data(), moment2_.data(), n_ * sizeof(float));
 }
 
-void CudaTrainStep::moments_scatter() {
+void CudaStep::moments_scatter() {
   gpu_.upload(model_.params_flat(), host_params_.data(), n_ * sizeof(float));
   gpu_.upload(moment1_.data(), host_m_.data(), n_ * sizeof(float));
   gpu_.upload(moment2_.data(), host_v_.data(), n_ * sizeof(float));
@@ -113,23 +113,23 @@ void CudaTrainStep::moments_scatter() {
   moments_release();  // as DpMoments::scatter: the host copies live only while a checkpoint is read or written
 }
 
-void CudaTrainStep::moments_release() { host_params_ = ParamSet(), host_m_.reset(), host_v_.reset(); }
+void CudaStep::moments_release() { host_params_ = ParamSet(), host_m_.reset(), host_v_.reset(); }
 
-NamedTensors CudaTrainStep::weights_views() {
+NamedTensors CudaStep::weights_views() {
   host_allocate();
   NamedTensors out;
   for (const ParamTensor& t : host_params_.named()) out.push_back({t.name, t.shape, t.data});
   return out;
 }
 
-NamedTensors CudaTrainStep::moments_views() {
+NamedTensors CudaStep::moments_views() {
   host_allocate();
   MomentsPlace at;  // fp32: one flat buffer per moment
   at.m = {host_m_.data()}, at.v = {host_v_.data()};
   return agoq::moments_views(host_params_.named(), model_.stage(), {{0, n_}}, at);
 }
 
-NamedTensors CudaTrainStep::moments_load_views(const MomentsForm& file) {
+NamedTensors CudaStep::moments_load_views(const MomentsForm& file) {
   AGOQ_CHECK(file.state == OptimState::fp32, "8-bit moments are loaded into fp32 ones on the GPU (internal)");
   return moments_views();
 }

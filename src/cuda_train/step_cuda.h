@@ -1,5 +1,5 @@
-// One optimizer step of a model on the GPU, in one process: DataParallel's twin for a single replica
-// (parallel/data_parallel.h), in the same two calls around the micro-batches:
+// One optimizer step of a model on the GPU, in one process: CpuStep's twin for a single replica
+// (parallel/step_cpu.h), in the same two calls around the micro-batches:
 //
 //   runs = step.step_begin(step, m)     each micro-batch's seeds (step_act_seed, step_grad_seed) and 1/m scale
 //   loss_sum = train_step_micro_batches(step, model, ..., runs)   with the 8-bit store, part_done folds each
@@ -9,14 +9,14 @@
 //
 // The update is optim/adamw.h's, value for value (cuda_adamw_step runs adamw_update); the moments are the device
 // tracker's (category optimizer). Checkpoints read and write host copies (host tracker, workspace, tag ckpt.host)
-// named as DataParallel's views name them (the weights by their HF names; adam.m.<name>, adam.v.<name>), so a
+// named as CpuStep's views name them (the weights by their HF names; adam.m.<name>, adam.v.<name>), so a
 // checkpoint of either device resumes on the other.
 #pragma once
 #include <memory>
 #include <vector>
 
-#include "gpu/backend_cuda.h"
-#include "gpu/grad_store_cuda.h"
+#include "cuda_train/backend_cuda.h"
+#include "cuda_train/grad_store_cuda.h"
 #include "model/llama.h"
 #include "opmath/adamw_math.h"
 #include "optim/adamw.h"
@@ -25,12 +25,12 @@
 
 namespace agoq {
 
-class CudaTrainStep final : public TrainStep, private StepDevice {
+class CudaStep final : public TrainStep, private StepDevice {
  public:
   // model: on `gpu`, writing its gradients into its own fp32 buffer (q8_grads null) or into q8_grads' storage
   // (the store the model was built on, kept here). adam.state must be fp32.
-  CudaTrainStep(LlamaModel& model, CudaBackend& gpu, std::unique_ptr<CudaGradStore> q8_grads, const AdamWConfig& adam,
-                float clip, uint64_t seed);
+  CudaStep(LlamaModel& model, CudaBackend& gpu, std::unique_ptr<CudaGradStore> q8_grads, const AdamWConfig& adam,
+           float clip, uint64_t seed);
 
   std::vector<MicroBatchRun> step_begin(long step, int m, double loss_tokens = 0) override;
   void part_done(const MicroBatchRun& run, int j, int part) override;

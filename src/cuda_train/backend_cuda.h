@@ -35,8 +35,8 @@ class CudaBackend final : public ModelBackend {
   void upload(void* dst, const void* host, size_t bytes) override;
   void download(void* host, const void* src, size_t bytes) override;
   void zero(float* x, size_t n) override;
-  std::unique_ptr<ActStoreApi> store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
-                                          const ModelStage& stage) override;
+  std::unique_ptr<ActStore> store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
+                                       const ModelStage& stage) override;
 
   // Every op of the table; the vocabulary shard's cross-entropy (tensor parallelism) is not built on the GPU yet,
   // which supports() says, so the model never calls it here.

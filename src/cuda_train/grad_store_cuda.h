@@ -20,7 +20,7 @@ class CudaGradStore {
   // Device memory from `gpu` (category gradients: tags grad.q8 and grad.scratch).
   CudaGradStore(ModelBackend& gpu, const LlamaConfig& cfg, const ModelStage& stage, int block, QuantRounding rounding);
 
-  // Where the model's backward writes (LlamaModel's grad_storage): each unit's scratch.
+  // Where the model's backward writes (LlamaModel's grad_store_view): each unit's scratch.
   std::vector<ParamSegment> model_storage();
   int unit_count() const { return int(units_.size()); }
   const ParamSegment& unit(int u) const { return units_[u]; }

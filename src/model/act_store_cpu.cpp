@@ -1,4 +1,4 @@
-#include "model/act_store.h"
+#include "model/act_store_cpu.h"
 
 #include <cstring>
 
@@ -7,7 +7,7 @@
 
 namespace agoq {
 
-void ActivationStore::save_rows(int layer, ActSlot s, size_t r0, size_t rows, const float* src) {
+void CpuActStore::save_rows(int layer, ActSlot s, size_t r0, size_t rows, const float* src) {
   if (!stored(layer, s)) return;
   QuantizedTensor& t = slot_tensor(layer, s);
   if (calibrating_) {
@@ -20,7 +20,7 @@ void ActivationStore::save_rows(int layer, ActSlot s, size_t r0, size_t rows, co
   quant_encode_rows(t.format(), src, r0, rows, t.cols(), t.view(), slot_seed(layer, s));
 }
 
-const float* ActivationStore::load_rows(int layer, ActSlot s, size_t r0, size_t rows, float* buf) const {
+const float* CpuActStore::load_rows(int layer, ActSlot s, size_t r0, size_t rows, float* buf) const {
   if (const float* in_place = fp32_rows(layer, s, r0)) return in_place;
   quant_decode_rows(tensor(layer, s), r0, rows, buf);
   return buf;

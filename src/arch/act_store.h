@@ -1,4 +1,4 @@
-// The activation store as the model sees it: the interface both stores implement, the CPU's (model/act_store.h)
+// The activation store as the model sees it: the interface both stores implement, the CPU's (model/act_store_cpu.h)
 // and the device's (cuda/act_store_cuda.h), so one model file drives either (model/backend.h). Pointers are the
 // backend's: host memory for the CPU store, device memory for the device store.
 #pragma once
@@ -12,9 +12,9 @@
 
 namespace agoq {
 
-class ActStoreApi {
+class ActStore {
  public:
-  virtual ~ActStoreApi() = default;
+  virtual ~ActStore() = default;
 
   virtual const ActPolicy& policy() const = 0;
   virtual bool stored(int layer, ActSlot s) const = 0;
@@ -35,7 +35,7 @@ class ActStoreApi {
   // Rows [r0, r0 + rows) as fp32: a pointer into the tensor for fp32 slots, else decoded into buf.
   virtual const float* load_rows(int layer, ActSlot s, size_t r0, size_t rows, float* buf) const = 0;
 
-  // Calibration for the bit allocator (plan/bit_alloc.h): only the CPU store measures it (model/act_store.h).
+  // Calibration for the bit allocator (plan/bit_alloc.h): only the CPU store measures it (model/act_store_cpu.h).
   virtual void set_calibration(bool on) {
     AGOQ_CHECK(!on, "activation calibration (re-planning the bits, --mem-budget) runs only on the CPU");
   }

@@ -1,4 +1,4 @@
-#include "gpu/grad_store_cuda.h"
+#include "cuda_train/grad_store_cuda.h"
 
 #include <algorithm>
 

@@ -1,11 +1,11 @@
-#include "parallel/data_parallel.h"
+#include "parallel/step_cpu.h"
 
 #include "optim/step_core.h"
 
 namespace agoq {
 
 namespace {
-GradReduceOptions reduce_options(const DpOptions& o) {
+GradReduceOptions reduce_options(const CpuStepOptions& o) {
   GradReduceOptions r;
   r.reduce = o.reduce, r.zero = o.zero, r.bucket_bytes = o.bucket_bytes;
   // Under a pipeline (tensor parallelism) the main thread sends activations (all-reduces a layer's partial sums)
@@ -15,7 +15,7 @@ GradReduceOptions reduce_options(const DpOptions& o) {
 }
 }  // namespace
 
-DataParallel::DataParallel(Communicator& comm, ParamSet& params, GradStore& grads, const DpOptions& opts)
+CpuStep::CpuStep(Communicator& comm, ParamSet& params, GradStore& grads, const CpuStepOptions& opts)
     : D_(comm.size()),
       rank_(comm.rank()),
       params_(params),
@@ -26,13 +26,13 @@ DataParallel::DataParallel(Communicator& comm, ParamSet& params, GradStore& grad
       optimizer_(comm, params, units_, {opts.adam, opts.clip, opts.zero, opts.stages, opts.tensor}),
       moments_(comm, params, units_, optimizer_, opts.zero, {opts.adam.state, opts.adam.q8}) {}
 
-NamedTensors DataParallel::weights_views() {
+NamedTensors CpuStep::weights_views() {
   NamedTensors out;
   for (const ParamTensor& t : params_.named()) out.push_back({t.name, t.shape, t.data});
   return out;
 }
 
-std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m, double loss_tokens) {
+std::vector<MicroBatchRun> CpuStep::step_begin(long step, int m, double loss_tokens) {
   step_ = step, m_ = m, loss_tokens_ = loss_tokens;
   store_.step_begin();
   std::vector<MicroBatchRun> runs(m);
@@ -45,11 +45,11 @@ std::vector<MicroBatchRun> DataParallel::step_begin(long step, int m, double los
   return runs;
 }
 
-void DataParallel::part_done(const MicroBatchRun& run, int j, int part) {
+void CpuStep::part_done(const MicroBatchRun& run, int j, int part) {
   reducer_.unit_ready(model_grad_unit_of_layer(store_.stage(), part), run.grad_first, j == m_ - 1, run.grad_seed);
 }
 
-StepResult DataParallel::step_end(float lr, double loss_sum) {
+StepResult CpuStep::step_end(float lr, double loss_sum) {
   const double wait_s = reducer_.reduce();
   StepResult res = optimizer_.step(step_, lr, loss_sum, D_ * m_, loss_tokens_, reducer_);
   res.wait_s = wait_s;

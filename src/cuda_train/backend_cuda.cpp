@@ -1,4 +1,4 @@
-#include "gpu/backend_cuda.h"
+#include "cuda_train/backend_cuda.h"
 
 #include "core/error.h"
 #include "cuda/act_store_cuda.h"
@@ -31,9 +31,9 @@ void CudaBackend::download(void* host, const void* src, size_t bytes) {
   if (bytes) cuda_copy_to_host(host, src, bytes);
 }
 void CudaBackend::zero(float* x, size_t n) { AGOQ_CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), mm_.stream())); }
-std::unique_ptr<ActStoreApi> CudaBackend::store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
-                                                     const ModelStage& stage) {
-  return std::make_unique<DeviceActivationStore>(cfg, max_rows, policy, stage, mm_.stream());
+std::unique_ptr<ActStore> CudaBackend::store_make(const LlamaConfig& cfg, int max_rows, const ActPolicy& policy,
+                                                  const ModelStage& stage) {
+  return std::make_unique<CudaActStore>(cfg, max_rows, policy, stage, mm_.stream());
 }
 
 // ---- GEMMs ----

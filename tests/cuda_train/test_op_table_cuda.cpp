@@ -6,7 +6,7 @@
 #include <cctype>
 #include <string>
 
-#include "gpu/backend_cuda.h"
+#include "cuda_train/backend_cuda.h"
 #include "tests/common/op_cases.h"
 #include "tests/cuda/cuda_test_util.h"
 
