@@ -92,7 +92,7 @@ void bench_e2e_round(Communicator& comm, const Args& a, const CpuStepOptions& o,
     comm.barrier();
     const auto t0 = Clock::now();
     const std::vector<MicroBatchRun> runs = dp.step_begin(s + 1, m);
-    const StepResult r = dp.step_end(1e-3f, train_step_micro_batches(dp, model, in.data(), tgt.data(), B, T, runs));
+    const StepResult r = step_finish(dp, 1e-3f, step_forward_backward(dp, model, in.data(), tgt.data(), B, T, runs));
     comm.barrier();
     if (s == 0) continue;  // warm-up: first touches, workspace growth
     res.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());

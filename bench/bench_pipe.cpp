@@ -60,8 +60,9 @@ void bench_pipe_round(Communicator& world, const Args& a, Config& c, bool record
     world.barrier();
     const auto t0 = Clock::now();
     const std::vector<MicroBatchRun> runs = dp.step_begin(s + 1, m);
-    dp.step_end(1e-3f, pipe ? pipe->run(in.data(), tgt.data(), B, T, runs, &dp)
-                            : train_step_micro_batches(dp, model, in.data(), tgt.data(), B, T, runs));
+    step_finish(dp, 1e-3f,
+                pipe ? pipe->run(in.data(), tgt.data(), B, T, runs, &dp)
+                     : step_forward_backward(dp, model, in.data(), tgt.data(), B, T, runs));
     world.barrier();
     if (s > 0) c.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }

@@ -66,9 +66,9 @@ void bench_tp_round(Communicator& world, const Args& a, Config& c, bool record_m
     if (group) group->seconds_take();
     const auto t0 = Clock::now();
     const std::vector<MicroBatchRun> runs = dp.step_begin(s + 1, m);
-    const StepResult r =
-        dp.step_end(1e-3f, pipe ? pipe->run(in.data(), tgt.data(), B, T, runs, &dp)
-                                : train_step_micro_batches(dp, model, in.data(), tgt.data(), B, T, runs));
+    const StepResult r = step_finish(dp, 1e-3f,
+                                     pipe ? pipe->run(in.data(), tgt.data(), B, T, runs, &dp)
+                                          : step_forward_backward(dp, model, in.data(), tgt.data(), B, T, runs));
     world.barrier();
     if (s == 0) continue;
     c.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());

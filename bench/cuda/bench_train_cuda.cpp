@@ -43,7 +43,7 @@ PolicyRun policy_run(const BenchTrainCudaOptions& o, const LlamaConfig& cfg, con
     in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
   auto one = [&](long s) {
     const std::vector<MicroBatchRun> runs = step.step_begin(s, 1);
-    step.step_end(1e-4f, train_step_micro_batches(step, model, in.data(), tgt.data(), o.B, o.T, runs));
+    step_finish(step, 1e-4f, step_forward_backward(step, model, in.data(), tgt.data(), o.B, o.T, runs));
   };
   for (int s = 0; s < o.warmup; ++s) one(s + 1);
   gpu.synchronize();

@@ -17,20 +17,13 @@
 namespace agoq {
 namespace {
 
+// The options (train/train_options.h: AGoQ by default) and the flags that only the command has: shorthands for
+// several options, a model shape from a file, the layout chosen by `plan --auto`.
 struct TrainArgs {
-  TrainOptions opt = agoq_defaults();
+  TrainOptions opt;
   std::string config_json;
   bool baseline = false;
   std::string layout = "flags", calibration;
-
-  // `agoq train` is AGoQ unless told otherwise: 4-bit activations (attention in bf16), 8-bit gradient store,
-  // 8-bit all-reduce. The library's TrainOptions stay unquantized, so a caller opts in explicitly.
-  static TrainOptions agoq_defaults() {
-    TrainOptions o;
-    o.act_policy = "agoq", o.grad_store = GradStoreKind::q8, o.allreduce = GradReduce::q8;
-    o.compute = ComputeMode::automatic;
-    return o;
-  }
 };
 
 void cmd_train_body(TrainArgs& a);
@@ -46,13 +39,35 @@ void model_flag_add(CLI::App* c, const ConfigField& f, T& into) {
   }
 }
 
-// A flag whose values are an enum's names (train/trainer.h's tables), parsed into it once.
-template <class E, size_t N>
-CLI::Option* add_enum_option(CLI::App* c, const char* flag, E& into, const EnumName<E> (&names)[N],
-                             const std::string& help) {
-  auto parse = [&into, &names, flag](const std::string& v) { into = enum_parse(names, v, flag); };
-  return c->add_option_function<std::string>(flag, parse, help)->default_str(enum_name(names, into));
-}
+// One flag per row of train/train_options.h, by the row's kind: a switch, a number or text (checked after parsing,
+// by train_options_validate, and a path here), an enum's names, a byte count.
+struct TrainFlagAdd {
+  CLI::App* c;
+  template <class T, class D>
+  void operator()(T& field, const char* flag, const D&, const char* help, const OptionSpec& spec) const {
+    CLI::Option* opt;
+    if constexpr (std::is_same_v<T, bool>) {
+      opt = c->add_flag(flag, field, help);
+    } else {
+      opt = c->add_option(flag, field, help);
+      if constexpr (!std::is_same_v<T, std::vector<std::string>>) opt->capture_default_str();
+      if constexpr (std::is_unsigned_v<T>) opt->check(cli_unsigned());
+    }
+    if (spec.path) opt->check(cli_path());
+    if (spec.required) opt->required();
+    if (!*help) opt->group("");  // a test hook
+  }
+  template <class E, class D, size_t N>
+  void operator()(E& field, const char* flag, const D&, const char* help, const EnumName<E> (&names)[N]) const {
+    auto parse = [&field, &names, flag](const std::string& v) { field = enum_parse(names, v, flag); };
+    c->add_option_function<std::string>(flag, parse, help)->default_str(enum_name(names, field));
+  }
+  template <class D>
+  void operator()(size_t& field, const char* flag, const D&, const char* help, OptionBytes) const {
+    c->add_option_function<std::string>(
+        flag, [&field, flag](const std::string& v) { field = plan_parse_bytes(v, flag); }, help);
+  }
+};
 
 void cmd_train_run(TrainArgs& a) {
   // Under mpirun every rank runs this; started alone, the process is a world of one. A failure on one rank ends
@@ -75,80 +90,17 @@ void cmd_train_body(TrainArgs& a) {
   }
 }
 
-// The data, the output and the model's shape and batch.
-void train_flags_data_model(CLI::App* c, TrainArgs& a) {
-  TrainOptions& o = a.opt;
-  c->add_option("--data", o.data_dir, "prepared data directory (from `agoq prepare`)")->required()->check(cli_path());
-  c->add_option("--out", o.out_dir, "output directory: metrics.jsonl and ckpt/")
-      ->capture_default_str()
-      ->check(cli_path());
+// The flags that are not one option each: the model's shape (arch/config_fields.h) or a config.json, shorthands
+// (--act-store, --baseline) and the layout chosen by `agoq plan --auto`.
+void train_flags_model(CLI::App* c, TrainArgs& a) {
   c->add_option("--config", a.config_json, "model shape from a Hugging Face config.json (overrides the flags below)")
       ->check(cli_path());
-  for (const ConfigField& f : kConfigFields)  // the model shape's flags (arch/config_fields.h)
-    if (f.flag) std::visit([&](auto member) { model_flag_add(c, f, o.model.*member); }, f.member);
-  c->add_option("--seq", o.seq, "sequence length")->capture_default_str();
-  c->add_option("--batch", o.batch, "sequences per micro-batch")->capture_default_str();
-  c->add_option("--accum", o.accum, "micro-batches per step (gradient accumulation)")->capture_default_str();
+  for (const ConfigField& f : kConfigFields)
+    if (f.flag) std::visit([&](auto member) { model_flag_add(c, f, a.opt.model.*member); }, f.member);
 }
 
-// Steps, the learning-rate schedule and AdamW, evaluation, checkpoints and logging.
-void train_flags_schedule(CLI::App* c, TrainOptions& o) {
-  c->add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
-  c->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
-  c->add_option("--min-lr", o.min_lr, "final learning rate of the cosine decay")->capture_default_str();
-  c->add_option("--warmup", o.warmup, "linear warm-up steps")->capture_default_str();
-  c->add_option("--weight-decay", o.adam.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
-  c->add_option("--beta1", o.adam.beta1)->capture_default_str();
-  c->add_option("--beta2", o.adam.beta2)->capture_default_str();
-  c->add_option("--clip", o.clip, "global gradient-norm clip")->capture_default_str();
-  c->add_option("--seed", o.seed, "seed for initialisation and data order")
-      ->check(cli_unsigned())
-      ->capture_default_str();
-  c->add_option("--eval-every", o.eval_every, "validation every N steps (0: only at the end)")->capture_default_str();
-  c->add_option("--eval-batches", o.eval_batches, "validation batches")->capture_default_str();
-  c->add_option("--eval-task", o.eval_tasks,
-                "a downstream task scored during training, NAME:FILE as agoq eval --task (repeatable; docs/eval.md)");
-  c->add_option("--eval-task-every", o.eval_task_every, "score --eval-task every N steps (0: at --eval-every's)")
-      ->check(cli_at_least(0));
-  c->add_option("--eval-task-limit", o.eval_task_limit, "score the first N items of each --eval-task (0: all)")
-      ->check(cli_at_least(0));
-  c->add_option("--ckpt-every", o.ckpt_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
-  c->add_option("--stop-after", o.stop_after, "stop after N steps of this run (checkpointed; continue with --resume)");
-  c->add_option("--log-every", o.log_every, "console line every N steps when not on a terminal")->capture_default_str();
-  c->add_option("--tensorboard", o.tensorboard,
-                "folder for TensorBoard: every number of metrics.jsonl as a scalar, in a new events file there")
-      ->check(cli_path());
-}
-
-// Where the run starts from and computes, and what it reports.
-void train_flags_run(CLI::App* c, TrainOptions& o) {
-  c->add_option("--resume", o.resume, "continue from a checkpoint directory (e.g. runs/demo/ckpt)")->check(cli_path());
-  c->add_option("--init-from", o.init_from,
-                "fine-tune a pretrained model: a Hugging Face folder, a GGUF file or an agoq checkpoint (its shape "
-                "and weights; a fresh optimizer; --data prepared with its tokenizer)")
-      ->check(cli_path());
-  c->add_flag("--overwrite", o.overwrite,
-              "start afresh in an --out that holds an earlier run (its checkpoint link and metrics are replaced)");
-  c->add_flag("--quiet", o.quiet, "no console progress");
-  c->add_flag("--profile", o.profile,
-              "time the ops by class (GEMMs, attention, LM head + loss, activation store, other): each step's "
-              "op_seconds in metrics.jsonl and the split in the final report");
-  // Test hooks (tests/mpi_tests.cmake): that rank ends abruptly (_exit(3)) when the step begins. Hidden.
-  c->add_option("--debug-exit-at-step", o.debug_exit_step)->group("");
-  c->add_option("--debug-exit-rank", o.debug_exit_rank)->group("");
-  add_enum_option(c, "--device", o.device, kDeviceNames,
-                  "cpu, or cuda: one GPU in one process, with fp32 AdamW moments (docs/cuda.md)");
-  cli_add_compute(c, o.compute);
-  cli_add_bf16_weights(c, o.bf16_weights);
-}
-
-// What is stored in how many bits: activations, gradients, AdamW's moments (and --baseline, none).
-void train_flags_storage(CLI::App* c, TrainArgs& a) {
+void train_flags_command(CLI::App* c, TrainArgs& a) {
   TrainOptions& o = a.opt;
-  c->add_option("--act-policy", o.act_policy,
-                "storage of saved activations: fp32 | baseline-bf16 | agoq | uniform4 | a spec such as "
-                "attn=bf16,mlp=4,norm=4,layers[0..1]=8 (docs/activations.md)")
-      ->capture_default_str();
   c->add_option_function<std::string>(
        "--act-store",
        [&o](const std::string& f) {
@@ -157,43 +109,12 @@ void train_flags_storage(CLI::App* c, TrainArgs& a) {
        },
        "every saved activation in fp32 or bf16 (shorthand for --act-policy fp32 | baseline-bf16)")
       ->excludes("--act-policy");
-  add_enum_option(c, "--grad-store", o.grad_store, kGradStoreNames,
-                  "gradient accumulation buffers: fp32 | q8 (INT8 + a scale per 256 values; docs/parallel.md)");
-  add_enum_option(c, "--allreduce", o.allreduce, kAllreduceNames,
-                  "gradient all-reduce across data-parallel ranks: mpi (fp32) | q8 (AGoQ's 8-bit all-to-all)");
-  c->add_option_function<std::string>(
-       "--optim-state", [&o](const std::string& v) { o.adam.state = optim_state_parse(v); },
-       "AdamW moments: fp32 | q8 (8 bits per value, a scale per 128 values; docs/optimizer.md)")
-      ->default_str("fp32");
   CLI::Option* baseline = c->add_flag(
       "--baseline", a.baseline,
       "the unquantized run: fp32 activations, fp32 gradients, MPI's fp32 all-reduce, fp32 AdamW moments (AGoQ's "
-      "defaults switched off)");
+      "defaults switched off; the compute precision stays)");
   for (const char* f : {"--act-policy", "--act-store", "--grad-store", "--allreduce", "--optim-state"})
     baseline->excludes(f);
-  add_enum_option(c, "--grad-rounding", o.grad_rounding, kGradRoundingNames,
-                  "rounding of the q8 grad store: stochastic | nearest");
-  add_enum_option(c, "--lm-head-grad", o.lm_head_grad, kLmHeadGradNames,
-                  "q8 grad store, tied embeddings: the lm_head's gradient whole (an fp32 buffer of the embedding's "
-                  "size) | pieces (none; one more lm_head GEMM per micro-batch)");
-}
-
-// The layout over the ranks, and the memory budget that re-plans the bits.
-void train_flags_parallel(CLI::App* c, TrainArgs& a) {
-  TrainOptions& o = a.opt;
-  c->add_option("--zero", o.zero, "1: ZeRO-1, optimizer state sharded across data-parallel ranks")
-      ->capture_default_str();
-  c->add_option("--pp", o.pp,
-                "pipeline stages (1F1B); ranks form a pp x (ranks / pp) grid, --accum is the micro-batches per step")
-      ->capture_default_str();
-  c->add_option("--stage-layers", o.stage_layers, "decoder layers per pipeline stage, e.g. 3,5 (default: even)");
-  c->add_option("--tp", o.tp,
-                "tensor-parallel ranks (Megatron: heads, MLP and vocabulary split; innermost: adjacent ranks); the "
-                "grid is tp x pp x (ranks / (tp * pp))")
-      ->capture_default_str();
-  c->add_flag("--sp", o.sp,
-              "sequence parallelism over the --tp ranks (Megatron-SP): residual stream and norms on each rank's rows "
-              "of a micro-batch, all-gather / reduce-scatter around the split GEMMs");
   CLI::Option* layout =
       c->add_option("--layout", a.layout,
                     "flags (--tp, --pp, --sp, --zero, --batch, --accum as given) or auto: the layout "
@@ -205,22 +126,14 @@ void train_flags_parallel(CLI::App* c, TrainArgs& a) {
                 "--layout auto: step-time inputs from FILE (`agoq plan --calibrate FILE`); default: measured at start")
       ->needs(layout)
       ->check(cli_path());
-  c->add_option_function<std::string>(
-      "--mem-budget", [&o](const std::string& v) { o.mem_budget = plan_parse_bytes(v, "--mem-budget"); },
-      "memory per rank (e.g. 2GiB): after --replan-after steps, activation bits are re-planned per stage from "
-      "the measured peaks (docs/plan.md)");
-  c->add_option("--replan-after", o.replan_after, "steps measured before re-planning (with --mem-budget)")
-      ->capture_default_str();
 }
 
 const CliCommand kTrain("", 20, [](CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* c = app.add_subcommand("train", "train a LLaMA model on prepared data");
-  train_flags_data_model(c, *args);
-  train_flags_schedule(c, args->opt);
-  train_flags_run(c, args->opt);
-  train_flags_storage(c, *args);
-  train_flags_parallel(c, *args);
+  train_flags_model(c, *args);
+  train_option_rows(args->opt, TrainFlagAdd{c});
+  train_flags_command(c, *args);
   c->callback([args, c] {
     if (args->layout == "auto")
       for (const char* f : {"--tp", "--pp", "--sp", "--zero", "--stage-layers"})
@@ -229,8 +142,7 @@ const CliCommand kTrain("", 20, [](CLI::App& app) {
     for (const ConfigField& f : kConfigFields)
       if (f.flag && c->count(f.flag) > 0) args->opt.model_flags.push_back(f.flag);
     if (c->count("--kv-heads") == 0) args->opt.model.n_kv_heads = args->opt.model.n_heads;  // plain multi-head
-    if (args->baseline)
-      args->opt.act_policy = "fp32", args->opt.grad_store = GradStoreKind::fp32, args->opt.allreduce = GradReduce::fp32;
+    if (args->baseline) train_options_baseline(args->opt);
     cmd_train_run(*args);
   });
 });

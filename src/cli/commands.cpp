@@ -84,20 +84,13 @@ std::string cli_unknown_subcommand(CLI::App& app, int argc, char** argv) {
 
 CLI::Option* cli_add_compute(CLI::App* cmd, ComputeMode& into) {
   auto parse = [&into](const std::string& v) { into = enum_parse(kComputeNames, v, "--compute"); };
-  return cmd
-      ->add_option_function<std::string>("--compute", parse,
-                                         "GEMM precision: auto (bf16 where the CPU has AVX512-BF16 or AMX-BF16, else "
-                                         "fp32), bf16 (bf16 inputs, fp32 accumulation and masters) or fp32")
+  return cmd->add_option_function<std::string>("--compute", parse, kComputeHelp)
       ->default_str(enum_name(kComputeNames, into));
 }
 
 CLI::Option* cli_add_bf16_weights(CLI::App* cmd, Bf16Weights& into) {
   auto parse = [&into](const std::string& v) { into = enum_parse(kBf16WeightsNames, v, "--bf16-weights"); };
-  return cmd
-      ->add_option_function<std::string>("--bf16-weights", parse,
-                                         "with bf16 GEMMs on the CPU: cached (a bf16 copy of each weight, made once "
-                                         "per optimizer step: 2 bytes a parameter) or per-gemm (each GEMM rounds the "
-                                         "weight it reads: no copies, one more pass over the weights per GEMM)")
+  return cmd->add_option_function<std::string>("--bf16-weights", parse, kBf16WeightsHelp)
       ->default_str(enum_name(kBf16WeightsNames, into));
 }
 

@@ -6,7 +6,7 @@
 #include "cuda/ops_cuda.h"
 #include "opmath/adamw_math.h"
 #include "optim/moments_schema.h"
-#include "optim/step_core.h"
+#include "optim/step.h"
 
 namespace agoq {
 
@@ -45,24 +45,28 @@ void CudaStep::part_done(const MicroBatchRun& run, int, int part) {
   if (q8_) q8_->unit_ready(model_grad_unit_of_layer(model_.stage(), part), run.grad_first, run.grad_seed);
 }
 
-// One replica's step: the norm of the whole gradient (the 8-bit store: unit by unit, each dequantized into its
-// scratch once for the norm and once more for the update), then the step core (optim/step_core.h).
-StepResult CudaStep::step_end(float lr, double loss_sum) {
-  StepResult res;
-  res.loss = step_loss(loss_sum, m_, loss_tokens_);
+// The norm of the whole gradient (the 8-bit store: unit by unit, each dequantized into its scratch once for the
+// norm and once more for the update).
+StepNorm CudaStep::norm_and_clip(double loss_sum) {
+  StepNorm norm;
+  norm.loss = step_loss(loss_sum, m_, loss_tokens_);
   double sum_squares = 0;
   if (!q8_) sum_squares = cuda_grad_sum_squares(model_.grads_flat(), n_);
   for (int u = 0; q8_ && u < q8_->unit_count(); ++u) {
     const ParamSegment& r = q8_->unit(u);
     sum_squares += cuda_grad_sum_squares(q8_->unit_fp32(u), r.end - r.begin);
   }
-  res.grad_norm = std::sqrt(sum_squares);
-  step_apply(*this, step_, lr, step_clip_scale(step_, res.loss, res.grad_norm, clip_));
-  gpu_.weights_changed();
-  return res;
+  norm.grad_norm = std::sqrt(sum_squares);
+  norm.clip_scale = step_clip_scale(step_, norm.loss, norm.grad_norm, clip_);
+  return norm;
 }
 
-// ---- the step core's device (optim/step_core.h): without the 8-bit store one unit, the whole gradient ----
+void CudaStep::update(float lr, float clip_scale) {
+  step_apply(*this, step_, lr, clip_scale);
+  gpu_.weights_changed();
+}
+
+// ---- phase 5's device (optim/step.h): without the 8-bit store one unit, the whole gradient ----
 
 int CudaStep::unit_count() const { return q8_ ? q8_->unit_count() : 1; }
 

@@ -1,11 +1,11 @@
-// One optimizer step of a model on the GPU, in one process: CpuStep's twin for a single replica
-// (parallel/step_cpu.h), in the same two calls around the micro-batches:
+// One optimizer step of a model on the GPU, in one process: the CPU step's twin for a single replica
+// (parallel/step_cpu.h), in the same five phases (optim/step.h):
 //
-//   runs = step.step_begin(step, m)     each micro-batch's seeds (step_act_seed, step_grad_seed) and 1/m scale
-//   loss_sum = train_step_micro_batches(step, model, ..., runs)   with the 8-bit store, part_done folds each
-//                                        finished unit into it
-//   result = step.step_end(lr, loss_sum)   the norm, then optim/step_core.h's check, clipping and AdamW with fp32
-//                                           moments, on the device
+//   1. step_begin      each micro-batch's seeds (step_act_seed, step_grad_seed) and 1/m scale
+//   2. part_done       with the 8-bit store, each finished unit folded into it (step_forward_backward)
+//   3. grads_reduce    nothing to reduce: one replica
+//   4. norm_and_clip   the norm, then optim/step.h's check and clipping factor
+//   5. update          AdamW with fp32 moments, on the device
 //
 // The update is optim/adamw.h's, value for value (cuda_adamw_step runs adamw_update); the moments are the device
 // tracker's (category optimizer). Checkpoints read and write host copies (host tracker, workspace, tag ckpt.host)
@@ -20,12 +20,11 @@
 #include "model/llama.h"
 #include "opmath/adamw_math.h"
 #include "optim/adamw.h"
-#include "optim/step_core.h"
-#include "optim/train_step.h"
+#include "optim/step.h"
 
 namespace agoq {
 
-class CudaStep final : public TrainStep, private StepDevice {
+class CudaStep final : public StepEngine, private StepDevice {
  public:
   // model: on `gpu`, writing its gradients into its own fp32 buffer (q8_grads null) or into q8_grads' storage
   // (the store the model was built on, kept here). adam.state must be fp32.
@@ -34,7 +33,9 @@ class CudaStep final : public TrainStep, private StepDevice {
 
   std::vector<MicroBatchRun> step_begin(long step, int m, double loss_tokens = 0) override;
   void part_done(const MicroBatchRun& run, int j, int part) override;
-  StepResult step_end(float lr, double loss_sum) override;
+  double grads_reduce() override { return 0; }
+  StepNorm norm_and_clip(double loss_sum) override;
+  void update(float lr, float clip_scale) override;
 
   // moments_gather copies the weights and the moments to the host; moments_scatter sends them back (a resume).
   NamedTensors weights_views() override;
@@ -63,7 +64,7 @@ class CudaStep final : public TrainStep, private StepDevice {
   uint64_t seed_;
   long step_ = 0;
   int m_ = 1;
-  double loss_tokens_ = 0;                  // of the step running (optim/train_step.h)
+  double loss_tokens_ = 0;                  // of the step running (optim/step.h)
   size_t n_;                                // values of the flat layout
   BackendBuffer<float> moment1_, moment2_;  // (n_) on the device
   std::vector<AdamDecayRun> runs_;          // where weight decay applies, in the flat layout

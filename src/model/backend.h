@@ -44,12 +44,19 @@ class BackendBuffer {
 enum class ComputeMode : uint8_t { automatic, bf16, fp32 };
 inline constexpr EnumName<ComputeMode> kComputeNames[] = {
     {ComputeMode::automatic, "auto"}, {ComputeMode::bf16, "bf16"}, {ComputeMode::fp32, "fp32"}};
+inline constexpr const char* kComputeHelp =
+    "GEMM precision: auto (bf16 where the CPU has AVX512-BF16 or AMX-BF16, else fp32), bf16 (bf16 inputs, fp32 "
+    "accumulation and masters) or fp32";
 // Where bf16 GEMMs find a weight's bf16 values (`--bf16-weights`): a copy of each weight kept from one optimizer
 // step to the next (2 bytes a parameter, category weights), or the weight rounded into scratch by each GEMM that
 // reads it (no copies; one more pass over the weight per GEMM: what a model that only just fits memory takes).
 enum class Bf16Weights : uint8_t { cached, per_gemm };
 inline constexpr EnumName<Bf16Weights> kBf16WeightsNames[] = {{Bf16Weights::cached, "cached"},
                                                               {Bf16Weights::per_gemm, "per-gemm"}};
+inline constexpr const char* kBf16WeightsHelp =
+    "with bf16 GEMMs on the CPU: cached (a bf16 copy of each weight, made once per optimizer step: 2 bytes a "
+    "parameter) or per-gemm (each GEMM rounds the weight it reads: no copies, one more pass over the weights per "
+    "GEMM)";
 struct ComputeChoice {
   GemmPrecision gemm;
   std::string why;  // for the run's first lines: "bf16: this CPU has AMX-BF16"

@@ -13,7 +13,7 @@
 
 #include "arch/hf.h"
 #include "comm/communicator.h"
-#include "optim/train_step.h"  // MomentsForm
+#include "optim/step.h"  // MomentsForm
 #include "parallel/dp_optimizer.h"
 
 namespace agoq {

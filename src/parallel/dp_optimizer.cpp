@@ -4,12 +4,12 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "optim/step_core.h"
+#include "optim/step.h"
 
 namespace agoq {
 
 namespace {
-// The reduced gradient as the step core reads it (optim/step_core.h): the reducer's pieces, AdamW per unit on the
+// The reduced gradient as the step core reads it (optim/step.h): the reducer's pieces, AdamW per unit on the
 // host, and ZeRO-1's all-gather of each unit's parameters after its shard's update.
 class HostStepDevice final : public StepDevice {
  public:
@@ -64,9 +64,8 @@ DpOptimizer::DpOptimizer(Communicator& comm, ParamSet& params, const std::vector
   }
 }
 
-StepResult DpOptimizer::step(long step, float lr, double loss_sum, int micro_total, double loss_tokens,
-                             GradReducer& reducer) {
-  StepResult res;
+StepNorm DpOptimizer::norm_and_clip(long step, double loss_sum, int micro_total, double loss_tokens,
+                                    GradReducer& reducer) {
   double loss_all = D_ > 1 ? comm_.allreduce_value(loss_sum) : loss_sum;
   double sum_squares = reducer.sum_squares();
   if (opts_.tensor && opts_.tensor->rank() != 0) sum_squares -= replicated_sum_squares(reducer);
@@ -76,17 +75,20 @@ StepResult DpOptimizer::step(long step, float lr, double loss_sum, int micro_tot
     loss_all = v[0], sum_squares = v[1];
   }
   if (opts_.tensor) opts_.tensor->allreduce_sum(&sum_squares, 1);  // the loss is the same on every shard
-  res.loss = step_loss(loss_all, micro_total, loss_tokens);
-  res.grad_norm = std::sqrt(sum_squares);
-  float clip_scale;
+  StepNorm norm;
+  norm.loss = step_loss(loss_all, micro_total, loss_tokens);
+  norm.grad_norm = std::sqrt(sum_squares);
   try {
-    clip_scale = step_clip_scale(step, res.loss, res.grad_norm, opts_.clip);
+    norm.clip_scale = step_clip_scale(step, norm.loss, norm.grad_norm, opts_.clip);
   } catch (const Error& e) {
     throw CommAgreedError(e.what());  // every rank of the grid computed the same loss and norm
   }
+  return norm;
+}
+
+void DpOptimizer::update(long step, float lr, float clip_scale, GradReducer& reducer) {
   HostStepDevice device(comm_, params_, units_, opts_.zero, adam_, reducer);
   step_apply(device, step, lr, clip_scale);
-  return res;
 }
 
 double DpOptimizer::replicated_sum_squares(GradReducer& reducer) {

@@ -1,13 +1,13 @@
-// The optimizer step of data-parallel training (docs/parallel.md, "Loss, norm, clipping"): the step's loss and
-// gradient norm summed over the grid, then optim/step_core.h's check, clipping and one AdamW per unit (ZeRO-1: per
-// unit shard, after which every unit's parameters are all-gathered).
+// The CPU step's phases 4 and 5 (optim/step.h; docs/parallel.md, "Loss, norm, clipping"): the step's loss and
+// gradient norm summed over the grid, the check and the clipping factor; then one AdamW per unit (ZeRO-1: per unit
+// shard, after which every unit's parameters are all-gathered).
 #pragma once
 #include <memory>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "optim/adamw.h"
-#include "optim/train_step.h"  // StepResult
+#include "optim/step.h"  // StepNorm
 #include "parallel/grad_reduce.h"
 
 namespace agoq {
@@ -30,9 +30,11 @@ class DpOptimizer {
   DpOptimizer(Communicator& comm, ParamSet& params, const std::vector<GradUnit>& units, const DpOptimizerOptions& o);
 
   // loss_sum: this rank's micro-batches' summed loss, of micro_total over all ranks (or per counted token of
-  // loss_tokens, optim/train_step.h); the reduced gradient in reducer. Throws CommAgreedError (the same on every
-  // rank) when the loss or the norm is not finite. Collective.
-  StepResult step(long step, float lr, double loss_sum, int micro_total, double loss_tokens, GradReducer& reducer);
+  // loss_tokens, optim/step.h); the reduced gradient in reducer. Throws CommAgreedError (the same on every rank)
+  // when the loss or the norm is not finite. Collective.
+  StepNorm norm_and_clip(long step, double loss_sum, int micro_total, double loss_tokens, GradReducer& reducer);
+  // AdamW from the reduced gradient, scaled by clip_scale. Collective with ZeRO-1.
+  void update(long step, float lr, float clip_scale, GradReducer& reducer);
   // Unit u's AdamW (its moments cover the unit's own part).
   AdamW& adam(int u) { return *adam_[u]; }
 

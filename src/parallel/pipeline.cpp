@@ -78,7 +78,7 @@ void Pipeline::forward(const int32_t* inputs, int B, int T, const MicroBatchRun&
 }
 
 double Pipeline::run(const int32_t* inputs, const int32_t* targets, int B, int T,
-                     const std::vector<MicroBatchRun>& runs, TrainStep* step) {
+                     const std::vector<MicroBatchRun>& runs, CpuStep* step) {
   const size_t rows = rows_cap_, bytes = message_bytes(B, T);
   const bool first = r_ == 0, last = r_ == P_ - 1;
   const int m = int(runs.size()), K = model_.store_count();

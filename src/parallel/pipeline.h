@@ -13,7 +13,7 @@
 #include "comm/communicator.h"
 #include "core/memory.h"
 #include "model/llama.h"
-#include "optim/train_step.h"
+#include "parallel/step_cpu.h"
 
 namespace agoq {
 
@@ -38,11 +38,11 @@ class Pipeline {
 
   // One step's m = runs.size() micro-batches (inputs/targets back to back, B x T each; every stage gets the same
   // ones) through the schedule, micro-batch j with runs[j] (its seeds and grad scale; backwards run in order
-  // j = 0 .. m-1), each backward part by part with step->part_done(run, j, part) after each (optim/train_step.h;
+  // j = 0 .. m-1), each backward part by part with step->part_done(run, j, part) after each (parallel/step_cpu.h;
   // null: nobody acts on them, the model accumulates in its own fp32 buffer). Returns the sum of the micro-batch
   // losses on the last stage, 0 elsewhere.
   double run(const int32_t* inputs, const int32_t* targets, int B, int T, const std::vector<MicroBatchRun>& runs,
-             TrainStep* step = nullptr);
+             CpuStep* step = nullptr);
   // Forward only, n batches from batch(i, inputs, targets, doc_start): the sum of their mean losses (each over
   // loss_tokens when it is set: MicroBatchRun), on every stage. With `documents`, batch() writes each row's
   // document start too, and attention masks by it.

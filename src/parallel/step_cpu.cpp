@@ -1,7 +1,5 @@
 #include "parallel/step_cpu.h"
 
-#include "optim/step_core.h"
-
 namespace agoq {
 
 namespace {
@@ -49,11 +47,12 @@ void CpuStep::part_done(const MicroBatchRun& run, int j, int part) {
   reducer_.unit_ready(model_grad_unit_of_layer(store_.stage(), part), run.grad_first, j == m_ - 1, run.grad_seed);
 }
 
-StepResult CpuStep::step_end(float lr, double loss_sum) {
-  const double wait_s = reducer_.reduce();
-  StepResult res = optimizer_.step(step_, lr, loss_sum, D_ * m_, loss_tokens_, reducer_);
-  res.wait_s = wait_s;
-  return res;
+double CpuStep::grads_reduce() { return reducer_.reduce(); }
+
+StepNorm CpuStep::norm_and_clip(double loss_sum) {
+  return optimizer_.norm_and_clip(step_, loss_sum, D_ * m_, loss_tokens_, reducer_);
 }
+
+void CpuStep::update(float lr, float clip_scale) { optimizer_.update(step_, lr, clip_scale, reducer_); }
 
 }  // namespace agoq

@@ -1,11 +1,13 @@
-// The data-parallel engine (docs/parallel.md): one optimizer step of D = comm.size() replicas, each running m
-// micro-batches, in two calls around whatever runs the micro-batches (docs/agoq.md, "How a step flows"):
+// The CPU step (optim/step.h's engine on the CPU; docs/parallel.md): one optimizer step of this rank, one of
+// D = comm.size() data-parallel replicas, each running m micro-batches, possibly as one pipeline stage and one
+// tensor-parallel shard. Its phases, each a call (docs/agoq.md, "How a step flows"):
 //
-//   runs = dp.step_begin(step, m)    what each micro-batch needs: its seeds, the 1/(D*m) scale
-//   loss_sum = train_step_micro_batches(dp, model, ..., runs)   or   pipeline.run(..., runs, &dp)
-//              (each backward part by part, dp.part_done(runs[j], j, part) after each: into the store, reduction
-//              started)
-//   result = dp.step_end(lr, loss_sum)   reduce (grad_reduce.h), norm, clip, divergence check, AdamW (dp_optimizer.h)
+//   1. step_begin      each micro-batch's seeds (those one process running all D * m would give it), 1/(D*m) scale
+//   2. part_done       after each backward part (step_forward_backward, or parallel/pipeline.h on a stage): the
+//                      part's gradients folded into the store, and after the last micro-batch their reduction started
+//   3. grads_reduce    the rest of the reduction (grad_reduce.h)
+//   4. norm_and_clip   loss and norm over the grid, divergence check, clipping factor (dp_optimizer.h)
+//   5. update          AdamW per unit (ZeRO-1: per shard, then all-gathered)
 //
 // Gradients live in a GradStore (fp32 or 8 bits) that the caller builds and gives to the model and to this engine;
 // ranks sum them by MPI's fp32 collectives or AGoQ's q8 ones, optionally with ZeRO-1 (AdamW state sharded over the
@@ -19,7 +21,7 @@
 #include "comm/communicator.h"
 #include "model/llama.h"
 #include "optim/adamw.h"
-#include "optim/train_step.h"
+#include "optim/step.h"
 #include "parallel/dp_moments.h"
 #include "parallel/dp_optimizer.h"
 #include "parallel/grad_reduce.h"
@@ -43,23 +45,21 @@ struct CpuStepOptions {
   uint64_t seed = 1337;  // stochastic rounding streams (activations, q8 gradients)
 };
 
-class CpuStep final : public TrainStep {
+class CpuStep final : public StepEngine {
  public:
   // params: this rank's (stage's) weights; grads: the store its model writes into.
   CpuStep(Communicator& comm, ParamSet& params, GradStore& grads, const CpuStepOptions& opts);
   CpuStep(const CpuStep&) = delete;
   CpuStep& operator=(const CpuStep&) = delete;
 
-  // Starts a step of m micro-batches on this rank and returns what micro-batch j (global micro-batch rank * m + j)
-  // runs with: the rounding seeds a single process running all D * m would give it, and grad_scale 1 / (D * m).
-  // Backwards must run in order j = 0 .. m-1.
+  // Phase 1: micro-batch j is global micro-batch rank * m + j; backwards run in order j = 0 .. m-1.
   std::vector<MicroBatchRun> step_begin(long step, int m, double loss_tokens = 0) override;
-  // Micro-batch j's gradients of backward part `part` (model/llama.h) are final: the store folds them with the
-  // run's gradient seed, and after the last micro-batch their reduction starts.
+  // Phase 2: the store folds the part's gradients with the run's gradient seed; after the last micro-batch their
+  // reduction starts.
   void part_done(const MicroBatchRun& run, int j, int part) override;
-  // After the m micro-batches: reduction, norm, clipping, divergence check, AdamW. loss_sum: the sum of this rank's
-  // micro-batch losses (0 on pipeline stages without the head). Collective.
-  StepResult step_end(float lr, double loss_sum) override;
+  double grads_reduce() override;                    // phase 3, collective
+  StepNorm norm_and_clip(double loss_sum) override;  // phase 4, collective
+  void update(float lr, float clip_scale) override;  // phase 5, collective with ZeRO-1
 
   // Adam moments for checkpoints (dp_moments.h).
   // The weights are this rank's parameters themselves.
@@ -76,7 +76,7 @@ class CpuStep final : public TrainStep {
   uint64_t seed_;
   long step_ = 0;  // of the step running
   int m_ = 1;
-  double loss_tokens_ = 0;  // of the step running (optim/train_step.h)
+  double loss_tokens_ = 0;  // of the step running (optim/step.h)
   GradStore& store_;
   std::vector<GradUnit> units_;
   GradReducer reducer_;

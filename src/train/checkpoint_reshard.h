@@ -12,7 +12,7 @@
 #include "arch/params.h"
 #include "comm/communicator.h"
 #include "core/memory.h"
-#include "optim/train_step.h"
+#include "optim/step.h"
 
 namespace agoq {
 

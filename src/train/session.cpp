@@ -16,7 +16,6 @@
 #include "formats/checkpoint.h"
 #include "formats/model_source.h"
 #include "plan/memory_model.h"
-#include "train/dp_flags.h"
 #include "train/replan.h"
 #include "train/run_dir.h"
 #if AGOQ_HAVE_CUDA
@@ -42,7 +41,7 @@ TrainSession::TrainSession(const TrainOptions& opt)
       world_(opt.comm ? *opt.comm : comm_world()),
       lead_(world_.rank() == 0),
       grid_(grid_of_validated(world_, opt)),
-      dp_options_(dp_options_of(opt, grid_.pipe, grid_.tp)),
+      dp_options_(train_cpu_step_options(opt, grid_.pipe, grid_.tp)),
       B_(opt.batch),
       T_(opt.seq),
       m_(opt.accum) {
@@ -259,7 +258,9 @@ void TrainSession::model_build() {
     const ShardDims d = model_shard_dims(cfg_, stages_[grid_.stage]);
     timed_->head_weights_are(model_->params().lm_head, size_t(d.V) * d.C);
   }
-  engine_ = std::make_unique<CpuStep>(*grid_.dp, model_->params(), *grads_, dp_options_);
+  auto cpu_step = std::make_unique<CpuStep>(*grid_.dp, model_->params(), *grads_, dp_options_);
+  cpu_step_ = cpu_step.get();
+  engine_ = std::move(cpu_step);
   if (grid_.P > 1) pipeline_ = std::make_unique<Pipeline>(*grid_.pipe, *model_, B_, T_);
 }
 
@@ -495,19 +496,31 @@ void TrainSession::batches_next() {
   }
 }
 
+// One optimizer step in its five phases (optim/step.h; docs/agoq.md, "How a step flows").
 StepResult TrainSession::train_step(long step, float lr) {
-  batches_next();
+  batches_next();                                                  // the step's micro-batches, from the loader
+  const std::vector<MicroBatchRun> runs = micro_batch_runs(step);  // 1. their seeds, scale and documents
+  const double loss_sum = forward_backward(runs);                  // 2. gradients into the store, reductions begun
+  const double wait_s = engine_->grads_reduce();                   // 3. summed over the replicas
+  const StepNorm norm = engine_->norm_and_clip(loss_sum);          // 4. loss and norm over the grid, clipping
+  engine_->update(lr, norm.clip_scale);                            // 5. AdamW
+  model_->backend().weights_changed();  // the update wrote the weights: bf16 GEMMs copy them again
+  return {norm.loss, norm.grad_norm, wait_s};
+}
+
+// Phase 1. A global batch of prompts only (no target counts) trains on nothing: loss and gradients 0.
+std::vector<MicroBatchRun> TrainSession::micro_batch_runs(long step) {
   const bool masked = !docs_.empty();
-  // A global batch of prompts only (no target counts) trains on nothing: loss and gradients 0.
   std::vector<MicroBatchRun> runs = engine_->step_begin(step, m_, masked ? std::max(step_tokens_, 1.0) : 0);
   if (masked)
     for (int j = 0; j < m_; ++j) runs[j].doc_start = docs_.data() + size_t(j) * B_ * T_;
-  const double loss_sum =
-      pipeline_ ? pipeline_->run(inputs_.data(), targets_.data(), B_, T_, runs, engine_.get())
-                : train_step_micro_batches(*engine_, *model_, inputs_.data(), targets_.data(), B_, T_, runs);
-  const StepResult r = engine_->step_end(lr, loss_sum);
-  model_->backend().weights_changed();  // the update wrote the weights: bf16 GEMMs copy them again
-  return r;
+  return runs;
+}
+
+// Phase 2: through the pipeline's schedule on a stage, else micro-batch after micro-batch on the whole model.
+double TrainSession::forward_backward(const std::vector<MicroBatchRun>& runs) {
+  if (pipeline_) return pipeline_->run(inputs_.data(), targets_.data(), B_, T_, runs, cpu_step_);
+  return step_forward_backward(*engine_, *model_, inputs_.data(), targets_.data(), B_, T_, runs);
 }
 
 // On the first replica (replicas are identical), through the pipeline when there is one; broadcast to the others.

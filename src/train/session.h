@@ -19,7 +19,7 @@
 #include "formats/checkpoint.h"
 #include "formats/model_source.h"
 #include "model/backend_timed.h"
-#include "optim/train_step.h"
+#include "optim/step.h"
 #include "parallel/comm_tensor_group.h"
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
@@ -58,6 +58,8 @@ class TrainSession {
   void weights_init_from();
   // One optimizer step: this replica's micro-batches through the model (or the pipeline), reduction, AdamW.
   StepResult train_step(long step, float lr);
+  std::vector<MicroBatchRun> micro_batch_runs(long step);                    // its phase 1
+  double forward_backward(const std::vector<MicroBatchRun>& runs);           // its phase 2
   StepMetrics train_step_measured(long step, float lr);                      // train_step, timed
   double tokens_per_step() const { return double(B_) * T_ * m_ * grid_.D; }  // over the replicas
   void debug_exit_if_asked(long step) const;
@@ -110,7 +112,8 @@ class TrainSession {
   ComputeChoice compute_;                          // --compute, resolved: the GEMMs' precision and why
   std::unique_ptr<ModelBackend> cpu_bf16_;         // the CPU's ops with bf16 GEMMs (compute_ bf16 on the CPU)
   std::unique_ptr<LlamaModel> model_;
-  std::unique_ptr<TrainStep> engine_;   // the optimizer step: CpuStep, or CudaStep on the GPU
+  std::unique_ptr<StepEngine> engine_;  // the optimizer step: CpuStep, or CudaStep on the GPU
+  CpuStep* cpu_step_ = nullptr;         // engine_ on the CPU (the pipeline's)
   std::unique_ptr<Pipeline> pipeline_;  // P > 1
   std::unique_ptr<MetricsLog> log_;
   std::unique_ptr<TensorBoardWriter> tboard_;  // lead, --tensorboard: opened with --out, then given to log_
@@ -120,7 +123,7 @@ class TrainSession {
   std::vector<int32_t> inputs_, targets_;      // this replica's m micro-batches of the step, back to back
   std::vector<int32_t> skipped_;  // where the other replicas' micro-batches are drawn to (inputs, targets, docs)
   // Packed prompt/completion data (loss masks): each row's document start, and the step's counted targets over
-  // its whole global batch (optim/train_step.h).
+  // its whole global batch (optim/step.h).
   std::vector<int32_t> docs_;
   double step_tokens_ = 0;
   std::string replan_log_;
@@ -135,10 +138,6 @@ class TrainSession {
 };
 
 // ---- the session's parts that need no state (train/trainer.cpp, train/session_checkpoint.cpp) ----
-// Throws agoq::Error naming the first invalid flag.
-void train_options_validate(const TrainOptions& o);
-// Everything that must agree across ranks for their collectives to match and their replicas to stay equal.
-std::string train_run_description(const TrainOptions& o, const LlamaConfig& cfg, const std::string& resume_commit);
 // The model flags (o.model_flags) whose value differs from the config of `source` (the checkpoint resumed, or the
 // model fine-tuned), as "--dim 64 (checkpoint: 128)"; empty when all agree.
 std::string model_flags_disagreeing(const TrainOptions& o, const LlamaConfig& config,

@@ -1,6 +1,6 @@
 // A micro-batch through a model that writes into a gradient store (parallel/grad_store.h,
 // cuda_train/grad_store_cuda.h), each backward part folded as it finishes, as a step's part_done folds it
-// (optim/train_step.h).
+// (optim/step.h).
 #pragma once
 #include <cstdint>
 

@@ -44,7 +44,7 @@ inline void shared_cleanup(const std::filesystem::path& dir) {
 }
 
 inline TrainOptions tiny(const std::filesystem::path& data, const std::string& out, int accum) {
-  TrainOptions o;
+  TrainOptions o = train_options_reference();  // the unquantized fp32 run; each test opts in
   o.data_dir = data.string();
   o.out_dir = (data / out).string();
   o.model.dim = 32, o.model.n_layers = 2, o.model.n_heads = 4, o.model.n_kv_heads = 2, o.model.ffn_dim = 48;

@@ -1,5 +1,5 @@
 // Packed prompt/completion data (token files with loss and document flags, data/examples.h): the loss is a mean
-// per counted target over the step's whole global batch (optim/train_step.h), with attention masked by document.
+// per counted target over the step's whole global batch (optim/step.h), with attention masked by document.
 //  * One process: m micro-batches of B windows equal one micro-batch of m·B windows (the same windows, drawn in
 //    the same order), which holds only when the normalisation is global: micro-batches count different numbers
 //    of completion tokens, so averaging their means would weigh tokens unequally.

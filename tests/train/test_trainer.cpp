@@ -24,7 +24,7 @@ fs::path make_synthetic_data(const std::string& name, int vocab = 50, int n = 60
 }
 
 TrainOptions tiny_options(const fs::path& data, const std::string& out) {
-  TrainOptions o;
+  TrainOptions o = train_options_reference();  // the unquantized fp32 run; each test opts in
   o.data_dir = data.string();
   o.out_dir = (data / out).string();
   o.model.dim = 32, o.model.n_layers = 2, o.model.n_heads = 4, o.model.n_kv_heads = 2, o.model.ffn_dim = 48;
@@ -105,7 +105,7 @@ TEST(Trainer, SameSeedSameLossesBf16Store) {
 TEST(Trainer, LearnsThePreparedCorpus) {
   const fs::path data = fs::path(AGOQ_SOURCE_DIR) / "data" / "austen";
   ASSERT_TRUE(fs::exists(data / "train.bin")) << data << " is missing: scripts/test.sh fetches and prepares it";
-  TrainOptions o;
+  TrainOptions o = train_options_reference();  // the unquantized fp32 run; each test opts in
   o.data_dir = data.string();
   o.out_dir = (fs::temp_directory_path() / ("agoq_trainer_austen_" + std::to_string(::getpid()))).string();
   fs::remove_all(o.out_dir);  // a run killed earlier must not make this one a refused "fresh run into a run"

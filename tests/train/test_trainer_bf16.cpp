@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
   } while (0)
 
 TrainOptions bf16_options(const fs::path& data, const std::string& out, ComputeMode compute) {
-  TrainOptions o;
+  TrainOptions o = train_options_reference();  // the unquantized fp32 run; each test opts in
   o.data_dir = data.string();
   o.out_dir = (data / out).string();
   o.model.dim = 64, o.model.n_layers = 2, o.model.n_heads = 4, o.model.n_kv_heads = 2, o.model.ffn_dim = 96;

@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 fs::path make_data(const std::string& name) { return synthetic_corpus_make("train_cuda_" + name, 50, 8000); }
 
 TrainOptions options(const fs::path& data, const std::string& out, const std::string& device, long steps) {
-  TrainOptions o;
+  TrainOptions o = train_options_reference();  // the unquantized fp32 run; each test opts in
   o.data_dir = data.string();
   o.out_dir = (data / out).string();
   o.device = enum_parse(kDeviceNames, device, "device");

@@ -1,0 +1,70 @@
+#include "optim/step.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace agoq {
+
+double step_forward_backward(StepEngine& engine, LlamaModel& model, const int32_t* inputs, const int32_t* targets,
+                             int B, int T, const std::vector<MicroBatchRun>& runs) {
+  AGOQ_CHECK(model.stage().whole(model.config()),
+             "a step's micro-batches on one process need the whole model "
+             "(a pipeline stage runs them through parallel/pipeline.h)");
+  const size_t rows = size_t(B) * T;
+  double loss_sum = 0;
+  for (int j = 0; j < int(runs.size()); ++j) {
+    const MicroBatchRun& run = runs[j];
+    const int32_t* in = inputs + size_t(j) * rows;
+    model.stage_forward(in, B, T, run);
+    loss_sum += model.stage_head(targets + size_t(j) * rows, B, T, run, true);
+    engine.part_done(run, j, model.config().n_layers);
+    model.stage_backward_begin(B, T, run);
+    for (int part : model.backward_parts()) {
+      model.stage_backward_part(part, in, B, T, run);
+      engine.part_done(run, j, part);
+    }
+  }
+  return loss_sum;
+}
+
+StepResult step_finish(StepEngine& engine, float lr, double loss_sum) {
+  StepResult r;
+  r.wait_s = engine.grads_reduce();
+  const StepNorm norm = engine.norm_and_clip(loss_sum);
+  engine.update(lr, norm.clip_scale);
+  r.loss = norm.loss, r.grad_norm = norm.grad_norm;
+  return r;
+}
+
+MicroBatchRun step_micro_batch(uint64_t seed, long step, uint64_t g, int micro_total, double loss_tokens) {
+  MicroBatchRun r;
+  r.act_seed = step_act_seed(seed, step, g);
+  r.grad_scale = loss_tokens > 0 ? 1.0f : 1.0f / float(micro_total);
+  r.loss_tokens = loss_tokens;
+  r.grad_seed = step_grad_seed(seed, step, g);
+  return r;
+}
+
+float step_clip_scale(long step, double loss, double grad_norm, float clip) {
+  if (!std::isfinite(loss))
+    fail("training diverged at step ", step, ": the loss is ", loss, " (loss ", loss, ", gradient norm ", grad_norm,
+         ")");
+  if (!std::isfinite(grad_norm))
+    fail("training diverged at step ", step, ": the gradient norm is ", grad_norm, " (loss ", loss, ", gradient norm ",
+         grad_norm, ")");
+  return grad_norm > clip ? float(clip / grad_norm) : 1.0f;
+}
+
+void step_apply(StepDevice& device, long step, float lr, float clip_scale) {
+  for (int u = 0; u < device.unit_count(); ++u) {
+    for (const StepRange& p : device.unit_pieces(u)) {
+      float* g = device.gradient(u, p);
+      if (clip_scale != 1.0f) device.scale(g, p.size(), clip_scale);
+      device.adamw(u, g, p, lr, step);
+    }
+    device.unit_done(u);
+  }
+}
+
+}  // namespace agoq
