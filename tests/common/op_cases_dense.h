@@ -40,11 +40,18 @@ inline void add_matmul_cases(std::vector<OpCase>& cases, int N, int I, int O) {
                     ref::matmul_backward(want_din, want_dw, round_for_gemm(be, dout), round_for_gemm(be, in),
                                          round_for_gemm(be, w), N, I, O);
                     const double tol_din = gemm_tol(be, O), tol_dw = gemm_tol(be, N);
-                    return std::vector<OpCheck>{
-                        near("din accumulated", d.get(din, in.size()), plus(din0, want_din), tol_din),
-                        near("dw accumulated", d.get(dw, w.size()), plus(dw0, want_dw), tol_dw),
-                        near("din overwritten", d.get(din_over, in.size()), want_din, tol_din),
-                        near("dw accumulated, din null", d.get(dw_alone, w.size()), plus(dw0, want_dw), tol_dw)};
+                    const auto din_acc = d.get(din, in.size()), dw_acc = d.get(dw_alone, w.size());
+                    std::vector<OpCheck> checks{near("din accumulated", din_acc, plus(din0, want_din), tol_din),
+                                                near("dw accumulated", d.get(dw, w.size()), plus(dw0, want_dw), tol_dw),
+                                                near("din overwritten", d.get(din_over, in.size()), want_din, tol_din),
+                                                near("dw accumulated, din null", dw_acc, plus(dw0, want_dw), tol_dw)};
+                    // On sums of at most 64 terms the accumulations element by element too, each within tol · (1 +
+                    // |want|) (a longer sum's rounding may exceed that on a small element).
+                    if (O <= 64)
+                      checks.push_back(each_near("din, each element", din_acc, plus(din0, want_din), tol_din, tol_din));
+                    if (N <= 64)
+                      checks.push_back(each_near("dw, each element", dw_acc, plus(dw0, want_dw), tol_dw, tol_dw));
+                    return checks;
                   }};
   forward.bits_vary_with_threads = backward.bits_vary_with_threads = true;
   cases.push_back(forward), cases.push_back(backward);

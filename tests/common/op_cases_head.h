@@ -36,9 +36,9 @@ struct CrossEntropyInputs {
   bool huge_logit;           // one logit of 1000 in row 5: must not overflow
 };
 
-// Losses each within 2e-6·(1 + |loss|); every gradient element within 1e-6 + 2e-6·|want|; ignored rows' gradient
-// exactly zero; on a small vocabulary each kept row's gradient summing to 0 (1e-6) and every gradient element against
-// finite differences of dloss_scale · Σ loss (1e-4).
+// Losses each within 2e-6·(1 + |loss|); every gradient element within 1e-6 + 2e-6·|want|; ignored rows' gradient and
+// loss exactly zero; on a small vocabulary each kept row's gradient summing to 0 (1e-6) and every gradient element
+// against finite differences of dloss_scale · Σ loss (1e-4).
 inline std::vector<OpCheck> crossentropy_checks(const CrossEntropyInputs& in, const std::vector<float>& z,
                                                 std::vector<float> losses, std::vector<float> dz) {
   const int N = in.N, V = in.V;
@@ -49,11 +49,12 @@ inline std::vector<OpCheck> crossentropy_checks(const CrossEntropyInputs& in, co
     for (int v = 0; v < V; ++v) row_sums[n] += dz[size_t(n) * V + v];
     if (in.targets[n] >= 0) continue;
     ignored_rows.insert(ignored_rows.end(), dz.begin() + size_t(n) * V, dz.begin() + size_t(n + 1) * V);
+    ignored_rows.push_back(losses[n]);
     zeros.resize(ignored_rows.size(), 0.0f);
   }
   std::vector<OpCheck> checks{each_near("losses", losses, want_loss, 2e-6, 2e-6),
                               each_near("dlogits", dz, want_dz, 1e-6, 2e-6),
-                              same_bits("ignored rows' dlogits: zero", ignored_rows, zeros)};
+                              same_bits("ignored rows' dlogits and loss: zero", ignored_rows, zeros)};
   if (size_t(N) * V <= 1000) {
     checks.push_back(each_near("each row's dlogits sums to 0", row_sums, Vec(N, 0.0), 1e-6, 0));
     Vec zd = to_double(z);
