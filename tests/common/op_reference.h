@@ -21,6 +21,18 @@ inline void matmul_forward(double* out, const double* in, const double* w, int N
     }
 }
 
+// Its gradients: din = dout · w, dw = doutᵀ · in.
+inline void matmul_backward(Vec& din, Vec& dw, const Vec& dout, const Vec& in, const Vec& w, int N, int in_dim,
+                            int out_dim) {
+  din.assign(size_t(N) * in_dim, 0), dw.assign(size_t(out_dim) * in_dim, 0);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < out_dim; ++o)
+      for (int i = 0; i < in_dim; ++i) {
+        din[size_t(n) * in_dim + i] += dout[size_t(n) * out_dim + o] * w[size_t(o) * in_dim + i];
+        dw[size_t(o) * in_dim + i] += dout[size_t(n) * out_dim + o] * in[size_t(n) * in_dim + i];
+      }
+}
+
 // out = x / sqrt(mean(x²) + eps) · w; rstd (N) optional.
 inline void rmsnorm_forward(double* out, double* rstd, const double* x, const double* w, int N, int C, double eps) {
   for (int n = 0; n < N; ++n) {

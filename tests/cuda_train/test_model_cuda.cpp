@@ -122,7 +122,8 @@ TEST(ModelCuda, Bf16GemmsStayWithinBf16Rounding) {
 // The GPU's bf16 GEMMs against the CPU's (oneDNN, model_backend_cpu_bf16): both round the same fp32 inputs to
 // nearest-even bf16 and accumulate in fp32. The CPU's attention multiplies bf16 tiles too (its probabilities
 // rounded to bf16, 2^-9 relative), the GPU's fp32 ones: the bounds are the bf16 attention's (tests/common/
-// op_cases.h's attention_tol: 2^-7 forward, 2^-6 on gradients), the loss a sum of logs of the forward's outputs.
+// op_cases_attention.h's attention_tol: 2^-7 forward, 2^-6 on gradients), the loss a sum of logs of the forward's
+// outputs.
 TEST(ModelCuda, Bf16GemmsEqualTheCpusBf16Gemms) {
   AGOQ_REQUIRE_GPU();
   std::string isa;
