@@ -27,33 +27,53 @@ bool attention_workspace_needed(const ActPolicy& policy, const ModelStage& stage
 
 int llama_tile_rows(int T, int N) { return std::min(N, T * std::max(1, kTileRows / T)); }
 
-// The constructor's and stores_allocate's workspace buffers, buffer by buffer (keep in step with them:
-// tests/plan/test_memory_model.cpp checks this against the memory tracker to the byte).
-size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
-                             const ModelStage& stage, bool lm_head_pieces) {
+std::vector<LlamaModel::WorkspaceBuffer> LlamaModel::workspace_list(const LlamaConfig& cfg, int max_batch, int max_seq,
+                                                                    const ActPolicy& policy, const ModelStage& stage,
+                                                                    bool head_pieces) {
+  using M = LlamaModel;
   const ShardDims d = model_shard_dims(cfg, stage);
   const size_t N = size_t(max_batch) * max_seq, C = d.C, Q = d.Q, KV = d.KV, F = d.F, V = d.V;
-  const size_t n = size_t(stage.rows_held(int(N)));
-  size_t floats = 2 * (size_t(max_seq) * cfg.head_dim() / 2);  // rope_cos_, rope_sin_
-  floats += 2 * n * C;                                         // resid_, dx_
-  if (stage.sp) floats += 2 * N * C + n * C + C;               // sp_whole_, sp_whole2_, sp_part_, norm_dw_
-  floats += 2 * N * Q + 2 * N * KV;                            // dq_, do_, dk_, dv_
-  const std::pair<ActSlot, size_t> attention[] = {
-      {ActSlot::q, Q}, {ActSlot::k, KV}, {ActSlot::v, KV}, {ActSlot::attn_out, Q}};  // q_, k_, v_, o_
-  for (const auto& [slot, cols] : attention)
-    if (attention_workspace_needed(policy, stage, slot)) floats += N * cols;
-  const size_t R = size_t(llama_tile_rows(max_seq, int(N)));
-  floats += (stage.sp ? 2 : 3) * R * C + R * Q + 6 * R * F;  // t_x_, t_xn_, t_c_ (not sp); t_o_; the MLP's six
-  if (stage.head) {
-    const size_t chunk = std::min<size_t>(N, kLlamaHeadChunkRows);
-    floats += chunk * V;                             // head_logits_
-    floats += stage.sp ? n : 2 * chunk * C + chunk;  // head_rstd_; head_norm_, head_dnorm_ (not sp)
-    floats += 3 * chunk + N;                         // head_stats_, losses_
-    if (lm_head_pieces && cfg.tie_embeddings) {
-      floats += stage.sp ? 0 : 2 * N * C + N - chunk;                  // head_xn_, head_dxn_; head_rstd_ grows to N
-      floats += 3 * N + std::min<size_t>(V, kLlamaHeadPieceRows) * C;  // head_stats_all_, head_dw_
-    }
-  }
+  const size_t n = size_t(stage.rows_held(int(N))), R = size_t(llama_tile_rows(max_seq, int(N)));
+  const size_t table = size_t(max_seq) * cfg.head_dim() / 2;
+  std::vector<WorkspaceBuffer> list = {
+      {&M::rope_cos_, table}, {&M::rope_sin_, table},  // (max_seq, hd/2)
+      {&M::resid_, n * C},    {&M::dx_, n * C},        // the residual stream and its gradient
+      {&M::dq_, N * Q},       {&M::dk_, N * KV},      {&M::dv_, N * KV}, {&M::do_, N * Q},
+      {&M::t_x_, R * C},      {&M::t_xn_, R * C},     {&M::t_o_, R * Q},  // the tiles
+      {&M::t_gate_, R * F},   {&M::t_up_, R * F},     {&M::t_s_, R * F}, {&M::t_ds_, R * F},
+      {&M::t_dgate_, R * F},  {&M::t_dup_, R * F}};
+  // Attention reads its inputs and output in fp32 for the whole batch: a buffer where the slot is stored otherwise.
+  const std::pair<BackendBuffer<float> M::*, std::pair<ActSlot, size_t>> attention[] = {
+      {&M::q_, {ActSlot::q, Q}},
+      {&M::k_, {ActSlot::k, KV}},
+      {&M::v_, {ActSlot::v, KV}},
+      {&M::o_, {ActSlot::attn_out, Q}}};
+  for (const auto& [member, slot_cols] : attention)
+    list.push_back(
+        {member, attention_workspace_needed(policy, stage, slot_cols.first) ? N * slot_cols.second : 0, true});
+  if (stage.sp)
+    list.insert(list.end(),
+                {{&M::sp_whole_, N * C}, {&M::sp_whole2_, N * C}, {&M::sp_part_, n * C}, {&M::norm_dw_, C}});
+  else list.push_back({&M::t_c_, R * C});
+  if (!stage.head) return list;
+  const size_t chunk = std::min<size_t>(N, kLlamaHeadChunkRows);
+  if (stage.sp) list.push_back({&M::head_rstd_, n});
+  else
+    list.insert(list.end(),
+                {{&M::head_norm_, chunk * C}, {&M::head_rstd_, head_pieces ? N : chunk}, {&M::head_dnorm_, chunk * C}});
+  list.insert(list.end(), {{&M::head_logits_, chunk * V}, {&M::head_stats_, 3 * chunk}, {&M::losses_, N}});
+  if (!head_pieces) return list;
+  if (!stage.sp) list.insert(list.end(), {{&M::head_xn_, N * C}, {&M::head_dxn_, N * C}});
+  list.insert(list.end(), {{&M::head_stats_all_, 3 * N}, {&M::head_dw_, std::min<size_t>(V, kLlamaHeadPieceRows) * C}});
+  return list;
+}
+
+size_t llama_workspace_bytes(const LlamaConfig& cfg, int max_batch, int max_seq, const ActPolicy& policy,
+                             const ModelStage& stage, bool lm_head_pieces) {
+  size_t floats = 0;
+  const bool head_pieces = stage.head && lm_head_pieces && cfg.tie_embeddings;
+  for (const auto& b : LlamaModel::workspace_list(cfg, max_batch, max_seq, policy, stage, head_pieces))
+    floats += b.floats;
   return floats * sizeof(float);
 }
 
@@ -128,42 +148,20 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
              " ranks (internal)");
   AGOQ_CHECK(!stage.sp || stage.tp > 1, "sequence parallelism needs tensor-parallel ranks (internal)");
   if (stage.sp) model_sp_check(stage.tp, max_batch, max_seq);
-  const size_t N = max_rows_, n = stage.rows_held(max_rows_), C = d_.C, Q = d_.Q, KV = d_.KV, F = d_.F, V = d_.V;
-  const int hd = cfg.head_dim();
-  auto ws = [&](size_t n) { return be_.buffer<float>(n, MemCategory::workspace); };
-  const size_t table = size_t(max_seq) * hd / 2;
-  rope_cos_ = ws(table);
-  rope_sin_ = ws(table);
+  for (const WorkspaceBuffer& b : workspace_list(cfg, max_batch, max_seq, policy, stage, head_pieces_))
+    if (!b.with_policy && b.floats > 0) this->*b.member = be_.buffer<float>(b.floats, MemCategory::workspace);
   {  // the tables are made on the host (in double precision) for every backend
+    const size_t table = rope_cos_.size();
     std::vector<float> cos(table), sin(table);
     rope_init_tables(cos.data(), sin.data(), max_seq, cfg.rope_inv_freqs());
     be_.upload(rope_cos_.data(), cos.data(), table * sizeof(float));
     be_.upload(rope_sin_.data(), sin.data(), table * sizeof(float));
   }
   if (!be_.host_memory()) {
-    inputs_dev_ = be_.buffer<int32_t>(N, MemCategory::workspace, "tokens");
-    targets_dev_ = be_.buffer<int32_t>(N, MemCategory::workspace, "tokens");
+    inputs_dev_ = be_.buffer<int32_t>(size_t(max_rows_), MemCategory::workspace, "tokens");
+    targets_dev_ = be_.buffer<int32_t>(size_t(max_rows_), MemCategory::workspace, "tokens");
   }
-  resid_ = ws(n * C);
-  dx_ = ws(n * C);
-  if (stage.sp) sp_whole_ = ws(N * C), sp_whole2_ = ws(N * C), sp_part_ = ws(n * C), norm_dw_ = ws(C);
   stores_allocate(policy, in_flight);
-  dq_ = ws(N * Q), dk_ = ws(N * KV), dv_ = ws(N * KV), do_ = ws(N * Q);
-  const size_t R = llama_tile_rows(max_seq, int(N));
-  t_x_ = ws(R * C), t_xn_ = ws(R * C), t_o_ = ws(R * Q);
-  if (!stage.sp) t_c_ = ws(R * C);
-  t_gate_ = ws(R * F), t_up_ = ws(R * F), t_s_ = ws(R * F), t_ds_ = ws(R * F), t_dgate_ = ws(R * F), t_dup_ = ws(R * F);
-  if (stage.head) {
-    const size_t chunk = std::min<size_t>(N, kLlamaHeadChunkRows);
-    if (stage.sp) head_rstd_ = ws(n);
-    else head_norm_ = ws(chunk * C), head_rstd_ = ws(head_pieces_ ? N : chunk), head_dnorm_ = ws(chunk * C);
-    head_logits_ = ws(chunk * V);
-    head_stats_ = ws(3 * chunk), losses_ = ws(N);
-    if (head_pieces_) {
-      if (!stage.sp) head_xn_ = ws(N * C), head_dxn_ = ws(N * C);
-      head_stats_all_ = ws(3 * N), head_dw_ = ws(std::min<size_t>(V, kLlamaHeadPieceRows) * C);
-    }
-  }
 }
 
 // One store per micro-batch in flight, and the fp32 attention workspaces that slots stored in another format
@@ -172,13 +170,12 @@ void LlamaModel::stores_allocate(const ActPolicy& policy, int count) {
   stores_.clear();
   for (int i = 0; i < count; ++i) stores_.push_back(be_.store_make(cfg_, max_rows_, policy, stage()));
   active_ = 0;
-  const size_t N = max_rows_;
-  auto ws_if = [&](BackendBuffer<float>& b, ActSlot s, size_t cols) {
-    if (!attention_workspace_needed(policy, stage(), s)) b.reset();
-    else if (b.empty()) b = be_.buffer<float>(N * cols, MemCategory::workspace);
-  };
-  ws_if(q_, ActSlot::q, d_.Q), ws_if(k_, ActSlot::k, d_.KV), ws_if(v_, ActSlot::v, d_.KV);
-  ws_if(o_, ActSlot::attn_out, d_.Q);
+  for (const WorkspaceBuffer& b : workspace_list(cfg_, max_rows_ / max_seq_, max_seq_, policy, stage(), head_pieces_)) {
+    if (!b.with_policy) continue;
+    BackendBuffer<float>& buf = this->*b.member;
+    if (b.floats == 0) buf.reset();
+    else if (buf.empty()) buf = be_.buffer<float>(b.floats, MemCategory::workspace);
+  }
 }
 
 ActStore& LlamaModel::store(int i) {

@@ -146,6 +146,19 @@ class LlamaModel {
   const float* stage_input_grad() const { return dx_.data(); }
 
  private:
+  // One of the model's fp32 workspace buffers (MemCategory::workspace) and its size for the model's shapes. The
+  // attention slots' buffers come and go with the activation policy (stores_allocate); the others are made once.
+  struct WorkspaceBuffer {
+    BackendBuffer<float> LlamaModel::*member;
+    size_t floats;
+    bool with_policy = false;
+  };
+  // Every workspace buffer, each once: the constructor and stores_allocate make them, llama_workspace_bytes sums
+  // them. head_pieces: the lm_head's gradient goes out in vocabulary pieces (head_pieces_).
+  static std::vector<WorkspaceBuffer> workspace_list(const LlamaConfig& cfg, int max_batch, int max_seq,
+                                                     const ActPolicy& policy, const ModelStage& stage,
+                                                     bool head_pieces);
+  friend size_t llama_workspace_bytes(const LlamaConfig&, int, int, const ActPolicy&, const ModelStage&, bool);
   void forward_layer(int l, int B, int T);
   void backward_layer(int l, int B, int T);
   // Final norm -> lm_head -> cross-entropy, in chunks of rows so the (N, V) logits never exist; when dx is

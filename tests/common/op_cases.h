@@ -20,11 +20,11 @@ inline std::vector<OpCase> make_op_cases() {
   using namespace op_cases_detail;
   std::vector<OpCase> cases;
   // The product shapes: odd, 1 x 1 x 1, and larger than a block of the BLAS and of oneDNN's bf16 kernels.
-  for (const auto [N, I, O] : {std::tuple{6, 7, 5}, std::tuple{7, 13, 5}, std::tuple{1, 1, 1}, std::tuple{33, 64, 24},
+  for (const auto& [N, I, O] : {std::tuple{6, 7, 5}, std::tuple{7, 13, 5}, std::tuple{1, 1, 1}, std::tuple{33, 64, 24},
                                std::tuple{67, 96, 80}, std::tuple{130, 256, 688}})
     add_matmul_cases(cases, N, I, O);
   // RMSNorm rows: odd, one element, a row past a CUDA block (4099), and enough rows for every thread (512).
-  for (const auto [N, C] : {std::pair{6, 12}, std::pair{7, 13}, std::pair{1, 1}, std::pair{67, 256}, std::pair{3, 4099},
+  for (const auto& [N, C] : {std::pair{6, 12}, std::pair{7, 13}, std::pair{1, 1}, std::pair{67, 256}, std::pair{3, 4099},
                             std::pair{512, 256}})
     add_rmsnorm_cases(cases, N, C);
   add_rope_case(cases, 2, 3, 2, 6, 10000.0, true);

@@ -60,7 +60,7 @@ void run_case(ModelBackend& be, const OpCase& c, const char* backend) {
     const std::vector<OpCheck> again = c.run(be);
     const std::string where = std::string(backend) + " on " + std::to_string(threads) + " threads";
     expect_checks_pass(again, c, where);
-    expect_same_outputs(again, first, c, "run again on " + std::to_string(threads) + " threads");
+    expect_same_outputs(again, first, c, std::string("run again on ") + std::to_string(threads) + " threads");
   }
   if (c.cpu_bits && &be != &model_backend_cpu())
     expect_same_outputs(first, c.run(model_backend_cpu()), c, std::string(backend) + " against the CPU backend");
