@@ -61,36 +61,22 @@ StepNorm CudaStep::norm_and_clip(double loss_sum) {
   return norm;
 }
 
+// AdamW unit by unit from the fp32 gradient (without the 8-bit store one unit: the whole gradient, [0, n)).
 void CudaStep::update(float lr, float clip_scale) {
-  step_apply(*this, step_, lr, clip_scale);
-  gpu_.weights_changed();
-}
-
-// ---- phase 5's device (optim/step.h): without the 8-bit store one unit, the whole gradient ----
-
-int CudaStep::unit_count() const { return q8_ ? q8_->unit_count() : 1; }
-
-std::vector<StepRange> CudaStep::unit_pieces(int u) {
-  if (!q8_) return {{0, n_}};
-  return {{q8_->unit(u).begin, q8_->unit(u).end}};
-}
-
-float* CudaStep::gradient(int u, StepRange) { return q8_ ? q8_->unit_fp32(u) : model_.grads_flat(); }
-
-void CudaStep::scale(float* g, size_t n, float factor) { cuda_grad_scale(g, n, factor); }
-
-void CudaStep::adamw(int, const float* g, StepRange p, float lr, long step) {
-  const AdamStepCoeffs k = adam_step_coeffs(adam_.beta1, adam_.beta2, adam_.eps, lr, step);
+  const AdamStepCoeffs k = adam_step_coeffs(adam_.beta1, adam_.beta2, adam_.eps, lr, step_);
   const float decay = 1.0f - lr * adam_.weight_decay;
   float* w = model_.params_flat();
-  adam_decay_runs_within(runs_, p.begin, p.end, [&](size_t a, size_t b, bool decays) {
-    cuda_adamw_step(w + a, moment1_.data() + a, moment2_.data() + a, g + (a - p.begin), b - a, decays ? decay : 1.0f,
-                    k);
-  });
-}
-
-void CudaStep::unit_done(int u) {
-  if (q8_) q8_->unit_release(u);
+  for (int u = 0; u < (q8_ ? q8_->unit_count() : 1); ++u) {
+    const size_t begin = q8_ ? q8_->unit(u).begin : 0, end = q8_ ? q8_->unit(u).end : n_;
+    float* g = q8_ ? q8_->unit_fp32(u) : model_.grads_flat();
+    if (clip_scale != 1.0f) cuda_grad_scale(g, end - begin, clip_scale);
+    adam_decay_runs_within(runs_, begin, end, [&](size_t a, size_t b, bool decays) {
+      cuda_adamw_step(w + a, moment1_.data() + a, moment2_.data() + a, g + (a - begin), b - a, decays ? decay : 1.0f,
+                      k);
+    });
+    if (q8_) q8_->unit_release(u);
+  }
+  gpu_.weights_changed();
 }
 
 // ---- checkpoints ----

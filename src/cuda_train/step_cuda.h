@@ -24,7 +24,7 @@
 
 namespace agoq {
 
-class CudaStep final : public StepEngine, private StepDevice {
+class CudaStep final : public StepEngine {
  public:
   // model: on `gpu`, writing its gradients into its own fp32 buffer (q8_grads null) or into q8_grads' storage
   // (the store the model was built on, kept here). adam.state must be fp32.
@@ -48,13 +48,6 @@ class CudaStep final : public StepEngine, private StepDevice {
 
  private:
   void host_allocate();
-  // StepDevice
-  int unit_count() const override;
-  std::vector<StepRange> unit_pieces(int u) override;
-  float* gradient(int u, StepRange p) override;
-  void scale(float* g, size_t n, float factor) override;
-  void adamw(int u, const float* g, StepRange p, float lr, long step) override;
-  void unit_done(int u) override;
 
   LlamaModel& model_;
   CudaBackend& gpu_;

@@ -56,15 +56,4 @@ float step_clip_scale(long step, double loss, double grad_norm, float clip) {
   return grad_norm > clip ? float(clip / grad_norm) : 1.0f;
 }
 
-void step_apply(StepDevice& device, long step, float lr, float clip_scale) {
-  for (int u = 0; u < device.unit_count(); ++u) {
-    for (const StepRange& p : device.unit_pieces(u)) {
-      float* g = device.gradient(u, p);
-      if (clip_scale != 1.0f) device.scale(g, p.size(), clip_scale);
-      device.adamw(u, g, p, lr, step);
-    }
-    device.unit_done(u);
-  }
-}
-
 }  // namespace agoq

@@ -8,7 +8,7 @@
 //   3. wait_s = engine.grads_reduce()                 the gradient summed over the replicas
 //   4. norm = engine.norm_and_clip(loss_sum)          the step's loss and gradient norm over the grid, the
 //                                                     divergence check, the clipping factor
-//   5. engine.update(lr, norm.clip_scale)             AdamW, unit by unit (step_apply over the engine's StepDevice)
+//   5. engine.update(lr, norm.clip_scale)             AdamW (optim/adamw.h), unit by unit of the gradient store
 //
 // The engines are the CPU step (parallel/step_cpu.h: the ranks' data, pipeline and tensor parallelism) and the CUDA
 // step (cuda_train/step_cuda.h: one GPU). The model never calls them: whoever runs the micro-batches calls the model
@@ -88,7 +88,7 @@ double step_forward_backward(StepEngine& engine, LlamaModel& model, const int32_
 // Phases 3 to 5, for callers that need no more than the result (benchmarks, tests).
 StepResult step_finish(StepEngine& engine, float lr, double loss_sum);
 
-// ---- the pieces both engines build their phases from ----
+// ---- what both engines build their phases from ----
 
 // The stochastic-rounding seed of the saved activations of global micro-batch g at `step`: fresh per micro-batch,
 // reproducible from (seed, step, g), the same whichever device or grid runs it.
@@ -113,29 +113,5 @@ inline double step_loss(double loss_sum, int micro_total, double loss_tokens) {
 // The factor the gradient is scaled by so its norm is at most `clip`. Throws Error "training diverged at step S:
 // the loss is X ..." when the loss or the norm is not finite (a grid agrees on both, so every rank throws alike).
 float step_clip_scale(long step, double loss, double grad_norm, float clip);
-
-// A part [begin, end) of the flat parameter layout.
-struct StepRange {
-  size_t begin = 0, end = 0;
-  size_t size() const { return end - begin; }
-};
-
-// Where a step's reduced gradient is and how the device updates from it. Units are the gradient store's (the
-// embedding, each layer, the head); a unit is read in pieces when its store dequantizes piece by piece.
-class StepDevice {
- public:
-  virtual ~StepDevice() = default;
-  virtual int unit_count() const = 0;
-  virtual std::vector<StepRange> unit_pieces(int u) = 0;  // this rank's part of unit u, in the flat layout
-  // The fp32 gradient of piece p, at [0, p.size()) on the device; valid until the next call.
-  virtual float* gradient(int u, StepRange p) = 0;
-  virtual void scale(float* g, size_t n, float factor) = 0;
-  // AdamW of the parameters p from g (the gradient of p, at [0, p.size())).
-  virtual void adamw(int u, const float* g, StepRange p, float lr, long step) = 0;
-  virtual void unit_done(int u) = 0;
-};
-
-// Phase 5 on a device: every unit's pieces scaled by clip_scale (unless 1) and applied.
-void step_apply(StepDevice& device, long step, float lr, float clip_scale);
 
 }  // namespace agoq

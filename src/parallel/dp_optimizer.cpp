@@ -8,50 +8,6 @@
 
 namespace agoq {
 
-namespace {
-// The reduced gradient as the step core reads it (optim/step.h): the reducer's pieces, AdamW per unit on the
-// host, and ZeRO-1's all-gather of each unit's parameters after its shard's update.
-class HostStepDevice final : public StepDevice {
- public:
-  HostStepDevice(Communicator& comm, ParamSet& params, const std::vector<GradUnit>& units, bool zero,
-                 std::vector<std::unique_ptr<AdamW>>& adam, GradReducer& reducer)
-      : comm_(comm), params_(params), units_(units), zero_(zero && comm.size() > 1), adam_(adam), reducer_(reducer) {}
-
-  int unit_count() const override { return int(units_.size()); }
-  std::vector<StepRange> unit_pieces(int u) override {
-    std::vector<StepRange> out;
-    for (const GradRange& p : reducer_.pieces(u))
-      out.push_back({units_[u].range.begin + p.begin, units_[u].range.begin + p.end});
-    return out;
-  }
-  float* gradient(int u, StepRange p) override {
-    const size_t at = units_[u].range.begin;
-    return reducer_.reduced(u, {p.begin - at, p.end - at}) + p.begin;
-  }
-  void scale(float* g, size_t n, float factor) override { grad_scale(g, n, factor); }
-  void adamw(int u, const float* g, StepRange p, float lr, long step) override {
-    adam_[u]->step(params_.data(), g - p.begin, lr, step, p.begin, p.end);  // AdamW indexes the flat layout
-  }
-  void unit_done(int u) override {
-    if (!zero_) return;
-    const GradUnit& unit = units_[u];
-    const int D = comm_.size();
-    std::vector<size_t> bytes(D), displs(D);
-    for (int k = 0; k < D; ++k) bytes[k] = unit.counts[k] * sizeof(float), displs[k] = unit.displs[k] * sizeof(float);
-    float* p = params_.data() + unit.range.begin;
-    comm_.allgatherv(p + unit.own.begin, bytes[comm_.rank()], p, bytes.data(), displs.data());
-  }
-
- private:
-  Communicator& comm_;
-  ParamSet& params_;
-  const std::vector<GradUnit>& units_;
-  bool zero_;
-  std::vector<std::unique_ptr<AdamW>>& adam_;
-  GradReducer& reducer_;
-};
-}  // namespace
-
 DpOptimizer::DpOptimizer(Communicator& comm, ParamSet& params, const std::vector<GradUnit>& units,
                          const DpOptimizerOptions& o)
     : comm_(comm), params_(params), units_(units), opts_(o), D_(comm.size()) {
@@ -86,9 +42,26 @@ StepNorm DpOptimizer::norm_and_clip(long step, double loss_sum, int micro_total,
   return norm;
 }
 
+// AdamW unit by unit over the pieces the reducer hands out (an 8-bit unit is dequantized piece by piece), then
+// with ZeRO-1 the all-gather of the unit's parameters from their shards.
 void DpOptimizer::update(long step, float lr, float clip_scale, GradReducer& reducer) {
-  HostStepDevice device(comm_, params_, units_, opts_.zero, adam_, reducer);
-  step_apply(device, step, lr, clip_scale);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const GradUnit& unit = units_[u];
+    for (const GradRange& p : reducer.pieces(int(u))) {
+      float* g = reducer.reduced(int(u), p);  // indexed like the flat layout; only the piece [a, b) is valid
+      const size_t a = unit.range.begin + p.begin, b = unit.range.begin + p.end;
+      if (clip_scale != 1.0f) grad_scale(g + a, b - a, clip_scale);
+      adam_[u]->step(params_.data(), g, lr, step, a, b);
+    }
+    if (opts_.zero && D_ > 1) params_allgather(unit);
+  }
+}
+
+void DpOptimizer::params_allgather(const GradUnit& unit) {
+  std::vector<size_t> bytes(D_), displs(D_);
+  for (int k = 0; k < D_; ++k) bytes[k] = unit.counts[k] * sizeof(float), displs[k] = unit.displs[k] * sizeof(float);
+  float* p = params_.data() + unit.range.begin;
+  comm_.allgatherv(p + unit.own.begin, bytes[comm_.rank()], p, bytes.data(), displs.data());
 }
 
 double DpOptimizer::replicated_sum_squares(GradReducer& reducer) {

@@ -39,6 +39,8 @@ class DpOptimizer {
   AdamW& adam(int u) { return *adam_[u]; }
 
  private:
+  // ZeRO-1: every rank's shard of the unit's parameters, after its update, to every rank.
+  void params_allgather(const GradUnit& unit);
   // Sum of squares of the reduced gradient's replicated tensors (this rank's part; ZeRO: summed over the ranks).
   double replicated_sum_squares(GradReducer& reducer);
 
