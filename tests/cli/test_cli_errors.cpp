@@ -172,6 +172,7 @@ TEST_F(CliErrors, NumericFlagsAreCheckedBeforeRunning) {
   expect_clean_error(train({{"--beta1", "1"}}), "--beta1");
   expect_clean_error(train({{"--beta1", "nan"}}), "--beta1");
   expect_clean_error(train({{"--beta2", "2"}}), "--beta2");
+  expect_clean_error(train({{"--adam-eps", "0"}}), "--adam-eps must be a positive number (got 0)");
   expect_clean_error(train({{"--ckpt-every", "-1"}}), "--ckpt-every");
   expect_clean_error(train({{"--stop-after", "-3"}}), "--stop-after");
   expect_clean_error(train({{"--eval-every", "-1"}}), "--eval-every");
