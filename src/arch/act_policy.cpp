@@ -114,6 +114,12 @@ ActPolicy ActPolicy::uniform(int n_layers, const QuantFormat& f) {
   return policy_all(n_layers, quant_format_name(f), {true, f});
 }
 
+ActPolicy ActPolicy::forward_only(int n_layers) {
+  ActPolicy p = policy_all(n_layers, "forward-only", {false, {}});
+  p.backward = false;
+  return p;
+}
+
 ActPolicy ActPolicy::parse(const std::string& spec, int n_layers) {
   AGOQ_CHECK(n_layers >= 1, "activation policy needs at least one layer");
   if (spec == "fp32") return uniform(n_layers, quant_format_fp32());

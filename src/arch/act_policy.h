@@ -62,11 +62,14 @@ struct SlotStorage {
 struct ActPolicy {
   std::string name;
   std::vector<std::array<SlotStorage, kActSlotCount>> slots;  // [layer][slot]
+  bool backward = true;  // false: a forward-only model (scoring, sampling), which keeps nothing for a backward pass
 
   const SlotStorage& at(int layer, ActSlot s) const { return slots[layer][int(s)]; }
   // A policy name or spec (see above); errors name the bad part.
   static ActPolicy parse(const std::string& spec, int n_layers);
   static ActPolicy uniform(int n_layers, const QuantFormat& f);  // every slot stored in f (rstd/lse fp32)
+  // Inference: no slot stored but the forward's own fp32 outputs (rstd, the log-sum-exp), and no backward.
+  static ActPolicy forward_only(int n_layers);
   // One line per distinct layer pattern: "layers 0-5: attn_norm_in=int4.g128.sym.sr, ...".
   std::string describe() const;
 };

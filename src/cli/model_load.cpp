@@ -10,13 +10,15 @@
 namespace agoq {
 namespace {
 
-// The model for one sequence of `window` tokens (weights, their gradient buffer, activations, workspace; no
-// optimizer), from the memory model, against this machine: one line instead of the OOM killer.
+// The forward-only model for one sequence of `window` tokens (weights, the forward's workspace; no gradients, no
+// saved activations but the norms' and attention's statistics, no optimizer), from the memory model, against this
+// machine: one line instead of the OOM killer.
 void memory_check(const LlamaConfig& cfg, const ActPolicy& policy, int window) {
   PlanCpuOptions o;
   o.batch = 1, o.seq = window;
   const PlanMemory need = plan_memory_cpu_trainer(cfg, policy, o);
-  const size_t bytes = need.total() - need[MemCategory::optimizer], have = memory_physical_bytes();
+  const size_t bytes = need.total() - need[MemCategory::optimizer] - need[MemCategory::gradients],
+               have = memory_physical_bytes();
   AGOQ_CHECK(have == 0 || bytes <= have, "running this model (", cfg.param_count(), " parameters, a ", window,
              "-token window) needs about ", format_bytes(bytes), "; this machine has ", format_bytes(have));
 }
@@ -42,7 +44,7 @@ InferenceModel inference_model_load(const std::string& src, const std::string& t
   m.window = window > 0 ? window : inference_window_default(cfg);
   AGOQ_CHECK(m.window <= cfg.max_seq_len, "--seq ", m.window, " is beyond the model's context of ", cfg.max_seq_len,
              " tokens (max_position_embeddings)");
-  const ActPolicy policy = ActPolicy::parse("fp32", cfg.n_layers);
+  const ActPolicy policy = ActPolicy::forward_only(cfg.n_layers);
   memory_check(cfg, policy, m.window);
   m.tok = tokenizer_path.empty() ? m.source->tokenizer() : Tokenizer::load(tokenizer_path);
   // Models often pad their embedding beyond the tokenizer's ids (to a multiple of 64 or 128); never the reverse.

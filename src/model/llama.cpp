@@ -35,13 +35,21 @@ std::vector<LlamaModel::WorkspaceBuffer> LlamaModel::workspace_list(const LlamaC
   const size_t N = size_t(max_batch) * max_seq, C = d.C, Q = d.Q, KV = d.KV, F = d.F, V = d.V;
   const size_t n = size_t(stage.rows_held(int(N))), R = size_t(llama_tile_rows(max_seq, int(N)));
   const size_t table = size_t(max_seq) * cfg.head_dim() / 2;
-  std::vector<WorkspaceBuffer> list = {
-      {&M::rope_cos_, table}, {&M::rope_sin_, table},  // (max_seq, hd/2)
-      {&M::resid_, n * C},    {&M::dx_, n * C},        // the residual stream and its gradient
-      {&M::dq_, N * Q},       {&M::dk_, N * KV},      {&M::dv_, N * KV}, {&M::do_, N * Q},
-      {&M::t_x_, R * C},      {&M::t_xn_, R * C},     {&M::t_o_, R * Q},  // the tiles
-      {&M::t_gate_, R * F},   {&M::t_up_, R * F},     {&M::t_s_, R * F}, {&M::t_ds_, R * F},
-      {&M::t_dgate_, R * F},  {&M::t_dup_, R * F}};
+  std::vector<WorkspaceBuffer> list = {{&M::rope_cos_, table}, {&M::rope_sin_, table},  // (max_seq, hd/2)
+                                       {&M::resid_, n * C},                             // the residual stream
+                                       {&M::t_xn_, R * C},     {&M::t_gate_, R * F},
+                                       {&M::t_up_, R * F},     {&M::t_s_, R * F}};  // forward's tiles
+  if (policy.backward)  // the residual stream's gradient, attention's input gradients, backward's tiles
+    list.insert(list.end(), {{&M::dx_, n * C},
+                             {&M::dq_, N * Q},
+                             {&M::dk_, N * KV},
+                             {&M::dv_, N * KV},
+                             {&M::do_, N * Q},
+                             {&M::t_x_, R * C},
+                             {&M::t_o_, R * Q},
+                             {&M::t_ds_, R * F},
+                             {&M::t_dgate_, R * F},
+                             {&M::t_dup_, R * F}});
   // Attention reads its inputs and output in fp32 for the whole batch: a buffer where the slot is stored otherwise.
   const std::pair<BackendBuffer<float> M::*, std::pair<ActSlot, size_t>> attention[] = {
       {&M::q_, {ActSlot::q, Q}},
@@ -130,7 +138,9 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, int max_batch, int max_seq, const
     params_mem_ = be_.buffer<float>(model_stage_param_count(cfg, stage), MemCategory::weights);
     params_ = ParamSet(cfg, stage, {{0, params_mem_.size(), params_mem_.data()}});
   }
-  if (be_.host_memory() || !segments.empty()) {
+  if (!policy.backward) {
+    AGOQ_CHECK(segments.empty(), "a forward-only model writes no gradients (internal)");  // grads_ stays empty
+  } else if (be_.host_memory() || !segments.empty()) {
     grads_ = segments.empty() ? ParamSet(cfg, stage, MemCategory::gradients) : ParamSet(cfg, stage, segments);
   } else {
     grads_mem_ = be_.buffer<float>(model_stage_param_count(cfg, stage), MemCategory::gradients);
@@ -566,6 +576,7 @@ float LlamaModel::stage_head(const int32_t* targets, int B, int T, const MicroBa
   for (int i = 0; i < B * T; ++i)
     AGOQ_CHECK(targets[i] < cfg_.vocab_size, "target id ", targets[i], " out of range for vocab size ",
                cfg_.vocab_size);
+  if (backward) backward_check();
   const float loss = head_forward_backward(resid_.data(), targets, B * T, run, backward ? dx_.data() : nullptr);
   return loss;
 }
@@ -585,6 +596,12 @@ std::vector<int> LlamaModel::backward_parts() const {
 void LlamaModel::stage_backward_begin(int B, int T, const MicroBatchRun& run) {
   check_batch(B, T);
   run_use(run, B, T);
+  backward_check();
+}
+
+void LlamaModel::backward_check() {
+  AGOQ_CHECK(active_store().policy().backward, "a forward-only model (", active_store().policy().name,
+             ") has no backward pass (internal)");
 }
 
 void LlamaModel::stage_backward_part(int part, const int32_t* inputs, int B, int T, const MicroBatchRun& run) {

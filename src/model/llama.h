@@ -169,6 +169,7 @@ class LlamaModel {
   void run_use(const MicroBatchRun& run, int B, int T);
   ActStore& active_store() { return *stores_[active_]; }
   void check_batch(int B, int T) const;
+  void backward_check();  // the active store's policy keeps what a backward pass reads
   void stores_allocate(const ActPolicy& policy, int count);
   float run_whole(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run, bool backward);
   // fp32 view of an attention slot for the whole batch: the stored tensor when fp32, else the workspace buffer.

@@ -41,7 +41,7 @@ TrainSession::TrainSession(const TrainOptions& opt)
       world_(opt.comm ? *opt.comm : comm_world()),
       lead_(world_.rank() == 0),
       grid_(grid_of_validated(world_, opt)),
-      dp_options_(train_cpu_step_options(opt, grid_.pipe, grid_.tp)),
+      step_options_(train_cpu_step_options(opt, grid_.pipe, grid_.tp)),
       B_(opt.batch),
       T_(opt.seq),
       m_(opt.accum) {
@@ -175,8 +175,8 @@ void TrainSession::init_source_open() {
 void TrainSession::blocks_isolate_replicated() {
   std::vector<ModelStage> all = model_stages_split(cfg_, grid_.P, opt_.stage_layers);  // every stage: one format
   for (ModelStage& s : all) s = model_stage_shard(cfg_, s, grid_.T, 0, opt_.sp);
-  const bool grad_q8 = dp_options_.store.kind == GradStoreKind::q8 || dp_options_.reduce == GradReduce::q8;
-  const bool optim_q8 = dp_options_.adam.state == OptimState::q8;
+  const bool grad_q8 = step_options_.store.kind == GradStoreKind::q8 || step_options_.reduce == GradReduce::q8;
+  const bool optim_q8 = step_options_.adam.state == OptimState::q8;
   auto isolate = [&](int& block, const char* what, int least) {
     const int b = model_block_isolating_replicated(cfg_, all, block);
     if (b == block) return;
@@ -190,19 +190,19 @@ void TrainSession::blocks_isolate_replicated() {
                     " values (not " + std::to_string(block) + "), so no block mixes a norm with a shard's slice";
     block = b;
   };
-  if (grad_q8) isolate(dp_options_.store.block, "8-bit gradient", 32);
-  if (optim_q8) isolate(dp_options_.adam.q8.block, "8-bit optimizer", 32);
-  if (optim_q8 && dp_options_.zero)  // ZeRO's shards start on gradient blocks, which the moments' must divide
-    dp_options_.adam.q8.block = std::min(dp_options_.adam.q8.block, dp_options_.store.block);
+  if (grad_q8) isolate(step_options_.store.block, "8-bit gradient", 32);
+  if (optim_q8) isolate(step_options_.adam.q8.block, "8-bit optimizer", 32);
+  if (optim_q8 && step_options_.zero)  // ZeRO's shards start on gradient blocks, which the moments' must divide
+    step_options_.adam.q8.block = std::min(step_options_.adam.q8.block, step_options_.store.block);
 }
 
 PlanCpuOptions TrainSession::plan_options() const {
   PlanCpuOptions o;
-  o.batch = B_, o.seq = T_, o.zero = dp_options_.zero, o.dp = grid_.D;
-  o.reduce = dp_options_.reduce, o.dp_one_host = grid_.dp->one_host(), o.bucket_bytes = dp_options_.bucket_bytes;
-  o.grad_q8 = dp_options_.store.kind == GradStoreKind::q8;
-  o.grad_block = dp_options_.store.block, o.lm_head_pieces = dp_options_.store.lm_head_pieces;
-  o.optim_q8 = dp_options_.adam.state == OptimState::q8, o.optim_block = dp_options_.adam.q8.block;
+  o.batch = B_, o.seq = T_, o.zero = step_options_.zero, o.dp = grid_.D;
+  o.reduce = step_options_.reduce, o.dp_one_host = grid_.dp->one_host(), o.bucket_bytes = step_options_.bucket_bytes;
+  o.grad_q8 = step_options_.store.kind == GradStoreKind::q8;
+  o.grad_block = step_options_.store.block, o.lm_head_pieces = step_options_.store.lm_head_pieces;
+  o.optim_q8 = step_options_.adam.state == OptimState::q8, o.optim_block = step_options_.adam.q8.block;
   o.pp = grid_.P, o.stage = stages_[grid_.stage], o.in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
   o.gemm_bf16 = compute_.gemm == GemmPrecision::bf16, o.bf16_weights = opt_.bf16_weights;
   return o;
@@ -238,7 +238,7 @@ void TrainSession::model_build() {
   if (opt_.device == TrainDevice::cuda) return model_build_gpu();
   compute_ = comm_agreed(world_, [&] { return model_compute_choose(opt_.compute, false); });
   comm_agreed(world_, [&] {
-    AGOQ_CHECK(!dp_options_.store.lm_head_pieces || cfg_.tie_embeddings,
+    AGOQ_CHECK(!step_options_.store.lm_head_pieces || cfg_.tie_embeddings,
                "--lm-head-grad pieces is for tied "
                "embeddings: this model's lm_head is its own tensor, whose gradient the store holds whole");
     memory_check();
@@ -248,7 +248,7 @@ void TrainSession::model_build() {
   // one loader state resumes any rank.
   batches_allocate();
   const int in_flight = pipeline_in_flight(grid_.P, grid_.stage, m_);
-  grads_ = std::make_unique<GradStore>(cfg_, stages_[grid_.stage], dp_options_.store);  // the model writes into it
+  grads_ = std::make_unique<GradStore>(cfg_, stages_[grid_.stage], step_options_.store);  // the model writes into it
   if (grid_.tp) tensor_group_ = std::make_unique<CommTensorGroup>(*grid_.tp);
   if (compute_.gemm == GemmPrecision::bf16) cpu_bf16_ = model_backend_cpu_bf16(opt_.bf16_weights);
   ModelBackend& cpu = cpu_bf16_ ? *cpu_bf16_ : model_backend_cpu();
@@ -258,7 +258,7 @@ void TrainSession::model_build() {
     const ShardDims d = model_shard_dims(cfg_, stages_[grid_.stage]);
     timed_->head_weights_are(model_->params().lm_head, size_t(d.V) * d.C);
   }
-  auto cpu_step = std::make_unique<CpuStep>(*grid_.dp, model_->params(), *grads_, dp_options_);
+  auto cpu_step = std::make_unique<CpuStep>(*grid_.dp, model_->params(), *grads_, step_options_);
   cpu_step_ = cpu_step.get();
   engine_ = std::move(cpu_step);
   if (grid_.P > 1) pipeline_ = std::make_unique<Pipeline>(*grid_.pipe, *model_, B_, T_);
@@ -286,10 +286,10 @@ void TrainSession::model_build_gpu() {
   batches_allocate();
   const ModelStage whole = model_stage_whole(cfg_);
   std::unique_ptr<CudaGradStore> q8;  // --grad-store q8: the model writes into its scratch
-  if (dp_options_.store.kind == GradStoreKind::q8)
-    q8 = std::make_unique<CudaGradStore>(backend, cfg_, whole, dp_options_.store.block, dp_options_.store.rounding);
+  if (step_options_.store.kind == GradStoreKind::q8)
+    q8 = std::make_unique<CudaGradStore>(backend, cfg_, whole, step_options_.store.block, step_options_.store.rounding);
   model_make(whole, 1, q8 ? GradStoreView(q8->model_storage()) : GradStoreView(), nullptr, backend);
-  engine_ = std::make_unique<CudaStep>(*model_, backend, std::move(q8), dp_options_.adam, opt_.clip, opt_.seed);
+  engine_ = std::make_unique<CudaStep>(*model_, backend, std::move(q8), step_options_.adam, opt_.clip, opt_.seed);
 #else
   fail("--device cuda: this agoq was built without the CUDA backend (no nvcc at configure time, or -DAGOQ_CUDA=OFF)");
 #endif

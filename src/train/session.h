@@ -46,7 +46,7 @@ class TrainSession {
   void data_load();
   void config_resolve();
   void init_source_open();              // --init-from
-  void blocks_isolate_replicated();     // dp_options_'s blocks, so every TP rank's norms get the same bits
+  void blocks_isolate_replicated();     // step_options_'s blocks, so every TP rank's norms get the same bits
   PlanCpuOptions plan_options() const;  // this rank's run, as the memory model describes it
   void step_ids_check() const;
   void memory_check() const;
@@ -94,7 +94,7 @@ class TrainSession {
   DirLock out_lock_;  // lead: --out is this run's until the session ends
   RunIdentity who_;   // lead: what its checkpoints record, and what it may delete
   ParallelGrid grid_;
-  CpuStepOptions dp_options_;
+  CpuStepOptions step_options_;
   TokenDataset train_set_, val_set_;
   LlamaConfig cfg_;
   std::string resume_commit_ = "-";

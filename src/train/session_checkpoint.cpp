@@ -190,7 +190,7 @@ void TrainSession::checkpoint(long at_step) {
       whole_weights = whole_tensors_of(weights, model_->params(), grid_.T, root);
       whole_tensors_gather(whole_weights, weights, *grid_.tp);
       weights = whole_weights.views;
-      if (dp_options_.adam.state == OptimState::q8) {
+      if (step_options_.adam.state == OptimState::q8) {
         moments = shards_gather_moments(*grid_.tp, moments, held);
       } else {
         whole_moments = whole_tensors_of(moments, model_->params(), grid_.T, root);
@@ -213,12 +213,12 @@ void TrainSession::checkpoint(long at_step) {
                               {"grad_store", enum_name(kGradStoreNames, opt_.grad_store)},
                               {"allreduce", enum_name(kAllreduceNames, opt_.allreduce)},
                               {"zero", opt_.zero},
-                              {"optim_state", optim_state_name(dp_options_.adam.state)},
+                              {"optim_state", optim_state_name(step_options_.adam.state)},
                               {"compute", enum_name(kGemmPrecisionNames, compute_.gemm)}};
-    if (dp_options_.adam.state == OptimState::q8)  // the 8-bit format, which moments_form_of reads back
-      trainer["optim_q8"] = {{"block", dp_options_.adam.q8.block},
-                             {"m_root", dp_options_.adam.q8.m_root},
-                             {"v_root", dp_options_.adam.q8.v_root}};
+    if (step_options_.adam.state == OptimState::q8)  // the 8-bit format, which moments_form_of reads back
+      trainer["optim_q8"] = {{"block", step_options_.adam.q8.block},
+                             {"m_root", step_options_.adam.q8.m_root},
+                             {"v_root", step_options_.adam.q8.v_root}};
     std::vector<CheckpointFile> files;  // the tokenizer travels with the model, so `agoq sample` needs nothing else
     for (const char* name : kCheckpointCarriedFiles)
       if (const fs::path tok = fs::path(opt_.data_dir) / name; fs::exists(tok)) files.push_back({name, file_read(tok)});

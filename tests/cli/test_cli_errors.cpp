@@ -197,8 +197,9 @@ TEST_F(CliErrors, OversizeModelsAreRefusedBeforeAllocating) {
                             {"--ffn", "64"}}),
                      "lower --batch or --seq");
   // A checkpoint whose config claims 2^24 positions (consistently in config.json and trainer.json), scored in one
-  // window of all of them.
-  ASSERT_EQ(run_agoq(train({{"--steps", "1"}})).exit_code, 0);
+  // window of all of them: the forward-only model's residual stream and attention inputs alone, 5 x 1024 floats a
+  // token, are 320 GiB.
+  ASSERT_EQ(run_agoq(train({{"--steps", "1"}, {"--dim", "1024"}})).exit_code, 0);
   for (const char* file : {"config.json", "trainer.json"}) {
     std::ifstream in(d("run/ckpt/") + file);
     nlohmann::json j = nlohmann::json::parse(in);

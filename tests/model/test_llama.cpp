@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
@@ -137,6 +138,36 @@ TEST(Llama, RejectsOutOfRangeTokens) {
   LlamaModel m(c, 1, 4, ActPolicy::parse("fp32", c.n_layers));
   std::vector<int32_t> in = {1, 2, 61, 3}, tgt = {1, 2, 3, 4};
   EXPECT_THROW(m.forward_loss(in.data(), tgt.data(), 1, 4), Error);
+}
+
+// Scoring and sampling run a forward-only model: it gives the training model's loss bit for bit, holds no gradient
+// buffer, stores only the forward's fp32 statistics (rstd, the log-sum-exp) and the workspace its list says, and
+// refuses a backward pass.
+TEST(Llama, ForwardOnlyScoresAsTrainingAndKeepsNothing) {
+  const LlamaConfig c = tiny_config();
+  const int B = 2, T = 16;
+  const ActPolicy policy = ActPolicy::forward_only(c.n_layers);
+  const Batch b = random_batch(c, B, T, 9);
+  LlamaModel train(c, B, T, ActPolicy::parse("fp32", c.n_layers));
+  train.init_weights(4);
+  const float want = train.forward_loss(b.in.data(), b.tgt.data(), B, T);
+  const MemSnapshot before = MemoryTracker::global().current();
+  LlamaModel m(c, B, T, policy);
+  const MemSnapshot held = MemoryTracker::global().current();
+  m.init_weights(4);
+  const float got = m.forward_loss(b.in.data(), b.tgt.data(), B, T);
+  EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0) << got << " vs " << want;
+  auto grew = [&](MemCategory cat) { return held.bytes[int(cat)] - before.bytes[int(cat)]; };
+  const ModelStage whole = model_stage_whole(c);
+  EXPECT_EQ(grew(MemCategory::gradients), 0u);
+  EXPECT_EQ(grew(MemCategory::activations),
+            act_store_bytes(policy, c, size_t(B) * T, true) + act_store_bytes(policy, c, size_t(B) * T, false));
+  EXPECT_EQ(act_store_bytes(policy, c, size_t(B) * T, false), size_t(2 * c.n_layers * B * T) * sizeof(float));
+  EXPECT_EQ(grew(MemCategory::workspace), llama_workspace_bytes(c, B, T, policy, whole));
+  EXPECT_LT(llama_workspace_bytes(c, B, T, policy, whole),
+            llama_workspace_bytes(c, B, T, ActPolicy::parse("fp32", c.n_layers), whole));
+  EXPECT_THROW(m.stage_backward_begin(B, T, {}), Error);
+  EXPECT_THROW(m.stage_head(b.tgt.data(), B, T, {}, true), Error);
 }
 
 }  // namespace
