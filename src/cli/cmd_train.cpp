@@ -90,8 +90,7 @@ void cmd_train_body(TrainArgs& a) {
   }
 }
 
-// The flags that are not one option each: the model's shape (arch/config_fields.h) or a config.json, shorthands
-// (--act-store, --baseline) and the layout chosen by `agoq plan --auto`.
+// The model's shape: a flag per field of arch/config_fields.h, or a config.json.
 void train_flags_model(CLI::App* c, TrainArgs& a) {
   c->add_option("--config", a.config_json, "model shape from a Hugging Face config.json (overrides the flags below)")
       ->check(cli_path());
@@ -99,6 +98,8 @@ void train_flags_model(CLI::App* c, TrainArgs& a) {
     if (f.flag) std::visit([&](auto member) { model_flag_add(c, f, a.opt.model.*member); }, f.member);
 }
 
+// The flags that are not one option each: shorthands (--act-store, --baseline) and the layout `agoq plan --auto`
+// chooses.
 void train_flags_command(CLI::App* c, TrainArgs& a) {
   TrainOptions& o = a.opt;
   c->add_option_function<std::string>(

@@ -80,7 +80,7 @@ TrainOptions train_options_reference() {
 }
 
 void train_options_validate(const TrainOptions& o) {
-  train_option_rows(const_cast<TrainOptions&>(o), RowCheck{});
+  train_option_rows(o, RowCheck{});
   AGOQ_CHECK(o.min_lr <= o.lr, "--min-lr must be in [0, lr] (got ", o.min_lr, ")");
   AGOQ_CHECK(o.init_from.empty() || o.resume.empty(),
              "--init-from starts a fine-tune and --resume continues one: "
@@ -105,7 +105,7 @@ void train_options_validate(const TrainOptions& o) {
 std::string train_run_description(const TrainOptions& o, const LlamaConfig& cfg, const std::string& resume_commit) {
   std::ostringstream os;
   os << "model " << config_to_hf_json(cfg).dump() << "\n";
-  train_option_rows(const_cast<TrainOptions&>(o), RowDescribe{os});
+  train_option_rows(o, RowDescribe{os});
   os << " resume " << resume_commit;
   return os.str();
 }

@@ -97,9 +97,9 @@ struct TrainOptions {
 };
 
 // The rows, in --help's order: v(field, flag, default, help, spec), where spec is an OptionSpec, an enum's names
-// or OptionBytes. A row with no help is hidden (a test hook).
-template <class V>
-void train_option_rows(TrainOptions& o, V&& v) {
+// or OptionBytes. A row with no help is hidden (a test hook). Options: TrainOptions, or const TrainOptions to read.
+template <class Options, class V>
+void train_option_rows(Options& o, V&& v) {
   using Strings = std::vector<std::string>;
   v(o.data_dir, "--data", "", "prepared data directory (from `agoq prepare`)",
     OptionSpec{.path = true, .required = true, .local = true});
