@@ -17,8 +17,7 @@ void memory_check(const LlamaConfig& cfg, const ActPolicy& policy, int window) {
   PlanCpuOptions o;
   o.batch = 1, o.seq = window;
   const PlanMemory need = plan_memory_cpu_trainer(cfg, policy, o);
-  const size_t bytes = need.total() - need[MemCategory::optimizer] - need[MemCategory::gradients],
-               have = memory_physical_bytes();
+  const size_t bytes = need.total(), have = memory_physical_bytes();
   AGOQ_CHECK(have == 0 || bytes <= have, "running this model (", cfg.param_count(), " parameters, a ", window,
              "-token window) needs about ", format_bytes(bytes), "; this machine has ", format_bytes(have));
 }

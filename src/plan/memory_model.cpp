@@ -238,6 +238,8 @@ PlanMemory plan_memory_cpu_trainer(const LlamaConfig& cfg, const ActPolicy& poli
         llama_gemm_bf16_bytes(cfg, opt.batch, opt.seq, st, opt.grad_q8 && opt.lm_head_pieces, opt.bf16_weights);
     m[MemCategory::weights] += bf16.weights, m[MemCategory::workspace] += bf16.workspace;
   }
+  if (!policy.backward)  // a forward-only model (scoring, sampling): no gradient store, optimizer or reduction
+    m[MemCategory::gradients] = m[MemCategory::optimizer] = m[MemCategory::communication] = 0;
   return m;
 }
 

@@ -48,17 +48,14 @@ struct RowDescribe {
   std::ostringstream& os;
   template <class T, class D, class S>
   void operator()(const T& field, const char* flag, const D&, const char*, const S& spec) const {
-    if constexpr (std::is_same_v<S, OptionSpec>) {
+    if constexpr (std::is_same_v<S, OptionSpec>)
       if (spec.local) return;
-      if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-        for (const std::string& s : field) os << ' ' << flag << ' ' << s;
-      } else {
-        os << ' ' << flag << ' ' << field;
-      }
-    } else if constexpr (std::is_same_v<S, OptionBytes>) {
-      os << ' ' << flag << ' ' << field;
-    } else {
+    if constexpr (std::is_enum_v<T>) {
       os << ' ' << flag << ' ' << enum_name(spec, field);
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      for (const std::string& s : field) os << ' ' << flag << ' ' << s;
+    } else {
+      os << ' ' << flag << ' ' << field;
     }
   }
 };

@@ -102,6 +102,23 @@ TEST(PlanCpuModel, MatchesTrackerSingleStage) {
   expect_cpu_model_matches(a, 2, 32, "fp32", false, 1, true);
 }
 
+// A forward-only model (what `agoq eval` and `agoq sample` build): the model's bytes per category are what it
+// holds, to the byte, with nothing for gradients, the optimizer or a reduction.
+TEST(PlanCpuModel, ForwardOnlyMatchesTheTracker) {
+  const LlamaConfig cfg = llama_shape(512, 64, 2, 4, 2, 176, 64);
+  const ActPolicy policy = ActPolicy::forward_only(cfg.n_layers);
+  PlanCpuOptions o;
+  o.batch = 1, o.seq = 64, o.threads = 1;
+  const PlanMemory want = plan_memory_cpu_trainer(cfg, policy, o);
+  const MemSnapshot before = MemoryTracker::global().current();
+  const LlamaModel model(model_backend_cpu(), cfg, o.batch, o.seq, policy);
+  const MemSnapshot held = MemoryTracker::global().current();
+  for (int c = 0; c < kMemCategoryCount; ++c)
+    if (MemCategory(c) != MemCategory::workspace)  // the plan adds attention's per-call scratch to the buffers
+      EXPECT_EQ(held.bytes[c] - before.bytes[c], want[MemCategory(c)]) << mem_category_name(MemCategory(c));
+  EXPECT_EQ(want[MemCategory::gradients] + want[MemCategory::optimizer] + want[MemCategory::communication], 0u);
+}
+
 // Pipeline stages (P = 2, 4) are checked against real pipeline runs under mpirun:
 // tests/parallel/test_pipeline.cpp, Pipeline.MemoryModelMatchesEachStage.
 
