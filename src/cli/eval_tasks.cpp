@@ -35,11 +35,12 @@ json task_json(const Task& t, const TaskScores& s, const std::vector<TaskMetric>
           {"items", t.items.size()},
           {"requests", request_count(t)},
           {"windows", s.windows},
-          {"tokens", s.window_tokens},
+          {"tokens", s.request_tokens},  // as lm-eval counts them: each request run alone
+          {"window_tokens", s.window_tokens},
           {"truncated", s.truncated},
           {"seconds", s.seconds},
           {"items_per_s", double(t.items.size()) / std::max(s.seconds, 1e-9)},
-          {"tokens_per_s", double(s.window_tokens) / std::max(s.seconds, 1e-9)},
+          {"tokens_per_s", double(s.request_tokens) / std::max(s.seconds, 1e-9)},
           {"metrics", metrics_json(metrics)}};
 }
 
@@ -69,10 +70,11 @@ std::string samples_lines(const Task& t, const TaskScores& s) {
 
 void task_print(const Task& t, const TaskScores& s, const std::vector<TaskMetric>& metrics, int window) {
   std::printf(
-      "task %s (%s): %zu items, %zu requests in %zu windows, %zu tokens in %.2f s (%.1f items/s, %.0f "
-      "tokens/s)\n",
-      t.name.c_str(), t.file.c_str(), t.items.size(), request_count(t), s.windows, s.window_tokens, s.seconds,
-      double(t.items.size()) / std::max(s.seconds, 1e-9), double(s.window_tokens) / std::max(s.seconds, 1e-9));
+      "task %s (%s): %zu items, %zu requests of %zu tokens in %zu windows of %zu (shared contexts run once), "
+      "%.2f s (%.1f items/s, %.0f request tokens/s)\n",
+      t.name.c_str(), t.file.c_str(), t.items.size(), request_count(t), s.request_tokens, s.windows, s.window_tokens,
+      s.seconds, double(t.items.size()) / std::max(s.seconds, 1e-9),
+      double(s.request_tokens) / std::max(s.seconds, 1e-9));
   if (s.truncated)
     std::printf("  %zu request(s) longer than the window of %d tokens: their contexts were cut from the left\n",
                 s.truncated, window);

@@ -1,7 +1,8 @@
 // A task's requests on a model, as lm-eval's Hugging Face backend computes them: each request is tokenized (context
 // and continuation together, split at the context's token count), cut from the left to the window, and its
 // continuation's log-probabilities summed. Requests are packed into windows with document masks (no attention
-// crosses two requests), and only their continuations' rows go through the vocabulary head.
+// crosses two requests), and only their continuations' rows go through the vocabulary head. Where the model
+// shares_contexts(), the choices of an item that share their context run it once (model/attention.h's gaps).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -24,7 +25,8 @@ struct TaskScores {
   std::vector<std::vector<RequestResult>> items;  // per item, per request (TaskItem::requests)
   size_t windows = 0;                             // forward passes
   size_t window_tokens = 0;                       // tokens run through the model
-  size_t truncated = 0;  // requests whose context was cut (not counting a rolling text's windows)
+  size_t request_tokens = 0;  // the requests' tokens, each run alone (lm-eval's count; shared contexts count each time)
+  size_t truncated = 0;       // requests whose context was cut (not counting a rolling text's windows)
   double seconds = 0;
 };
 

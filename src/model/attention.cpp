@@ -335,9 +335,25 @@ void tile_mask_queries_major(float* t, int ld, int n, float fill) {
 
 void tile_mask_documents_keys_major(float* t, int ld, int n_keys, int n_queries, int j0, const int32_t* doc_start,
                                     float fill) {
-  for (int c = 0; c < n_keys; ++c)
-    for (int r = 0; r < n_queries; ++r)
-      if (j0 + c < doc_start[r]) t[c * ld + r] = fill;
+  for (int c = 0; c < n_keys; ++c) {
+    float* row = t + c * ld;
+    int r = 0;
+#if AGOQ_AVX2
+    const __m256i key = _mm256_set1_epi32(j0 + c);
+    const __m256 f = _mm256_set1_ps(fill);
+    for (; r + 8 <= n_queries; r += 8) {  // 8 queries: masked where the key precedes the query's document
+      const __m256i ds = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(doc_start + r));
+      const __m256 masked = _mm256_castsi256_ps(_mm256_cmpgt_epi32(ds, key));
+      _mm256_storeu_ps(row + r, _mm256_blendv_ps(_mm256_loadu_ps(row + r), f, masked));
+    }
+#endif
+    for (; r < n_queries; ++r)
+      if (j0 + c < doc_start[r]) row[r] = fill;
+  }
+}
+void tile_mask_gaps_keys_major(float* t, int ld, int n_keys, int n_queries, int j0, const int32_t* gaps, float fill) {
+  for (int r = 0; r < n_queries; ++r)
+    for (int c = std::max(gaps[2 * r] - j0, 0); c < std::min(gaps[2 * r + 1] - j0, n_keys); ++c) t[c * ld + r] = fill;
 }
 void tile_mask_documents_queries_major(float* t, int ld, int n_queries, int n_keys, int j0, const int32_t* doc_start,
                                        float fill) {
@@ -440,12 +456,15 @@ void attention_detail::check_attention_shape(int B, int T, int H, int Hkv, int h
   AGOQ_CHECK(H % Hkv == 0, "attention: n_heads ", H, " is not a multiple of n_kv_heads ", Hkv);
 }
 
-void attention_check_doc_start(const int32_t* doc_start, int B, int T) {
+void attention_check_doc_start(const int32_t* doc_start, int B, int T, const int32_t* gaps) {
   for (int b = 0; b < B; ++b)
     for (int i = 0; i < T; ++i) {
       const int32_t s = doc_start[size_t(b) * T + i], prev = i > 0 ? doc_start[size_t(b) * T + i - 1] : 0;
       AGOQ_CHECK(s == i || (i > 0 && s == prev), "attention: document start ", s, " of row ", i, " in sequence ", b,
                  " does not describe contiguous documents");
+      const int32_t* g = gaps ? gaps + 2 * (size_t(b) * T + i) : nullptr;
+      AGOQ_CHECK(!g || (s <= g[0] && g[0] <= g[1] && g[1] <= i), "attention: the gap [", g ? g[0] : 0, ", ",
+                 g ? g[1] : 0, ") of row ", i, " in sequence ", b, " is not inside its document before it");
     }
 }
 
@@ -461,9 +480,10 @@ size_t attention_scratch_bytes(int B, int T, int H, int Hkv, int hd, int n_threa
 //   St (bc × br) = K_j · (scale·Q_i)ᵀ;  m_new = max(m, colmax St);  P = exp(St − m_new);
 //   l = l·e^(m − m_new) + colsum P;  O_i = O_i·e^(m − m_new) + Pᵀ · V_j;  at the end o = O_i / l, lse = m + log l.
 void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
-                       int Hkv, int hd, const int32_t* doc_start, GemmPrecision precision) {
+                       int Hkv, int hd, const int32_t* doc_start, GemmPrecision precision, const int32_t* gaps) {
   check_attention_shape(B, T, H, Hkv, hd);
-  if (precision == GemmPrecision::bf16) return attention_bf16_forward(o, lse, q, k, v, B, T, H, Hkv, hd, doc_start);
+  if (precision == GemmPrecision::bf16)
+    return attention_bf16_forward(o, lse, q, k, v, B, T, H, Hkv, hd, doc_start, gaps);
   const int group = H / Hkv, n_tiles = (T + kTile - 1) / kTile;
   const float scale = 1.0f / std::sqrt(float(hd)), inf = std::numeric_limits<float>::infinity();
   // The running max before any key: finite, so a query whose keys of a tile are all masked (a document starting
@@ -492,6 +512,7 @@ void attention_forward(float* o, float* lse, const float* q, const float* k, con
       const float* vh = v + (size_t(b) * T * Hkv + h / group) * hd;
       const int32_t* ds = doc_start ? doc_start + size_t(b) * T + i0 : nullptr;  // the tile's document starts
       const int first_key = ds ? ds[0] / kTile * kTile : 0, last_start = ds ? ds[br - 1] : 0;
+      const int32_t* gp = gaps ? gaps + 2 * (size_t(b) * T + i0) : nullptr;  // the tile's gaps
 
       tile_transpose(Qt, br, qh + i0 * ldq, ldq, br, hd, scale);
       std::fill(m, m + br, no_max);
@@ -507,6 +528,7 @@ void attention_forward(float* o, float* lse, const float* q, const float* k, con
         tile_gemm(bc, br, hd, diag ? Causal::c_upper : Causal::none, 1.0f, Kj, hd, 1, Qt, br, St, br, false);
         if (diag) tile_mask_keys_major(St, br, br, -inf);
         if (j0 < last_start) tile_mask_documents_keys_major(St, br, bc, br, j0, ds, -inf);
+        if (gp) tile_mask_gaps_keys_major(St, br, bc, br, j0, gp, -inf);
         std::copy(m, m + br, m_new);
         for (int c = 0; c < bc; ++c) tile_max_accumulate(m_new, St + c * br, br);
         for (int r = 0; r < br; ++r) corr[r] = op_exp(m[r] - m_new[r]), l[r] *= corr[r];

@@ -19,6 +19,11 @@
 // its sequence where its document begins; query i then sees keys [doc_start_i, i] only, so no attention crosses an
 // example's boundary. Documents are contiguous: 0 ≤ doc_start_i ≤ i, never decreasing along a sequence, and
 // doc_start_i = i or doc_start_{i-1}. Null is one document per sequence (doc_start_i = 0).
+//
+// Shared contexts (scoring several continuations of one context in one pass, evaltask/task_score.cpp): gaps
+// (B, T, 2), or null, gives each row keys [gaps_2i, gaps_2i+1) of its document that it does not see, the other
+// continuations packed between the context and its own. Forward only; RoPE gives such a row the position
+// i − (gaps_2i+1 − gaps_2i), so the context and its continuation sit as in a pass of their own.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -37,7 +42,7 @@ size_t attention_scratch_bytes(int B, int T, int H, int Hkv, int hd, int n_threa
 // o, lse OVERWRITE. Parallel over (batch, head, query tile).
 void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
                        int Hkv, int hd, const int32_t* doc_start = nullptr,
-                       GemmPrecision precision = GemmPrecision::fp32);
+                       GemmPrecision precision = GemmPrecision::fp32, const int32_t* gaps = nullptr);
 // dq (B, T, H, hd), dk, dv (B, T, Hkv, hd) OVERWRITE; for GQA dk, dv sum over the heads that share a kv head.
 // Parallel over (batch, head); grouped-query heads' dk, dv are summed over the group afterwards, in the order of the
 // heads, so the result is the same for any thread count.
@@ -50,7 +55,8 @@ enum class AttentionIsa { avx2, avx512 };
 AttentionIsa attention_isa();
 void attention_isa_cap(AttentionIsa cap);
 
-// Throws unless doc_start (B, T) describes contiguous documents as above (the ops trust it).
-void attention_check_doc_start(const int32_t* doc_start, int B, int T);
+// Throws unless doc_start (B, T) describes contiguous documents as above (the ops trust it), and each gap (when
+// gaps is not null) lies inside its row's document before the row.
+void attention_check_doc_start(const int32_t* doc_start, int B, int T, const int32_t* gaps = nullptr);
 
 }  // namespace agoq

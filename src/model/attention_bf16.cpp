@@ -97,7 +97,7 @@ size_t attention_bf16_scratch_bytes(int B, int T, int H, int Hkv, int hd, int n_
 // ---------------------------------------------------------------------------------------------------------------
 // Forward: one task = (b, h, query tile i), as the fp32 path's.
 void attention_bf16_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
-                            int Hkv, int hd, const int32_t* doc_start) {
+                            int Hkv, int hd, const int32_t* doc_start, const int32_t* gaps) {
   const int group = H / Hkv, n_tiles = (T + kTile - 1) / kTile, Tp = n_tiles * kTile, hp = round_up(hd, 32);
   const float scale = 1.0f / std::sqrt(float(hd)), inf = std::numeric_limits<float>::infinity();
   const float no_max = std::numeric_limits<float>::lowest();  // see the fp32 forward
@@ -131,6 +131,7 @@ void attention_bf16_forward(float* o, float* lse, const float* q, const float* k
       const float* qh = q + (size_t(b) * T * H + h) * hd;
       const int32_t* ds = doc_start ? doc_start + size_t(b) * T + i0 : nullptr;
       const int first_key = ds ? ds[0] / kTile * kTile : 0, last_start = ds ? ds[br - 1] : 0;
+      const int32_t* gp = gaps ? gaps + 2 * (size_t(b) * T + i0) : nullptr;  // the tile's gaps
 
       tile_bf16_pack_col_pairs(Qp, hp, kTile, qh + i0 * ldq, ldq, br, hd);
       std::fill(m, m + br, no_max);
@@ -143,6 +144,7 @@ void attention_bf16_forward(float* o, float* lse, const float* q, const float* k
         scale_rows(St, kTile, bc, br, scale);
         if (diag) tile_mask_keys_major(St, kTile, br, -inf);
         if (j0 < last_start) tile_mask_documents_keys_major(St, kTile, bc, br, j0, ds, -inf);
+        if (gp) tile_mask_gaps_keys_major(St, kTile, bc, br, j0, gp, -inf);
         std::copy(m, m + br, m_new);
         for (int r = 0; r < bc; ++r) tile_max_accumulate(m_new, St + r * kTile, br);
         for (int r = 0; r < br; ++r) corr[r] = op_exp(m[r] - m_new[r]), l[r] *= corr[r];

@@ -29,6 +29,8 @@ void tile_mask_documents_keys_major(float* t, int ld, int n_keys, int n_queries,
                                     float fill);
 void tile_mask_documents_queries_major(float* t, int ld, int n_queries, int n_keys, int j0, const int32_t* doc_start,
                                        float fill);
+// Keys-major: queries r of the tile skip keys [gaps[2r], gaps[2r+1]) (model/attention.h's shared contexts).
+void tile_mask_gaps_keys_major(float* t, int ld, int n_keys, int n_queries, int j0, const int32_t* gaps, float fill);
 
 void check_attention_shape(int B, int T, int H, int Hkv, int hd);
 
@@ -59,7 +61,7 @@ void backward_sum_heads(const AttnGrad& a, int B);
 // ---- the bf16 path (attention_bf16.cpp) ----------------------------------------------------------------------------
 size_t attention_bf16_scratch_bytes(int B, int T, int H, int Hkv, int hd, int n_threads);
 void attention_bf16_forward(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
-                            int Hkv, int hd, const int32_t* doc_start);
+                            int Hkv, int hd, const int32_t* doc_start, const int32_t* gaps);
 void attention_bf16_backward(const AttnGrad& a, int B);
 
 }  // namespace agoq::attention_detail

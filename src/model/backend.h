@@ -130,6 +130,13 @@ class ModelBackend {
   // Whether this backend computes `op`: the model asks before it takes a path that needs one (the vocabulary
   // shard's cross-entropy is the host's only), so no op fails half-way through a step.
   virtual bool supports(ModelOp op) const { return true; }
+
+  // ---- scoring only ----
+  // attention_forward whose rows also skip their gaps (model/attention.h's shared contexts), where
+  // attention_gaps_supported (the CPU's backends).
+  virtual bool attention_gaps_supported() const { return false; }
+  virtual void attention_forward_gaps(float* o, float* lse, const float* q, const float* k, const float* v, int B,
+                                      int T, int H, int Hkv, int hd, const int32_t* doc_start, const int32_t* gaps);
 };
 
 // Each op of the table is declared above with the table's parameters (and so every backend's generated forwarders

@@ -4,6 +4,7 @@
 #include <iterator>
 #include <map>
 
+#include "core/error.h"
 #include "model/act_store_cpu.h"
 #include "model/attention.h"
 #include "model/backend.h"
@@ -38,6 +39,11 @@ class CpuBackend : public ModelBackend {
   void name params override { agoq::name args; }
   AGOQ_MODEL_OPS(AGOQ_OP_CPU)
 #undef AGOQ_OP_CPU
+  bool attention_gaps_supported() const override { return true; }
+  void attention_forward_gaps(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
+                              int Hkv, int hd, const int32_t* doc_start, const int32_t* gaps) override {
+    agoq::attention_forward(o, lse, q, k, v, B, T, H, Hkv, hd, doc_start, gemm_precision(), gaps);
+  }
 };
 
 // Mixed precision as Megatron does it: every GEMM reads bf16 copies of its weights and of its other input and
@@ -140,6 +146,11 @@ class CpuBf16Backend final : public CpuBackend {
 
 std::unique_ptr<ModelBackend> model_backend_cpu_bf16(Bf16Weights weights, size_t block_values) {
   return std::make_unique<CpuBf16Backend>(weights, block_values);
+}
+
+void ModelBackend::attention_forward_gaps(float*, float*, const float*, const float*, const float*, int, int, int, int,
+                                          int, const int32_t*, const int32_t*) {
+  fail("attention with gaps (shared contexts): this backend has none; the CPU's scores them");
 }
 
 const char* model_op_name(ModelOp op) {

@@ -66,6 +66,12 @@ class TimedBackend final : public ModelBackend {
 
   bool supports(ModelOp op) const override { return inner_.supports(op); }
   AGOQ_MODEL_OPS(AGOQ_OP_DECLARE_OVERRIDE)
+  bool attention_gaps_supported() const override { return inner_.attention_gaps_supported(); }
+  void attention_forward_gaps(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
+                              int Hkv, int hd, const int32_t* doc_start, const int32_t* gaps) override {
+    timed(OpClass::attention,
+          [&] { inner_.attention_forward_gaps(o, lse, q, k, v, B, T, H, Hkv, hd, doc_start, gaps); });
+  }
 
  private:
   friend class TimedStore;

@@ -24,7 +24,8 @@ inline constexpr EnumName<GemmPrecision> kGemmPrecisionNames[] = {{GemmPrecision
 // ISA's name either way.
 bool gemm_bf16_supported(std::string* why = nullptr);
 
-// y[i] = x[i] rounded to bf16 (nearest, ties to even): quant/keep.h's encoder, OpenMP-parallel for large n.
+// y[i] = x[i] rounded to bf16 (nearest, ties to even, quant/half.h's f32_to_bf16): the tile packing's kernel,
+// OpenMP-parallel for large n.
 void f32_to_bf16_rows(uint16_t* y, const float* x, size_t n);
 
 // Bf16Weights::per_gemm rounds a weight of rows x cols (row-major) a block of this many rows at a time, so its

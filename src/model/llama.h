@@ -3,6 +3,7 @@
 // llama.cpp top to bottom: layer forward, layer backward, the fused head; then llama_sp.cpp, the sequence-parallel
 // layout of a tensor-parallel shard.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -34,6 +35,9 @@ struct MicroBatchRun {
   // (B, T) on the host: where each row's document begins in its sequence (model/attention.h's document masking
   // of packed examples); null: one document per sequence. Valid during the pass.
   const int32_t* doc_start = nullptr;
+  // (B, T, 2) on the host, with doc_start: the keys each row skips (model/attention.h's shared contexts), for a
+  // model that shares_contexts(); null: none.
+  const int32_t* gaps = nullptr;
   // The micro-batch's gradients in a gradient store that folds them into 8 bits (model/grad_store_view.h's rows):
   // whether it is the step's first (the store overwrites), and their stochastic rounding.
   bool grad_first = true;
@@ -43,9 +47,20 @@ struct MicroBatchRun {
 constexpr int kLlamaHeadChunkRows = 256;   // rows of logits alive at once in the fused head
 constexpr int kLlamaHeadPieceRows = 8192;  // vocabulary rows per piece of an lm_head gradient handed out in pieces
 
-// Rows per tile of a layer's row-wise work, for sequences of length T in a batch of N rows: whole sequences (so
-// RoPE positions are row % T inside a tile), about 256 rows.
+// Rows per tile of a layer's row-wise work, for sequences of length T in a batch of N rows: about 256 rows (a
+// tile's activations stay in the core's cache between the ops that pass them on), whole sequences when they are
+// that short.
 int llama_tile_rows(int T, int N);
+// f(r0, rows) for the tiles of rows [0, n), at most R rows each: a tile holds whole sequences or lies inside one,
+// so RoPE's positions in a tile run on from r0 % T.
+template <class Fn>
+void llama_tiles_for_each(int n, int T, int R, Fn&& f) {
+  for (int r0 = 0, rows; r0 < n; r0 += rows) {
+    rows = std::min(R, n - r0);
+    if (R < T) rows = std::min(rows, T - r0 % T);
+    f(r0, rows);
+  }
+}
 // Bytes of the workspace buffers (MemCategory::workspace) of LlamaModel(cfg, max_batch, max_seq, policy, stage, ...)
 // and of its set_policy(policy), for the stage's tensor-parallel shard; attention's per-call scratch is
 // attention_scratch_bytes (model/attention.h). lm_head_pieces: the gradient storage leaves a tied lm_head out.
@@ -114,6 +129,8 @@ class LlamaModel {
   // logits (the first on ties), else 0; other rows are left as they are. The whole model on the host backend.
   void forward_target_logprobs(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run,
                                float* logprob, uint8_t* greedy);
+  // Whether a pass may have gaps (MicroBatchRun::gaps): a forward-only model on the CPU.
+  bool shares_contexts() const;
 
   // ---- a pipeline stage's pieces (parallel/pipeline.h); forward_backward is stage_forward, stage_head and
   // stage_backward in a row on the whole model, with the same run ----
@@ -167,6 +184,7 @@ class LlamaModel {
   // The run's activation store (active_) and its document starts where the backend's attention reads them
   // (doc_start_), checked.
   void run_use(const MicroBatchRun& run, int B, int T);
+  void gaps_use(const MicroBatchRun& run, int B, int T);  // and the gaps (gaps_), with each row's RoPE
   ActStore& active_store() { return *stores_[active_]; }
   void check_batch(int B, int T) const;
   void backward_check();  // the active store's policy keeps what a backward pass reads
@@ -226,7 +244,9 @@ class LlamaModel {
   BackendBuffer<int32_t> inputs_dev_, targets_dev_;  // (N) a device backend's copy of the token ids
   BackendBuffer<int32_t> docs_dev_;                  // (N) and of the document starts (made when first needed)
   const int32_t* doc_start_ = nullptr;               // the pass's document starts on the backend, or null
+  const int32_t* gaps_ = nullptr;                    // the pass's gaps (host), or null
   BackendBuffer<float> rope_cos_, rope_sin_;         // (max_seq, hd/2)
+  BackendBuffer<float> rope_at_cos_, rope_at_sin_;   // forward-only: (N, hd/2) each row's, for a pass with gaps
   // Whole-batch workspace, shapes for N = B*T rows (widths of the shard: d_); n = stage().rows_held(N).
   BackendBuffer<float> resid_;              // (n, C)  the residual stream, updated in place layer by layer
   BackendBuffer<float> dx_;                 // (n, C)  its gradient

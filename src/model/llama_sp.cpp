@@ -10,14 +10,6 @@
 
 namespace agoq {
 
-namespace {
-// Rows [r0, r0 + rows) of n in tiles of R, f(r0, rows) for each.
-template <class Fn>
-void rows_tiled(int n, int R, Fn&& f) {
-  for (int r0 = 0; r0 < n; r0 += R) f(r0, std::min(R, n - r0));
-}
-}  // namespace
-
 void LlamaModel::sp_gather(const float* part, float* whole, int n) {
   tensor_->all_gather(part, whole, size_t(n) * d_.C);
 }
@@ -37,7 +29,7 @@ void LlamaModel::forward_layer_sp(int l, int B, int T) {
   float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
   float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
 
-  rows_tiled(n, R, [&](int r0, int rows) {
+  llama_tiles_for_each(n, T, R, [&](int r0, int rows) {
     const float* x = resid_.data() + size_t(r0) * C;
     float* xn = mine + size_t(r0) * C;
     be_.rmsnorm_forward(xn, rstd1 + r0, x, P.attn_norm, rows, C, cfg_.norm_eps);
@@ -45,18 +37,18 @@ void LlamaModel::forward_layer_sp(int l, int B, int T) {
     S.save_rows(l, ActSlot::attn_norm_out, r0, rows, xn);
   });
   sp_gather(mine, whole, n);
-  rows_tiled(N, R, [&](int r0, int rows) { qkv_forward_rows(l, T, r0, rows, whole + size_t(r0) * C); });
+  llama_tiles_for_each(N, T, R, [&](int r0, int rows) { qkv_forward_rows(l, T, r0, rows, whole + size_t(r0) * C); });
 
   attention_forward_layer(l, B, T);
 
   const float* o = attention_buffer(l, ActSlot::attn_out, o_);
-  rows_tiled(N, R, [&](int r0, int rows) {
+  llama_tiles_for_each(N, T, R, [&](int r0, int rows) {
     const float* orow = o + size_t(r0) * Q;
     S.save_rows(l, ActSlot::attn_out, r0, rows, orow);
     be_.matmul_forward(whole + size_t(r0) * C, orow, P.wo, rows, Q, C);  // partial sums of every row
   });
   sp_scatter(whole, sp_part_.data(), n);
-  rows_tiled(n, R, [&](int r0, int rows) {
+  llama_tiles_for_each(n, T, R, [&](int r0, int rows) {
     float* h = resid_.data() + size_t(r0) * C;  // x becomes h, then x_next, in place
     be_.residual_add(h, h, sp_part_.data() + size_t(r0) * C, size_t(rows) * C);
     S.save_rows(l, ActSlot::mlp_norm_in, r0, rows, h);
@@ -65,7 +57,7 @@ void LlamaModel::forward_layer_sp(int l, int B, int T) {
     S.save_rows(l, ActSlot::mlp_norm_out, r0, rows, hn);
   });
   sp_gather(mine, whole, n);
-  rows_tiled(N, R, [&](int r0, int rows) {
+  llama_tiles_for_each(N, T, R, [&](int r0, int rows) {
     float* rows_of = whole + size_t(r0) * C;
     mlp_forward_rows(l, r0, rows, rows_of, rows_of);  // hn's rows become down's partial sums
   });
@@ -77,7 +69,7 @@ void LlamaModel::forward_layer_sp(int l, int B, int T) {
 void LlamaModel::norm_out_gather(int l, ActSlot in, ActSlot out, const float* rstd, const float* w, int N, int R) {
   const int n = stage().rows_held(N), C = d_.C;
   float* mine = sp_whole2_.data() + size_t(stage().tp_rank) * n * C;
-  rows_tiled(n, R, [&](int r0, int rows) {
+  llama_tiles_for_each(n, /*T=*/n, R, [&](int r0, int rows) {  // no RoPE here: any tiles
     const float* x = active_store().load_rows(l, in, r0, rows, t_x_.data());
     const float* xn = norm_out_rows(l, out, x, rstd + r0, w, r0, rows, t_xn_.data());
     std::copy(xn, xn + size_t(rows) * C, mine + size_t(r0) * C);
@@ -91,7 +83,7 @@ void LlamaModel::norm_backward_sp(int l, ActSlot in, const float* dxn, const flo
                                   int n, int R) {
   const int C = d_.C;
   be_.zero(norm_dw_.data(), size_t(C));
-  rows_tiled(n, R, [&](int r0, int rows) {
+  llama_tiles_for_each(n, /*T=*/n, R, [&](int r0, int rows) {  // no RoPE here: any tiles
     const float* x = active_store().load_rows(l, in, r0, rows, t_x_.data());
     be_.rmsnorm_backward(dx_.data() + size_t(r0) * C, norm_dw_.data(), dxn + size_t(r0) * C, x, w, rstd + r0, rows, C);
   });
@@ -113,7 +105,7 @@ void LlamaModel::backward_layer_sp(int l, int B, int T) {
 
   sp_gather(dx_.data(), whole, n);  // dloss/dx_next of every row
   norm_out_gather(l, ActSlot::mlp_norm_in, ActSlot::mlp_norm_out, rstd2, P.mlp_norm, N, R);
-  rows_tiled(N, R, [&](int r0, int rows) {
+  llama_tiles_for_each(N, T, R, [&](int r0, int rows) {
     float* rows_of = whole + size_t(r0) * C;
     mlp_backward_rows(l, r0, rows, rows_of, sp_whole2_.data() + size_t(r0) * C, rows_of);  // -> partial dhn
   });
@@ -121,12 +113,12 @@ void LlamaModel::backward_layer_sp(int l, int B, int T) {
   norm_backward_sp(l, ActSlot::mlp_norm_in, sp_part_.data(), rstd2, P.mlp_norm, G.mlp_norm, n, R);  // dloss/dh
 
   sp_gather(dx_.data(), whole, n);
-  rows_tiled(N, R, [&](int r0, int rows) { o_backward_rows(l, r0, rows, whole + size_t(r0) * C); });
+  llama_tiles_for_each(N, T, R, [&](int r0, int rows) { o_backward_rows(l, r0, rows, whole + size_t(r0) * C); });
 
   attention_backward_layer(l, B, T);
 
   norm_out_gather(l, ActSlot::attn_norm_in, ActSlot::attn_norm_out, rstd1, P.attn_norm, N, R);
-  rows_tiled(N, R, [&](int r0, int rows) {
+  llama_tiles_for_each(N, T, R, [&](int r0, int rows) {
     qkv_backward_rows(l, T, r0, rows, sp_whole2_.data() + size_t(r0) * C, whole + size_t(r0) * C);
   });
   sp_scatter(whole, sp_part_.data(), n);

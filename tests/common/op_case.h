@@ -37,6 +37,8 @@ struct OpCase {
   // The outputs' bits may change with the OpenMP thread count (OpenBLAS splits a GEMM's sums by it): the harness
   // then holds a second run to the first's bits at the same count only.
   bool bits_vary_with_threads = false;
+  // The case calls attention_forward_gaps, which only a backend with attention_gaps_supported has (scoring's).
+  bool gaps = false;
 };
 
 // Host arrays in a backend's memory, alive while this is.

@@ -126,6 +126,44 @@ inline OpCase attention_documents_alone_case() {
           }};
 }
 
+// Shared contexts (scoring, model/attention.h's gaps): in sequence 0 a context [0, 40) and continuations [40, 70),
+// [70, 75), [75, 150), each skipping those before it; in sequence 1 a plain document [0, 60), then a context
+// [60, 100) with continuations [100, 130), [130, 150). Against float64 attention that skips the same keys.
+inline OpCase attention_gaps_case() {
+  OpCase c{"attention_forward_gaps_skip_the_other_continuations", {ModelOp::attention_forward}, [](ModelBackend& be) {
+             const AttnShape s{2, 150, 4, 2, 16};
+             const AttnInputs a(s, be, false, false);
+             std::vector<int32_t> docs(size_t(s.B) * s.T), gaps(2 * docs.size());
+             // Rows [start, end) of sequence b: a document whose context ends at branches[0], each branch running
+             // to the next one's start.
+             auto shared = [&](int b, int start, std::vector<int> branches, int end) {
+               branches.push_back(end);
+               for (int i = start; i < end; ++i) {
+                 const size_t r = size_t(b) * s.T + i;
+                 int from = start, to = start;  // the context's rows skip nothing
+                 for (size_t k = 0; k + 1 < branches.size(); ++k)
+                   if (i >= branches[k] && i < branches[k + 1]) from = branches[0], to = branches[k];
+                 docs[r] = start, gaps[2 * r] = from, gaps[2 * r + 1] = to;
+               }
+             };
+             shared(0, 0, {40, 70, 75}, 150);
+             shared(1, 0, {60}, 60);
+             shared(1, 60, {100, 130}, 150);
+             OnBackend d(be);
+             float *o = d.put(randn(s.nq(), 39)), *lse = d.put(randn(s.nlse(), 40));  // overwritten
+             be.attention_forward_gaps(o, lse, d.put(a.q), d.put(a.k), d.put(a.v), s.B, s.T, s.H, s.Hkv, s.hd,
+                                       d.put(docs), d.put(gaps));
+             Vec want(s.nq()), want_lse(s.nlse()), qd = round_for_gemm(be, a.q), kd = round_for_gemm(be, a.k);
+             const Vec vd = round_for_gemm(be, a.v);
+             ref::attention_forward(want.data(), want_lse.data(), qd.data(), kd.data(), vd.data(), s.B, s.T, s.H, s.Hkv,
+                                    s.hd, docs.data(), gaps.data());
+             return std::vector<OpCheck>{near("o", d.get(o, s.nq()), want, attention_tol(be, false)),
+                                         near("lse", d.get(lse, s.nlse()), want_lse, attention_tol(be, false, true))};
+           }};
+  c.gaps = true;
+  return c;
+}
+
 // The shapes of the attention's cases, around the CPU's tile (kAttentionTile), each with and without documents; the
 // CPU's kernel twins (tests/model/test_ops.cpp) run on them too.
 inline std::vector<AttnShape> attention_shapes() {
@@ -204,6 +242,7 @@ inline void add_attention_cases(std::vector<OpCase>& cases) {
                        [=](ModelBackend& be) { return attention_backward_checks(be, s, packed); }});
     }
   cases.push_back(attention_documents_alone_case());
+  cases.push_back(attention_gaps_case());
   for (const int Hkv : {2, 1}) {
     for (const int T : {512, 1024}) cases.push_back(attention_scratch_case({1, T, 2, Hkv, 32}));
     cases.push_back(attention_scratch_case({2, 300, 2, Hkv, 48}));

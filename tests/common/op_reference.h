@@ -62,9 +62,11 @@ inline void rope_forward(double* x, int N, int T, int n_heads, int hd, double th
 }
 
 // Causal attention with the full softmax: q (B,T,H,hd), k, v (B,T,Hkv,hd) -> o (B,T,H,hd), lse (B,H,T). With
-// doc_start (B,T), query i sees keys doc_start_i .. i only (document masking).
+// doc_start (B,T), query i sees keys doc_start_i .. i only (document masking); with gaps (B,T,2), not those in
+// [gaps_2i, gaps_2i+1).
 inline void attention_forward(double* o, double* lse, const double* q, const double* k, const double* v, int B, int T,
-                              int H, int Hkv, int hd, const int32_t* doc_start = nullptr) {
+                              int H, int Hkv, int hd, const int32_t* doc_start = nullptr,
+                              const int32_t* gaps = nullptr) {
   const double scale = 1.0 / std::sqrt(double(hd));
   std::vector<double> s(T);
   for (int b = 0; b < B; ++b)
@@ -73,8 +75,11 @@ inline void attention_forward(double* o, double* lse, const double* q, const dou
       for (int i = 0; i < T; ++i) {
         const double* qi = q + ((b * T + i) * H + h) * hd;
         const int j0 = doc_start ? doc_start[b * T + i] : 0;
+        const int g0 = gaps ? gaps[2 * (b * T + i)] : 0, g1 = gaps ? gaps[2 * (b * T + i) + 1] : 0;
+        const auto seen = [&](int j) { return j < g0 || j >= g1; };
         double m = -std::numeric_limits<double>::infinity();
         for (int j = j0; j <= i; ++j) {
+          if (!seen(j)) continue;
           const double* kj = k + ((b * T + j) * Hkv + g) * hd;
           double dot = 0;
           for (int d = 0; d < hd; ++d) dot += qi[d] * kj[d];
@@ -82,11 +87,12 @@ inline void attention_forward(double* o, double* lse, const double* q, const dou
           m = std::max(m, s[j]);
         }
         double sum = 0;
-        for (int j = j0; j <= i; ++j) sum += std::exp(s[j] - m);
+        for (int j = j0; j <= i; ++j) sum += seen(j) ? std::exp(s[j] - m) : 0.0;
         if (lse) lse[(b * H + h) * T + i] = m + std::log(sum);
         double* oi = o + ((b * T + i) * H + h) * hd;
         for (int d = 0; d < hd; ++d) oi[d] = 0;
         for (int j = j0; j <= i; ++j) {
+          if (!seen(j)) continue;
           const double p = std::exp(s[j] - m) / sum;
           const double* vj = v + ((b * T + j) * Hkv + g) * hd;
           for (int d = 0; d < hd; ++d) oi[d] += p * vj[d];

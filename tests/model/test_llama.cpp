@@ -170,5 +170,65 @@ TEST(Llama, ForwardOnlyScoresAsTrainingAndKeepsNothing) {
   EXPECT_THROW(m.stage_head(b.tgt.data(), B, T, {}, true), Error);
 }
 
+// Scoring's shared contexts: a context of 9 tokens and three continuations in one pass (the context but its last
+// token once, then each continuation from that token on, skipping the others) give each continuation token the
+// log-probability and greedy flag it has when its request runs as a document of its own. A training model refuses
+// the gaps.
+TEST(Llama, SharedContextScoresAsEachRequestAlone) {
+  LlamaConfig c = tiny_config();
+  c.max_seq_len = 64;
+  Rng rng(5);
+  auto tokens = [&](int n) {
+    std::vector<int32_t> t(size_t(n), 0);
+    for (int32_t& x : t) x = int32_t(rng.below(c.vocab_size));
+    return t;
+  };
+  const std::vector<int32_t> ctx = tokens(9);
+  const std::vector<std::vector<int32_t>> conts = {tokens(4), tokens(1), tokens(6)};
+  // Alone: each request (ctx + cont)[:-1] its own document. Shared: ctx[:-1], then [ctx.back()] + cont[:-1] each.
+  std::vector<int32_t> in_alone, tgt_alone, doc_alone, in_shared(ctx.begin(), ctx.end() - 1), doc_shared, gaps;
+  std::vector<int32_t> tgt_shared(ctx.size() - 1, -1);
+  for (size_t r = 0; r + 1 < ctx.size(); ++r) gaps.insert(gaps.end(), {0, 0});
+  for (const auto& cont : conts) {
+    const int32_t start = int32_t(in_alone.size()), branch = int32_t(in_shared.size());
+    in_alone.insert(in_alone.end(), ctx.begin(), ctx.end());
+    in_alone.insert(in_alone.end(), cont.begin(), cont.end() - 1);
+    tgt_alone.insert(tgt_alone.end(), ctx.size() - 1, -1);
+    tgt_alone.insert(tgt_alone.end(), cont.begin(), cont.end());
+    doc_alone.resize(in_alone.size(), start);
+    in_shared.push_back(ctx.back());
+    in_shared.insert(in_shared.end(), cont.begin(), cont.end() - 1);
+    tgt_shared.insert(tgt_shared.end(), cont.begin(), cont.end());
+    gaps.resize(2 * in_shared.size(), 0);
+    for (size_t r = size_t(branch); r < in_shared.size(); ++r)
+      gaps[2 * r] = int32_t(ctx.size() - 1), gaps[2 * r + 1] = branch;
+  }
+  doc_shared.assign(in_shared.size(), 0);
+  auto score = [&](LlamaModel& m, std::vector<int32_t>& in, std::vector<int32_t>& tgt, std::vector<int32_t>& doc,
+                   const int32_t* g) {
+    MicroBatchRun run;
+    run.doc_start = doc.data(), run.gaps = g;
+    std::vector<float> lp(in.size(), 0.0f), picked;
+    std::vector<uint8_t> greedy(in.size(), 0), picked_greedy;
+    m.forward_target_logprobs(in.data(), tgt.data(), 1, int(in.size()), run, lp.data(), greedy.data());
+    for (size_t i = 0; i < in.size(); ++i)
+      if (tgt[i] >= 0) picked.push_back(lp[i]), picked_greedy.push_back(greedy[i]);
+    return std::pair{picked, picked_greedy};
+  };
+  LlamaModel m(c, 1, c.max_seq_len, ActPolicy::forward_only(c.n_layers));
+  m.init_weights(6);
+  ASSERT_TRUE(m.shares_contexts());
+  const auto [want, want_greedy] = score(m, in_alone, tgt_alone, doc_alone, nullptr);
+  const auto [got, got_greedy] = score(m, in_shared, tgt_shared, doc_shared, gaps.data());
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i]) + 1e-6) << i;
+  EXPECT_EQ(got_greedy, want_greedy);
+
+  LlamaModel train(c, 1, c.max_seq_len, ActPolicy::parse("fp32", c.n_layers));
+  train.init_weights(6);
+  EXPECT_FALSE(train.shares_contexts());
+  EXPECT_THROW(score(train, in_shared, tgt_shared, doc_shared, gaps.data()), Error);
+}
+
 }  // namespace
 }  // namespace agoq

@@ -50,6 +50,8 @@ void expect_same_outputs(const std::vector<OpCheck>& got, const std::vector<OpCh
 void run_case(ModelBackend& be, const OpCase& c, const char* backend) {
   for (ModelOp op : c.ops)
     if (!be.supports(op)) GTEST_SKIP() << backend << " does not have " << model_op_name(op);
+  if (c.gaps && !be.attention_gaps_supported())
+    GTEST_SKIP() << backend << " has no attention with gaps (scoring's: the CPU's backends have it)";
   if (c.host_scratch && be.device() != MemDevice::host)
     GTEST_SKIP() << backend << " counts its memory on the device's tracker, the case the CPU's scratch on the host's";
   const std::vector<OpCheck> first = c.run(be);
