@@ -9,6 +9,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -131,7 +132,32 @@ class ModelBackend {
   // shard's cross-entropy is the host's only), so no op fails half-way through a step.
   virtual bool supports(ModelOp op) const { return true; }
 
-  // ---- scoring only ----
+  // ---- products that read one input (q, k and v of a norm's output; gate and up) ----
+  // One matmul_forward per product; a backend that rounds its GEMMs' inputs (the CPU's bf16 one) rounds `in` once.
+  struct MatmulOut {
+    float* out;
+    const float* w;
+    int out_dim;
+  };
+  virtual void matmul_forward_shared(const float* in, int N, int in_dim, std::initializer_list<MatmulOut> outs);
+  // din (N, in) = Σ dout_i · w_i (OVERWRITES), dw_i += dout_iᵀ · in: one matmul_backward per product, the first
+  // overwriting din; `in` rounded once where the backend rounds.
+  struct MatmulGrad {
+    float* dw;
+    const float* dout;
+    const float* w;
+    int out_dim;
+  };
+  virtual void matmul_backward_shared(float* din, const float* in, int N, int in_dim,
+                                      std::initializer_list<MatmulGrad> parts);
+
+  // ---- forward-only models (scoring, sampling) ----
+  // The MLP: out (N, C) = down(SwiGLU(in · w_gateᵀ, in · w_upᵀ)), through gate and up (N, F each, scratch): the
+  // matmul_forward, swiglu_forward, matmul_forward of a training forward. A backend may fuse them where no backward
+  // needs gate and up (the CPU's bf16 one: into its GEMMs' epilogues).
+  virtual void mlp_forward_only(float* out, const float* in, const float* w_gate, const float* w_up,
+                                const float* w_down, int N, int C, int F, float* gate, float* up);
+
   // attention_forward whose rows also skip their gaps (model/attention.h's shared contexts), where
   // attention_gaps_supported (the CPU's backends).
   virtual bool attention_gaps_supported() const { return false; }

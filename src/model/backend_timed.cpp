@@ -72,4 +72,26 @@ void TimedBackend::zero(float* x, size_t n) {
 AGOQ_MODEL_OPS(AGOQ_OP_TIMED)
 #undef AGOQ_OP_TIMED
 
+// A shared input's products: one time for them all, counted as their matmuls, each its share by its FLOPs.
+void TimedBackend::matmul_forward_shared(const float* in, int N, int in_dim, std::initializer_list<MatmulOut> outs) {
+  const double s = timed(OpClass::gemm, [&] { inner_.matmul_forward_shared(in, N, in_dim, outs); });
+  double total = 0;
+  for (const MatmulOut& o : outs) total += o.out_dim;
+  for (const MatmulOut& o : outs)
+    count(ModelOp::matmul_forward, op_cost_matmul_forward(o.out, in, o.w, N, in_dim, o.out_dim), s * o.out_dim / total,
+          N, in_dim, o.out_dim);
+}
+
+void TimedBackend::matmul_backward_shared(float* din, const float* in, int N, int in_dim,
+                                          std::initializer_list<MatmulGrad> parts) {
+  const double s = timed(OpClass::gemm, [&] { inner_.matmul_backward_shared(din, in, N, in_dim, parts); });
+  double total = 0;
+  for (const MatmulGrad& p : parts) total += p.out_dim;
+  bool first = true;
+  for (const MatmulGrad& p : parts) {
+    const OpCost cost = op_cost_matmul_backward(din, p.dw, p.dout, in, p.w, N, in_dim, p.out_dim, !first);
+    count(ModelOp::matmul_backward, cost, s * p.out_dim / total, N, in_dim, p.out_dim), first = false;
+  }
+}
+
 }  // namespace agoq

@@ -66,6 +66,13 @@ class TimedBackend final : public ModelBackend {
 
   bool supports(ModelOp op) const override { return inner_.supports(op); }
   AGOQ_MODEL_OPS(AGOQ_OP_DECLARE_OVERRIDE)
+  void matmul_forward_shared(const float* in, int N, int in_dim, std::initializer_list<MatmulOut> outs) override;
+  void matmul_backward_shared(float* din, const float* in, int N, int in_dim,
+                              std::initializer_list<MatmulGrad> parts) override;
+  void mlp_forward_only(float* out, const float* in, const float* w_gate, const float* w_up, const float* w_down, int N,
+                        int C, int F, float* gate, float* up) override {
+    timed(OpClass::gemm, [&] { inner_.mlp_forward_only(out, in, w_gate, w_up, w_down, N, C, F, gate, up); });
+  }
   bool attention_gaps_supported() const override { return inner_.attention_gaps_supported(); }
   void attention_forward_gaps(float* o, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
                               int Hkv, int hd, const int32_t* doc_start, const int32_t* gaps) override {

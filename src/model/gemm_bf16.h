@@ -51,6 +51,10 @@ class GemmBf16 {
   GemmBf16();
   ~GemmBf16();
   void multiply(int M, int N, int K, GemmOperand A, GemmOperand B, float* C, int ldc, bool accumulate);
+  // The MLP's first half, fused into the two products' epilogues (oneDNN post-ops): gate (M x N, fp32) =
+  // swish(A · B_gate), then S (M x N, bf16, the down projection's input) = bf16((A · B_up) ∘ gate). Dense outputs.
+  void multiply_swiglu(int M, int N, int K, GemmOperand A, GemmOperand B_gate, GemmOperand B_up, float* gate,
+                       uint16_t* S);
 
  private:
   struct State;

@@ -40,9 +40,11 @@ std::vector<LlamaModel::WorkspaceBuffer> LlamaModel::workspace_list(const LlamaC
   std::vector<WorkspaceBuffer> list = {{&M::rope_cos_, table}, {&M::rope_sin_, table},  // (max_seq, hd/2)
                                        {&M::resid_, n * C},                             // the residual stream
                                        {&M::t_xn_, R * C},     {&M::t_gate_, R * F},
-                                       {&M::t_up_, R * F},     {&M::t_s_, R * F}};  // forward's tiles
-  if (policy.backward)  // the residual stream's gradient, attention's input gradients, backward's tiles
-    list.insert(list.end(), {{&M::dx_, n * C},
+                                       {&M::t_up_, R * F}};  // forward's tiles
+  if (policy
+          .backward)  // SwiGLU's output; the residual stream's gradient, attention's input gradients, backward's tiles
+    list.insert(list.end(), {{&M::t_s_, R * F},
+                             {&M::dx_, n * C},
                              {&M::dq_, N * Q},
                              {&M::dk_, N * KV},
                              {&M::dv_, N * KV},
@@ -251,9 +253,7 @@ void LlamaModel::qkv_forward_rows(int l, int T, int r0, int rows, const float* x
   float* qr = attention_buffer(l, ActSlot::q, q_) + size_t(r0) * Q;
   float* kr = attention_buffer(l, ActSlot::k, k_) + size_t(r0) * KV;
   float* vr = attention_buffer(l, ActSlot::v, v_) + size_t(r0) * KV;
-  be_.matmul_forward(qr, xn, P.wq, rows, C, Q);
-  be_.matmul_forward(kr, xn, P.wk, rows, C, KV);
-  be_.matmul_forward(vr, xn, P.wv, rows, C, KV);
+  be_.matmul_forward_shared(xn, rows, C, {{qr, P.wq, Q}, {kr, P.wk, KV}, {vr, P.wv, KV}});
   // The tables from the tile's first position (llama_tiles_for_each), or each row's own (gaps: run_use).
   const size_t at = size_t(gaps_ ? r0 : r0 % T) * (d_.hd / 2);
   const float *cos = (gaps_ ? rope_at_cos_ : rope_cos_).data() + at,
@@ -271,10 +271,11 @@ void LlamaModel::mlp_forward_rows(int l, int r0, int rows, const float* hn, floa
   const LayerParams& P = params_.layers[l];
   ActStore& S = active_store();
   const int C = d_.C, F = d_.F;
+  if (!S.policy().backward)  // nothing saved: the backend may fuse the MLP
+    return be_.mlp_forward_only(out, hn, P.w_gate, P.w_up, P.w_down, rows, C, F, t_gate_.data(), t_up_.data());
   float* gate = slot_out_rows(l, ActSlot::gate, r0, t_gate_);
   float* up = slot_out_rows(l, ActSlot::up, r0, t_up_);
-  be_.matmul_forward(gate, hn, P.w_gate, rows, C, F);
-  be_.matmul_forward(up, hn, P.w_up, rows, C, F);
+  be_.matmul_forward_shared(hn, rows, C, {{gate, P.w_gate, F}, {up, P.w_up, F}});
   S.save_rows(l, ActSlot::gate, r0, rows, gate);
   S.save_rows(l, ActSlot::up, r0, rows, up);
   float* s = slot_out_rows(l, ActSlot::swiglu_out, r0, t_s_);
@@ -298,8 +299,8 @@ void LlamaModel::mlp_backward_rows(int l, int r0, int rows, const float* dout, c
   if (!S.stored(l, ActSlot::swiglu_out)) be_.swiglu_forward(t_s_.data(), gate, up, nf);
   be_.matmul_backward(t_ds_.data(), G.w_down, dout, s, P.w_down, rows, F, C, /*accumulate_din=*/false);
   be_.swiglu_backward(t_dgate_.data(), t_dup_.data(), t_ds_.data(), gate, up, nf);
-  be_.matmul_backward(dhn, G.w_gate, t_dgate_.data(), hn, P.w_gate, rows, C, F, /*accumulate_din=*/false);
-  be_.matmul_backward(dhn, G.w_up, t_dup_.data(), hn, P.w_up, rows, C, F, /*accumulate_din=*/true);
+  be_.matmul_backward_shared(dhn, hn, rows, C,
+                             {{G.w_gate, t_dgate_.data(), P.w_gate, F}, {G.w_up, t_dup_.data(), P.w_up, F}});
 }
 
 // o_proj's backward from dh = dloss/d(o_proj output): its weight gradient and do_'s rows.
@@ -333,9 +334,7 @@ void LlamaModel::qkv_backward_rows(int l, int T, int r0, int rows, const float* 
   const size_t at = size_t(r0 % T) * (d_.hd / 2);  // the tile's first position (llama_tiles_for_each)
   be_.rope_backward(dq, rope_cos_.data() + at, rope_sin_.data() + at, rows, T, d_.H, d_.hd);
   be_.rope_backward(dk, rope_cos_.data() + at, rope_sin_.data() + at, rows, T, d_.Hkv, d_.hd);
-  be_.matmul_backward(dxn, G.wq, dq, xn, P.wq, rows, C, Q, /*accumulate_din=*/false);
-  be_.matmul_backward(dxn, G.wk, dk, xn, P.wk, rows, C, KV, /*accumulate_din=*/true);
-  be_.matmul_backward(dxn, G.wv, dv, xn, P.wv, rows, C, KV, /*accumulate_din=*/true);
+  be_.matmul_backward_shared(dxn, xn, rows, C, {{G.wq, dq, P.wq, Q}, {G.wk, dk, P.wk, KV}, {G.wv, dv, P.wv, KV}});
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -21,11 +21,11 @@ inline std::vector<OpCase> make_op_cases() {
   std::vector<OpCase> cases;
   // The product shapes: odd, 1 x 1 x 1, and larger than a block of the BLAS and of oneDNN's bf16 kernels.
   for (const auto& [N, I, O] : {std::tuple{6, 7, 5}, std::tuple{7, 13, 5}, std::tuple{1, 1, 1}, std::tuple{33, 64, 24},
-                               std::tuple{67, 96, 80}, std::tuple{130, 256, 688}})
+                                std::tuple{67, 96, 80}, std::tuple{130, 256, 688}})
     add_matmul_cases(cases, N, I, O);
   // RMSNorm rows: odd, one element, a row past a CUDA block (4099), and enough rows for every thread (512).
-  for (const auto& [N, C] : {std::pair{6, 12}, std::pair{7, 13}, std::pair{1, 1}, std::pair{67, 256}, std::pair{3, 4099},
-                            std::pair{512, 256}})
+  for (const auto& [N, C] : {std::pair{6, 12}, std::pair{7, 13}, std::pair{1, 1}, std::pair{67, 256},
+                             std::pair{3, 4099}, std::pair{512, 256}})
     add_rmsnorm_cases(cases, N, C);
   add_rope_case(cases, 2, 3, 2, 6, 10000.0, true);
   add_rope_case(cases, 2, 5, 4, 6, 10000.0, true);
@@ -35,6 +35,7 @@ inline std::vector<OpCase> make_op_cases() {
   add_rope_case(cases, 2, 256, 8, 32, 10000.0, false);
   add_rope_case(cases, 2, 256, 8, 128, 500000.0, false);
   for (const size_t n : {size_t(13), size_t(40), size_t(100003), size_t(512) * 256}) add_swiglu_cases(cases, n);
+  cases.push_back(mlp_forward_only_case(37, 48, 80));
   for (const size_t n : {size_t(5), size_t(40), (size_t(1) << 17) + 3}) add_residual_case(cases, n);
   add_embedding_cases(cases, 7, 13, 5, 0, 5);
   add_embedding_cases(cases, 6, 12, 9, 2, 5);  // a shard of rows [2, 7): tokens outside it give nothing

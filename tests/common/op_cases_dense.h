@@ -136,6 +136,33 @@ inline void add_rope_case(std::vector<OpCase>& cases, int B, int T, int heads, i
                    }});
 }
 
+// A forward-only model's MLP (ModelBackend::mlp_forward_only; the CPU's bf16 backend fuses it into its GEMMs'
+// epilogues) against float64 down(SwiGLU(in · w_gateᵀ, in · w_upᵀ)) on the GEMMs' inputs: with bf16 GEMMs the SwiGLU
+// output is rounded to bf16 too, and one that rounds the other way in fp32 than in float64 is off by 2^-8 of itself.
+inline OpCase mlp_forward_only_case(int N, int C, int F) {
+  OpCase c{"mlp_forward_only_" + std::to_string(N) + "x" + std::to_string(C) + "x" + std::to_string(F),
+           {ModelOp::matmul_forward, ModelOp::swiglu_forward},
+           [=](ModelBackend& be) {
+    OnBackend d(be);
+    const auto in = randn(size_t(N) * C, 26), wg = randn(size_t(F) * C, 27), wu = randn(size_t(F) * C, 28);
+    const auto wd = randn(size_t(C) * F, 29);
+    float *out = d.put(randn(size_t(N) * C, 30)), *gate = d.put(randn(size_t(N) * F, 31));  // overwritten
+    float* up = d.put(randn(size_t(N) * F, 32));
+    be.mlp_forward_only(out, d.put(in), d.put(wg), d.put(wu), d.put(wd), N, C, F, gate, up);
+    const Vec ind = round_for_gemm(be, in);
+    Vec g(size_t(N) * F), u(g.size()), s(g.size()), want(size_t(N) * C);
+    ref::matmul_forward(g.data(), ind.data(), round_for_gemm(be, wg).data(), N, C, F);
+    ref::matmul_forward(u.data(), ind.data(), round_for_gemm(be, wu).data(), N, C, F);
+    ref::swiglu_forward(s.data(), g.data(), u.data(), s.size());
+    const Vec sd = round_for_gemm(be, std::vector<float>(s.begin(), s.end()));
+    ref::matmul_forward(want.data(), sd.data(), round_for_gemm(be, wd).data(), N, F, C);
+    const bool bf16 = be.gemm_precision() == GemmPrecision::bf16;
+    return std::vector<OpCheck>{near("out", d.get(out, want.size()), want, bf16 ? 0x1p-8 : gemm_tol(be, C + F))};
+           }};
+  c.bits_vary_with_threads = true;  // OpenBLAS's, as matmul_forward's
+  return c;
+}
+
 // SwiGLU, an element-wise op: the loss Σ out·R has ∂/∂gate_i = R_i·∂out_i/∂gate_i, so on a long vector each picked
 // element's derivative is taken on its own (within 1e-4 of 1 + |derivative|) instead of re-running all of n.
 inline void add_swiglu_cases(std::vector<OpCase>& cases, size_t n) {
