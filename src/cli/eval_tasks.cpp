@@ -70,8 +70,8 @@ std::string samples_lines(const Task& t, const TaskScores& s) {
 
 void task_print(const Task& t, const TaskScores& s, const std::vector<TaskMetric>& metrics, int window) {
   std::printf(
-      "task %s (%s): %zu items, %zu requests of %zu tokens in %zu windows of %zu (shared contexts run once), "
-      "%.2f s (%.1f items/s, %.0f request tokens/s)\n",
+      "task %s (%s): %zu items, %zu requests of %zu tokens, run as %zu windows of %zu tokens in all (a shared "
+      "context once), %.2f s (%.1f items/s, %.0f request tokens/s)\n",
       t.name.c_str(), t.file.c_str(), t.items.size(), request_count(t), s.request_tokens, s.windows, s.window_tokens,
       s.seconds, double(t.items.size()) / std::max(s.seconds, 1e-9),
       double(s.request_tokens) / std::max(s.seconds, 1e-9));
