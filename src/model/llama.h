@@ -47,9 +47,9 @@ struct MicroBatchRun {
 constexpr int kLlamaHeadChunkRows = 256;   // rows of logits alive at once in the fused head
 constexpr int kLlamaHeadPieceRows = 8192;  // vocabulary rows per piece of an lm_head gradient handed out in pieces
 
-// Rows per tile of a layer's row-wise work, for sequences of length T in a batch of N rows: about 256 rows (a
-// tile's activations stay in the core's cache between the ops that pass them on), whole sequences when they are
-// that short.
+// Rows per tile of a layer's row-wise work, for sequences of length T in a batch of N rows: about 512 rows (a
+// tile's activations stay near the core between the ops that pass them on; llama.cpp's kTileRows says how it was
+// chosen), whole sequences when they are that short.
 int llama_tile_rows(int T, int N);
 // f(r0, rows) for the tiles of rows [0, n), at most R rows each: a tile holds whole sequences or lies inside one,
 // so RoPE's positions in a tile run on from r0 % T.
