@@ -321,7 +321,7 @@ def report(args, res):
         "# Downstream tasks: `agoq eval --task` against lm-evaluation-harness on SmolLM2-135M-Instruct", "",
         f"Made by `scripts/evidence/downstream.py` on this machine ({cpu['name']}, {' '.join(cpu['flags'])}; "
         f"{cpu['cores']} cores shared with other work, no GPU), {args.threads} threads for each tool; agoq built at "
-        f"commit {res.get('commit', '?')} (OpenBLAS with OPENBLAS_CORETYPE=SKYLAKEX where the CPU has AVX-512). "
+        f"commit {res.get('commit', '?')}. "
         f"Items scored: {subset}" +
         (" (the whole sets)." if full else f" (the first items of each file: {res['why']})."),
         "",

@@ -41,14 +41,10 @@ def log(*a):
 
 
 def agoq_env(threads=None):
-    """The environment of agoq's runs: OMP/OpenBLAS threads, and OPENBLAS_CORETYPE=SKYLAKEX on a CPU with AVX-512
-    unless the caller set one: Debian's OpenBLAS 0.3.21 takes a CPU it does not know (a recent Xeon) for a Prescott
-    and runs its slowest sgemm, 47-69 GFLOP/s where its AVX-512 kernel gives 291-324 (compute-bf16.md)."""
+    """The environment of agoq's runs: OMP/OpenBLAS threads. (agoq sets OPENBLAS_CORETYPE itself where Debian's
+    OpenBLAS takes the CPU for an older one: core/openblas_core.h.)"""
     threads = str(threads or os.cpu_count())
-    env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads)
-    if " avx512f" in open("/proc/cpuinfo").read():
-        env.setdefault("OPENBLAS_CORETYPE", "SKYLAKEX")
-    return env
+    return dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads)
 
 
 def make_model(model_dir, corpus_text, shape=None, shard_size="1GB"):

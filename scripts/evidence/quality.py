@@ -93,9 +93,7 @@ def report(args, runs, n_examples, pretrain_val):
              f"{pretrain_val:.4f}), then fine-tuned for {args.steps} "
              f"steps on {n_examples} prompt/completion pairs made from the rest (three sentences, then the next one; "
              f"the last 10% held out), sequence {args.seq}, micro-batch {args.batch}, the same seed and data order for "
-             "both runs. The loss counts completion tokens only." +
-             (f" OpenBLAS ran with OPENBLAS_CORETYPE={agoq_env()['OPENBLAS_CORETYPE']} (Debian's 0.3.21 takes this "
-              "CPU for a Prescott otherwise)." if "OPENBLAS_CORETYPE" in agoq_env() else ""), "",
+             "both runs. The loss counts completion tokens only.", "",
              "| run | flags | validation loss at the end |", "|---|---|---|"]
     for name, flags in RUNS.items():
         compute = next((r["compute"] for r in reversed(runs[name]) if "compute" in r), "fp32")

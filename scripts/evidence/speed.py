@@ -212,9 +212,7 @@ def report(args, saved):
              f"the spread is the machine's run-to-run noise). PyTorch is {torch.get('torch')} from PyPI with "
              f"transformers {torch.get('transformers')}: `LlamaForCausalLM` with SDPA attention, fp32 or under bf16 "
              f"autocast, and the faster AdamW of the two measured here ({torch.get('adamw')}). agoq is `agoq train "
-             "--init-from` with `--profile`" + (f" (OpenBLAS with OPENBLAS_CORETYPE={saved['openblas_coretype']}: "
-                                                  "Debian's 0.3.21 does not know this CPU and would run its slowest "
-                                                  "sgemm)" if saved.get("openblas_coretype") else "") +
+             "--init-from` with `--profile`" +
              ". MFU: model FLOPs (6 x parameters + 6 x layers x seq x dim per token) "
              f"per second against the matmul peak of the precision in use measured in the same run: sgemm "
              f"{saved['sgemm_gflops']:.0f} GFLOP/s" + (f", bf16 {saved['bf16_gflops']:.0f} GFLOP/s." if bf16 else
@@ -300,8 +298,7 @@ def main():
     text = corpus_text(args.corpus)
     sgemm, bf16_peak = bench_peaks(args)
     bf16 = bf16_peak > 0
-    saved = {"cpu": cpu_name(), "threads": threads, "openblas_coretype": agoq_env(threads).get("OPENBLAS_CORETYPE"),
-             "sgemm_gflops": sgemm, "bf16_gflops": bf16_peak, "bf16": bf16,
+    saved = {"cpu": cpu_name(), "threads": threads, "sgemm_gflops": sgemm, "bf16_gflops": bf16_peak, "bf16": bf16,
              "args": {"steps": args.steps, "reps": args.reps}, "results": {}}
     model, data = prepared(args, "smollm", SMOLLM_135M, text)
     for seq in map(int, args.seqs.split(",")):

@@ -1,13 +1,23 @@
 // agoq: memory-efficient LLaMA training (AGoQ). One binary, one subcommand per job (cli/cmd_*.cpp, bench/).
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <new>
 #include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/openblas_core.h"
 
 int main(int argc, char** argv) {
+  // OpenBLAS chose its kernels when it loaded; where it took this CPU for an older one, load it again with the
+  // right ones (core/openblas_core.h). A user's own OPENBLAS_CORETYPE is left alone, and so is a failed exec.
+  if (const char* core = agoq::openblas_core_better(); core && !std::getenv("OPENBLAS_CORETYPE")) {
+    ::setenv("OPENBLAS_CORETYPE", core, 1);
+    ::execv("/proc/self/exe", argv);
+  }
   CLI::App app{"agoq: memory-efficient LLaMA training with activation and gradient quantization (AGoQ)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "agoq 0.1");

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/openblas_core.h"
 #include "model/backend.h"
 #include "model/tile_bf16.h"
 #if AGOQ_HAVE_DNNL
@@ -35,10 +36,11 @@ ComputeChoice model_compute_choose(ComputeMode mode, bool gpu) {
   const bool native = gemm_bf16_supported(&isa);
   AGOQ_CHECK(mode != ComputeMode::bf16 || native, "--compute bf16: this CPU has no native bf16 products (", isa,
              "); use --compute fp32 or auto");
-  if (mode == ComputeMode::fp32) return {GemmPrecision::fp32, "fp32: asked (" + isa + ")"};
+  const std::string blas = "; OpenBLAS's " + openblas_core_name() + " kernels";  // fp32's GEMMs (core/openblas_core.h)
+  if (mode == ComputeMode::fp32) return {GemmPrecision::fp32, "fp32: asked (" + isa + ")" + blas};
   const std::string why = mode == ComputeMode::bf16 ? "asked" : "auto";
   return native ? ComputeChoice{GemmPrecision::bf16, "bf16: " + why + ", this CPU has " + isa}
-                : ComputeChoice{GemmPrecision::fp32, "fp32: auto, this CPU has " + isa};
+                : ComputeChoice{GemmPrecision::fp32, "fp32: auto, this CPU has " + isa + blas};
 }
 
 #if AGOQ_HAVE_DNNL

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "core/openblas_core.h"
 #include "model/gemm_bf16.h"
 #include "tests/cli/cli_test_util.h"
 
@@ -48,6 +49,26 @@ TEST_F(CliCompute, AutoFollowsTheCpuAndTheChoiceIsRecorded) {
                      "--compute bf16: this CPU has no native bf16 products");
   expect_clean_error(train({{"--data", d("prep")}, {"--out", d("run2")}, {"--compute", "bf16"}}),
                      "--compute bf16: this CPU has no native bf16 products");
+}
+
+// fp32's GEMMs run OpenBLAS's AVX2 (or AVX-512) kernels on a CPU that has them, also where Debian's OpenBLAS does
+// not know the CPU and would take it for a Prescott (agoq then restarts itself with OPENBLAS_CORETYPE set).
+TEST_F(CliCompute, Fp32RunsOpenBlasKernelsThatUseTheCpu) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "this CPU has no AVX2 and FMA";
+  ASSERT_EQ(run_agoq("prepare --input " + d("a.txt") + " --out " + d("prep") + " --vocab-size 300").exit_code, 0);
+  ASSERT_EQ(run_agoq(train({{"--data", d("prep")}, {"--compute", "fp32"}})).exit_code, 0);
+  const char* users = std::getenv("OPENBLAS_CORETYPE");
+  const std::string kept = users ? users : "";
+  ::unsetenv("OPENBLAS_CORETYPE");
+  int status = 0;
+  const std::string out = agoq_stdout(
+      "eval --ckpt " + d("run/ckpt") + " --text " + d("a.txt") + " --seq 8 --max-tokens 64 --compute fp32", &status);
+  if (users) ::setenv("OPENBLAS_CORETYPE", kept.c_str(), 1);
+  ASSERT_EQ(status, 0) << out;
+  const size_t at = out.find("OpenBLAS's ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string core = out.substr(at + 11, out.find(' ', at + 11) - (at + 11));
+  EXPECT_TRUE(openblas_core_has_avx2(core)) << "OpenBLAS runs its " << core << " kernels: " << out;
 }
 
 }  // namespace
