@@ -18,11 +18,13 @@ Writes docs/evidence/downstream.md, downstream.json, downstream.png and downstre
 quiet cores agoq takes about 45 minutes in fp32 and 20 in bf16 for them, lm-eval several times agoq's fp32. Each
 run's results are kept under --work (one folder per limit), so an interrupted run continues where it stopped;
 --report-only rewrites the report from --out/downstream.json. Needs a built agoq (scripts/build.sh) and the test
-venv (scripts/install-deps.sh --test: lm_eval, transformers, gguf; matplotlib from Debian).
+venv (scripts/install-deps.sh --test: lm_eval, transformers, gguf; matplotlib from Debian), or run it with speed.py's
+PyTorch 2 venv's python (eval_speed.py adds lm_eval and gguf to it; matplotlib from PyPI).
 """
 import argparse
 import glob
 import hashlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -162,7 +164,8 @@ class LmEval:
                 self.lm._model_call(torch.ones(args.lm_eval_batch, 128, dtype=torch.long))
         self.warm_s = time.perf_counter() - t0 - self.load_s
         self.tok_name = type(tok).__name__
-        self.versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+        self.versions = {"torch": torch.__version__, "transformers": transformers.__version__,
+                         "lm_eval": importlib.metadata.version("lm_eval")}
         # The time lm-eval spends in loglikelihood() (its tokenization and the model), as agoq's seconds count its
         # tokenization and scoring; the rest of simple_evaluate (reading the file, building requests) is reported
         # apart.
@@ -333,8 +336,8 @@ def report(args, res):
         "those fp32 weights; its tokenizer is the file's byte-level BPE (pre-tokenizer `smollm`: digits one by one, "
         "then GPT-2's split).",
         "",
-        f"**lm-eval** is lm_eval 0.4.5, its HF backend (`HFLM`) in fp32 on PyTorch {lm0['versions']['torch']} "
-        f"(Debian's) with transformers {lm0['versions']['transformers']}, batch size {lm0['batch']}, "
+        f"**lm-eval** is lm_eval {lm0['versions'].get('lm_eval', '0.4.5')}, its HF backend (`HFLM`) in fp32 on "
+        f"PyTorch {lm0['versions']['torch']} with transformers {lm0['versions']['transformers']}, batch size {lm0['batch']}, "
         f"`max_length` {args.seq} (agoq's window). It ran on the same file: transformers' "
         "`AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)` dequantizes it with gguf-py (the same fp32 "
         "weights) into a `LlamaForCausalLM`, and `AutoTokenizer.from_pretrained(dir, gguf_file=...)` builds a "
@@ -382,10 +385,9 @@ def report(args, res):
                        + (" (equal)" if max(diffs) == 0 else "") + f"; {min(ratio):.1f}-{max(ratio):.1f}x lm-eval's "
                        f"tokens per CPU second ({min(ratio_wall):.1f}-{max(ratio_wall):.1f}x per wall second)")
     lines += ["", "Goals (issue 44): equal accuracy and per-item agreement of at least 99.5%, and at least 2x the "
-              "tokens/s of lm-eval's HF backend. " + "; ".join(summary) + ". lm-eval here runs on Debian's PyTorch "
-              "1.13 (the test venv's, which lm_eval 0.4.5 works with); against lm-eval on PyTorch 2 (the latest PyPI "
-              "wheel), which the goal names, in fp32 and bf16 on a quiet machine: [eval_speed.md](eval_speed.md) "
-              "(`scripts/evidence/eval_speed.py`)."]
+              "tokens/s of lm-eval's HF backend. " + "; ".join(summary) + f". lm-eval here runs in fp32 on PyTorch {lm0['versions']['torch']}; against lm-eval "
+              "on PyTorch 2 (the latest PyPI wheel), which the goal names, in fp32 and bf16 on a quiet machine: "
+              "[eval_speed.md](eval_speed.md) (`scripts/evidence/eval_speed.py`)."]
     if not full:
         est = {label: sum(res["tasks"][n]["tokens"] / res["tasks"][n]["items"] * res["tasks"][n]["total"] /
                           res["tasks"][n]["speed"][label]["tokens_per_cpu_s"] for n in names) / 3600
@@ -627,11 +629,12 @@ def main():
         f"`{line.strip()}`" for line in insp.splitlines() if line.startswith(("weights:", "config:")))
     saved = os.path.join(args.out, "downstream.json")
     res = {}
-    if args.part == "finetune" and os.path.exists(saved):
+    if os.path.exists(saved):  # the part not rerun is kept
         with open(saved) as f:
             res = json.load(f)
     if args.part != "finetune":
-        res = comparison(args, model)
+        kept = {"finetune": res["finetune"]} if "finetune" in res and args.part == "compare" else {}
+        res = {**comparison(args, model), **kept}
         if args.skip_lm_eval:
             return
     if args.part != "compare":
