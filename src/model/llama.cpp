@@ -41,8 +41,8 @@ std::vector<LlamaModel::WorkspaceBuffer> LlamaModel::workspace_list(const LlamaC
                                        {&M::resid_, n * C},                             // the residual stream
                                        {&M::t_xn_, R * C},     {&M::t_gate_, R * F},
                                        {&M::t_up_, R * F}};  // forward's tiles
-  if (policy
-          .backward)  // SwiGLU's output; the residual stream's gradient, attention's input gradients, backward's tiles
+  // With backward: SwiGLU's output, the residual stream's gradient, attention's input gradients, backward's tiles.
+  if (policy.backward)
     list.insert(list.end(), {{&M::t_s_, R * F},
                              {&M::dx_, n * C},
                              {&M::dq_, N * Q},
