@@ -210,8 +210,9 @@ def report(args, saved):
              f"{saved['threads']} threads each; tokens/s is the median step after two warm-up steps ({args.steps} "
              f"timed steps a run; every configuration {args.reps} runs, interleaved, each run's median in brackets: "
              f"the spread is the machine's run-to-run noise). PyTorch is {torch.get('torch')} from PyPI with "
-             f"transformers {torch.get('transformers')}: `LlamaForCausalLM` with SDPA attention, fp32 or under bf16 "
-             f"autocast, and the faster AdamW of the two measured here ({torch.get('adamw')}). agoq is `agoq train "
+             f"transformers {torch.get('transformers')}: `LlamaForCausalLM` with SDPA attention, "
+             + ("fp32 or under bf16 autocast" if bf16 else "fp32 (no bf16 autocast: this CPU has no BF16)")
+             + f", and the faster AdamW of the two measured here ({torch.get('adamw')}). agoq is `agoq train "
              "--init-from` with `--profile`" +
              ". MFU: model FLOPs (6 x parameters + 6 x layers x seq x dim per token) "
              f"per second against the matmul peak of the precision in use measured in the same run: sgemm "
