@@ -287,7 +287,11 @@ std::vector<double> step_losses(const std::string& run) {
 // The pretrained weights on several ranks, as `mpirun -np 2 agoq train --init-from` loads them: tensor-parallel
 // (each rank reads whole tensors and keeps its slices; tied and untied), pipeline (each stage its own layers) and
 // data-parallel (every replica the whole model), unquantized, step for step one process's losses (DP 2 against
-// --accum 2), and a 4-rank TP 2 x DP 2 run with AGoQ's defaults close to it.
+// --accum 2), and a 4-rank TP 2 x DP 2 run with AGoQ's defaults close to it. The first step's loss, before any
+// update, is the loaded model's: within 1e-6 on every grid. Later steps get a tolerance per grid: Adam's first
+// update is sign-like, so a near-zero gradient entry whose sign depends on the summation order (another split of
+// the sums, another CPU's sgemm kernels) moves its weight by up to 2 lr. That showed as 2.5e-5 in the unquantized
+// TP 2 + SP losses on an AVX2-only EPYC (OpenBLAS's Zen kernels), where the first step agrees within 7e-8.
 TEST_F(ImportHf, FineTuneOnSeveralRanksStartsFromTheModelAsOneProcessDoes) {
   const std::string mpirun =
       "mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "
@@ -297,10 +301,10 @@ TEST_F(ImportHf, FineTuneOnSeveralRanksStartsFromTheModelAsOneProcessDoes) {
     const char *model, *ranks, *flags, *single;
     double tol;
   };
-  for (const Grid g : {Grid{"--rope llama3", "-np 2", "--tp 2 --baseline", "--baseline", 1e-5},
-                       Grid{"--tied --rope linear", "-np 2", "--tp 2 --sp --baseline", "--baseline", 1e-5},
-                       Grid{"--rope llama3", "-np 2", "--pp 2 --accum 2 --baseline", "--accum 2 --baseline", 1e-5},
-                       Grid{"--rope llama3", "-np 2", "--baseline", "--accum 2 --baseline", 1e-5},
+  for (const Grid g : {Grid{"--rope llama3", "-np 2", "--tp 2 --baseline", "--baseline", 1e-4},
+                       Grid{"--tied --rope linear", "-np 2", "--tp 2 --sp --baseline", "--baseline", 1e-4},
+                       Grid{"--rope llama3", "-np 2", "--pp 2 --accum 2 --baseline", "--accum 2 --baseline", 1e-4},
+                       Grid{"--rope llama3", "-np 2", "--baseline", "--accum 2 --baseline", 1e-4},
                        Grid{"--rope llama3", "-np 4", "--tp 2", "--accum 2 --baseline", 0.01}}) {
     const std::string what = std::string(g.model) + ", " + g.ranks + " " + g.flags;
     SCOPED_TRACE(what);
@@ -318,6 +322,7 @@ TEST_F(ImportHf, FineTuneOnSeveralRanksStartsFromTheModelAsOneProcessDoes) {
     const std::vector<double> want = step_losses(single), got = step_losses(run);
     ASSERT_EQ(got.size(), 4u);
     ASSERT_EQ(want.size(), got.size());
+    EXPECT_NEAR(got[0], want[0], 1e-6 * want[0]) << "the first step: the loaded model";
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i) {
       EXPECT_NEAR(got[i], want[i], g.tol * want[i]) << "step " << i + 1;
