@@ -29,11 +29,12 @@ from finetune import agoq_env, log  # noqa: E402
 TOOLS = ("lm-eval fp32", "lm-eval bf16", "agoq fp32", "agoq bf16")
 
 
-def cpu_has_bf16(flags):
-    """Whether the CPU multiplies bf16 natively. Without it agoq refuses --compute bf16, and PyTorch emulates bf16
-    matmuls far below its fp32 speed (a trial of lm-eval bf16 on an AVX2-only EPYC ran at about 1/8 of its fp32), so
-    both run fp32 only."""
-    return "amx_bf16" in flags or "avx512_bf16" in flags
+def bf16_here(args):
+    """Whether agoq multiplies bf16 on this CPU, as its own dispatch decides (speed.py's peaks: agoq bench train).
+    Without it agoq refuses --compute bf16, and PyTorch emulates bf16 matmuls far below its fp32 speed (a trial of
+    lm-eval bf16 on an AVX2-only EPYC ran at about 1/8 of its fp32), so both run fp32 only."""
+    import speed
+    return speed.bench_peaks(args)[1] > 0
 
 
 def torch2_python(args):
@@ -74,8 +75,7 @@ def measure(args):
         [py, "-c", "import json, torch, transformers, lm_eval; from importlib.metadata import version; "
          "print(json.dumps({m: version(m) for m in ('torch', 'transformers', 'lm_eval')}))"],
         check=True, stdout=subprocess.PIPE, text=True).stdout)
-    cpu = dict(zip(("name", "flags", "cores"), downstream.cpu_name()))
-    dtypes = ("fp32", "bf16") if cpu_has_bf16(cpu["flags"]) else ("fp32",)
+    dtypes = ("fp32", "bf16") if bf16_here(args) else ("fp32",)
     runs = {n: {t: [] for t in TOOLS if t.split()[1] in dtypes} for n in downstream.TASKS}
     metrics = {n: {} for n in downstream.TASKS}  # the last run's: the same model scored alike, as a check
     tokens = {}
@@ -89,7 +89,7 @@ def measure(args):
                 r = lm_eval_run(args, py, model, n, lm_files[n], c, rep)
                 runs[n][f"lm-eval {c}"].append(r["seconds"])
                 metrics[n][f"agoq {c}"], metrics[n][f"lm-eval {c}"] = a["metrics"], r["metrics"]
-    return {"cpu": cpu, "versions": versions,
+    return {"cpu": dict(zip(("name", "flags", "cores"), downstream.cpu_name())), "versions": versions,
             "args": {k: getattr(args, k) for k in ("items", "reps", "threads", "seq", "lm_eval_batch")},
             "tokens": tokens, "seconds": runs, "metrics": metrics}
 
