@@ -28,6 +28,7 @@
 #include "core/rng.h"
 #include "model/llama.h"
 #include "parallel/step_cpu.h"
+#include "train/forward_backward.h"
 
 namespace agoq {
 namespace {
@@ -92,7 +93,7 @@ void bench_e2e_round(Communicator& comm, const Args& a, const CpuStepOptions& o,
     comm.barrier();
     const auto t0 = Clock::now();
     const std::vector<MicroBatchRun> runs = dp.step_begin(s + 1, m);
-    const StepResult r = step_finish(dp, 1e-3f, step_forward_backward(dp, model, in.data(), tgt.data(), B, T, runs));
+    const StepResult r = step_finish(dp, 1e-3f, train_forward_backward(dp, model, in.data(), tgt.data(), B, T, runs));
     comm.barrier();
     if (s == 0) continue;  // warm-up: first touches, workspace growth
     res.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
@@ -229,7 +230,7 @@ void e2e_print(const Args& a, int N, const std::vector<E2eResult>& e2e) {
 
 void bench_comm_run(const Args& a) {
   Communicator& comm = comm_world();
-  comm_run_guarded(comm, [&] {
+  try {
     AGOQ_CHECK(a.reps >= 1, "bench comm: --reps must be at least 1");
     AGOQ_CHECK(a.chunk_kib >= 0, "bench comm: --chunk-kib must be 0 or more, got ", a.chunk_kib);
     for (int s : a.sizes_mib) AGOQ_CHECK(s >= 1 && s <= 4096, "bench comm: sizes are MiB in [1, 4096], got ", s);
@@ -279,7 +280,9 @@ void bench_comm_run(const Args& a) {
                   r.q8_one_chunk, r.q8_one_chunk > 0 ? r.mpi / r.q8_one_chunk : 0.0, r.same_bits ? "yes" : "NO");
     if (N == 1) std::printf("(one rank: both are copies; run under mpirun -np 2 or more)\n");
     if (!e2e.empty()) e2e_print(a, N, e2e);
-  });
+  } catch (...) {
+    comm_fail(comm, std::current_exception());
+  }
 }
 
 const CliCommand kComm("bench", 40, [](CLI::App& bench) {

@@ -21,6 +21,7 @@
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
 #include "parallel/step_cpu.h"
+#include "train/forward_backward.h"
 
 namespace agoq {
 namespace {
@@ -62,7 +63,7 @@ void bench_pipe_round(Communicator& world, const Args& a, Config& c, bool record
     const std::vector<MicroBatchRun> runs = dp.step_begin(s + 1, m);
     step_finish(dp, 1e-3f,
                 pipe ? pipe->run(in.data(), tgt.data(), B, T, runs, &dp)
-                     : step_forward_backward(dp, model, in.data(), tgt.data(), B, T, runs));
+                     : train_forward_backward(dp, model, in.data(), tgt.data(), B, T, runs));
     world.barrier();
     if (s > 0) c.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
@@ -74,7 +75,7 @@ void bench_pipe_round(Communicator& world, const Args& a, Config& c, bool record
 
 void bench_pipe_run(const Args& a) {
   Communicator& world = comm_world();
-  comm_run_guarded(world, [&] {
+  try {
     const int N = world.size();
     AGOQ_CHECK(N >= 2, "bench pipe: run it under mpirun -np N with N >= 2 (a pipeline needs ranks)");
     AGOQ_CHECK(a.micro >= N && a.micro % N == 0, "bench pipe: --micro (", a.micro,
@@ -127,7 +128,9 @@ void bench_pipe_run(const Args& a) {
     std::vector<std::vector<MemSnapshot>> peaks;
     for (const Config& c : cfgs) names.push_back(c.name), peaks.push_back(c.peak);
     bench_print_rank_memory(names, peaks);
-  });
+  } catch (...) {
+    comm_fail(world, std::current_exception());
+  }
 }
 
 const CliCommand kPipe("bench", 45, [](CLI::App& bench) {

@@ -21,6 +21,7 @@
 #include "parallel/grid.h"
 #include "parallel/pipeline.h"
 #include "parallel/step_cpu.h"
+#include "train/forward_backward.h"
 
 namespace agoq {
 namespace {
@@ -68,7 +69,7 @@ void bench_tp_round(Communicator& world, const Args& a, Config& c, bool record_m
     const std::vector<MicroBatchRun> runs = dp.step_begin(s + 1, m);
     const StepResult r = step_finish(dp, 1e-3f,
                                      pipe ? pipe->run(in.data(), tgt.data(), B, T, runs, &dp)
-                                          : step_forward_backward(dp, model, in.data(), tgt.data(), B, T, runs));
+                                          : train_forward_backward(dp, model, in.data(), tgt.data(), B, T, runs));
     world.barrier();
     if (s == 0) continue;
     c.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
@@ -133,7 +134,7 @@ void bench_tp_print(const Args& a, int N, const std::vector<Config>& cfgs) {
 
 void bench_tp_run(const Args& a) {
   Communicator& world = comm_world();
-  comm_run_guarded(world, [&] {
+  try {
     const int N = world.size();
     AGOQ_CHECK(N >= 2 && N % 2 == 0, "bench tp: run it under mpirun -np N with an even N >= 2 (e.g. 4)");
     AGOQ_CHECK(a.micro >= N && a.micro % N == 0, "bench tp: --micro (", a.micro, ") must be a multiple of the ranks (",
@@ -151,7 +152,9 @@ void bench_tp_run(const Args& a) {
     for (int round = 0; round < a.rounds; ++round)
       for (Config& c : cfgs) bench_tp_round(world, a, c, round == 0);
     if (world.rank() == 0) bench_tp_print(a, N, cfgs);
-  });
+  } catch (...) {
+    comm_fail(world, std::current_exception());
+  }
 }
 
 const CliCommand kTp("bench", 46, [](CLI::App& bench) {

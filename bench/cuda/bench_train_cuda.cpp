@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "cuda_train/step_cuda.h"
+#include "train/forward_backward.h"
 
 namespace agoq {
 
@@ -43,7 +44,7 @@ PolicyRun policy_run(const BenchTrainCudaOptions& o, const LlamaConfig& cfg, con
     in[i] = int32_t(rng.below(cfg.vocab_size)), tgt[i] = int32_t(rng.below(cfg.vocab_size));
   auto one = [&](long s) {
     const std::vector<MicroBatchRun> runs = step.step_begin(s, 1);
-    step_finish(step, 1e-4f, step_forward_backward(step, model, in.data(), tgt.data(), o.B, o.T, runs));
+    step_finish(step, 1e-4f, train_forward_backward(step, model, in.data(), tgt.data(), o.B, o.T, runs));
   };
   for (int s = 0; s < o.warmup; ++s) one(s + 1);
   gpu.synchronize();

@@ -111,7 +111,7 @@ void check_calibration_target(const std::string& path) {
 // Collective under mpirun: every rank measures; rank 0 writes the file and prints it.
 void cmd_plan_calibrate(const PlanArgs& a) {
   Communicator& world = comm_world();
-  comm_run_guarded(world, [&] {
+  try {
     check_calibration_target(a.calibrate_out);
     PlanCalibrateOptions o;
     o.reps = a.reps, o.ranks_per_node = a.gpus_per_node;
@@ -122,7 +122,9 @@ void cmd_plan_calibrate(const PlanArgs& a) {
     atomic_file_write(a.calibrate_out, j.dump(2) + "\n");
     if (a.json) std::printf("%s\n", j.dump(2).c_str());
     else std::printf("%s\nwritten: %s\n", plan_calibration_text(c).c_str(), a.calibrate_out.c_str());
-  });
+  } catch (...) {
+    comm_fail(world, std::current_exception());
+  }
 }
 
 void cmd_plan_auto(const PlanArgs& a) {

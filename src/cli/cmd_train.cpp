@@ -71,9 +71,13 @@ struct TrainFlagAdd {
 
 void cmd_train_run(TrainArgs& a) {
   // Under mpirun every rank runs this; started alone, the process is a world of one. A failure on one rank ends
-  // the job (comm_run_guarded); an error all ranks agree on (a config mismatch) is printed once, by rank 0.
+  // the job (comm_fail); an error all ranks agree on (a config mismatch) is printed once, by rank 0.
   Communicator& comm = comm_world();
-  comm_run_guarded(comm, [&] { cmd_train_body(a); });
+  try {
+    cmd_train_body(a);
+  } catch (...) {
+    comm_fail(comm, std::current_exception());
+  }
 }
 
 void cmd_train_body(TrainArgs& a) {

@@ -5,7 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+#include <exception>
 #include <memory>
 #include <string>
 
@@ -188,10 +188,11 @@ void comm_lead_agreed(Communicator& comm, Fn&& fn) {
   if (n > 0) throw CommAgreedError(error);
 }
 
-// Runs `fn` and makes a failure end the whole job cleanly instead of leaving peers blocked in a collective:
-// with one rank an agoq::Error propagates unchanged; with several, a CommAgreedError (thrown identically on every
-// rank, e.g. a config mismatch) is rethrown on rank 0 only while the other ranks exit(1) quietly after MPI
-// finalises, and any other error aborts the job with "agoq: error: rank r/N: message" (comm.abort).
-void comm_run_guarded(Communicator& comm, const std::function<void()>& fn);
+// A job's failure on this rank, from the catch block around its body, ended so that peers are not left blocked in
+// a collective: with one rank the exception is rethrown unchanged; with several, a CommAgreedError (thrown
+// identically on every rank, e.g. a config mismatch) is rethrown on rank 0 only while the other ranks exit(1)
+// quietly after MPI finalises, and any other failure aborts the job with "agoq: error: rank r/N: message"
+// (comm.abort).
+[[noreturn]] void comm_fail(Communicator& comm, std::exception_ptr failure);
 
 }  // namespace agoq

@@ -376,20 +376,18 @@ size_t comm_dtype_size(CommDtype t) { return t == CommDtype::f32 || t == CommDty
 Communicator& comm_world(CommThreads level) { return *mpi_world(level).world; }
 CommThreads comm_thread_level() { return mpi_world(CommThreads::multiple).provided; }
 
-void comm_run_guarded(Communicator& comm, const std::function<void()>& fn) {
+void comm_fail(Communicator& comm, std::exception_ptr failure) {
   try {
-    fn();
+    std::rethrow_exception(failure);
   } catch (const CommAgreedError&) {
     if (comm.size() == 1 || comm.rank() == 0) throw;
     std::fflush(stdout);
     std::exit(1);  // rank 0 reports; MPI finalises in the static owner's destructor
-  } catch (const Error& e) {
-    if (comm.size() == 1) throw;
-    comm.abort(e.what());
   } catch (const std::exception& e) {
     if (comm.size() == 1) throw;
     comm.abort(e.what());
   }
+  std::abort();  // not reached: each path above throws or ends the process
 }
 
 }  // namespace agoq

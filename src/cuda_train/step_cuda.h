@@ -2,7 +2,7 @@
 // (parallel/step_cpu.h), in the same five phases (optim/step.h):
 //
 //   1. step_begin      each micro-batch's seeds (step_act_seed, step_grad_seed) and 1/m scale
-//   2. part_done       with the 8-bit store, each finished unit folded into it (step_forward_backward)
+//   2. part_done       with the 8-bit store, each finished unit folded into it (train_forward_backward)
 //   3. grads_reduce    nothing to reduce: one replica
 //   4. norm_and_clip   the norm, then optim/step.h's check and clipping factor
 //   5. update          AdamW with fp32 moments, on the device

@@ -6,28 +6,6 @@
 
 namespace agoq {
 
-double step_forward_backward(StepEngine& engine, LlamaModel& model, const int32_t* inputs, const int32_t* targets,
-                             int B, int T, const std::vector<MicroBatchRun>& runs) {
-  AGOQ_CHECK(model.stage().whole(model.config()),
-             "a step's micro-batches on one process need the whole model "
-             "(a pipeline stage runs them through parallel/pipeline.h)");
-  const size_t rows = size_t(B) * T;
-  double loss_sum = 0;
-  for (int j = 0; j < int(runs.size()); ++j) {
-    const MicroBatchRun& run = runs[j];
-    const int32_t* in = inputs + size_t(j) * rows;
-    model.stage_forward(in, B, T, run);
-    loss_sum += model.stage_head(targets + size_t(j) * rows, B, T, run, true);
-    engine.part_done(run, j, model.config().n_layers);
-    model.stage_backward_begin(B, T, run);
-    for (int part : model.backward_parts()) {
-      model.stage_backward_part(part, in, B, T, run);
-      engine.part_done(run, j, part);
-    }
-  }
-  return loss_sum;
-}
-
 StepResult step_finish(StepEngine& engine, float lr, double loss_sum) {
   StepResult r;
   r.wait_s = engine.grads_reduce();

@@ -2,7 +2,8 @@
 // "Loss, norm, clipping"). A step is five phases, each one call:
 //
 //   1. runs = engine.step_begin(step, m)             what each micro-batch runs with: seeds, gradient scale
-//   2. loss_sum = step_forward_backward(engine, model, ..., runs)   (a pipeline stage: parallel/pipeline.h)
+//   2. loss_sum = train_forward_backward(engine, model, ..., runs)   (train/forward_backward.h; a pipeline
+//        stage: parallel/pipeline.h)
 //        each micro-batch's forward, head and backward part by part; after each part engine.part_done(): its
 //        gradients are final, the engine folds them into its store and starts their reduction
 //   3. wait_s = engine.grads_reduce()                 the gradient summed over the replicas
@@ -81,10 +82,6 @@ class StepEngine {
   virtual void moments_scatter() = 0;
 };
 
-// Phase 2 on a whole model: the m = runs.size() micro-batches (inputs/targets back to back, B x T tokens each), the
-// engine told after each backward part: the sum of their losses.
-double step_forward_backward(StepEngine& engine, LlamaModel& model, const int32_t* inputs, const int32_t* targets,
-                             int B, int T, const std::vector<MicroBatchRun>& runs);
 // Phases 3 to 5, for callers that need no more than the result (benchmarks, tests).
 StepResult step_finish(StepEngine& engine, float lr, double loss_sum);
 

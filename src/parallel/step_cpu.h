@@ -3,7 +3,7 @@
 // tensor-parallel shard. Its phases, each a call (docs/agoq.md, "How a step flows"):
 //
 //   1. step_begin      each micro-batch's seeds (those one process running all D * m would give it), 1/(D*m) scale
-//   2. part_done       after each backward part (step_forward_backward, or parallel/pipeline.h on a stage): the
+//   2. part_done       after each backward part (train_forward_backward, or parallel/pipeline.h on a stage): the
 //                      part's gradients folded into the store, and after the last micro-batch their reduction started
 //   3. grads_reduce    the rest of the reduction (grad_reduce.h)
 //   4. norm_and_clip   loss and norm over the grid, divergence check, clipping factor (dp_optimizer.h)

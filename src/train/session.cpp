@@ -16,6 +16,7 @@
 #include "formats/checkpoint.h"
 #include "formats/model_source.h"
 #include "plan/memory_model.h"
+#include "train/forward_backward.h"
 #include "train/replan.h"
 #include "train/run_dir.h"
 #if AGOQ_HAVE_CUDA
@@ -520,7 +521,7 @@ std::vector<MicroBatchRun> TrainSession::micro_batch_runs(long step) {
 // Phase 2: through the pipeline's schedule on a stage, else micro-batch after micro-batch on the whole model.
 double TrainSession::forward_backward(const std::vector<MicroBatchRun>& runs) {
   if (pipeline_) return pipeline_->run(inputs_.data(), targets_.data(), B_, T_, runs, cpu_step_);
-  return step_forward_backward(*engine_, *model_, inputs_.data(), targets_.data(), B_, T_, runs);
+  return train_forward_backward(*engine_, *model_, inputs_.data(), targets_.data(), B_, T_, runs);
 }
 
 // On the first replica (replicas are identical), through the pipeline when there is one; broadcast to the others.

@@ -67,12 +67,14 @@ int fault_scenario(Communicator& w, const std::string& mode) {
   if (mode == "exit") return fault_rank_exit(w);
   if (mode == "hang") return fault_rank_hang(w);
   try {
-    comm_run_guarded(w, [&] {
+    try {
       const bool odd = w.rank() == w.size() - 1 && w.size() > 1;
       if (mode == "config") comm_check_consistent(w, odd ? "dim=256 layers=6 data=b" : "dim=256 layers=6 data=a");
       if (mode == "error" && odd) fail("cannot read shard 3 of the corpus");
       w.barrier();
-    });
+    } catch (...) {
+      comm_fail(w, std::current_exception());
+    }
   } catch (const Error& e) {  // what the CLI's main does
     std::fprintf(stderr, "agoq: error: %s\n", e.what());
     return 1;

@@ -15,6 +15,7 @@
 #include "parallel/step_cpu.h"
 #include "parallel_test_util.h"
 #include "plan/memory_model.h"
+#include "train/forward_backward.h"
 #include "train/trainer.h"
 
 namespace agoq {
@@ -114,7 +115,7 @@ EngineRun run_engine(const CpuStepOptions& o, int steps, int m) {
   for (int s = 1; s <= steps; ++s) {
     for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(rng.below(256)), tgt[i] = (in[i] * 7 + 3) % 256;
     const std::vector<MicroBatchRun> runs = dp.step_begin(s, m);
-    const StepResult res = step_finish(dp, 1e-2f, step_forward_backward(dp, model, in.data(), tgt.data(), B, T, runs));
+    const StepResult res = step_finish(dp, 1e-2f, train_forward_backward(dp, model, in.data(), tgt.data(), B, T, runs));
     r.losses.push_back(res.loss), r.norms.push_back(res.grad_norm);
   }
   r.weights.assign(model.params().data(), model.params().data() + model.params().size());
