@@ -95,7 +95,7 @@ namespace avx2 {
 
 using RandomKey = simd::PhiloxKey8;  // the key schedule is 20 broadcasts: built once per row
 constexpr QuantRandomLayout kLayout = QuantRandomLayout::avx2;
-constexpr size_t kPrefetchAhead = 2048 / sizeof(float);  // group_quant_batch.h's prefetch_group
+constexpr size_t kPrefetchAhead = 4096 / sizeof(float);  // group_quant_batch.h's prefetch_group
 inline void random_chunks(const RandomKey& key, uint64_t chunk, size_t n, uint8_t* out) {
   for (size_t c = 0; c < n; ++c, out += kQuantRandomChunk) {
     simd::Philox4 even, odd;
