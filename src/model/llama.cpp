@@ -344,15 +344,18 @@ void LlamaModel::qkv_backward_rows(int l, int T, int r0, int rows, const float* 
 // A tensor-parallel shard has its heads and MLP units (q/k/v, gate/up column-parallel); the row-parallel o_proj
 // and down_proj give partial sums, added over the group before the residual add. (Sequence-parallel: llama_sp.cpp.)
 void LlamaModel::forward_layer(int l, int B, int T) {
-  const LayerParams& P = params_.layers[l];
-  const int N = B * T, C = d_.C, Q = d_.Q, R = llama_tile_rows(T, N);
-  ActStore& S = active_store();
-  float* o = attention_buffer(l, ActSlot::attn_out, o_);
-  float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
-  float* rstd2 = S.fp32_data(l, ActSlot::mlp_rstd);
+  forward_layer_attention(l, B, T);
+  const int N = B * T;
+  llama_tiles_for_each(N, T, llama_tile_rows(T, N), [&](int r0, int rows) { forward_layer_mlp_rows(l, r0, rows); });
+}
 
-  // x -> xn = RMSNorm(x) -> q, k, v (RoPE applied), tile by tile
-  llama_tiles_for_each(N, T, R, [&](int r0, int rows) {
+// x -> xn = RMSNorm(x) -> q, k, v (RoPE applied), tile by tile; then attention over the whole batch.
+void LlamaModel::forward_layer_attention(int l, int B, int T) {
+  const LayerParams& P = params_.layers[l];
+  const int N = B * T, C = d_.C;
+  ActStore& S = active_store();
+  float* rstd1 = S.fp32_data(l, ActSlot::attn_rstd);
+  llama_tiles_for_each(N, T, llama_tile_rows(T, N), [&](int r0, int rows) {
     const float* x = resid_.data() + size_t(r0) * C;
     float* xn = slot_out_rows(l, ActSlot::attn_norm_out, r0, t_xn_);
     be_.rmsnorm_forward(xn, rstd1 + r0, x, P.attn_norm, rows, C, cfg_.norm_eps);
@@ -360,25 +363,27 @@ void LlamaModel::forward_layer(int l, int B, int T) {
     S.save_rows(l, ActSlot::attn_norm_out, r0, rows, xn);
     qkv_forward_rows(l, T, r0, rows, xn);
   });
-
   attention_forward_layer(l, B, T);
+}
 
-  // o -> h = x + o_proj(o) -> hn = RMSNorm(h) -> gate, up -> s = SwiGLU -> x_next = h + down(s), tile by tile
-  llama_tiles_for_each(N, T, R, [&](int r0, int rows) {
-    const float* orow = o + size_t(r0) * Q;
-    S.save_rows(l, ActSlot::attn_out, r0, rows, orow);
-    float* h = resid_.data() + size_t(r0) * C;  // x becomes h, then x_next, in place
-    be_.matmul_forward(t_c_.data(), orow, P.wo, rows, Q, C);
-    tp_sum(t_c_.data(), size_t(rows) * C);
-    be_.residual_add(h, h, t_c_.data(), size_t(rows) * C);
-    S.save_rows(l, ActSlot::mlp_norm_in, r0, rows, h);
-    float* hn = slot_out_rows(l, ActSlot::mlp_norm_out, r0, t_xn_);
-    be_.rmsnorm_forward(hn, rstd2 + r0, h, P.mlp_norm, rows, C, cfg_.norm_eps);
-    S.save_rows(l, ActSlot::mlp_norm_out, r0, rows, hn);
-    mlp_forward_rows(l, r0, rows, hn, t_c_.data());
-    tp_sum(t_c_.data(), size_t(rows) * C);
-    be_.residual_add(h, h, t_c_.data(), size_t(rows) * C);
-  });
+// Rows [r0, r0 + rows): o -> h = x + o_proj(o) -> hn = RMSNorm(h) -> gate, up -> s = SwiGLU -> x_next = h + down(s).
+void LlamaModel::forward_layer_mlp_rows(int l, int r0, int rows) {
+  const LayerParams& P = params_.layers[l];
+  const int C = d_.C, Q = d_.Q;
+  ActStore& S = active_store();
+  const float* orow = attention_buffer(l, ActSlot::attn_out, o_) + size_t(r0) * Q;
+  S.save_rows(l, ActSlot::attn_out, r0, rows, orow);
+  float* h = resid_.data() + size_t(r0) * C;  // x becomes h, then x_next, in place
+  be_.matmul_forward(t_c_.data(), orow, P.wo, rows, Q, C);
+  tp_sum(t_c_.data(), size_t(rows) * C);
+  be_.residual_add(h, h, t_c_.data(), size_t(rows) * C);
+  S.save_rows(l, ActSlot::mlp_norm_in, r0, rows, h);
+  float* hn = slot_out_rows(l, ActSlot::mlp_norm_out, r0, t_xn_);
+  be_.rmsnorm_forward(hn, S.fp32_data(l, ActSlot::mlp_rstd) + r0, h, P.mlp_norm, rows, C, cfg_.norm_eps);
+  S.save_rows(l, ActSlot::mlp_norm_out, r0, rows, hn);
+  mlp_forward_rows(l, r0, rows, hn, t_c_.data());
+  tp_sum(t_c_.data(), size_t(rows) * C);
+  be_.residual_add(h, h, t_c_.data(), size_t(rows) * C);
 }
 
 void LlamaModel::attention_forward_layer(int l, int B, int T) {
@@ -678,8 +683,8 @@ void LlamaModel::forward_last_logits(const int32_t* tokens, int T, float* logits
   be_.download(logits, out, size_t(V) * sizeof(float));
 }
 
-// Only the rows with a target go through the head (a multiple-choice window's continuations are a few of its
-// rows, and the vocabulary GEMM costs as much as several layers): gathered chunk by chunk into head_dnorm_.
+// Only the rows with a target go through the last layer's MLP and the head (a multiple-choice window's
+// continuations are a few of its rows, and the vocabulary GEMM costs as much as several layers).
 void LlamaModel::forward_target_logprobs(const int32_t* inputs, const int32_t* targets, int B, int T,
                                          const MicroBatchRun& run, float* logprob, uint8_t* greedy) {
   AGOQ_CHECK(stage().whole(cfg_) && stage().tp == 1 && !stage().sp && be_.host_memory(),
@@ -690,17 +695,15 @@ void LlamaModel::forward_target_logprobs(const int32_t* inputs, const int32_t* t
     AGOQ_CHECK(targets[i] < V, "target id ", targets[i], " out of range for vocab size ", V);
     if (targets[i] >= 0) rows.push_back(i);
   }
-  stage_forward(inputs, B, T, run);
-  float *x = head_dnorm_.data(), *logits = head_logits_.data();
+  forward_rows_kept(inputs, B, T, run, rows);
+  float* logits = head_logits_.data();
   float* row_max = head_stats_.data();  // then each row's sum and target logit (cross-entropy's phases 1 and 2)
   int32_t chunk_targets[kLlamaHeadChunkRows];
   for (size_t r0 = 0; r0 < rows.size(); r0 += kLlamaHeadChunkRows) {
     const int n = int(std::min<size_t>(kLlamaHeadChunkRows, rows.size() - r0));
-    for (int j = 0; j < n; ++j) {
-      std::memcpy(x + size_t(j) * C, resid_.data() + size_t(rows[r0 + j]) * C, size_t(C) * sizeof(float));
-      chunk_targets[j] = targets[rows[r0 + j]];
-    }
-    be_.rmsnorm_forward(head_norm_.data(), head_rstd_.data(), x, params_.final_norm, n, C, cfg_.norm_eps);
+    for (int j = 0; j < n; ++j) chunk_targets[j] = targets[rows[r0 + j]];
+    be_.rmsnorm_forward(head_norm_.data(), head_rstd_.data(), resid_.data() + r0 * C, params_.final_norm, n, C,
+                        cfg_.norm_eps);
     be_.matmul_forward(logits, head_norm_.data(), params_.lm_head, n, C, V);
     be_.crossentropy_shard_max(logits, n, V, row_max);  // cross-entropy's phase 1
     for (int j = 0; j < n; ++j) {  // greedy: the target is the first maximum, as torch.argmax picks it
@@ -714,6 +717,26 @@ void LlamaModel::forward_target_logprobs(const int32_t* inputs, const int32_t* t
     for (int j = 0; j < n; ++j)
       logprob[rows[r0 + j]] = float(double(sums[2 * j + 1]) - double(row_max[j]) - std::log(double(sums[2 * j])));
   }
+}
+
+// The forward pass for the given rows (increasing): every layer on every row, except the last layer's o_proj and
+// MLP, which run on those rows only, moved to the front of the residual stream in their order (row j <= rows[j], so
+// the moves go forward in place). The last layer's attention still reads every row's k and v. Scoring keeps a few
+// rows of each window (LAMBADA: the last word's), so this skips most of one layer's GEMMs.
+void LlamaModel::forward_rows_kept(const int32_t* inputs, int B, int T, const MicroBatchRun& run,
+                                   const std::vector<int>& rows) {
+  const int last = cfg_.n_layers - 1, C = d_.C, Q = d_.Q, n = int(rows.size());
+  stage_forward_begin(inputs, B, T, run);
+  for (int l = 0; l < last; ++l) forward_layer(l, B, T);
+  forward_layer_attention(last, B, T);
+  float* o = attention_buffer(last, ActSlot::attn_out, o_);
+  for (int j = 0; j < n; ++j) {
+    if (rows[j] == j) continue;
+    std::memcpy(resid_.data() + size_t(j) * C, resid_.data() + size_t(rows[j]) * C, size_t(C) * sizeof(float));
+    std::memcpy(o + size_t(j) * Q, o + size_t(rows[j]) * Q, size_t(Q) * sizeof(float));
+  }
+  const int R = llama_tile_rows(T, B * T);
+  for (int r0 = 0; r0 < n; r0 += R) forward_layer_mlp_rows(last, r0, std::min(R, n - r0));
 }
 
 const int32_t* LlamaModel::ids_on_backend(const int32_t* host, const BackendBuffer<int32_t>& dev, int n) {

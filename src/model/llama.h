@@ -176,7 +176,9 @@ class LlamaModel {
                                                      const ActPolicy& policy, const ModelStage& stage,
                                                      bool head_pieces);
   friend size_t llama_workspace_bytes(const LlamaConfig&, int, int, const ActPolicy&, const ModelStage&, bool);
-  void forward_layer(int l, int B, int T);
+  void forward_layer(int l, int B, int T);  // forward_layer_attention, then forward_layer_mlp_rows tile by tile
+  void forward_layer_attention(int l, int B, int T);     // norm, q/k/v and attention over all rows
+  void forward_layer_mlp_rows(int l, int r0, int rows);  // o_proj, residual, norm, MLP, residual, on these rows
   void backward_layer(int l, int B, int T);
   // Final norm -> lm_head -> cross-entropy, in chunks of rows so the (N, V) logits never exist; when dx is
   // given it also runs the backward of those three (dx = dloss/dx_final) and accumulates their weight gradients.
@@ -190,6 +192,7 @@ class LlamaModel {
   void backward_check();  // the active store's policy keeps what a backward pass reads
   void stores_allocate(const ActPolicy& policy, int count);
   float run_whole(const int32_t* inputs, const int32_t* targets, int B, int T, const MicroBatchRun& run, bool backward);
+  void forward_rows_kept(const int32_t* inputs, int B, int T, const MicroBatchRun& run, const std::vector<int>& rows);
   // fp32 view of an attention slot for the whole batch: the stored tensor when fp32, else the workspace buffer.
   float* attention_buffer(int l, ActSlot s, const BackendBuffer<float>& workspace);
   // Where a producer writes rows from r0 of a slot: straight into an fp32 slot, else into its tile buffer (then

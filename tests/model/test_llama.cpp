@@ -170,6 +170,31 @@ TEST(Llama, ForwardOnlyScoresAsTrainingAndKeepsNothing) {
   EXPECT_THROW(m.stage_head(b.tgt.data(), B, T, {}, true), Error);
 }
 
+// Scoring runs the last layer's o_proj and MLP and the head on the target rows only (moved to the front of the
+// residual stream): each target row's log-probability equals the loss of a forward pass over every row that counts
+// that row alone, on rows spread over two sequences (not at the front), for a forward-only and a training model.
+TEST(Llama, TargetLogprobsEqualTheFullForwardsLoss) {
+  const LlamaConfig c = tiny_config();
+  const int B = 2, T = 12;
+  Batch b = random_batch(c, B, T, 21);
+  std::vector<int32_t> tgt(b.tgt.size(), -1);
+  for (int i : {3, 4, 9, 14, 20, 23}) tgt[size_t(i)] = b.tgt[size_t(i)];
+  for (const ActPolicy& policy : {ActPolicy::forward_only(c.n_layers), ActPolicy::parse("fp32", c.n_layers)}) {
+    LlamaModel m(c, B, T, policy);
+    m.init_weights(8);
+    std::vector<float> lp(tgt.size(), 0.0f);
+    std::vector<uint8_t> greedy(tgt.size(), 0);
+    m.forward_target_logprobs(b.in.data(), tgt.data(), B, T, {}, lp.data(), greedy.data());
+    for (size_t i = 0; i < tgt.size(); ++i) {
+      if (tgt[i] < 0) continue;
+      std::vector<int32_t> one(tgt.size(), -1);
+      one[i] = tgt[i];
+      const float want = -m.forward_loss(b.in.data(), one.data(), B, T);
+      EXPECT_NEAR(lp[i], want, 1e-5 * std::abs(want)) << policy.name << " row " << i;
+    }
+  }
+}
+
 // Scoring's shared contexts: a context of 9 tokens and three continuations in one pass (the context but its last
 // token once, then each continuation from that token on, skipping the others) give each continuation token the
 // log-probability and greedy flag it has when its request runs as a document of its own. A training model refuses
