@@ -38,7 +38,7 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "tests", "cli")]
-import speed as speed_mod  # noqa: E402
+import speed as speed_mod  # noqa: E402 (speed() below is this script's own)
 from finetune import agoq_env, log  # noqa: E402
 
 BENCH = os.path.join(HERE, "..", "..", "..", "shared", "benchmarks")
@@ -92,6 +92,11 @@ def piqa_labelled(args, path):
 
 def limit_of(args, name):
     return args.task_limit.get(name, args.limit)
+
+
+def agoq_bf16_here(args):
+    """Whether agoq multiplies bf16 on this CPU, as its own dispatch decides (speed.py's peaks: agoq bench train)."""
+    return speed_mod.bench_peaks(args)[1] > 0
 
 
 def children_cpu():
@@ -665,6 +670,8 @@ def main():
     args.tasks = [t for t in args.tasks.split(",") if t]
     if not set(args.tasks) <= set(TASKS):
         sys.exit(f"evidence: --tasks takes {', '.join(TASKS)}")
+    if args.lm_eval_chunk < 0:
+        sys.exit(f"evidence: --lm-eval-chunk must be 0 or more, got {args.lm_eval_chunk}")
     if args.report_only:
         with open(os.path.join(args.out, "downstream.json")) as f:
             res = json.load(f)
@@ -711,8 +718,8 @@ def comparison(args, model):
     for n, f in args.files.items():
         with open(f) as fh:
             totals[n] = sum(1 for line in fh if line.strip())
-    # On a CPU without BF16, agoq's default compute is fp32: the same run twice. (agoq's own dispatch decides.)
-    computes = list(COMPUTES) if speed_mod.bench_peaks(args)[1] > 0 else ["fp32"]
+    # On a CPU without BF16, agoq's default compute is fp32: the same run twice.
+    computes = list(COMPUTES) if agoq_bf16_here(args) else ["fp32"]
     # lm-eval first: its runs can be kept chunk by chunk (--lm-eval-chunk), so the long part goes on after a stop.
     if not args.skip_lm_eval:
         lm = LmEval(args, model["path"])

@@ -29,14 +29,6 @@ from finetune import agoq_env, log  # noqa: E402
 TOOLS = ("lm-eval fp32", "lm-eval bf16", "agoq fp32", "agoq bf16")
 
 
-def bf16_here(args):
-    """Whether agoq multiplies bf16 on this CPU, as its own dispatch decides (speed.py's peaks: agoq bench train).
-    Without it agoq refuses --compute bf16, and PyTorch emulates bf16 matmuls far below its fp32 speed (a trial of
-    lm-eval bf16 on an AVX2-only EPYC ran at about 1/8 of its fp32), so both run fp32 only."""
-    import speed
-    return speed.bench_peaks(args)[1] > 0
-
-
 def torch2_python(args):
     """speed.py's PyTorch 2 venv (made there if missing), with lm_eval and gguf added on first use."""
     import speed
@@ -75,7 +67,9 @@ def measure(args):
         [py, "-c", "import json, torch, transformers, lm_eval; from importlib.metadata import version; "
          "print(json.dumps({m: version(m) for m in ('torch', 'transformers', 'lm_eval')}))"],
         check=True, stdout=subprocess.PIPE, text=True).stdout)
-    dtypes = ("fp32", "bf16") if bf16_here(args) else ("fp32",)
+    # Without bf16 agoq refuses --compute bf16, and PyTorch emulates bf16 matmuls far below its fp32 speed (a trial
+    # of lm-eval bf16 on an AVX2-only EPYC ran at about 1/8 of its fp32), so both run fp32 only.
+    dtypes = ("fp32", "bf16") if downstream.agoq_bf16_here(args) else ("fp32",)
     runs = {n: {t: [] for t in TOOLS if t.split()[1] in dtypes} for n in downstream.TASKS}
     metrics = {n: {} for n in downstream.TASKS}  # the last run's: the same model scored alike, as a check
     tokens = {}
