@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/memory_json.h"
 #include "core/rng.h"
 #include "model/llama.h"
 #include "optim/adamw.h"
@@ -109,8 +110,7 @@ void bench_act_run(const Args& a) {
                           {"step_ms", r.step_s * 1e3}};
       j["step_time_ratio"] = base > 0 ? nlohmann::json(r.step_s / base) : nlohmann::json(nullptr);
       j["activation_ratio"] = base_act > 0 ? nlohmann::json(double(r.act_bytes) / base_act) : nlohmann::json(nullptr);
-      for (int c = 0; c < kMemCategoryCount; ++c)
-        j["peak_by_category"][mem_category_name(MemCategory(c))] = r.at_peak.bytes[c];
+      j["peak_by_category"] = mem_bytes_json(r.at_peak.bytes);
       out.push_back(j);
     }
     std::printf("%s\n", out.dump(2).c_str());

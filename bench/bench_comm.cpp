@@ -25,6 +25,7 @@
 #include "comm/allreduce_q8.h"
 #include "comm/communicator.h"
 #include "core/memory.h"
+#include "core/memory_json.h"
 #include "core/rng.h"
 #include "model/llama.h"
 #include "parallel/step_cpu.h"
@@ -193,8 +194,8 @@ nlohmann::json e2e_json(const Args& a, const std::vector<E2eResult>& e2e) {
     nlohmann::json c = {
         {"name", r.name}, {"step_ms", bench_median(r.step_ms)}, {"exposed_comm_ms", bench_median(r.wait_ms)}};
     for (size_t k = 0; k < r.peak.size(); ++k) {
-      nlohmann::json p = {{"rank", k}};
-      for (int i = 0; i < kMemCategoryCount; ++i) p[mem_category_name(MemCategory(i))] = r.peak[k].bytes[i];
+      nlohmann::json p = mem_bytes_json(r.peak[k].bytes);
+      p["rank"] = k;
       p["sum"] = r.peak[k].total();
       c["peak_bytes"].push_back(p);
     }

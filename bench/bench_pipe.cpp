@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "comm/communicator.h"
 #include "core/memory.h"
+#include "core/memory_json.h"
 #include "core/rng.h"
 #include "model/llama.h"
 #include "parallel/grid.h"
@@ -105,11 +106,7 @@ void bench_pipe_run(const Args& a) {
                             {"act_policy", c.act},
                             {"step_ms", bench_median(c.step_ms)},
                             {"tokens_per_s", tokens / bench_median(c.step_ms) * 1e3}};
-        for (const MemSnapshot& p : c.peak) {
-          nlohmann::json mem;
-          for (int k = 0; k < kMemCategoryCount; ++k) mem[mem_category_name(MemCategory(k))] = p.bytes[k];
-          r["peak_per_rank"].push_back(mem);
-        }
+        for (const MemSnapshot& p : c.peak) r["peak_per_rank"].push_back(mem_bytes_json(p.bytes));
         j["results"].push_back(r);
       }
       std::printf("%s\n", j.dump(2).c_str());

@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "comm/communicator.h"
 #include "core/memory.h"
+#include "core/memory_json.h"
 #include "core/rng.h"
 #include "model/llama.h"
 #include "parallel/comm_tensor_group.h"
@@ -103,11 +104,7 @@ void bench_tp_print(const Args& a, int N, const std::vector<Config>& cfgs) {
                           {"tokens_per_s", tokens / bench_median(c.step_ms) * 1e3},
                           {"tp_comm_ms", bench_median(c.tp_ms)},
                           {"dp_wait_ms", bench_median(c.dp_wait_ms)}};
-      for (const MemSnapshot& p : c.peak) {
-        nlohmann::json mem;
-        for (int k = 0; k < kMemCategoryCount; ++k) mem[mem_category_name(MemCategory(k))] = p.bytes[k];
-        r["peak_per_rank"].push_back(mem);
-      }
+      for (const MemSnapshot& p : c.peak) r["peak_per_rank"].push_back(mem_bytes_json(p.bytes));
       j["results"].push_back(r);
     }
     std::printf("%s\n", j.dump(2).c_str());

@@ -22,6 +22,7 @@
 #include "core/cpu_share.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/memory_json.h"
 #include "core/rng.h"
 #include "model/gemm_bf16.h"
 #include "model/llama.h"
@@ -155,7 +156,7 @@ void bench_train_run(const Args& a) {
                         {"model_gflops", achieved},
                         {"step_ms", s.seconds_per_step * 1e3}};
     if (!a.skip_memory) {
-      for (int c = 0; c < kMemCategoryCount; ++c) j["memory"][mem_category_name(MemCategory(c))] = m.at_peak.bytes[c];
+      j["memory"] = mem_bytes_json(m.at_peak.bytes);
       j["memory"]["total"] = m.peak_total;
       j["memory_config"] = {{"dim", 512}, {"layers", 8}, {"ffn", 1376}, {"seq", 512}, {"batch", 16}};
     }

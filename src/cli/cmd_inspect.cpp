@@ -10,6 +10,7 @@
 #include "cli/path_flag.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/memory_json.h"
 #include "plan/memory_model.h"
 
 namespace agoq {
@@ -72,8 +73,7 @@ void cmd_inspect_run(const InspectArgs& a) {
   }
   for (const Recipe& r : kRecipes) {
     const PlanMemory m = recipe_memory(c, r, a, seq, bf16);
-    for (int k = 0; k < kMemCategoryCount; ++k)
-      j["train_memory"][r.name][mem_category_name(MemCategory(k))] = m.bytes[k];
+    j["train_memory"][r.name] = mem_bytes_json(m.bytes);
     j["train_memory"][r.name]["total"] = m.total();
   }
   if (a.json) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/memory_json.h"
 #include "plan/calibration.h"
 #include "plan/plan_report.h"
 
@@ -146,8 +147,7 @@ PlanAutoResult plan_auto(const PlanAutoRequest& req) {
 namespace {
 
 nlohmann::json candidate_json(const PlanCandidate& c) {
-  nlohmann::json mem;
-  for (int k = 0; k < kMemCategoryCount; ++k) mem[mem_category_name(MemCategory(k))] = c.peak.bytes[k];
+  nlohmann::json mem = mem_bytes_json(c.peak.bytes);
   mem["total"] = c.peak.total();
   nlohmann::json j = {{"name", c.name()},
                       {"tp", c.par.tp},

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/memory_json.h"
 
 namespace agoq {
 
@@ -11,8 +12,7 @@ namespace {
 double gib(size_t b) { return double(b) / double(1ull << 30); }
 
 nlohmann::json memory_json(const PlanMemory& m, size_t gpu_mem) {
-  nlohmann::json j;
-  for (int c = 0; c < kMemCategoryCount; ++c) j[mem_category_name(MemCategory(c))] = m.bytes[c];
+  nlohmann::json j = mem_bytes_json(m.bytes);
   j["total"] = m.total();
   j["fits"] = m.total() <= gpu_mem;
   return j;

@@ -10,6 +10,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/memory_json.h"
 
 namespace agoq {
 
@@ -118,13 +119,9 @@ void MetricsLog::finish() {
 nlohmann::json memory_json(MemDevice device) {
   auto& t = MemoryTracker::of(device);
   const MemSnapshot cur = t.current(), peak = t.peak_per_category(), at = t.at_peak_total();
-  nlohmann::json j;
-  for (int c = 0; c < kMemCategoryCount; ++c) {
-    const char* name = mem_category_name(MemCategory(c));
-    j["current"][name] = cur.bytes[c];
-    j["peak"][name] = peak.bytes[c];
-    j["at_peak"][name] = at.bytes[c];
-  }
+  nlohmann::json j = {{"current", mem_bytes_json(cur.bytes)},
+                      {"peak", mem_bytes_json(peak.bytes)},
+                      {"at_peak", mem_bytes_json(at.bytes)}};
   j["peak_total"] = t.peak_total();
   return j;
 }

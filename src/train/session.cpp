@@ -10,6 +10,7 @@
 
 #include "comm/comm_check.h"
 #include "core/error.h"
+#include "core/memory_json.h"
 #include "core/stop_signal.h"
 #include "data/prepared_dir.h"
 #include "data/tokenizer.h"
@@ -448,8 +449,7 @@ void TrainSession::memory_record(nlohmann::json& rec) const {
   if (gpu_ || opt_.mem_budget != 0) return;
   PlanMemory model = plan_memory_cpu_trainer(cfg_, ActPolicy::parse(opt_.act_policy, cfg_.n_layers), plan_options());
   model[MemCategory::workspace] += MemoryTracker::global().tag_peak("data");
-  for (int c = 0; c < kMemCategoryCount; ++c)
-    rec["memory"]["model"][mem_category_name(MemCategory(c))] = model[MemCategory(c)];
+  rec["memory"]["model"] = mem_bytes_json(model.bytes);
 }
 
 // After the last step: the peaks, the final checkpoint, the report.
