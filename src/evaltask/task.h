@@ -25,6 +25,7 @@ struct TaskItem {
   std::vector<std::string> choices;   // multiple_choice: what acc_norm divides by (characters of each)
   int gold = 0;                       // multiple_choice: the index of the right choice
   std::string target;                 // rolling: the text its word and byte counts are of
+  std::string subtask;                // mmlu: its subject (lm-eval scores each subject as a task of the mmlu group)
 };
 
 struct Task {

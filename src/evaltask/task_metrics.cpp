@@ -1,6 +1,7 @@
 #include "evaltask/task_metrics.h"
 
 #include <cmath>
+#include <map>
 #include <numbers>
 
 #include "evaltask/task_text.h"
@@ -19,14 +20,33 @@ TaskMetric mean_metric(const std::string& name, const std::vector<double>& x) {
   return m;
 }
 
+// A group of subtasks weighted by their sizes, as lm-eval's mmlu (one task per subject): the value is the mean over
+// all items, the stderr lm-eval's pooled_sample_stderr of the subtasks' own: sqrt(sum (n_i - 1) n_i se_i^2 / (N - k)
+// / N). None, as lm-eval's "N/A", when a subtask has a single item (it has no stderr).
+TaskMetric group_mean_metric(const std::string& name, const std::vector<double>& x, const Task& task) {
+  std::map<std::string, std::vector<double>> by_subtask;
+  for (size_t i = 0; i < x.size(); ++i) by_subtask[task.items[i].subtask].push_back(x[i]);
+  TaskMetric m = mean_metric(name, x);
+  if (by_subtask.size() == 1) return m;
+  double pooled = 0;
+  for (const auto& [subtask, xs] : by_subtask) {
+    const std::optional<double> se = mean_metric(name, xs).stderr_of;
+    if (!se) return {name, m.value, std::nullopt};
+    pooled += double(xs.size() - 1) * double(xs.size()) * *se * *se;
+  }
+  const double n = double(x.size());
+  m.stderr_of = std::sqrt(pooled / (n - double(by_subtask.size())) / n);
+  return m;
+}
+
 std::vector<TaskMetric> choice_metrics(const Task& task, const TaskScores& s) {
   std::vector<double> acc, acc_norm;
   for (size_t i = 0; i < task.items.size(); ++i) {
     acc.push_back(task_item_pred(s.items[i]) == size_t(task.items[i].gold));
     acc_norm.push_back(task_item_pred_norm(task.items[i], s.items[i]) == size_t(task.items[i].gold));
   }
-  std::vector<TaskMetric> out = {mean_metric("acc", acc)};
-  if (task.acc_norm) out.push_back(mean_metric("acc_norm", acc_norm));
+  std::vector<TaskMetric> out = {group_mean_metric("acc", acc, task)};
+  if (task.acc_norm) out.push_back(group_mean_metric("acc_norm", acc_norm, task));
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "evaltask/task_read.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -42,9 +44,11 @@ std::vector<std::string> text_list(const json& v, const char* key, const Line& l
   return out;
 }
 
-// An index given as a number or as digits in a string (HellaSwag's "label": "2").
-int index_of(const json& v, const char* key, const Line& l) {
-  if (v.is_number_integer()) return v.get<int64_t>() > 1000000 ? -1 : int(v.get<int64_t>());
+// An index given as a number or as digits in a string (HellaSwag's "label": "2"), whole: the caller checks its range
+// (an unsigned one beyond int64_t saturates, so a huge label is reported as out of range, never wrapped into it).
+int64_t index_of(const json& v, const char* key, const Line& l) {
+  if (v.is_number_unsigned()) return int64_t(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX));
+  if (v.is_number_integer()) return v.get<int64_t>();
   const std::string s = v.is_string() ? v.get<std::string>() : "";
   AGOQ_CHECK(!s.empty() && s.size() < 7 && s.find_first_not_of("0123456789") == std::string::npos, l.at, "\"", key,
              "\" must be a whole number, not ", json_excerpt(v));
@@ -52,7 +56,7 @@ int index_of(const json& v, const char* key, const Line& l) {
 }
 
 // The continuation of each choice is " " + choice after the context (lm-eval's target_delimiter).
-TaskItem choice_item(const std::string& context, std::vector<std::string> choices, int gold, const Line& l) {
+TaskItem choice_item(const std::string& context, std::vector<std::string> choices, int64_t gold, const Line& l) {
   AGOQ_CHECK(gold >= 0 && size_t(gold) < choices.size(), l.at, "label ", gold, " is out of range for ", choices.size(),
              " choices");
   TaskItem it;
@@ -61,7 +65,7 @@ TaskItem choice_item(const std::string& context, std::vector<std::string> choice
     it.requests.push_back({context, " " + choices[i]});
   }
   it.choices = std::move(choices);
-  it.gold = gold;
+  it.gold = int(gold);
   return it;
 }
 
@@ -74,7 +78,7 @@ TaskItem read_hellaswag(const json& o, const Line& l) {
 }
 
 TaskItem read_piqa(const json& o, const Line& l) {
-  int gold = 0;
+  int64_t gold = 0;
   if (l.labels) {
     AGOQ_CHECK(l.item < l.labels->size(), l.at, "no label for this line in the labels file (it has ", l.labels->size(),
                ")");
@@ -103,11 +107,13 @@ TaskItem read_arc(const json& o, const Line& l) {
 TaskItem read_mmlu(const json& o, const Line& l) {
   const std::vector<std::string> c = text_list(field(o, "choices", l), "choices", l);
   AGOQ_CHECK(c.size() == 4, l.at, "\"choices\" must have 4 entries (A-D), not ", c.size());
-  const std::string subject = py_replace(text_field(o, "subject", l), "_", " ");
-  const std::string context = "The following are multiple choice questions (with answers) about " + subject + ".\n\n" +
-                              py_strip(text_field(o, "question", l)) + "\nA. " + c[0] + "\nB. " + c[1] + "\nC. " +
-                              c[2] + "\nD. " + c[3] + "\nAnswer:";
-  return choice_item(context, {"A", "B", "C", "D"}, index_of(field(o, "answer", l), "answer", l), l);
+  const std::string subject = text_field(o, "subject", l);
+  const std::string context = "The following are multiple choice questions (with answers) about " +
+                              py_replace(subject, "_", " ") + ".\n\n" + py_strip(text_field(o, "question", l)) +
+                              "\nA. " + c[0] + "\nB. " + c[1] + "\nC. " + c[2] + "\nD. " + c[3] + "\nAnswer:";
+  TaskItem it = choice_item(context, {"A", "B", "C", "D"}, index_of(field(o, "answer", l), "answer", l), l);
+  it.subtask = subject;
+  return it;
 }
 
 TaskItem read_lambada(const json& o, const Line& l) {
@@ -125,7 +131,7 @@ TaskItem read_winogrande(const json& o, const Line& l) {
   const std::string s = text_field(o, "sentence", l);
   const size_t blank = s.find('_');
   AGOQ_CHECK(blank != std::string::npos, l.at, "\"sentence\" has no \"_\" for the options to fill");
-  const int answer = index_of(field(o, "answer", l), "answer", l);
+  const int64_t answer = index_of(field(o, "answer", l), "answer", l);
   AGOQ_CHECK(answer == 1 || answer == 2, l.at, "\"answer\" must be 1 or 2, not ", answer);
   std::string rest = " ";  // (not " " + ...: GCC 12 warns falsely of an overlapping memcpy there)
   rest += py_strip(s.substr(blank + 1));
@@ -136,7 +142,7 @@ TaskItem read_winogrande(const json& o, const Line& l) {
     it.choices.push_back(s.substr(0, blank) + option);
     it.requests.push_back({it.choices.back(), rest});
   }
-  it.gold = answer - 1;
+  it.gold = int(answer - 1);
   return it;
 }
 

@@ -143,9 +143,9 @@ def task_yamls(files, yaml_dir):
              "dataset_kwargs": {"data_files": {"test": os.path.abspath(file)}}}
         if name in own:
             y["include"] = os.path.join(tasks, own[name])
-        if name == "mmlu":  # the subject line lm-eval's per-subject YAMLs write, from the item's subject
-            y["description"] = "The following are multiple choice questions (with answers) about " \
-                               "{{subject.replace('_', ' ')}}.\n\n"
+        if name == "mmlu":
+            names["agoq_mmlu"] = mmlu_group_yamls(y, file, yaml_dir)
+            continue
         if name == "mc":
             y.update(output_type="multiple_choice", doc_to_text="context", doc_to_choice="choices",
                      doc_to_target="label", metric_list=[{"metric": "acc"}, {"metric": "acc_norm"}])
@@ -158,12 +158,41 @@ def task_yamls(files, yaml_dir):
     return names
 
 
+def mmlu_group_yamls(y, file, yaml_dir):
+    """lm-eval's mmlu is a group of one task per subject (each with its subject line), the group's acc weighted by
+    size and its stderr pooled over the subjects': the group agoq_mmlu over the file's subjects, each item keeping
+    its place in the file (agoq_index) so that task_report can put the samples back in order. Returns "mmlu"."""
+    with open(file) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    subtasks = []
+    for subject in sorted({r["subject"] for r in rows}):
+        sub_file = os.path.join(yaml_dir, f"mmlu_{subject}.jsonl")
+        with open(sub_file, "w") as f:
+            for i, r in enumerate(rows):
+                if r["subject"] == subject:
+                    f.write(json.dumps(dict(r, agoq_index=i)) + "\n")
+        subtasks.append(f"agoq_mmlu_{subject}")
+        sub = dict(y, task=subtasks[-1], dataset_kwargs={"data_files": {"test": sub_file}},
+                   description="The following are multiple choice questions (with answers) about "
+                               f"{subject.replace('_', ' ')}.\n\n")
+        with open(os.path.join(yaml_dir, f"mmlu_{subject}.yaml"), "w") as f:
+            json.dump(sub, f)
+    with open(os.path.join(yaml_dir, "mmlu.yaml"), "w") as f:
+        json.dump({"group": "agoq_mmlu", "task": subtasks,
+                   "aggregate_metric_list": [{"metric": "acc", "weight_by_size": True}]}, f)
+    return "mmlu"
+
+
 def task_report(res, task):
-    """One task of simple_evaluate's result (with log_samples): {metrics, samples: [{doc_id, lls, greedy, acc...}]}
-    in document order."""
+    """One task (or group: its subtasks' samples in file order) of simple_evaluate's result (with log_samples):
+    {metrics, samples: [{doc_id, lls, greedy, acc...}]} in document order."""
     metrics = {k.split(",")[0]: v for k, v in res["results"][task].items() if k.endswith(",none")}
     samples = []
-    for s in sorted(res["samples"][task], key=lambda s: s["doc_id"]):
+    if task in res.get("group_subtasks", {}) and res["group_subtasks"][task]:
+        subs = [dict(s, doc_id=s["doc"]["agoq_index"]) for t in res["group_subtasks"][task] for s in res["samples"][t]]
+    else:
+        subs = res["samples"][task]
+    for s in sorted(subs, key=lambda s: s["doc_id"]):
         resps = [r[0] for r in s["resps"]]
         samples.append({"doc_id": s["doc_id"], "lls": [float(r[0]) if isinstance(r, (list, tuple)) else float(r)
                                                        for r in resps],
