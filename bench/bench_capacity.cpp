@@ -22,9 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "cli/chart.h"
 #include "cli/commands.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/paths.h"
 #include "data/data_loader.h"
 #include "plan/memory_model.h"
 
@@ -132,6 +134,10 @@ std::pair<int, int> data_shape(const std::string& dir) {
 void run(const Options& o) {
   const size_t budget = plan_parse_bytes(o.budget, "--mem-budget");
   AGOQ_CHECK(o.fill > 0 && o.fill <= 1, "--fill must be in (0, 1]");
+  if (!o.json_path.empty())
+    output_file_check_replaceable("--save-json", o.json_path, "an earlier bench capacity JSON",
+                                  [](const std::string& p) { return output_file_is_json_with(p, "rows"); });
+  if (!o.png.empty()) cli_chart_check("--png", o.png, "rows");
   const std::pair<int, int> shape = data_shape(o.data);
   const int vocab = shape.first, longest = shape.second;  // named, not bound: the lambdas below use them (clang 14)
   // The untracked overhead, a fixed part and a part per layer (allocator rounding and bookkeeping of each layer's
@@ -198,15 +204,7 @@ void run(const Options& o) {
                             {"params_ratio", rows[1]["params"].get<double>() / rows[0]["params"].get<double>()},
                             {"seq_ratio", rows[3]["seq"].get<double>() / rows[2]["seq"].get<double>()}};
   if (!o.json_path.empty()) atomic_file_write(o.json_path, j.dump(2) + "\n");
-  if (!o.png.empty()) {
-    const fs::path script =
-        fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "scripts" / "capacity_chart.py";
-    const fs::path tmp = fs::path(o.png).replace_extension(".json");
-    atomic_file_write(tmp.string(), j.dump(2) + "\n");
-    const std::string cmd = "/usr/bin/python3 '" + script.string() + "' '" + tmp.string() + "' '" + o.png + "'";
-    AGOQ_CHECK(std::system(cmd.c_str()) == 0, "bench capacity: ", script.string(), " failed (JSON kept at ",
-               tmp.string(), ")");
-  }
+  if (!o.png.empty()) cli_chart_write("--png", j, o.png, "capacity_chart.py", "rows");
   if (o.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return;

@@ -1,18 +1,18 @@
 // `agoq plan`: per-GPU training memory of a LLaMA model under TP/PP/DP for the Megatron-like baseline and AGoQ,
 // the activation bits AGoQ's allocator picks per pipeline stage, and whether each stage fits (docs/plan.md).
-#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <sstream>
 
+#include "cli/chart.h"
 #include "cli/commands.h"
 #include "cli/path_flag.h"
 #include "comm/communicator.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "core/input_file.h"
+#include "core/paths.h"
 #include "optim/adamw.h"
 #include "plan/auto_plan.h"
 #include "plan/calibration.h"
@@ -48,41 +48,6 @@ std::vector<int> parse_bits(const std::string& s) {
   return out;
 }
 
-// scripts/plan_chart.py next to the source tree the binary was built in (build dir is a child of it), or under
-// the current directory; AGOQ_PLAN_CHART overrides.
-fs::path chart_script() {
-  if (const char* env = std::getenv("AGOQ_PLAN_CHART")) return env;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  for (const fs::path& dir : {exe.parent_path().parent_path(), exe.parent_path(), fs::current_path()})
-    if (fs::exists(dir / "scripts" / "plan_chart.py")) return dir / "scripts" / "plan_chart.py";
-  fail("--png: scripts/plan_chart.py not found (set AGOQ_PLAN_CHART)");
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-void write_png(const nlohmann::json& j, const std::string& png) {
-  const fs::path json_path = fs::path(png).replace_extension(".json");
-  atomic_file_write(json_path.string(), j.dump(2) + "\n");
-  const std::string cmd = "/usr/bin/python3 " + shell_quote(chart_script().string()) + " " +
-                          shell_quote(json_path.string()) + " " + shell_quote(png) + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  AGOQ_CHECK(p, "--png: cannot run /usr/bin/python3");
-  std::string output, last;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, p)) output += buf;
-  const int st = pclose(p);
-  std::stringstream ss(output);
-  for (std::string l; std::getline(ss, l);)
-    if (!l.empty()) last = l;
-  AGOQ_CHECK(st == 0, "--png: plan_chart.py failed (", last.empty() ? "no output" : last, "); JSON kept at ",
-             json_path.string());
-}
-
 // The time model's inputs: a calibration file, or the GPU defaults; the network flags override either.
 PlanCalibration calibration_of(const PlanArgs& a) {
   PlanCalibration c =
@@ -96,16 +61,10 @@ PlanCalibration calibration_of(const PlanArgs& a) {
 
 // An existing file is replaced only when it is an earlier calibration (a mistyped path to a config must not go).
 void check_calibration_target(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(fs::symlink_status(path, ec))) return;
-  const std::string problem = input_file_problem(path);
-  AGOQ_CHECK(problem.empty(), "--calibrate ", path, ": ", problem);
-  bool calibration = false;
-  try {
-    plan_calibration_load(path, "--calibrate");
-    calibration = true;
-  } catch (const Error&) {}
-  AGOQ_CHECK(calibration, "--calibrate: ", path, " exists and is not a calibration; remove it or name another file");
+  output_file_check_replaceable("--calibrate", path, "a calibration", [](const std::string& p) {
+    plan_calibration_load(p, "--calibrate");
+    return true;
+  });
 }
 
 // Collective under mpirun: every rank measures; rank 0 writes the file and prints it.
@@ -148,6 +107,11 @@ void cmd_plan_auto(const PlanArgs& a) {
 void cmd_plan_run(const PlanArgs& a) {
   AGOQ_CHECK(a.bucket_mb > 0 && a.bucket_mb < 1e6, "--bucket-mb must be more than 0 and less than 1000000 (got ",
              a.bucket_mb, ")");
+  if (!a.png.empty()) {
+    AGOQ_CHECK(a.calibrate_out.empty() && !a.auto_search,
+               "--png charts one layout's plan: not with --auto or --calibrate");
+    cli_chart_check("--png", a.png, "stages");
+  }
   if (!a.calibrate_out.empty()) return cmd_plan_calibrate(a);
   if (a.auto_search) return cmd_plan_auto(a);
   PlanRequest req;
@@ -181,7 +145,7 @@ void cmd_plan_run(const PlanArgs& a) {
   if (a.json) std::printf("%s\n", j.dump(2).c_str());
   else std::printf("%s", text.c_str());
   if (!a.png.empty()) {
-    write_png(j, a.png);
+    cli_chart_write("--png", j, a.png, "plan_chart.py", "stages", "AGOQ_PLAN_CHART");
     if (!a.json) std::printf("chart: %s\n", a.png.c_str());
   }
 }

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "core/error.h"
+#include "core/json_read.h"
 
 namespace agoq {
 
@@ -27,6 +30,36 @@ void output_file_check_not_input(const char* out_flag, const std::string& out, c
   const bool same = fs::equivalent(out, in, ec) || path_within(in, out);
   AGOQ_CHECK(!same && !fs::exists(out, ec), out_flag, " ", out, same ? " is " : " is a file inside ", in_flag, " ", in,
              ", which this command reads: it never writes over its input; choose another ", out_flag);
+}
+
+void output_file_check_replaceable(const std::string& flag, const std::string& path, const char* kind,
+                                   const std::function<bool(const std::string& path)>& is_kind) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) return;
+  AGOQ_CHECK(fs::is_regular_file(st), flag, " ", path, " exists and is not a file; name a file");
+  bool ours = false;
+  try {
+    ours = is_kind(path);
+  } catch (const std::exception&) {}
+  AGOQ_CHECK(ours, flag, " ", path, " exists and is not ", kind,
+             ": agoq replaces only its own earlier output; remove it or name another file");
+}
+
+bool output_file_is_png(const std::string& path) {
+  char sig[8] = {};
+  std::ifstream f(path, std::ios::binary);
+  return f.read(sig, sizeof sig) && std::string_view(sig, sizeof sig) == "\x89PNG\r\n\x1a\n";
+}
+
+bool output_file_is_json_with(const std::string& path, const char* key) {
+  std::error_code ec;
+  if (fs::file_size(path, ec) > (size_t(64) << 20) || ec) return false;
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream text;
+  text << f.rdbuf();
+  const nlohmann::json j = json_parse(text.str(), path);
+  return j.is_object() && j.contains(key);
 }
 
 }  // namespace agoq

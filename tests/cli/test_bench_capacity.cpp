@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <vector>
 
 #include "core/rng.h"
@@ -43,6 +44,20 @@ TEST(BenchCapacity, ConfirmedRunsStayUnderTheBudget) {
   }
   EXPECT_GT(j["params_ratio"].get<double>(), 1.5);
   EXPECT_GT(j["seq_ratio"].get<double>(), 2.0);
+  // --save-json replaces an earlier report only (as it just did): never the corpus it reads, nor a folder.
+  const auto size = fs::file_size(dir / "train.bin");
+  for (const char* target : {"train.bin", ""}) {
+    const std::string again = "timeout 60 " AGOQ_BIN_PATH " bench capacity --no-confirm --data " + dir.string() +
+                              " --save-json " + (dir / target).string() + " >/dev/null 2>" + (dir / "err.txt").string();
+    const int code = std::system(again.c_str());
+    EXPECT_TRUE(WIFEXITED(code) && WEXITSTATUS(code) == 1) << target;
+    std::stringstream err;
+    err << std::ifstream(dir / "err.txt").rdbuf();
+    EXPECT_NE(err.str().find(*target ? "exists and is not an earlier bench capacity JSON" : "exists and is not a file"),
+              std::string::npos)
+        << err.str();
+  }
+  EXPECT_EQ(fs::file_size(dir / "train.bin"), size);
   fs::remove_all(dir);
 }
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -179,7 +180,36 @@ TEST(PlanCli, Png) {
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   EXPECT_GT(fs::file_size(png), 1000u);
   EXPECT_TRUE(fs::exists(fs::path(png).replace_extension(".json")));
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "an earlier chart and its JSON are replaced";
   fs::remove(png), fs::remove(fs::path(png).replace_extension(".json"));
+}
+
+// --png writes X.png and X.json: neither may replace a file that is not an earlier chart (a config beside the chart's
+// name, the model's own config.json) nor a folder; both are checked before anything is written.
+TEST(PlanCli, PngNeverReplacesOtherFiles) {
+  const fs::path dir = test_temp_path("plan_png_inputs");
+  fs::remove_all(dir), fs::create_directories(dir / "folder.png");
+  const std::string config = R"({"vocab_size": 100, "hidden_size": 64})";
+  std::ofstream(dir / "config.json") << config;
+  std::ofstream(dir / "not_a.png") << config;
+  const std::pair<std::string, std::string> cases[] = {
+      {"config.png", "config.png: the JSON beside it, " + (dir / "config.json").string() + " exists and is not"},
+      {"not_a.png", "not_a.png exists and is not a PNG image"},
+      {"folder.png", "folder.png exists and is not a file"},
+      {"chart", "chart: name a .png file"},
+  };
+  for (const auto& [name, want] : cases) {
+    const RunOut r = run_plan("--model llama-8b --png " + (dir / name).string());
+    EXPECT_EQ(r.code, 1) << name;
+    EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  EXPECT_EQ(slurp(dir / "config.json"), config);
+  EXPECT_EQ(slurp(dir / "not_a.png"), config);
+  EXPECT_FALSE(fs::exists(dir / "not_a.json"));
+  const RunOut with_auto = run_plan("--model llama-8b --auto --global-batch 8 --png " + (dir / "a.png").string());
+  EXPECT_NE(with_auto.err.find("--png charts one layout's plan: not with --auto"), std::string::npos) << with_auto.err;
+  fs::remove_all(dir);
 }
 
 }  // namespace
