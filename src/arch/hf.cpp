@@ -5,6 +5,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <type_traits>
 #include <variant>
@@ -57,37 +58,62 @@ float float_of(const json& v, const std::string& key) {
   return f;
 }
 
-// HF's rope_scaling: null, or {"rope_type" (or the older "type"): "default" | "linear" | "llama3", ...}. The types
-// that change more than the frequencies (dynamic, yarn, longrope: attention factors, per-length tables) are refused.
-RopeScaling rope_scaling_from_hf_json(const json& j) {
-  RopeScaling r;
-  if (j.is_null()) return r;
-  AGOQ_CHECK(j.is_object(), "LlamaConfig key rope_scaling must be null or an object (got ", json_excerpt(j), ")");
-  const char* type_key = j.contains("rope_type") ? "rope_type" : "type";
-  AGOQ_CHECK(j.contains(type_key) && j[type_key].is_string(), "LlamaConfig rope_scaling has no rope_type (got ",
-             json_excerpt(j), ")");
-  const std::string type = j[type_key].get<std::string>();
-  auto number = [&](const char* k) {
-    AGOQ_CHECK(j.contains(k) && j[k].is_number(), "LlamaConfig rope_scaling.", k, " must be a number for rope_type ",
-               type, " (got ", j.contains(k) ? json_excerpt(j[k]) : "nothing", ")");
-    return j[k];
+// RoPE's settings as transformers reads them: the 4.x key rope_scaling (null, or {"rope_type" (or "type"): ...}) or,
+// where it is absent, null or empty, the 5.x key rope_parameters ({"rope_type", "rope_theta", ...}, which its
+// save_pretrained writes instead of both). A rope_theta inside the dict wins over the top-level one; a missing type is
+// "default"; llama3's original context is the top-level original_max_position_embeddings, else the dict's, else
+// max_position_embeddings (transformers 5's order). Refused: the types that change more than the frequencies
+// (dynamic, yarn, longrope: attention factors, per-length tables) and a partial rotary factor.
+struct HfRope {
+  RopeScaling scaling;
+  std::optional<float> theta;
+};
+
+HfRope rope_from_hf_json(const json& config) {
+  HfRope out;
+  auto given = [&](const char* k) { return config.contains(k) && !config[k].is_null() && !config[k].empty(); };
+  const char* key = given("rope_scaling") ? "rope_scaling" : given("rope_parameters") ? "rope_parameters" : nullptr;
+  if (!key) return out;
+  const json& j = config[key];
+  AGOQ_CHECK(j.is_object(), "LlamaConfig key ", key, " must be null or an object (got ", json_excerpt(j), ")");
+  auto number = [&](const json& from, const std::string& k, const std::string& what) {
+    AGOQ_CHECK(from[k].is_number(), "LlamaConfig ", what, " must be a number (got ", json_excerpt(from[k]), ")");
+    return from[k];
   };
-  auto factor = [&](const char* k) { return float_of(number(k), std::string("rope_scaling.") + k); };
-  if (type == "default") return r;
+  if (j.contains("rope_theta")) out.theta = float_of(number(j, "rope_theta", std::string(key) + ".rope_theta"), key);
+  for (const json* from : {&config, &j})
+    if (from->contains("partial_rotary_factor"))
+      AGOQ_CHECK(number(*from, "partial_rotary_factor", "partial_rotary_factor") == 1.0,
+                 "LlamaConfig partial_rotary_factor = ", json_excerpt((*from)["partial_rotary_factor"]),
+                 " is not supported (agoq rotates every dimension of a head)");
+  const char* type_key = j.contains("rope_type") ? "rope_type" : "type";
+  AGOQ_CHECK(!j.contains(type_key) || j[type_key].is_string(), "LlamaConfig ", key, ".", type_key,
+             " must be a string (got ", json_excerpt(j[type_key]), ")");
+  const std::string type = j.value(type_key, std::string("default"));
+  auto factor = [&](const char* k) {
+    AGOQ_CHECK(j.contains(k), "LlamaConfig ", key, ".", k, " must be a number for rope_type ", type, " (got nothing)");
+    return float_of(number(j, k, std::string(key) + "." + k), std::string(key) + "." + k);
+  };
+  RopeScaling& r = out.scaling;
+  if (type == "default") return out;
   if (type == "linear") {
     r.type = RopeScaling::Type::linear, r.factor = factor("factor");
   } else if (type == "llama3") {
     r.type = RopeScaling::Type::llama3, r.factor = factor("factor");
     r.low_freq_factor = factor("low_freq_factor"), r.high_freq_factor = factor("high_freq_factor");
-    const double ctx = number("original_max_position_embeddings").get<double>();
-    AGOQ_CHECK(ctx >= 1 && ctx <= LlamaConfig::kMaxPositions && ctx == double(int(ctx)),
-               "LlamaConfig rope_scaling.original_max_position_embeddings must be a positive integer (got ", ctx, ")");
+    const char* ctx_key = "original_max_position_embeddings";
+    const json& from = config.contains(ctx_key) ? config : j.contains(ctx_key) ? j : config;
+    const char* k = from.contains(ctx_key) ? ctx_key : "max_position_embeddings";
+    AGOQ_CHECK(from.contains(k), "LlamaConfig ", key, ".", ctx_key, " must be a number for rope_type llama3");
+    const double ctx = number(from, k, k).get<double>();
+    AGOQ_CHECK(ctx >= 1 && ctx <= LlamaConfig::kMaxPositions && ctx == double(int(ctx)), "LlamaConfig ", k,
+               " must be a positive integer (got ", ctx, ")");
     r.original_max_positions = int(ctx);
   } else {
-    fail("LlamaConfig rope_scaling.rope_type = \"", type,
+    fail("LlamaConfig ", key, ".rope_type = \"", type,
          "\" is not supported (agoq computes \"default\", \"linear\" and \"llama3\")");
   }
-  return r;
+  return out;
 }
 
 }  // namespace
@@ -167,7 +193,9 @@ LlamaConfig config_from_hf_json(const json& j) {
   c.rope_theta = 10000.0f, c.tie_embeddings = false;
   for (const ConfigField& f : kConfigFields) std::visit([&](auto m) { read(f, c.*m); }, f.member);
   if (!j.contains("num_key_value_heads") || j["num_key_value_heads"].is_null()) c.n_kv_heads = c.n_heads;
-  if (j.contains("rope_scaling")) c.rope_scaling = rope_scaling_from_hf_json(j["rope_scaling"]);
+  const HfRope rope = rope_from_hf_json(j);
+  c.rope_scaling = rope.scaling;
+  if (rope.theta) c.rope_theta = *rope.theta;
   // (LlamaForCausalLM ignores the key; MistralConfig's default window is 4096, null means none)
   if (mistral) c.sliding_window = j.contains("sliding_window") ? get_int("sliding_window", 0) : 4096;
   c.validate();

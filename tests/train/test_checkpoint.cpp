@@ -323,6 +323,36 @@ TEST(CheckpointConfig, ParsingNamesMissingAndUnsupportedKeys) {
   expect_error([&] { config_from_hf_json(with("hidden_size", 1ll << 40)); }, {"hidden_size", "out of range"});
 }
 
+// transformers 5 writes RoPE as rope_parameters (with rope_theta inside) instead of rope_scaling and rope_theta: read
+// as transformers reads it, never ignored (a Llama 3 config would load as theta 10000 without its scaling).
+TEST(CheckpointConfig, RopeParametersAreReadAsTransformers5ReadsThem) {
+  json v5 = config_to_hf_json(tiny_config(false));
+  v5.erase("rope_scaling"), v5.erase("rope_theta");
+  v5["rope_parameters"] = {{"rope_type", "llama3"},
+                           {"rope_theta", 500000.0},
+                           {"factor", 32.0},
+                           {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0}};
+  const LlamaConfig c = config_from_hf_json(v5);
+  EXPECT_EQ(c.rope_theta, 500000.0f);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::llama3);
+  EXPECT_EQ(c.rope_scaling.factor, 32.0f);
+  EXPECT_EQ(c.rope_scaling.original_max_positions, c.max_seq_len);  // absent: max_position_embeddings
+  v5["original_max_position_embeddings"] = 64;                      // the top-level key comes first
+  EXPECT_EQ(config_from_hf_json(v5).rope_scaling.original_max_positions, 64);
+  v5["rope_parameters"] = {{"rope_theta", 123.0}};  // no type: "default"
+  EXPECT_EQ(config_from_hf_json(v5).rope_theta, 123.0f);
+  EXPECT_EQ(config_from_hf_json(v5).rope_scaling.type, RopeScaling::Type::none);
+  v5["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};  // the 4.x key, where given, is the one read
+  EXPECT_EQ(config_from_hf_json(v5).rope_scaling.type, RopeScaling::Type::linear);
+  EXPECT_EQ(config_from_hf_json(v5).rope_theta, 10000.0f);  // and its rope_theta: absent here, the default
+  v5.erase("rope_scaling");
+  v5["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 10000.0}};
+  expect_error([&] { config_from_hf_json(v5); }, {"rope_parameters.rope_type = \"yarn\" is not supported"});
+  v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}};
+  expect_error([&] { config_from_hf_json(v5); }, {"partial_rotary_factor = 0.5 is not supported"});
+}
+
 TEST(CheckpointConfig, ParamNamesAreHfNamesInOrder) {
   const LlamaConfig c = tiny_config(false);
   const auto names = hf_tensors(c);
