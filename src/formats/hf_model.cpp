@@ -1,9 +1,13 @@
 // A Hugging Face model folder as a model source (formats/model_source.h): config.json (arch/hf.h parses and refuses
 // what agoq does not compute), the weights in model.safetensors or in shards listed by model.safetensors.index.json
 // (F32, BF16 or F16, widened exactly), the tokenizer from tokenizer.json or tokenizer.model.
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "core/error.h"
 #include "formats/model_source.h"
@@ -18,9 +22,26 @@ using json = nlohmann::json;
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 // Tensors a LlamaForCausalLM file may hold that carry nothing agoq computes: the rotary table older versions saved,
-// and lm_head.weight beside tied embeddings (transformers ties it to the embedding and ignores the file's copy).
+// and lm_head.weight beside tied embeddings when it is a copy of the embedding (tied_head_check).
 bool tensor_ignorable(const std::string& name, const LlamaConfig& c) {
   return name.ends_with("rotary_emb.inv_freq") || (c.tie_embeddings && name == "lm_head.weight");
+}
+
+// Whether two tensors hold the same bytes (dtype and shape included), read 1 MiB at a time.
+bool tensors_identical(const SafetensorsFile& fa, const SafeTensorInfo& a, const SafetensorsFile& fb,
+                       const SafeTensorInfo& b) {
+  if (a.dtype != b.dtype || a.shape != b.shape || a.bytes != b.bytes) return false;
+  std::ifstream sa(fa.path(), std::ios::binary), sb(fb.path(), std::ios::binary);
+  sa.seekg(std::streamoff(a.offset)), sb.seekg(std::streamoff(b.offset));
+  std::vector<char> ba(size_t(1) << 20), bb(ba.size());
+  for (uint64_t left = a.bytes; left > 0;) {
+    const size_t n = size_t(std::min<uint64_t>(left, ba.size()));
+    AGOQ_CHECK(sa.read(ba.data(), std::streamsize(n)) && sb.read(bb.data(), std::streamsize(n)), "model file ",
+               fa.path(), " or ", fb.path(), " cannot be read");
+    if (std::memcmp(ba.data(), bb.data(), n) != 0) return false;
+    left -= n;
+  }
+  return true;
 }
 
 // The shard files of the index, by tensor name; a shard must be a plain file name in the folder.
@@ -138,6 +159,19 @@ class HfModelReader final : public ModelReader {
     for (const std::string& name : left)
       AGOQ_CHECK(tensor_ignorable(name, config_), "model ", path_, ": tensor '", name,
                  "' is not part of the LLaMA architecture agoq computes");
+    tied_head_check();
+  }
+
+  // Tied embeddings with a stored lm_head.weight: a copy of the embedding is harmless, another head is ambiguous
+  // (transformers 4 ties it to the embedding and drops the file's, transformers 5 keeps the file's), so refused.
+  void tied_head_check() const {
+    const char *head = "lm_head.weight", *embed = "model.embed_tokens.weight";
+    if (!config_.tie_embeddings || !file_by_tensor_.count(head)) return;
+    AGOQ_CHECK(tensors_identical(file_of(head), file_of(head).get(head), file_of(embed), file_of(embed).get(embed)),
+               "model ", path_,
+               ": config.json ties the embeddings, but its lm_head.weight is not the embedding "
+               "(transformers 4 would use the embedding, 5 the stored head): remove one, or set tie_word_embeddings "
+               "to false");
   }
 };
 

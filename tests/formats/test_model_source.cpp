@@ -97,5 +97,33 @@ TEST(ModelSource, PathsThatAreNoModelAreRefusedByName) {
   fs::remove_all(dir);
 }
 
+// Tied embeddings beside a stored lm_head.weight: a copy of the embedding loads, another head is refused
+// (transformers 4 and 5 disagree on which one the model uses).
+TEST(ModelSource, TiedEmbeddingsWithAnotherStoredHeadAreRefused) {
+  LlamaConfig c;
+  c.vocab_size = 16, c.dim = 8, c.n_layers = 1, c.n_heads = 2, c.n_kv_heads = 2, c.ffn_dim = 8, c.max_seq_len = 8;
+  c.tie_embeddings = true;
+  const fs::path dir = test_temp_path("hf_tied_head");
+  for (const bool same : {true, false}) {
+    fs::remove_all(dir), fs::create_directories(dir);
+    std::ofstream(dir / "config.json") << config_to_hf_json(c).dump(2);
+    std::vector<std::vector<float>> values;
+    SafetensorsWriter w;
+    Rng rng(5);
+    for (const HfTensor& t : hf_tensors(c)) {
+      values.emplace_back(size_t(safetensors_numel(t.shape)));
+      for (float& x : values.back()) x = float(rng.normal());
+      w.add_f32(t.name, t.shape, values.back().data());
+    }
+    std::vector<float> head = values.front();  // hf_tensors' first: the embedding
+    if (!same) head[5] += 1;
+    w.add_f32("lm_head.weight", {c.vocab_size, c.dim}, head.data());
+    w.write((dir / "model.safetensors").string());
+    if (same) EXPECT_EQ(model_reader_open(dir.string())->config().tie_embeddings, true);
+    else expect_error([&] { model_reader_open(dir.string()); }, {"ties the embeddings", "lm_head.weight is not"});
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace agoq
