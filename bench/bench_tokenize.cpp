@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/script_run.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/corpus.h"
@@ -114,10 +115,18 @@ void time_engine(const Tokenizer& tok, const std::string& name, const std::strin
 }
 
 void run(const Options& o) {
+  if (!o.bpe.empty()) Tokenizer::load(o.bpe);  // a path that is no tokenizer: one line naming it, before any work
   const fs::path src = source_dir();
   const std::string text = text_for(o, src);
   const fs::path tmp = fs::temp_directory_path() / ("agoq-bench-tokenize-" + std::to_string(::getpid()));
   fs::create_directories(tmp);
+  struct Removed {  // however the run ends
+    fs::path dir;
+    ~Removed() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } removed{tmp};
   const Tokenizer sp = Tokenizer::train(text, {.vocab_size = o.vocab, .max_bytes = 2'000'000});
   sp.save((tmp / "tokenizer.model").string());
   atomic_file_write((tmp / "text.txt").string(), text);
@@ -128,15 +137,14 @@ void run(const Options& o) {
     skipped = std::string("no .venv (scripts/install-deps.sh --test): the reference rows are skipped") +
               (o.bpe.empty() ? ", and without --bpe the byte-level BPE rows too" : "");
   } else {
-    const std::string cmd = python.string() + " " + (src / "bench" / "bench_tokenize.py").string() + " " +
-                            (tmp / "text.txt").string() + " " + (tmp / "tokenizer.model").string() + " " +
-                            tmp.string() + " " + std::to_string(o.reps) + (o.bpe.empty() ? "" : " " + o.bpe);
-    FILE* p = popen(cmd.c_str(), "r");
-    AGOQ_CHECK(p, "bench tokenize: cannot run ", python.string());
-    std::string out;
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-    AGOQ_CHECK(pclose(p) == 0, "bench tokenize: bench/bench_tokenize.py failed: ", out);
+    std::vector<std::string> argv = {python.string(),
+                                     (src / "bench" / "bench_tokenize.py").string(),
+                                     (tmp / "text.txt").string(),
+                                     (tmp / "tokenizer.model").string(),
+                                     tmp.string(),
+                                     std::to_string(o.reps)};
+    if (!o.bpe.empty()) argv.push_back(o.bpe);
+    const std::string out = cli_script_run("bench tokenize: bench/bench_tokenize.py", argv);
     ref = nlohmann::json::parse(out.substr(out.rfind('{')));
   }
   std::vector<Row> rows;
@@ -158,7 +166,6 @@ void run(const Options& o) {
   } else if (skipped.empty()) {
     skipped = "no --bpe and no .venv to train one: the byte-level BPE rows are skipped";
   }
-  fs::remove_all(tmp);
   const double mb = double(text.size()) / 1e6;
   if (o.json) {
     nlohmann::json j = {{"text_mb", mb}, {"reps", o.reps}, {"rows", nlohmann::json::array()}};
@@ -210,7 +217,7 @@ const CliCommand kTokenize("bench", 95, [](CLI::App& bench) {
   cmd->add_option("--bpe", o.bpe,
                   "a tokenizer.json (or its folder) for the byte-level BPE rows (default: one "
                   "tokenizers trains here)");
-  cmd->add_option("--vocab", o.vocab, "pieces of the SentencePiece model trained here")
+  cmd->add_option("--vocab-size", o.vocab, "pieces of the SentencePiece model trained here (as prepare's)")
       ->capture_default_str()
       ->check(CLI::Range(300, 100000));
   cmd->add_option("--reps", o.reps, "repetitions (the best is reported)")

@@ -1,10 +1,9 @@
 #include "cli/chart.h"
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <sstream>
 
+#include "cli/script_run.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/paths.h"
@@ -25,12 +24,6 @@ fs::path chart_script(const char* flag, const char* name, const char* env_overri
   fail(flag, ": scripts/", name, " not found", env_override ? std::string(" (set ") + env_override + ")" : "");
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 }  // namespace
 
 void cli_chart_check(const char* flag, const std::string& png, const char* json_key) {
@@ -48,19 +41,8 @@ void cli_chart_write(const char* flag, const nlohmann::json& j, const std::strin
   const std::string json_path = fs::path(png).replace_extension(".json").string();
   const fs::path script_path = chart_script(flag, script, env_override);
   atomic_file_write(json_path, j.dump(2) + "\n");
-  const std::string cmd =
-      "/usr/bin/python3 " + shell_quote(script_path.string()) + " " + shell_quote(json_path) + " " + shell_quote(png);
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  AGOQ_CHECK(p, flag, ": cannot run /usr/bin/python3");
-  std::string output, last;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, p)) output += buf;
-  const int st = pclose(p);
-  std::stringstream lines(output);
-  for (std::string l; std::getline(lines, l);)
-    if (!l.empty()) last = l;
-  AGOQ_CHECK(st == 0, flag, ": ", script, " failed (", last.empty() ? "no output" : last, "); JSON kept at ",
-             json_path);
+  cli_script_run(std::string(flag) + ": " + script + " (JSON kept at " + json_path + ")",
+                 {"/usr/bin/python3", script_path.string(), json_path, png});
 }
 
 }  // namespace agoq

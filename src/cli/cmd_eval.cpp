@@ -134,7 +134,9 @@ const CliCommand kEval("", 35, [](CLI::App& app) {
       ->check(cli_at_least(2));
   c->add_option("--logits-out", a->logits_out, "also write the last position's logits here (float32)")
       ->check(cli_path());
-  c->add_flag("--json", a->json, "print JSON (--text: tokens, loss, perplexity, tokens_per_s, compute; --task: per task its counts, speed and metrics)");
+  c->add_flag(
+      "--json", a->json,
+      "print JSON (--text: tokens, loss, perplexity, tokens_per_s, compute; --task: per task its counts, speed and metrics)");
   cli_add_compute(c, a->compute);
   c->callback([a] { cmd_eval_run(*a); });
 });

@@ -63,7 +63,7 @@ CLI::Validator cli_unsigned() {
 
 std::string cli_unknown_subcommand(CLI::App& app, int argc, char** argv) {
   CLI::App* at = &app;
-  std::string path = "agoq";
+  std::string path;  // the commands before the unknown word ("agoq: error: " names the binary)
   for (int i = 1; i < argc; ++i) {
     const std::string word = argv[i];
     if (word.empty() || word[0] == '-') return {};  // flags: CLI11 says what is wrong with them
@@ -75,7 +75,7 @@ std::string cli_unknown_subcommand(CLI::App& app, int argc, char** argv) {
     if (!next) {
       std::string choices;
       for (CLI::App* s : subs) choices += (choices.empty() ? "" : ", ") + s->get_name();
-      return path + ": unknown command '" + word + "' (one of: " + choices + ")";
+      return (path.empty() ? "" : path.substr(1) + ": ") + "unknown command '" + word + "' (one of: " + choices + ")";
     }
     at = next, path += " " + word;
   }

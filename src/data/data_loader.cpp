@@ -81,8 +81,7 @@ void TokenDataset::copy(uint64_t start, size_t n, int32_t* out) const {
 
 void TokenDataset::check_vocab(int64_t model_vocab, bool padded) const {
   AGOQ_CHECK(padded ? int64_t(vocab_) <= model_vocab : int64_t(vocab_) == model_vocab, "token file ", path_,
-             " was made with vocab size ", vocab_, " but the model has vocab size ", model_vocab,
-             " (re-run prepare with --vocab-size ", model_vocab, " or set the model's vocab to ", vocab_, ")");
+             " was made with vocab size ", vocab_, " but the model has vocab size ", model_vocab);
   AGOQ_CHECK(count_ == 0 || int64_t(max_token_) < model_vocab, "token file ", path_, " holds token id ", max_token_,
              ", outside the model's vocab size ", model_vocab);
 }

@@ -113,8 +113,9 @@ class SentencePieceEngine final : public TokenizerEngine {
   SentencePieceEngine(std::string proto, const std::string& what, bool add_bos, bool add_eos)
       : proto_(std::move(proto)), what_(what), add_bos_(add_bos), add_eos_(add_eos) {
     const auto st = sp_.LoadFromSerializedProto(proto_);
-    AGOQ_CHECK(st.ok() && sp_.GetPieceSize() > 0, "tokenizer ", what, ": not a valid SentencePiece model (",
-               st.ok() ? "no pieces" : sentencepiece_reason(st), ")");
+    const std::string why = st.ok() ? "no pieces" : sentencepiece_reason(st);
+    AGOQ_CHECK(st.ok() && sp_.GetPieceSize() > 0, "tokenizer ", what, ": not a valid SentencePiece model",
+               why.empty() ? " (nor a tokenizer.json or a folder holding one)" : " (" + why + ")");
     pieces_start_words_ = pieces_start_words(sp_);
     const SentencePieceProtoSettings set = sentencepiece_proto_settings(proto_);
     cut_ = set.remove_extra_whitespaces || set.treat_whitespace_as_suffix ? ChunkCut::never
@@ -274,11 +275,11 @@ Tokenizer Tokenizer::train(std::string_view text, const TokenizerTrainOptions& o
     std::smatch at_most;
     if (std::regex_search(why, at_most, std::regex(R"(Vocabulary size too high.*<= (\d+))")))
       fail("the text (", text.size(), " bytes) is too small for a ", opt.vocab_size, "-piece vocabulary: give more ",
-           "text, or --vocab-size ", at_most[1].str(), " or less");
+           "text, or a vocabulary size of ", at_most[1].str(), " or less");
     std::smatch chars;  // SentencePiece's advice names a flag agoq does not have (--character_coverage)
     if (std::regex_search(why, chars, std::regex(R"(smaller than required_chars\. (\d+) vs (\d+))")))
       fail("the text has ", chars[2].str(), " distinct characters and every one needs a piece of its own, more than ",
-           "--vocab-size ", opt.vocab_size, " allows: give --vocab-size above ", chars[2].str(),
+           "a vocabulary size of ", opt.vocab_size, " allows: give a vocabulary size above ", chars[2].str(),
            " (binary or many-script input has many characters; is this the text you meant?)");
     fail("tokenizer training (vocab size ", opt.vocab_size, ", ", text.size(), " bytes of text) failed: ", why);
   }

@@ -130,8 +130,14 @@ void TrainSession::config_resolve() {
   }
   // A model not made here may have more embedding rows than its tokenizer has tokens (padding).
   const bool padded = !opt_.init_from.empty() || !opt_.resume.empty();
-  train_set_.check_vocab(cfg_.vocab_size, padded);
-  val_set_.check_vocab(cfg_.vocab_size, padded);
+  try {
+    train_set_.check_vocab(cfg_.vocab_size, padded);
+    val_set_.check_vocab(cfg_.vocab_size, padded);
+  } catch (const Error& e) {
+    fail(e.what(), padded ? ": prepare the data with the model's own tokenizer (agoq prepare --tokenizer MODEL)"
+                          : ": prepare it with --vocab-size " + std::to_string(cfg_.vocab_size) +
+                                ", or give the model the data's vocab size");
+  }
   stages_ = comm_agreed(world_, [&] {
     std::vector<ModelStage> stages = model_stages_split(cfg_, grid_.P, opt_.stage_layers);
     for (ModelStage& s : stages) s = model_stage_shard(cfg_, s, grid_.T, grid_.tp_rank, opt_.sp);  // this rank's shard

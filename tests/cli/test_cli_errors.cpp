@@ -119,9 +119,11 @@ TEST_F(CliErrors, BenchFlagsAreCheckedBeforeRunning) {
   expect_clean_error("bench optim --threads -4", "--threads: must be >= 0 (got -4)");
   expect_clean_error("bench act --steps x", "--steps: must be a whole number (got 'x')");
   expect_clean_error("bench train --policies nosuch", "--policies applies to --device cuda");
-  expect_clean_error("bench nosuch", "agoq bench: unknown command 'nosuch' (one of: quant, train, act, ops");
-  expect_clean_error("nosuch",
-                     "agoq: unknown command 'nosuch' (one of: prepare, train, sample, eval, inspect, plan, bench)");
+  expect_clean_error("bench nosuch", "agoq: error: bench: unknown command 'nosuch' (one of: quant, train, act, ops");
+  expect_clean_error(
+      "nosuch", "agoq: error: unknown command 'nosuch' (one of: prepare, train, sample, eval, inspect, plan, bench)");
+  std::ofstream(d("corpus.txt")) << "plain text, not a tokenizer";  // checked before the benchmark's Python runs
+  expect_clean_error("bench tokenize --bpe " + d("corpus.txt"), "corpus.txt: not a valid SentencePiece model (nor a");
 }
 
 // The planner bounds every count before it multiplies them; its cost does not grow with the GPU count

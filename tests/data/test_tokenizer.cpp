@@ -112,7 +112,7 @@ TEST(Tokenizer, TooManyCharactersForTheVocabularyIsSaidInAgoqsTerms) {
   } catch (const Error& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("distinct characters"), std::string::npos) << m;
-    EXPECT_NE(m.find("--vocab-size above"), std::string::npos) << m;
+    EXPECT_NE(m.find("give a vocabulary size above"), std::string::npos) << m;
     EXPECT_EQ(m.find("character_coverage"), std::string::npos) << m;
   }
 }
