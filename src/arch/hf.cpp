@@ -183,7 +183,8 @@ LlamaConfig config_from_hf_json(const json& j) {
   if (j.contains("architectures")) {
     const json want = {mistral ? "MistralForCausalLM" : "LlamaForCausalLM"};
     AGOQ_CHECK(j["architectures"] == want, "LlamaConfig key architectures = ", json_excerpt(j["architectures"]),
-               " is not supported (agoq computes LlamaForCausalLM and MistralForCausalLM)");
+               " is not supported with model_type ", mistral ? "mistral" : "llama", " (agoq computes ", want.dump(),
+               " for it)");
   }
   require("hidden_act", "silu");
   require("attention_bias", false);

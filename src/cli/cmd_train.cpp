@@ -83,9 +83,19 @@ void cmd_train_run(TrainArgs& a) {
 void cmd_train_body(TrainArgs& a) {
   if (!a.config_json.empty()) {
     nlohmann::json j = json_object_read_file(a.config_json, "model config");
-    // The data decides the vocabulary; take the rest of the shape from the file.
+    // The data decides the vocabulary; take the rest of the shape from the file, which a shape flag may not contradict.
     if (!j.contains("vocab_size")) j["vocab_size"] = 2;
-    a.opt.model = config_from_hf_json(j);
+    LlamaConfig from_file;
+    try {
+      from_file = config_from_hf_json(j);
+    } catch (const Error& e) {
+      fail("--config ", a.config_json, ": ", e.what());
+    }
+    TrainOptions flags = a.opt;
+    std::erase(flags.model_flags, "--config");
+    const std::string disagree = model_flags_disagreeing(flags, from_file, "--config");
+    AGOQ_CHECK(disagree.empty(), "--config ", a.config_json, " gives the model's shape: ", disagree, "; drop the flag");
+    a.opt.model = from_file;
   }
   if (a.layout == "auto") train_layout_auto(a.opt, comm_world(), a.calibration);
   if (train_run(a.opt).stop_signal != 0) {  // stopped early, with a checkpoint: say so in the exit status
@@ -96,7 +106,8 @@ void cmd_train_body(TrainArgs& a) {
 
 // The model's shape: a flag per field of arch/config_fields.h, or a config.json.
 void train_flags_model(CLI::App* c, TrainArgs& a) {
-  c->add_option("--config", a.config_json, "model shape from a Hugging Face config.json (overrides the flags below)")
+  c->add_option("--config", a.config_json,
+                "model shape from a Hugging Face config.json (the flags below may only agree)")
       ->check(cli_path());
   for (const ConfigField& f : kConfigFields)
     if (f.flag) std::visit([&](auto member) { model_flag_add(c, f, a.opt.model.*member); }, f.member);

@@ -109,8 +109,10 @@ void run_dir_check(const std::string& out_dir, bool overwrite, const std::string
   if (overwrite) return;
   const bool continues = !resume.empty() && path_within(resume, out);
   const std::string earlier = continues ? std::string() : earlier_run_in(out);
-  AGOQ_CHECK(earlier.empty(), "--out ", out.string(), " already holds a run (", earlier,
-             "); continue it with --resume ", (out / kLink).string(), ", or replace it with --overwrite");
+  AGOQ_CHECK(earlier.empty(), "--out ", out.string(), " already holds a run (", earlier, "); ",
+             is_link(out / kLink) ? "continue it with --resume " + (out / kLink).string() + ", or replace"
+                                  : std::string("it saved no checkpoint to continue: replace"),
+             " it with --overwrite");
 }
 
 std::string run_id_new() {

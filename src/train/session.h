@@ -138,10 +138,6 @@ class TrainSession {
 };
 
 // ---- the session's parts that need no state (train/trainer.cpp, train/session_checkpoint.cpp) ----
-// The model flags (o.model_flags) whose value differs from the config of `source` (the checkpoint resumed, or the
-// model fine-tuned), as "--dim 64 (checkpoint: 128)"; empty when all agree.
-std::string model_flags_disagreeing(const TrainOptions& o, const LlamaConfig& config,
-                                    const char* source = "checkpoint");
 // "name size bytes fnv <hash>": ranks compare file contents, not paths (machines may mount data differently).
 std::string file_digest(const std::filesystem::path& p);
 // Where the data loader stood at the checkpoint (its trainer.json); errors name the checkpoint and what is wrong.

@@ -33,4 +33,9 @@ constexpr int kExitStopped = 75;
 // on every rank at the same step, with a checkpoint; TrainResult::stop_signal then says which signal.
 TrainResult train_run(const TrainOptions& opt);
 
+// The model flags (o.model_flags) whose value differs from the config of `source` (the checkpoint resumed, the
+// model fine-tuned, a --config file), as "--dim 64 (checkpoint: 128)"; empty when all agree.
+std::string model_flags_disagreeing(const TrainOptions& o, const LlamaConfig& config,
+                                    const char* source = "checkpoint");
+
 }  // namespace agoq

@@ -277,6 +277,12 @@ TEST_F(CliErrors, FreshRunKeepsAnEarlierRun) {
   EXPECT_EQ(run_agoq(train({{"--steps", "4"}, {"--resume", d("run/ckpt")}})).exit_code, 0);
   EXPECT_EQ(run_agoq(train({{"--steps", "3"}, {"--overwrite", " "}})).exit_code, 0);
   EXPECT_TRUE(fs::exists(d("run/ckpt-step3/model.safetensors")));
+  // A run that saved no checkpoint (its metrics only) has nothing to resume: only --overwrite is offered.
+  fs::create_directories(d("nockpt")), std::ofstream(d("nockpt/metrics.jsonl")) << "{}\n";
+  const RunResult none = run_agoq(train({{"--steps", "2"}, {"--out", d("nockpt")}}));
+  EXPECT_NE(none.err.find("it saved no checkpoint to continue: replace it with --overwrite"), std::string::npos)
+      << none.err;
+  EXPECT_EQ(none.err.find("--resume"), std::string::npos) << none.err;
 }
 
 TEST_F(CliErrors, CkptThatIsNotTheLinkIsRefusedBeforeTraining) {

@@ -97,6 +97,18 @@ TEST_F(CliReliabilityJson, ConfigFieldsBeyondTheirTypesAreRefusedByName) {
   expect_clean_error(train({{"--config", d("factor.json")}}), "rope_scaling.factor = 1e-320 is beyond");
 }
 
+// --config gives the model's shape: an unsupported key is named with the file, a shape flag that contradicts the file
+// is refused (it was silently overridden), one that agrees is fine.
+TEST_F(CliReliabilityJson, ConfigNamesItsFileAndShapeFlagsMustAgreeWithIt) {
+  std::ofstream(d("gelu.json")) << tiny_config(",\"hidden_act\": \"gelu\"");
+  expect_clean_error(train({{"--config", d("gelu.json")}}),
+                     "--config " + d("gelu.json") + ": LlamaConfig key hidden_act = \"gelu\" is not supported");
+  std::ofstream(d("tiny.json")) << tiny_config();
+  expect_clean_error(train({{"--config", d("tiny.json")}, {"--dim", "32"}, {"--layers", "3"}}),
+                     "gives the model's shape: --dim 32 (--config: 16), --layers 3 (--config: 1); drop the flag");
+  EXPECT_EQ(run_agoq(train({{"--config", d("tiny.json")}, {"--dim", "16"}, {"--steps", "1"}})).exit_code, 0);
+}
+
 // A FIFO named model.safetensors or config.json hung in open(); a folder given as model.safetensors.index.json (or
 // --config) gave libstdc++'s "basic_filebuf::underflow ... Is a directory" with no file named.
 TEST_F(CliReliabilityJson, PathsThatAreNotRegularFilesAreNamed) {
