@@ -35,8 +35,15 @@ std::string holder_of(int fd) {
 }  // namespace
 
 DirLock DirLock::acquire(const std::string& dir, const std::string& what) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  const bool created = std::filesystem::create_directories(dir, ec);
+  fs::path created;  // the outermost of the folders about to be made
+  for (fs::path p = fs::absolute(dir, ec).lexically_normal(); !p.empty() && !fs::exists(fs::symlink_status(p, ec));
+       p = p.parent_path()) {
+    if (!p.has_relative_path()) break;  // (the root)
+    created = p.filename().empty() ? p.parent_path() : p;
+  }
+  fs::create_directories(dir, ec);
   AGOQ_CHECK(std::filesystem::is_directory(dir), what, " ", dir, ": cannot create the folder",
              ec ? ": " + ec.message() : "");
   const std::string path = (std::filesystem::path(dir) / kFileName).string();
@@ -54,7 +61,7 @@ DirLock DirLock::acquire(const std::string& dir, const std::string& what) {
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != ssize_t(me.size())) {
     // The lock holds without the note; only the refusal of a second run is less specific.
   }
-  return DirLock(fd, dir, created);
+  return DirLock(fd, dir, created.string());
 }
 
 DirLock::DirLock(DirLock&& other) noexcept
@@ -72,12 +79,21 @@ DirLock::~DirLock() { release(); }
 
 void DirLock::release() {
   if (fd_ < 0) return;
-  if (created_) {  // nothing but the lock in a folder this holder made: it goes too
+  if (!created_.empty()) {  // nothing but the lock in a folder this holder made: it goes too, with its new parents
+    namespace fs = std::filesystem;
     std::error_code ec;
-    const auto entries = std::filesystem::directory_iterator(dir_, ec);
+    const auto entries = fs::directory_iterator(dir_, ec);
     const bool only_lock = !ec && std::all_of(begin(entries), end(entries),
                                               [](const auto& e) { return e.path().filename() == kFileName; });
-    if (only_lock && ::unlink((std::filesystem::path(dir_) / kFileName).c_str()) == 0) ::rmdir(dir_.c_str());
+    if (only_lock && ::unlink((fs::path(dir_) / kFileName).c_str()) == 0) {
+      const fs::path top(created_);
+      // rmdir removes only an empty folder: a parent something else has written into since stays.
+      for (fs::path p = fs::absolute(dir_, ec).lexically_normal(); p.string().size() >= top.string().size();
+           p = p.parent_path()) {
+        if (p.filename().empty()) continue;  // "a/b/" is "a/b"
+        if (::rmdir(p.c_str()) != 0 || p == top) break;
+      }
+    }
   }
   ::close(fd_);  // closing the last descriptor drops the lock
   fd_ = -1;

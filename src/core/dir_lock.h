@@ -2,7 +2,8 @@
 // long as it writes there, so a job requeued while the old one still runs is refused instead of interleaving with
 // it. The lock is flock(2) on `<dir>/.agoq.lock`, which records the holder's pid and host for the refusal; the kernel
 // drops it when the holder exits, however it exits, so a crash never leaves a stale lock. A holder that made the
-// folder and wrote nothing else there removes it again on release (a run refused at set-up leaves no trace).
+// folder and wrote nothing else there removes it again on release, with the parents it made (a run refused at set-up
+// leaves no trace).
 #pragma once
 #include <string>
 
@@ -23,11 +24,11 @@ class DirLock {
   static constexpr const char* kFileName = ".agoq.lock";
 
  private:
-  DirLock(int fd, std::string dir, bool created) : fd_(fd), dir_(std::move(dir)), created_(created) {}
+  DirLock(int fd, std::string dir, std::string created) : fd_(fd), dir_(std::move(dir)), created_(std::move(created)) {}
   void release();
   int fd_ = -1;
   std::string dir_;
-  bool created_ = false;  // the folder did not exist before acquire()
+  std::string created_;  // the outermost folder acquire() made (absolute; dir_ or a parent), empty when dir_ existed
 };
 
 }  // namespace agoq

@@ -125,6 +125,17 @@ TEST_F(CliOutDir, ASecondRunIntoAFolderInUseIsRefused) {
   EXPECT_TRUE(committed(d("run/ckpt")));
 }
 
+// A run refused at set-up leaves no trace: the --out it made goes, with the parents it made, but not a parent that
+// held something before.
+TEST_F(CliOutDir, ARunRefusedAtSetUpRemovesTheFoldersItMade) {
+  expect_clean_error(train({{"--data", d("nope")}, {"--out", d("deep/a/b/")}}), "nope/train.bin");
+  EXPECT_FALSE(fs::exists(d("deep")));
+  fs::create_directories(d("kept")), std::ofstream(d("kept/note.txt")) << "mine";
+  expect_clean_error(train({{"--data", d("nope")}, {"--out", d("kept/a/b")}}), "nope/train.bin");
+  EXPECT_FALSE(fs::exists(d("kept/a")));
+  EXPECT_EQ(file_text(d("kept/note.txt")), "mine");
+}
+
 struct PreparedText {
   explicit PreparedText(const std::string& path) {
     std::ofstream text(path);
