@@ -85,7 +85,7 @@ void fit_window(Example& ex, int seq, OverlongExamples overlong, const std::stri
 ExamplesRead examples_read_jsonl(const std::string& path, const Tokenizer& tok, int seq, OverlongExamples overlong) {
   std::ifstream f(path, std::ios::binary);
   AGOQ_CHECK(f, "--input ", path, ": cannot open");
-  AGOQ_CHECK(tok.eos_id() >= 0, "the tokenizer has no EOS token to end examples with");
+  AGOQ_CHECK(tok.eos_id() >= 0, "tokenizer ", tok.origin(), " has no EOS token to end examples with");
   ExamplesRead out;
   std::string line;
   for (size_t n = 1; std::getline(f, line); ++n) {

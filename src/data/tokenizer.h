@@ -115,6 +115,7 @@ class Tokenizer {
   bool add_bos() const;
   bool add_eos() const;
   bool loaded() const;
+  const std::string& origin() const { return origin_; }  // its path, or what made it, for messages
 
  private:
   std::unique_ptr<const TokenizerEngine> engine_;  // tokenizer_sentencepiece.cpp or tokenizer_bpe.cpp
