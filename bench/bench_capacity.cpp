@@ -138,6 +138,7 @@ void run(const Options& o) {
     output_file_check_replaceable("--save-json", o.json_path, "an earlier bench capacity JSON",
                                   [](const std::string& p) { return output_file_is_json_with(p, "rows"); });
   if (!o.png.empty()) cli_chart_check("--png", o.png, "rows");
+  AGOQ_CHECK(o.json_path.empty() || o.json_path != o.png, "--save-json and --png name the same file ", o.png);
   const std::pair<int, int> shape = data_shape(o.data);
   const int vocab = shape.first, longest = shape.second;  // named, not bound: the lambdas below use them (clang 14)
   // The untracked overhead, a fixed part and a part per layer (allocator rounding and bookkeeping of each layer's

@@ -71,21 +71,29 @@ struct HfRope {
 
 HfRope rope_from_hf_json(const json& config) {
   HfRope out;
-  auto given = [&](const char* k) { return config.contains(k) && !config[k].is_null() && !config[k].empty(); };
-  const char* key = given("rope_scaling") ? "rope_scaling" : given("rope_parameters") ? "rope_parameters" : nullptr;
-  if (!key) return out;
-  const json& j = config[key];
-  AGOQ_CHECK(j.is_object(), "LlamaConfig key ", key, " must be null or an object (got ", json_excerpt(j), ")");
+  auto given = [](const json& from, const char* k) { return from.contains(k) && !from[k].is_null(); };
   auto number = [&](const json& from, const std::string& k, const std::string& what) {
     AGOQ_CHECK(from[k].is_number(), "LlamaConfig ", what, " must be a number (got ", json_excerpt(from[k]), ")");
     return from[k];
   };
-  if (j.contains("rope_theta")) out.theta = float_of(number(j, "rope_theta", std::string(key) + ".rope_theta"), key);
-  for (const json* from : {&config, &j})
-    if (from->contains("partial_rotary_factor"))
-      AGOQ_CHECK(number(*from, "partial_rotary_factor", "partial_rotary_factor") == 1.0,
-                 "LlamaConfig partial_rotary_factor = ", json_excerpt((*from)["partial_rotary_factor"]),
-                 " is not supported (agoq rotates every dimension of a head)");
+  const char* key = given(config, "rope_scaling") && !config["rope_scaling"].empty()         ? "rope_scaling"
+                    : given(config, "rope_parameters") && !config["rope_parameters"].empty() ? "rope_parameters"
+                                                                                             : nullptr;
+  const json none = json::object();
+  const json& j = key ? config[key] : none;
+  AGOQ_CHECK(j.is_object(), "LlamaConfig key ", key, " must be null or an object (got ", json_excerpt(j), ")");
+  // (the dict's, else the top-level one: transformers 5's order)
+  if (const json& from = given(j, "partial_rotary_factor") ? j : config; given(from, "partial_rotary_factor")) {
+    const std::string what = (&from == &j ? std::string(key) + "." : "") + "partial_rotary_factor";
+    AGOQ_CHECK(number(from, "partial_rotary_factor", what) == 1.0, "LlamaConfig ", what, " = ",
+               json_excerpt(from["partial_rotary_factor"]),
+               " is not supported (agoq rotates every dimension of a head)");
+  }
+  if (!key) return out;
+  if (j.contains("rope_theta")) {
+    const std::string what = std::string(key) + ".rope_theta";
+    out.theta = float_of(number(j, "rope_theta", what), what);
+  }
   const char* type_key = j.contains("rope_type") ? "rope_type" : "type";
   AGOQ_CHECK(!j.contains(type_key) || j[type_key].is_string(), "LlamaConfig ", key, ".", type_key,
              " must be a string (got ", json_excerpt(j[type_key]), ")");
@@ -105,8 +113,9 @@ HfRope rope_from_hf_json(const json& config) {
     const json& from = config.contains(ctx_key) ? config : j.contains(ctx_key) ? j : config;
     const char* k = from.contains(ctx_key) ? ctx_key : "max_position_embeddings";
     AGOQ_CHECK(from.contains(k), "LlamaConfig ", key, ".", ctx_key, " must be a number for rope_type llama3");
-    const double ctx = number(from, k, k).get<double>();
-    AGOQ_CHECK(ctx >= 1 && ctx <= LlamaConfig::kMaxPositions && ctx == double(int(ctx)), "LlamaConfig ", k,
+    const std::string what = (&from == &j ? std::string(key) + "." : "") + k;
+    const double ctx = number(from, k, what).get<double>();
+    AGOQ_CHECK(ctx >= 1 && ctx <= LlamaConfig::kMaxPositions && ctx == double(int(ctx)), "LlamaConfig ", what,
                " must be a positive integer (got ", ctx, ")");
     r.original_max_positions = int(ctx);
   } else {

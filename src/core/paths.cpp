@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/json_read.h"
 
 namespace agoq {
@@ -35,9 +36,9 @@ void output_file_check_not_input(const char* out_flag, const std::string& out, c
 void output_file_check_replaceable(const std::string& flag, const std::string& path, const char* kind,
                                    const std::function<bool(const std::string& path)>& is_kind) {
   std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (!fs::exists(st)) return;
-  AGOQ_CHECK(fs::is_regular_file(st), flag, " ", path, " exists and is not a file; name a file");
+  if (!fs::exists(fs::symlink_status(path, ec))) return;  // (a link to nothing exists: refused below)
+  const std::string problem = input_file_problem(path);
+  AGOQ_CHECK(problem.empty(), flag, " ", path, ": ", problem);
   bool ours = false;
   try {
     ours = is_kind(path);

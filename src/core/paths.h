@@ -14,9 +14,10 @@ bool path_within(const std::string& path, const std::string& dir);
 void output_file_check_not_input(const char* out_flag, const std::string& out, const char* in_flag,
                                  const std::string& in);
 
-// Refuses, in one line naming the flag, an output path that is a folder or an existing file `is_kind` does not
-// recognise as `kind` (an earlier output of the same command, which may be replaced): a mistyped path to an input or
-// to someone's file is never written over. `is_kind` may throw; that counts as no.
+// Refuses, in one line naming the flag, an output path that exists and is not a readable regular file (a folder, a
+// FIFO, a link to nothing: input_file_problem's words) or is a file `is_kind` does not recognise as `kind` (an earlier
+// output of the same command, which may be replaced): a mistyped path to an input or to someone's file is never
+// written over. `is_kind` may throw; that counts as no.
 void output_file_check_replaceable(const std::string& flag, const std::string& path, const char* kind,
                                    const std::function<bool(const std::string& path)>& is_kind);
 

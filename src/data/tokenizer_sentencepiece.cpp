@@ -115,7 +115,9 @@ class SentencePieceEngine final : public TokenizerEngine {
     const auto st = sp_.LoadFromSerializedProto(proto_);
     const std::string why = st.ok() ? "no pieces" : sentencepiece_reason(st);
     AGOQ_CHECK(st.ok() && sp_.GetPieceSize() > 0, "tokenizer ", what, ": not a valid SentencePiece model",
-               why.empty() ? " (nor a tokenizer.json or a folder holding one)" : " (" + why + ")");
+               !why.empty()               ? " (" + why + ")"
+               : what.ends_with(".model") ? std::string()
+                                          : std::string(" (nor a tokenizer.json or a folder holding one)"));
     pieces_start_words_ = pieces_start_words(sp_);
     const SentencePieceProtoSettings set = sentencepiece_proto_settings(proto_);
     cut_ = set.remove_extra_whitespaces || set.treat_whitespace_as_suffix ? ChunkCut::never

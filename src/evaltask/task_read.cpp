@@ -45,9 +45,10 @@ std::vector<std::string> text_list(const json& v, const char* key, const Line& l
 }
 
 // An index given as a number or as digits in a string (HellaSwag's "label": "2"), whole: the caller checks its range
-// (an unsigned one beyond int64_t saturates, so a huge label is reported as out of range, never wrapped into it).
+// (one beyond int64_t is refused here, never wrapped into range).
 int64_t index_of(const json& v, const char* key, const Line& l) {
-  if (v.is_number_unsigned()) return int64_t(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX));
+  if (v.is_number_unsigned())
+    AGOQ_CHECK(v.get<uint64_t>() <= uint64_t(INT64_MAX), l.at, key, " ", json_excerpt(v), " is out of range");
   if (v.is_number_integer()) return v.get<int64_t>();
   const std::string s = v.is_string() ? v.get<std::string>() : "";
   AGOQ_CHECK(!s.empty() && s.size() < 7 && s.find_first_not_of("0123456789") == std::string::npos, l.at, "\"", key,

@@ -109,10 +109,15 @@ void run_dir_check(const std::string& out_dir, bool overwrite, const std::string
   if (overwrite) return;
   const bool continues = !resume.empty() && path_within(resume, out);
   const std::string earlier = continues ? std::string() : earlier_run_in(out);
-  AGOQ_CHECK(earlier.empty(), "--out ", out.string(), " already holds a run (", earlier, "); ",
-             is_link(out / kLink) ? "continue it with --resume " + (out / kLink).string() + ", or replace"
-                                  : std::string("it saved no checkpoint to continue: replace"),
-             " it with --overwrite");
+  if (earlier.empty()) return;
+  // The way on: the latest checkpoint (the link), else the checkpoint folder found, else none to continue.
+  const std::string resume_from = is_link(out / kLink)                                  ? (out / kLink).string()
+                                  : ckpt_folder_name_ours(fs::path(earlier).filename()) ? earlier
+                                                                                        : std::string();
+  fail("--out ", out.string(), " already holds a run (", earlier, "); ",
+       resume_from.empty() ? std::string("it saved no checkpoint to continue: replace")
+                           : "continue it with --resume " + resume_from + ", or replace",
+       " it with --overwrite");
 }
 
 std::string run_id_new() {

@@ -53,8 +53,9 @@ TEST(BenchCapacity, ConfirmedRunsStayUnderTheBudget) {
     EXPECT_TRUE(WIFEXITED(code) && WEXITSTATUS(code) == 1) << target;
     std::stringstream err;
     err << std::ifstream(dir / "err.txt").rdbuf();
-    EXPECT_NE(err.str().find(*target ? "exists and is not an earlier bench capacity JSON" : "exists and is not a file"),
-              std::string::npos)
+    EXPECT_NE(
+        err.str().find(*target ? "exists and is not an earlier bench capacity JSON" : ": it is a folder, not a file"),
+        std::string::npos)
         << err.str();
   }
   EXPECT_EQ(fs::file_size(dir / "train.bin"), size);

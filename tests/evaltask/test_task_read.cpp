@@ -69,7 +69,8 @@ TEST(TaskRead, EveryProblemIsOneLineNamingFileAndLine) {
       {R"({"context": "q", "choices": ["a", "b"], "label": 2})", ":1: label 2 is out of range for 2 choices"},
       // Beyond 32 bits: reported as given, never wrapped into range (-2^32 and 2^64 - 2^32 both wrap to 0).
       {R"({"context": "q", "choices": ["a", "b"], "label": -4294967296})", ":1: label -4294967296 is out of range"},
-      {R"({"context": "q", "choices": ["a", "b"], "label": 18446744069414584320})", ":1: label 9223372036854775807 is"},
+      {R"({"context": "q", "choices": ["a", "b"], "label": 18446744069414584320})",
+       ":1: label 18446744069414584320 is out of range"},
       {R"({"context": "q", "choices": ["a", ""], "label": 0})", ":1: choice 1 is empty"},
       {R"({"context": "q", "choices": "a", "label": 0})", ":1: \"choices\" must be a list of strings"},
       {R"({"context": "q", "choices": ["a"], "label": "x"})", ":1: \"label\" must be a whole number"},

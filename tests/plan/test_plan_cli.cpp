@@ -195,7 +195,7 @@ TEST(PlanCli, PngNeverReplacesOtherFiles) {
   const std::pair<std::string, std::string> cases[] = {
       {"config.png", "config.png: the JSON beside it, " + (dir / "config.json").string() + " exists and is not"},
       {"not_a.png", "not_a.png exists and is not a PNG image"},
-      {"folder.png", "folder.png exists and is not a file"},
+      {"folder.png", "folder.png: it is a folder, not a file"},
       {"chart", "chart: name a .png file"},
   };
   for (const auto& [name, want] : cases) {

@@ -350,7 +350,10 @@ TEST(CheckpointConfig, RopeParametersAreReadAsTransformers5ReadsThem) {
   v5["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 10000.0}};
   expect_error([&] { config_from_hf_json(v5); }, {"rope_parameters.rope_type = \"yarn\" is not supported"});
   v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}};
-  expect_error([&] { config_from_hf_json(v5); }, {"partial_rotary_factor = 0.5 is not supported"});
+  expect_error([&] { config_from_hf_json(v5); }, {"rope_parameters.partial_rotary_factor = 0.5 is not supported"});
+  json top = config_to_hf_json(tiny_config(false));  // rope_scaling null, no rope_parameters: the top-level key counts
+  top["partial_rotary_factor"] = 0.5;
+  expect_error([&] { config_from_hf_json(top); }, {"LlamaConfig partial_rotary_factor = 0.5 is not supported"});
 }
 
 TEST(CheckpointConfig, ParamNamesAreHfNamesInOrder) {
