@@ -133,16 +133,34 @@ void bench_act_run(const Args& a) {
 const CliCommand kBenchAct("bench", 25, [](CLI::App& bench) {
   auto a = std::make_shared<Args>();
   CLI::App* c = bench.add_subcommand("act", "activation policies: saved bytes, peak memory by category, step time");
-  c->add_option("--dim", a->model.dim)->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--layers", a->model.n_layers)->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--heads", a->model.n_heads)->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--kv-heads", a->model.n_kv_heads)->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--ffn", a->model.ffn_dim)->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--vocab", a->model.vocab_size)->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--seq", a->seq)->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--batch", a->batch)->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--dim", a->model.dim, "model width (CPU default; --device cuda: its own)")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
+  c->add_option("--layers", a->model.n_layers, "decoder layers (CPU default; --device cuda: its own)")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
+  c->add_option("--heads", a->model.n_heads, "attention heads (CPU default; --device cuda: its own)")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
+  c->add_option("--kv-heads", a->model.n_kv_heads, "key/value heads (CPU default; --device cuda: its own)")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
+  c->add_option("--ffn", a->model.ffn_dim, "MLP hidden size (CPU default; --device cuda: its own)")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
+  c->add_option("--vocab", a->model.vocab_size, "model vocabulary size (CPU default; --device cuda: its own)")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
+  c->add_option("--seq", a->seq, "tokens per sequence (CPU default; --device cuda: its own)")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
+  c->add_option("--batch", a->batch, "sequences per step (CPU default; --device cuda: its own)")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
   c->add_option("--steps", a->steps, "timed steps per policy")->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--warmup", a->warmup, "untimed steps per policy")->capture_default_str()->check(cli_at_least(0));
+  c->add_option("--warmup", a->warmup, "untimed steps per policy (at least 1 on the CPU)")
+      ->capture_default_str()
+      ->check(cli_at_least(0));
   c->add_option("--policies", a->policies, "policies to compare (names or specs)")->delimiter(' ');
   c->add_flag("--json", a->json, "print a JSON array, one record per policy");
   auto device = std::make_shared<std::string>("cpu");
@@ -151,7 +169,8 @@ const CliCommand kBenchAct("bench", 25, [](CLI::App& bench) {
   c->add_option("--device", *device, "cpu, or cuda (the 1B-class model unless the shape flags say; docs/cuda.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cli_add_compute(c, gpu->first)->description("--device cuda: the GEMM inputs, bf16 (auto) or fp32");
-  c->add_option("--peak-tflops", gpu->second, "--device cuda: the GPU's bf16 dense peak, for MFU");
+  c->add_option("--peak-tflops", gpu->second, "--device cuda: the GPU's bf16 dense peak, for MFU")
+      ->capture_default_str();
   c->callback([a, c, device, gpu] {
     a->model.max_seq_len = std::max(a->model.max_seq_len, a->seq);
     if (*device == "cpu") return bench_act_run(*a);

@@ -239,8 +239,10 @@ const CliCommand kBenchCapacity("bench", 62, [](CLI::App& bench) {
   c->add_option("--data", o->data, "prepared corpus for the confirmation runs, e.g. data/austen")->required();
   c->add_option("--mem-budget", o->budget, "memory budget, e.g. 4GiB")->capture_default_str();
   c->add_option("--dim", o->dim, "model width of the layer search")->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--heads", o->heads)->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--ffn", o->ffn)->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--heads", o->heads, "attention heads of the layer search")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
+  c->add_option("--ffn", o->ffn, "MLP hidden size of the layer search")->capture_default_str()->check(cli_at_least(1));
   c->add_option("--seq", o->seq, "sequence of the layer search")->capture_default_str()->check(cli_at_least(1));
   c->add_option("--batch", o->batch, "batch of the layer search (the sequence search uses 1)")
       ->capture_default_str()
@@ -248,8 +250,12 @@ const CliCommand kBenchCapacity("bench", 62, [](CLI::App& bench) {
   c->add_option("--seq-dim", o->seq_dim, "width of the sequence search's model")
       ->capture_default_str()
       ->check(cli_at_least(1));
-  c->add_option("--seq-heads", o->seq_heads)->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--seq-ffn", o->seq_ffn)->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--seq-heads", o->seq_heads, "attention heads of the sequence search's model")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
+  c->add_option("--seq-ffn", o->seq_ffn, "MLP hidden size of the sequence search's model")
+      ->capture_default_str()
+      ->check(cli_at_least(1));
   c->add_option("--seq-layers", o->seq_layers, "layers of the sequence search's model")
       ->capture_default_str()
       ->check(cli_at_least(1));

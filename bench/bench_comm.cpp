@@ -291,17 +291,29 @@ const CliCommand kComm("bench", 40, [](CLI::App& bench) {
   CLI::App* c = bench.add_subcommand(
       "comm", "fp32 MPI_Allreduce vs allreduce_q8, and DP training steps fp32 vs q8 (run under mpirun -np N)");
   c->add_option("--sizes", args->sizes_mib, "gradient sizes in MiB of fp32")->delimiter(',');
-  c->add_option("--reps", args->reps, "timed repetitions per size (median)")->check(cli_at_least(1));
-  c->add_option("--block", args->block, "values per q8 scale")->check(cli_at_least(1));
+  c->add_option("--reps", args->reps, "timed repetitions per size (median)")
+      ->check(cli_at_least(1))
+      ->capture_default_str();
+  c->add_option("--block", args->block, "values per q8 scale")->check(cli_at_least(1))->capture_default_str();
   c->add_option("--chunk-kib", args->chunk_kib, "allreduce_q8's pipeline chunk in KiB of fp32 (0: one chunk)")
-      ->check(cli_at_least(0));
+      ->check(cli_at_least(0))
+      ->capture_default_str();
   c->add_flag("--json", args->json, "print JSON");
   c->add_option("--e2e-steps", args->e2e_steps, "end-to-end DP training: timed steps per config and round (0: skip)")
-      ->check(cli_at_least(0));
-  c->add_option("--e2e-dim", args->e2e_dim, "end-to-end model: hidden size")->check(cli_at_least(1));
-  c->add_option("--e2e-layers", args->e2e_layers, "end-to-end model: layers")->check(cli_at_least(1));
-  c->add_option("--e2e-vocab", args->e2e_vocab, "end-to-end model: vocabulary size")->check(cli_at_least(1));
-  c->add_option("--e2e-accum", args->e2e_accum, "end-to-end: micro-batches per rank and step")->check(cli_at_least(1));
+      ->check(cli_at_least(0))
+      ->capture_default_str();
+  c->add_option("--e2e-dim", args->e2e_dim, "end-to-end model: hidden size")
+      ->check(cli_at_least(1))
+      ->capture_default_str();
+  c->add_option("--e2e-layers", args->e2e_layers, "end-to-end model: layers")
+      ->check(cli_at_least(1))
+      ->capture_default_str();
+  c->add_option("--e2e-vocab", args->e2e_vocab, "end-to-end model: vocabulary size")
+      ->check(cli_at_least(1))
+      ->capture_default_str();
+  c->add_option("--e2e-accum", args->e2e_accum, "end-to-end: micro-batches per rank and step")
+      ->check(cli_at_least(1))
+      ->capture_default_str();
   c->add_flag("--e2e-only", args->e2e_only, "only the end-to-end part (no all-reduce sizes)");
   c->callback([args] { bench_comm_run(*args); });
 });

@@ -152,10 +152,10 @@ const CliCommand kBenchOptimError("bench", 61, [](CLI::App& bench) {
   CLI::App* c = bench.add_subcommand("optim-error", "8-bit Adam state error vs fp32 per block size, mapping, rounding");
   c->add_option("--data", o->data, "prepared corpus (train.bin), e.g. data/austen")->required();
   c->add_option("--steps", o->steps, "training steps")->capture_default_str()->check(CLI::Range(10, 1000000));
-  c->add_option("--batch", o->batch)->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--seq", o->seq)->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--dim", o->dim)->capture_default_str()->check(cli_at_least(1));
-  c->add_option("--layers", o->layers)->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--batch", o->batch, "sequences per step")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--dim", o->dim, "model width")->capture_default_str()->check(cli_at_least(1));
+  c->add_option("--layers", o->layers, "decoder layers")->capture_default_str()->check(cli_at_least(1));
   c->add_flag("--json", o->json, "print JSON");
   c->callback([o] { run(*o); });
 });

@@ -167,8 +167,10 @@ void run(const Options& o) {
 const CliCommand kQuant("bench", 10, [](CLI::App& bench) {
   static Options o;
   CLI::App* cmd = bench.add_subcommand("quant", "quantize/dequantize throughput of each storage format vs memcpy");
-  cmd->add_option("--mib", o.mib, "fp32 input size in MiB")->check(CLI::Range(1.0, 65536.0));
-  cmd->add_option("--reps", o.reps, "repetitions (the best is reported)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--mib", o.mib, "fp32 input size in MiB")->check(CLI::Range(1.0, 65536.0))->capture_default_str();
+  cmd->add_option("--reps", o.reps, "repetitions (the best is reported)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   cmd->add_flag("--json", o.json, "print JSON records instead of a table");
   cmd->add_flag("--scalar", o.scalar, "use the portable scalar kernels instead of AVX-512 or AVX2");
   cmd->add_flag("--avx2", o.avx2, "use the AVX2 kernels even where the CPU has AVX-512");

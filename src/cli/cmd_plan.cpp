@@ -162,11 +162,14 @@ const CliCommand kPlan("", 40, [](CLI::App& app) {
               "sequence parallelism over the --tp ranks (Megatron-SP: residual-stream activations 1/tp per rank)");
   c->add_option("--pp", a->pp, "pipeline stages")->check(kCount)->capture_default_str();
   c->add_option("--seq", a->seq, "sequence length")->check(kCount)->capture_default_str();
-  c->add_option("--micro-batch", a->micro_batch, "sequences per micro-batch")->check(kCount)->capture_default_str();
-  c->add_option("--num-micro-batches", a->micro_batches, "micro-batches per step (1F1B)")
+  c->add_option("--micro-batch,--batch", a->micro_batch, "sequences per micro-batch (train's --batch)")
       ->check(kCount)
       ->capture_default_str();
-  c->add_option("--gpu-mem", a->gpu_mem, "memory per GPU, e.g. 80GiB")->capture_default_str();
+  c->add_option("--num-micro-batches,--accum", a->micro_batches, "micro-batches per step (1F1B; train's --accum)")
+      ->check(kCount)
+      ->capture_default_str();
+  c->add_option("--gpu-mem,--mem-budget", a->gpu_mem, "memory per GPU, e.g. 80GiB (train's --mem-budget)")
+      ->capture_default_str();
   c->add_option("--zero", a->zero, "1: ZeRO-1 (optimizer and master weights sharded over DP)")
       ->check(cli_in_range(0, 1))
       ->capture_default_str();

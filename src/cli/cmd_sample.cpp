@@ -107,7 +107,9 @@ const CliCommand kSample("", 30, [](CLI::App& app) {
   c->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0: all)")
       ->check(cli_in_range(0, INT_MAX))
       ->capture_default_str();
-  c->add_option("--seed", a->seed)->check(cli_unsigned())->capture_default_str();
+  c->add_option("--seed", a->seed, "sampling seed (the same seed, the same text)")
+      ->check(cli_unsigned())
+      ->capture_default_str();
   c->add_flag("--json", a->json, "print the prompt's and the generated token ids and the text as JSON");
   cli_add_compute(c, a->compute);
   c->callback([a] { cmd_sample_run(*a); });

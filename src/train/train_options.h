@@ -164,7 +164,8 @@ void train_option_rows(Options& o, V&& v) {
     "gradient all-reduce across data-parallel ranks: mpi (fp32) | q8 (AGoQ's 8-bit all-to-all)", kAllreduceNames);
   v(o.adam.state, "--optim-state", AdamWConfig{}.state,
     "AdamW moments: fp32 | q8 (8 bits per value, a scale per 128 values; docs/optimizer.md)", kOptimStateNames);
-  v(o.grad_rounding, "--grad-rounding", QuantRounding::stochastic, "rounding of the q8 grad store", kGradRoundingNames);
+  v(o.grad_rounding, "--grad-rounding", QuantRounding::stochastic,
+    "rounding of the q8 grad store: stochastic (unbiased) | nearest", kGradRoundingNames);
   v(o.lm_head_grad, "--lm-head-grad", LmHeadGrad::whole,
     "q8 grad store, tied embeddings: the lm_head's gradient whole (an fp32 buffer of the embedding's size) | pieces "
     "(none; one more lm_head GEMM per micro-batch)",

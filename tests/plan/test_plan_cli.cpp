@@ -133,6 +133,16 @@ TEST(PlanCli, BadFlagsAreOneLineErrors) {
   }
 }
 
+// plan takes train's names for the same things: --batch, --accum and --mem-budget.
+TEST(PlanCli, TakesTrainsNamesForTheSameThings) {
+  const RunOut plan_names =
+      run_plan("--model llama-8b --pp 2 --micro-batch 2 --num-micro-batches 16 --gpu-mem 40GiB --json");
+  const RunOut train_names = run_plan("--model llama-8b --pp 2 --batch 2 --accum 16 --mem-budget 40GiB --json");
+  ASSERT_EQ(plan_names.code, 0) << plan_names.err;
+  EXPECT_EQ(train_names.out, plan_names.out);
+  EXPECT_EQ(nlohmann::json::parse(train_names.out)["workload"]["micro_batch"], 2) << train_names.out;
+}
+
 // --calibrate replaces an earlier calibration only: a mistyped path to another file is refused, the file kept.
 TEST(PlanCli, CalibrateKeepsAFileThatIsNotACalibration) {
   const fs::path cfg = test_temp_path("plan_not_a_calibration.json");
