@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/folder_cleanup.h"
 #include "cli/script_run.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -120,13 +121,7 @@ void run(const Options& o) {
   const std::string text = text_for(o, src);
   const fs::path tmp = fs::temp_directory_path() / ("agoq-bench-tokenize-" + std::to_string(::getpid()));
   fs::create_directories(tmp);
-  struct Removed {  // however the run ends
-    fs::path dir;
-    ~Removed() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } removed{tmp};
+  const FolderCleanup cleanup(tmp);
   const Tokenizer sp = Tokenizer::train(text, {.vocab_size = o.vocab, .max_bytes = 2'000'000});
   sp.save((tmp / "tokenizer.model").string());
   atomic_file_write((tmp / "text.txt").string(), text);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/folder_cleanup.h"
 #include "cli/path_flag.h"
 #include "core/atomic_file.h"
 #include "core/dir_lock.h"
@@ -29,24 +30,6 @@ namespace fs = std::filesystem;
 // The longest --seq examples are packed for (2^24): beyond any model's context, and a padded window of it fits in
 // memory (5 bytes a token) and in the token file's window field; `--seq + 1` cannot overflow.
 constexpr int kPrepareSeqMost = 1 << 24;
-
-// Removes the staging folder when a prepare fails before its commit (a full disk, a refused input), so that no
-// half-written set is left behind; the error still goes out. From the commit on, the staging folder is what says
-// that a replacement was interrupted (data/prepared_dir.h), so it is kept: call committing() first.
-class StagingCleanup {
- public:
-  explicit StagingCleanup(fs::path staging) : staging_(std::move(staging)) {}
-  ~StagingCleanup() {
-    std::error_code ec;
-    if (!staging_.empty()) fs::remove_all(staging_, ec);
-  }
-  StagingCleanup(const StagingCleanup&) = delete;
-  StagingCleanup& operator=(const StagingCleanup&) = delete;
-  void committing() { staging_.clear(); }
-
- private:
-  fs::path staging_;
-};
 
 struct PrepareArgs {
   std::string input, out = "data/prepared", tokenizer;
@@ -161,7 +144,9 @@ void prepare_examples(const PrepareArgs& a, std::chrono::steady_clock::time_poin
   const PackedExamples train = examples_pack(all.first(n - n_val), a.seq + 1, pad);
   const PackedExamples val = examples_pack(all.subspan(n - n_val), a.seq + 1, pad);
   const fs::path out(a.out), staging = prepared_dir_staging(out);
-  StagingCleanup cleanup(staging);
+  // A prepare that fails before its commit (a full disk, a refused input) leaves no half-written set behind. From
+  // the commit on, the staging folder is what says that a replacement was interrupted (data/prepared_dir.h): kept.
+  FolderCleanup cleanup(staging);
   const auto vocab = uint32_t(t.tok.vocab_size());
   t.tok.save_files(staging.string());
   token_file_write((staging / "train.bin").string(), train.tokens, vocab, train.flags, uint32_t(a.seq + 1));
@@ -195,7 +180,7 @@ void prepare_examples(const PrepareArgs& a, std::chrono::steady_clock::time_poin
       {"seconds", total_s},
   };
   atomic_file_write((staging / "meta.json").string(), meta.dump(2) + "\n");
-  cleanup.committing();
+  cleanup.keep();
   prepared_dir_commit(out);
   std::printf(
       "examples: %zu (%zu truncated): train %zu in %zu windows of %d tokens (%zu counted in the loss, %zu "
@@ -259,7 +244,7 @@ void prepare_run(const PrepareArgs& a) {
   const std::span<const int32_t> all(ids);
 
   const fs::path out(a.out), staging = prepared_dir_staging(out);
-  StagingCleanup cleanup(staging);
+  FolderCleanup cleanup(staging);  // (as for examples above: kept from the commit on)
   const auto vocab = uint32_t(t.tok.vocab_size());
   t.tok.save_files(staging.string());
   token_file_write((staging / "train.bin").string(), all.first(n_train), vocab);
@@ -267,7 +252,7 @@ void prepare_run(const PrepareArgs& a) {
   const double total_s = seconds_since(t0);
   atomic_file_write((staging / "meta.json").string(),
                     prepare_meta(a, corpus, chars, t, ids.size(), n_train, exact, total_s).dump(2) + "\n");
-  cleanup.committing();
+  cleanup.keep();
   prepared_dir_commit(out);
 
   std::printf("tokens: %zu (%.2f chars/token), encoded in %.1f s, round trip %s\n", ids.size(),

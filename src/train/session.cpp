@@ -134,12 +134,11 @@ void TrainSession::config_resolve() {
     train_set_.check_vocab(cfg_.vocab_size, padded);
     val_set_.check_vocab(cfg_.vocab_size, padded);
   } catch (const Error& e) {
-    // (a fresh model takes train.bin's vocabulary, unless --config gives one)
-    fail(e.what(), padded ? ": prepare the data with the model's own tokenizer (agoq prepare --tokenizer MODEL)"
-                   : std::ranges::find(opt_.model_flags, "--config") == opt_.model_flags.end()
-                       ? ": train.bin and val.bin come from different prepares: prepare the data again"
-                       : ": prepare the data with --vocab-size " + std::to_string(cfg_.vocab_size) +
-                             ", or take vocab_size out of --config");
+    if (padded) fail(e.what(), ": prepare the data with the model's own tokenizer (agoq prepare --tokenizer MODEL)");
+    // A fresh model takes train.bin's vocabulary, unless --config gives one.
+    if (std::ranges::find(opt_.model_flags, "--config") != opt_.model_flags.end())
+      fail(e.what(), ": prepare the data with --vocab-size ", cfg_.vocab_size, ", or take vocab_size out of --config");
+    fail(e.what(), ": train.bin and val.bin come from different prepares: prepare the data again");
   }
   stages_ = comm_agreed(world_, [&] {
     std::vector<ModelStage> stages = model_stages_split(cfg_, grid_.P, opt_.stage_layers);
